@@ -163,6 +163,16 @@ static int import_cmd(const char *config, const char *out) {
   Diag d = {.mem = &mem};
   char *spec = import_hf(&mem, &d, config);
   int status = EXIT_DONE;
+  if (spec) { /* what it wrote must pass mtc check: a value the checks refuse is the config's error, said now */
+    Diag v = {.mem = &mem};
+    const char *base = strrchr(config, '/') ? strrchr(config, '/') + 1 : config;
+    Spec *s = spec_load(&mem, &v, mem_printf(&mem, "(the spec imported from %s)", base), spec, strlen(spec), NULL, 0);
+    if (!s || !model_build(&mem, &v, s)) {
+      fprintf(stderr, "mtc: error: %s: a value of this config is outside what mtc accepts; the spec it imports to "
+              "fails mtc check:\n%s", config, v.msg ? v.msg : "");
+      spec = NULL, status = EXIT_BAD_INPUT;
+    }
+  }
   if (spec && out) {
     OutFile o;
     if (out_open(&d, &o, out)) fputs(spec, o.f), out_close(&d, &o);

@@ -733,37 +733,37 @@
 #define WS_ATT                  17988180304 /*  402653184: attention output */
 #define WS_RES                  18390833488 /*  402653184: residual stream after attention */
 #define WS_LN2                  18793486672 /*  402653184: mlp norm output */
-#define WS_YP                   19196139856 /* 3221225472: expert outputs in that order */
-#define WS_XP                   22417365328 /* 3221225472: token copies in expert order, to send (all-to-all) */
-#define WS_XE                   25638590800 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   29665122640 /* 4026531840: their outputs, before going back */
-#define WS_EG                   33691654480 /* 1174405120: routed experts' gate */
-#define WS_EU                   34866059600 /* 1174405120: routed experts' up */
-#define WS_EH                   36040464720 /* 1174405120: routed experts' activation */
-#define WS_SG                   37214869840 /*  117440512: shared experts' gate */
-#define WS_SU                   37332310352 /*  117440512: shared experts' up */
-#define WS_SH                   37449750864 /*  117440512: shared experts' activation */
-#define WS_Y                    37567191376 /*  402653184: a block's output before the residual add */
-#define WS_Y2                   37969844560 /*  402653184: shared experts' output */
-#define DX_A                    38372497744 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                    38775150928 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                     39177804112 /*  402653184: gradient of a norm's output */
-#define DATT                    39580457296 /*  402653184: gradient of the attention output */
-#define DQ                      39983110480 /*  402653184: gradient of the queries */
-#define DK                      40385763664 /*  134217728: gradient of the keys */
-#define DV                      40519981392 /*  134217728: gradient of the values */
-#define DYP                     40654199120 /* 3221225472: gradient of the expert outputs */
-#define DXP                     43875424592 /* 3221225472: gradient of the token copies */
-#define DYE                     47096650064 /* 4026531840: gradient of the received rows' outputs */
-#define DXE                     51123181904 /* 4026531840: gradient of the received rows */
-#define A2A                     55149713744 /* 4026531840: all-to-all staging of one round (source-rank order) */
-#define EDG                     59176245584 /* 1174405120: routed experts' gate gradient */
-#define EDU                     60350650704 /* 1174405120: routed experts' up gradient */
-#define EDH                     61525055824 /* 1174405120: routed experts' activation gradient */
-#define DSG                     62699460944 /*  117440512: shared experts' gate gradient */
-#define DSU                     62816901456 /*  117440512: shared experts' up gradient */
-#define DSH                     62934341968 /*  117440512: shared experts' activation gradient */
-#define LNF                     63051782480 /*  402653184: final norm output */
+#define DXE                     19196139856 /* 4026531840: gradient of the received rows (backward); in the forward, WS_XP */
+#define WS_XP                           DXE /* 3221225472: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
+#define WS_YP                         WS_XP /* 3221225472: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
+#define WS_XE                   23222671696 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   27249203536 /* 4026531840: their outputs, before going back */
+#define WS_EG                   31275735376 /* 1174405120: routed experts' gate */
+#define WS_EU                   32450140496 /* 1174405120: routed experts' up */
+#define WS_EH                   33624545616 /* 1174405120: routed experts' activation */
+#define WS_SG                   34798950736 /*  117440512: shared experts' gate */
+#define WS_SU                   34916391248 /*  117440512: shared experts' up */
+#define WS_SH                   35033831760 /*  117440512: shared experts' activation */
+#define WS_Y                    35151272272 /*  402653184: a block's output before the residual add */
+#define WS_Y2                   35553925456 /*  402653184: shared experts' output */
+#define DX_A                    35956578640 /*  402653184: gradient of the residual stream (even layers' output) */
+#define DX_B                    36359231824 /*  402653184: gradient of the residual stream (odd layers' output) */
+#define DLN                     36761885008 /*  402653184: gradient of a norm's output */
+#define DATT                    37164538192 /*  402653184: gradient of the attention output */
+#define DQ                      37567191376 /*  402653184: gradient of the queries */
+#define DK                      37969844560 /*  134217728: gradient of the keys */
+#define DV                      38104062288 /*  134217728: gradient of the values */
+#define A2A                     38238280016 /* 4026531840: all-to-all staging of one round (source-rank order); between all-to-alls, the FFN gradients */
+#define EDG                             A2A /* 1174405120: routed experts' gate gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DSG                             EDG /*  117440512: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
+#define EDU                    (A2A + 1174405120) /* 1174405120: routed experts' up gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DSU                             EDU /*  117440512: shared experts' up gradient: in EDU (one FFN's backward at a time) */
+#define EDH                    (A2A + 2348810240) /* 1174405120: routed experts' activation gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DSH                             EDH /*  117440512: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DYP                     42264811856 /* 3221225472: gradient of the expert outputs */
+#define DXP                             DYP /* 3221225472: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
+#define DYE                           WS_YE /* 4026531840: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
+#define LNF                     45486037328 /*  402653184: final norm output */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -4870,10 +4870,10 @@ static void layer73_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -4921,10 +4921,10 @@ static void layer72_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -4972,10 +4972,10 @@ static void layer71_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5023,10 +5023,10 @@ static void layer70_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5074,10 +5074,10 @@ static void layer69_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5125,10 +5125,10 @@ static void layer68_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5176,10 +5176,10 @@ static void layer67_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5227,10 +5227,10 @@ static void layer66_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5278,10 +5278,10 @@ static void layer65_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5329,10 +5329,10 @@ static void layer64_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5380,10 +5380,10 @@ static void layer63_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5431,10 +5431,10 @@ static void layer62_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5482,10 +5482,10 @@ static void layer61_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5533,10 +5533,10 @@ static void layer60_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5584,10 +5584,10 @@ static void layer59_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5635,10 +5635,10 @@ static void layer58_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5686,10 +5686,10 @@ static void layer57_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5737,10 +5737,10 @@ static void layer56_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5788,10 +5788,10 @@ static void layer55_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5839,10 +5839,10 @@ static void layer54_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5890,10 +5890,10 @@ static void layer53_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5941,10 +5941,10 @@ static void layer52_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5992,10 +5992,10 @@ static void layer51_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6043,10 +6043,10 @@ static void layer50_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6094,10 +6094,10 @@ static void layer49_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6145,10 +6145,10 @@ static void layer48_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6196,10 +6196,10 @@ static void layer47_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6247,10 +6247,10 @@ static void layer46_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6298,10 +6298,10 @@ static void layer45_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6349,10 +6349,10 @@ static void layer44_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6400,10 +6400,10 @@ static void layer43_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6451,10 +6451,10 @@ static void layer42_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6502,10 +6502,10 @@ static void layer41_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6553,10 +6553,10 @@ static void layer40_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6604,10 +6604,10 @@ static void layer39_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6655,10 +6655,10 @@ static void layer38_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6706,10 +6706,10 @@ static void layer37_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6757,10 +6757,10 @@ static void layer36_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6808,10 +6808,10 @@ static void layer35_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6859,10 +6859,10 @@ static void layer34_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6910,10 +6910,10 @@ static void layer33_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6961,10 +6961,10 @@ static void layer32_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7012,10 +7012,10 @@ static void layer31_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7063,10 +7063,10 @@ static void layer30_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7114,10 +7114,10 @@ static void layer29_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7165,10 +7165,10 @@ static void layer28_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7216,10 +7216,10 @@ static void layer27_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7267,10 +7267,10 @@ static void layer26_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7318,10 +7318,10 @@ static void layer25_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7369,10 +7369,10 @@ static void layer24_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7420,10 +7420,10 @@ static void layer23_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7471,10 +7471,10 @@ static void layer22_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7522,10 +7522,10 @@ static void layer21_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7573,10 +7573,10 @@ static void layer20_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7624,10 +7624,10 @@ static void layer19_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7675,10 +7675,10 @@ static void layer18_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7726,10 +7726,10 @@ static void layer17_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7777,10 +7777,10 @@ static void layer16_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7828,10 +7828,10 @@ static void layer15_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7879,10 +7879,10 @@ static void layer14_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7930,10 +7930,10 @@ static void layer13_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7981,10 +7981,10 @@ static void layer12_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8032,10 +8032,10 @@ static void layer11_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8083,10 +8083,10 @@ static void layer10_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8134,10 +8134,10 @@ static void layer9_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8185,10 +8185,10 @@ static void layer8_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8236,10 +8236,10 @@ static void layer7_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8287,10 +8287,10 @@ static void layer6_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8338,10 +8338,10 @@ static void layer5_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8389,10 +8389,10 @@ static void layer4_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8440,10 +8440,10 @@ static void layer3_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8491,10 +8491,10 @@ static void layer2_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8542,10 +8542,10 @@ static void layer1_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8593,10 +8593,10 @@ static void layer0_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);

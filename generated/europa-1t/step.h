@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "7628303d676de090"
+#define PLAN_HASH "cef44e0e907639d1"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -16,7 +16,7 @@
 #define PLAN_DP_REPLICATE 1
 #define EXPERTS_PER_RANK 96
 #define CHECKPOINT_POLICY "full"
-#define SHARD_EXPERTS 1 /* whole experts per rank of an EP rank's shard group (the last fewer) */
+#define SHARD_EXPERTS 1 /* whole experts per rank of an EP rank's shard group */
 #define SHARD_EXPERTS_ELEMS 33030144 /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */
 #define OPTIMIZER "muon" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"
@@ -42,10 +42,10 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 3.648982e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 724.945 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 706.672 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 86897832704 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HBM_BYTES 89515078400 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 93665957504 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
@@ -60,7 +60,7 @@
  * micro-batch writes before reading them */
 #define ARENA_ELEMS 890465952
 #define ARENA_SCRATCH 131072
-#define ACT_ELEMS 63454435664
+#define ACT_ELEMS 45888690512
 #define ACT_SCRATCH 2478643536
 #define INPUTS 0
 #define TARGETS 65536

@@ -8,7 +8,7 @@
 #define MODEL_NAME "mixtral-8x7b"
 #define SPEC_FILE "mixtral-8x7b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "679cabe5677b65fb"
+#define PLAN_HASH "9592c325600e7d33"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
@@ -16,25 +16,23 @@
 #define PLAN_DP_REPLICATE 1
 #define EXPERTS_PER_RANK 8
 #define CHECKPOINT_POLICY "full"
-#define SHARD_EXPERTS 1 /* whole experts per rank of an EP rank's shard group (the last fewer) */
-#define SHARD_EXPERTS_ELEMS 176160768 /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"
 /* training */
 #define GLOBAL_BATCH 256
-#define MICRO_BATCH 2
-#define ACCUM 4
+#define MICRO_BATCH 4
+#define ACCUM 2
 #define SEQ_LEN 32768
 #define VOCAB 32000
-#define TOKENS 65536 /* per micro-batch and rank */
+#define TOKENS 131072 /* per micro-batch and rank */
 /* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */
 #define HIDDEN 4096
 #define HEADS 32
 #define EXPERTS 8
 #define TOP_K 2
 #define AUX_FREE 0
-#define MOE_CAP_ROWS 131072 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
-#define MOE_MEAN_ROWS 131072 /* rows a rank sends per MoE layer pass: tokens x top_k */
+#define MOE_CAP_ROWS 262144 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
+#define MOE_MEAN_ROWS 262144 /* rows a rank sends per MoE layer pass: tokens x top_k */
 #define TRAIN_STEPS 1000
 #define LR 0.0001
 #define WARMUP_STEPS 0
@@ -42,33 +40,33 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 1.022550e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 3165.87 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 3105.14 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 73228370176 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 95292098560 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 80622928128 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 62006102016 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
-/* the state arena: 22749282816 elements of real (fp32 master shards, gradients, moments) in
+/* the state arena: 5837849088 elements of real (fp32 master shards, gradients, moments) in
  * host (Grace) memory; the optimizer step runs on the host CPU */
-#define STATE_ELEMS 22749282816
+#define STATE_ELEMS 5837849088
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 1
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 540934192
-#define ARENA_SCRATCH 131072
-#define ACT_ELEMS 54442074240
-#define ACT_SCRATCH 5687320704
+#define ARENA_ELEMS 1081868336
+#define ARENA_SCRATCH 262144
+#define ACT_ELEMS 42161152128
+#define ACT_SCRATCH 1459462272
 #define INPUTS 0
-#define TARGETS 65536
-#define STATE_STAGING 17045577856 /* GRAD0 (activation arena), free between steps: a state arena on the host
+#define TARGETS 131072
+#define STATE_STAGING 4362002560 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
-#define STATE_STAGING_ELEMS 5679128576
-#define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
-#define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
+#define STATE_STAGING_ELEMS 1451270144
+#define HOST_ELEMS 16106127360 /* the host arena (activation offload): boundaries waiting for the backward */
+#define OFFLOAD_IDS 30 /* boundaries that go to the host and back */
 #define N_GROUPS 66
 #define N_TENSORS 323
 extern const RtGroup step_groups[N_GROUPS];

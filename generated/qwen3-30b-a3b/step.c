@@ -737,315 +737,315 @@
 #define L0_ATT                   6827135872 /*  134217728: attention output */
 #define WS_RES                   6961353600 /*   67108864: residual stream after attention */
 #define WS_LN2                   7028462464 /*   67108864: mlp norm output */
-#define WS_YP                    7095571328 /*  536870912: expert outputs in that order */
-#define WS_XP                    7632442240 /*  536870912: token copies in expert order, to send (all-to-all) */
-#define WS_XE                    8169313152 /*  671088640: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                    8840401792 /*  671088640: their outputs, before going back */
-#define WS_EG                    9511490432 /*  251658240: routed experts' gate */
-#define WS_EU                    9763148672 /*  251658240: routed experts' up */
-#define WS_EH                   10014806912 /*  251658240: routed experts' activation */
-#define L1_Q                    10266465152 /*  134217728: queries (rotated) */
-#define L1_K                    10400682880 /*   16777216: keys (rotated) */
-#define L1_QR                   10417460096 /*  134217728: queries before qk-norm */
-#define L1_KR                   10551677824 /*   16777216: keys before qk-norm */
-#define L1_V                    10568455040 /*   16777216: values */
-#define L1_ATT                  10585232256 /*  134217728: attention output */
-#define L2_Q                    10719449984 /*  134217728: queries (rotated) */
-#define L2_K                    10853667712 /*   16777216: keys (rotated) */
-#define L2_QR                   10870444928 /*  134217728: queries before qk-norm */
-#define L2_KR                   11004662656 /*   16777216: keys before qk-norm */
-#define L2_V                    11021439872 /*   16777216: values */
-#define L2_ATT                  11038217088 /*  134217728: attention output */
-#define L3_Q                    11172434816 /*  134217728: queries (rotated) */
-#define L3_K                    11306652544 /*   16777216: keys (rotated) */
-#define L3_QR                   11323429760 /*  134217728: queries before qk-norm */
-#define L3_KR                   11457647488 /*   16777216: keys before qk-norm */
-#define L3_V                    11474424704 /*   16777216: values */
-#define L3_ATT                  11491201920 /*  134217728: attention output */
-#define L4_Q                    11625419648 /*  134217728: queries (rotated) */
-#define L4_K                    11759637376 /*   16777216: keys (rotated) */
-#define L4_QR                   11776414592 /*  134217728: queries before qk-norm */
-#define L4_KR                   11910632320 /*   16777216: keys before qk-norm */
-#define L4_V                    11927409536 /*   16777216: values */
-#define L4_ATT                  11944186752 /*  134217728: attention output */
-#define L5_Q                    12078404480 /*  134217728: queries (rotated) */
-#define L5_K                    12212622208 /*   16777216: keys (rotated) */
-#define L5_QR                   12229399424 /*  134217728: queries before qk-norm */
-#define L5_KR                   12363617152 /*   16777216: keys before qk-norm */
-#define L5_V                    12380394368 /*   16777216: values */
-#define L5_ATT                  12397171584 /*  134217728: attention output */
-#define L6_Q                    12531389312 /*  134217728: queries (rotated) */
-#define L6_K                    12665607040 /*   16777216: keys (rotated) */
-#define L6_QR                   12682384256 /*  134217728: queries before qk-norm */
-#define L6_KR                   12816601984 /*   16777216: keys before qk-norm */
-#define L6_V                    12833379200 /*   16777216: values */
-#define L6_ATT                  12850156416 /*  134217728: attention output */
-#define L7_Q                    12984374144 /*  134217728: queries (rotated) */
-#define L7_K                    13118591872 /*   16777216: keys (rotated) */
-#define L7_QR                   13135369088 /*  134217728: queries before qk-norm */
-#define L7_KR                   13269586816 /*   16777216: keys before qk-norm */
-#define L7_V                    13286364032 /*   16777216: values */
-#define L7_ATT                  13303141248 /*  134217728: attention output */
-#define L8_Q                    13437358976 /*  134217728: queries (rotated) */
-#define L8_K                    13571576704 /*   16777216: keys (rotated) */
-#define L8_QR                   13588353920 /*  134217728: queries before qk-norm */
-#define L8_KR                   13722571648 /*   16777216: keys before qk-norm */
-#define L8_V                    13739348864 /*   16777216: values */
-#define L8_ATT                  13756126080 /*  134217728: attention output */
-#define L9_Q                    13890343808 /*  134217728: queries (rotated) */
-#define L9_K                    14024561536 /*   16777216: keys (rotated) */
-#define L9_QR                   14041338752 /*  134217728: queries before qk-norm */
-#define L9_KR                   14175556480 /*   16777216: keys before qk-norm */
-#define L9_V                    14192333696 /*   16777216: values */
-#define L9_ATT                  14209110912 /*  134217728: attention output */
-#define L10_Q                   14343328640 /*  134217728: queries (rotated) */
-#define L10_K                   14477546368 /*   16777216: keys (rotated) */
-#define L10_QR                  14494323584 /*  134217728: queries before qk-norm */
-#define L10_KR                  14628541312 /*   16777216: keys before qk-norm */
-#define L10_V                   14645318528 /*   16777216: values */
-#define L10_ATT                 14662095744 /*  134217728: attention output */
-#define L11_Q                   14796313472 /*  134217728: queries (rotated) */
-#define L11_K                   14930531200 /*   16777216: keys (rotated) */
-#define L11_QR                  14947308416 /*  134217728: queries before qk-norm */
-#define L11_KR                  15081526144 /*   16777216: keys before qk-norm */
-#define L11_V                   15098303360 /*   16777216: values */
-#define L11_ATT                 15115080576 /*  134217728: attention output */
-#define L12_Q                   15249298304 /*  134217728: queries (rotated) */
-#define L12_K                   15383516032 /*   16777216: keys (rotated) */
-#define L12_QR                  15400293248 /*  134217728: queries before qk-norm */
-#define L12_KR                  15534510976 /*   16777216: keys before qk-norm */
-#define L12_V                   15551288192 /*   16777216: values */
-#define L12_ATT                 15568065408 /*  134217728: attention output */
-#define L13_Q                   15702283136 /*  134217728: queries (rotated) */
-#define L13_K                   15836500864 /*   16777216: keys (rotated) */
-#define L13_QR                  15853278080 /*  134217728: queries before qk-norm */
-#define L13_KR                  15987495808 /*   16777216: keys before qk-norm */
-#define L13_V                   16004273024 /*   16777216: values */
-#define L13_ATT                 16021050240 /*  134217728: attention output */
-#define L14_Q                   16155267968 /*  134217728: queries (rotated) */
-#define L14_K                   16289485696 /*   16777216: keys (rotated) */
-#define L14_QR                  16306262912 /*  134217728: queries before qk-norm */
-#define L14_KR                  16440480640 /*   16777216: keys before qk-norm */
-#define L14_V                   16457257856 /*   16777216: values */
-#define L14_ATT                 16474035072 /*  134217728: attention output */
-#define L15_Q                   16608252800 /*  134217728: queries (rotated) */
-#define L15_K                   16742470528 /*   16777216: keys (rotated) */
-#define L15_QR                  16759247744 /*  134217728: queries before qk-norm */
-#define L15_KR                  16893465472 /*   16777216: keys before qk-norm */
-#define L15_V                   16910242688 /*   16777216: values */
-#define L15_ATT                 16927019904 /*  134217728: attention output */
-#define L16_Q                   17061237632 /*  134217728: queries (rotated) */
-#define L16_K                   17195455360 /*   16777216: keys (rotated) */
-#define L16_QR                  17212232576 /*  134217728: queries before qk-norm */
-#define L16_KR                  17346450304 /*   16777216: keys before qk-norm */
-#define L16_V                   17363227520 /*   16777216: values */
-#define L16_ATT                 17380004736 /*  134217728: attention output */
-#define L17_Q                   17514222464 /*  134217728: queries (rotated) */
-#define L17_K                   17648440192 /*   16777216: keys (rotated) */
-#define L17_QR                  17665217408 /*  134217728: queries before qk-norm */
-#define L17_KR                  17799435136 /*   16777216: keys before qk-norm */
-#define L17_V                   17816212352 /*   16777216: values */
-#define L17_ATT                 17832989568 /*  134217728: attention output */
-#define L18_Q                   17967207296 /*  134217728: queries (rotated) */
-#define L18_K                   18101425024 /*   16777216: keys (rotated) */
-#define L18_QR                  18118202240 /*  134217728: queries before qk-norm */
-#define L18_KR                  18252419968 /*   16777216: keys before qk-norm */
-#define L18_V                   18269197184 /*   16777216: values */
-#define L18_ATT                 18285974400 /*  134217728: attention output */
-#define L19_Q                   18420192128 /*  134217728: queries (rotated) */
-#define L19_K                   18554409856 /*   16777216: keys (rotated) */
-#define L19_QR                  18571187072 /*  134217728: queries before qk-norm */
-#define L19_KR                  18705404800 /*   16777216: keys before qk-norm */
-#define L19_V                   18722182016 /*   16777216: values */
-#define L19_ATT                 18738959232 /*  134217728: attention output */
-#define L20_Q                   18873176960 /*  134217728: queries (rotated) */
-#define L20_K                   19007394688 /*   16777216: keys (rotated) */
-#define L20_QR                  19024171904 /*  134217728: queries before qk-norm */
-#define L20_KR                  19158389632 /*   16777216: keys before qk-norm */
-#define L20_V                   19175166848 /*   16777216: values */
-#define L20_ATT                 19191944064 /*  134217728: attention output */
-#define L21_Q                   19326161792 /*  134217728: queries (rotated) */
-#define L21_K                   19460379520 /*   16777216: keys (rotated) */
-#define L21_QR                  19477156736 /*  134217728: queries before qk-norm */
-#define L21_KR                  19611374464 /*   16777216: keys before qk-norm */
-#define L21_V                   19628151680 /*   16777216: values */
-#define L21_ATT                 19644928896 /*  134217728: attention output */
-#define L22_Q                   19779146624 /*  134217728: queries (rotated) */
-#define L22_K                   19913364352 /*   16777216: keys (rotated) */
-#define L22_QR                  19930141568 /*  134217728: queries before qk-norm */
-#define L22_KR                  20064359296 /*   16777216: keys before qk-norm */
-#define L22_V                   20081136512 /*   16777216: values */
-#define L22_ATT                 20097913728 /*  134217728: attention output */
-#define L23_Q                   20232131456 /*  134217728: queries (rotated) */
-#define L23_K                   20366349184 /*   16777216: keys (rotated) */
-#define L23_QR                  20383126400 /*  134217728: queries before qk-norm */
-#define L23_KR                  20517344128 /*   16777216: keys before qk-norm */
-#define L23_V                   20534121344 /*   16777216: values */
-#define L23_ATT                 20550898560 /*  134217728: attention output */
-#define L24_Q                   20685116288 /*  134217728: queries (rotated) */
-#define L24_K                   20819334016 /*   16777216: keys (rotated) */
-#define L24_QR                  20836111232 /*  134217728: queries before qk-norm */
-#define L24_KR                  20970328960 /*   16777216: keys before qk-norm */
-#define L24_V                   20987106176 /*   16777216: values */
-#define L24_ATT                 21003883392 /*  134217728: attention output */
-#define L25_Q                   21138101120 /*  134217728: queries (rotated) */
-#define L25_K                   21272318848 /*   16777216: keys (rotated) */
-#define L25_QR                  21289096064 /*  134217728: queries before qk-norm */
-#define L25_KR                  21423313792 /*   16777216: keys before qk-norm */
-#define L25_V                   21440091008 /*   16777216: values */
-#define L25_ATT                 21456868224 /*  134217728: attention output */
-#define L26_Q                   21591085952 /*  134217728: queries (rotated) */
-#define L26_K                   21725303680 /*   16777216: keys (rotated) */
-#define L26_QR                  21742080896 /*  134217728: queries before qk-norm */
-#define L26_KR                  21876298624 /*   16777216: keys before qk-norm */
-#define L26_V                   21893075840 /*   16777216: values */
-#define L26_ATT                 21909853056 /*  134217728: attention output */
-#define L27_Q                   22044070784 /*  134217728: queries (rotated) */
-#define L27_K                   22178288512 /*   16777216: keys (rotated) */
-#define L27_QR                  22195065728 /*  134217728: queries before qk-norm */
-#define L27_KR                  22329283456 /*   16777216: keys before qk-norm */
-#define L27_V                   22346060672 /*   16777216: values */
-#define L27_ATT                 22362837888 /*  134217728: attention output */
-#define L28_Q                   22497055616 /*  134217728: queries (rotated) */
-#define L28_K                   22631273344 /*   16777216: keys (rotated) */
-#define L28_QR                  22648050560 /*  134217728: queries before qk-norm */
-#define L28_KR                  22782268288 /*   16777216: keys before qk-norm */
-#define L28_V                   22799045504 /*   16777216: values */
-#define L28_ATT                 22815822720 /*  134217728: attention output */
-#define L29_Q                   22950040448 /*  134217728: queries (rotated) */
-#define L29_K                   23084258176 /*   16777216: keys (rotated) */
-#define L29_QR                  23101035392 /*  134217728: queries before qk-norm */
-#define L29_KR                  23235253120 /*   16777216: keys before qk-norm */
-#define L29_V                   23252030336 /*   16777216: values */
-#define L29_ATT                 23268807552 /*  134217728: attention output */
-#define L30_Q                   23403025280 /*  134217728: queries (rotated) */
-#define L30_K                   23537243008 /*   16777216: keys (rotated) */
-#define L30_QR                  23554020224 /*  134217728: queries before qk-norm */
-#define L30_KR                  23688237952 /*   16777216: keys before qk-norm */
-#define L30_V                   23705015168 /*   16777216: values */
-#define L30_ATT                 23721792384 /*  134217728: attention output */
-#define L31_Q                   23856010112 /*  134217728: queries (rotated) */
-#define L31_K                   23990227840 /*   16777216: keys (rotated) */
-#define L31_QR                  24007005056 /*  134217728: queries before qk-norm */
-#define L31_KR                  24141222784 /*   16777216: keys before qk-norm */
-#define L31_V                   24158000000 /*   16777216: values */
-#define L31_ATT                 24174777216 /*  134217728: attention output */
-#define L32_Q                   24308994944 /*  134217728: queries (rotated) */
-#define L32_K                   24443212672 /*   16777216: keys (rotated) */
-#define L32_QR                  24459989888 /*  134217728: queries before qk-norm */
-#define L32_KR                  24594207616 /*   16777216: keys before qk-norm */
-#define L32_V                   24610984832 /*   16777216: values */
-#define L32_ATT                 24627762048 /*  134217728: attention output */
-#define L33_Q                   24761979776 /*  134217728: queries (rotated) */
-#define L33_K                   24896197504 /*   16777216: keys (rotated) */
-#define L33_QR                  24912974720 /*  134217728: queries before qk-norm */
-#define L33_KR                  25047192448 /*   16777216: keys before qk-norm */
-#define L33_V                   25063969664 /*   16777216: values */
-#define L33_ATT                 25080746880 /*  134217728: attention output */
-#define L34_Q                   25214964608 /*  134217728: queries (rotated) */
-#define L34_K                   25349182336 /*   16777216: keys (rotated) */
-#define L34_QR                  25365959552 /*  134217728: queries before qk-norm */
-#define L34_KR                  25500177280 /*   16777216: keys before qk-norm */
-#define L34_V                   25516954496 /*   16777216: values */
-#define L34_ATT                 25533731712 /*  134217728: attention output */
-#define L35_Q                   25667949440 /*  134217728: queries (rotated) */
-#define L35_K                   25802167168 /*   16777216: keys (rotated) */
-#define L35_QR                  25818944384 /*  134217728: queries before qk-norm */
-#define L35_KR                  25953162112 /*   16777216: keys before qk-norm */
-#define L35_V                   25969939328 /*   16777216: values */
-#define L35_ATT                 25986716544 /*  134217728: attention output */
-#define L36_Q                   26120934272 /*  134217728: queries (rotated) */
-#define L36_K                   26255152000 /*   16777216: keys (rotated) */
-#define L36_QR                  26271929216 /*  134217728: queries before qk-norm */
-#define L36_KR                  26406146944 /*   16777216: keys before qk-norm */
-#define L36_V                   26422924160 /*   16777216: values */
-#define L36_ATT                 26439701376 /*  134217728: attention output */
-#define L37_Q                   26573919104 /*  134217728: queries (rotated) */
-#define L37_K                   26708136832 /*   16777216: keys (rotated) */
-#define L37_QR                  26724914048 /*  134217728: queries before qk-norm */
-#define L37_KR                  26859131776 /*   16777216: keys before qk-norm */
-#define L37_V                   26875908992 /*   16777216: values */
-#define L37_ATT                 26892686208 /*  134217728: attention output */
-#define L38_Q                   27026903936 /*  134217728: queries (rotated) */
-#define L38_K                   27161121664 /*   16777216: keys (rotated) */
-#define L38_QR                  27177898880 /*  134217728: queries before qk-norm */
-#define L38_KR                  27312116608 /*   16777216: keys before qk-norm */
-#define L38_V                   27328893824 /*   16777216: values */
-#define L38_ATT                 27345671040 /*  134217728: attention output */
-#define L39_Q                   27479888768 /*  134217728: queries (rotated) */
-#define L39_K                   27614106496 /*   16777216: keys (rotated) */
-#define L39_QR                  27630883712 /*  134217728: queries before qk-norm */
-#define L39_KR                  27765101440 /*   16777216: keys before qk-norm */
-#define L39_V                   27781878656 /*   16777216: values */
-#define L39_ATT                 27798655872 /*  134217728: attention output */
-#define L40_Q                   27932873600 /*  134217728: queries (rotated) */
-#define L40_K                   28067091328 /*   16777216: keys (rotated) */
-#define L40_QR                  28083868544 /*  134217728: queries before qk-norm */
-#define L40_KR                  28218086272 /*   16777216: keys before qk-norm */
-#define L40_V                   28234863488 /*   16777216: values */
-#define L40_ATT                 28251640704 /*  134217728: attention output */
-#define L41_Q                   28385858432 /*  134217728: queries (rotated) */
-#define L41_K                   28520076160 /*   16777216: keys (rotated) */
-#define L41_QR                  28536853376 /*  134217728: queries before qk-norm */
-#define L41_KR                  28671071104 /*   16777216: keys before qk-norm */
-#define L41_V                   28687848320 /*   16777216: values */
-#define L41_ATT                 28704625536 /*  134217728: attention output */
-#define L42_Q                   28838843264 /*  134217728: queries (rotated) */
-#define L42_K                   28973060992 /*   16777216: keys (rotated) */
-#define L42_QR                  28989838208 /*  134217728: queries before qk-norm */
-#define L42_KR                  29124055936 /*   16777216: keys before qk-norm */
-#define L42_V                   29140833152 /*   16777216: values */
-#define L42_ATT                 29157610368 /*  134217728: attention output */
-#define L43_Q                   29291828096 /*  134217728: queries (rotated) */
-#define L43_K                   29426045824 /*   16777216: keys (rotated) */
-#define L43_QR                  29442823040 /*  134217728: queries before qk-norm */
-#define L43_KR                  29577040768 /*   16777216: keys before qk-norm */
-#define L43_V                   29593817984 /*   16777216: values */
-#define L43_ATT                 29610595200 /*  134217728: attention output */
-#define L44_Q                   29744812928 /*  134217728: queries (rotated) */
-#define L44_K                   29879030656 /*   16777216: keys (rotated) */
-#define L44_QR                  29895807872 /*  134217728: queries before qk-norm */
-#define L44_KR                  30030025600 /*   16777216: keys before qk-norm */
-#define L44_V                   30046802816 /*   16777216: values */
-#define L44_ATT                 30063580032 /*  134217728: attention output */
-#define L45_Q                   30197797760 /*  134217728: queries (rotated) */
-#define L45_K                   30332015488 /*   16777216: keys (rotated) */
-#define L45_QR                  30348792704 /*  134217728: queries before qk-norm */
-#define L45_KR                  30483010432 /*   16777216: keys before qk-norm */
-#define L45_V                   30499787648 /*   16777216: values */
-#define L45_ATT                 30516564864 /*  134217728: attention output */
-#define L46_Q                   30650782592 /*  134217728: queries (rotated) */
-#define L46_K                   30785000320 /*   16777216: keys (rotated) */
-#define L46_QR                  30801777536 /*  134217728: queries before qk-norm */
-#define L46_KR                  30935995264 /*   16777216: keys before qk-norm */
-#define L46_V                   30952772480 /*   16777216: values */
-#define L46_ATT                 30969549696 /*  134217728: attention output */
-#define L47_Q                   31103767424 /*  134217728: queries (rotated) */
-#define L47_K                   31237985152 /*   16777216: keys (rotated) */
-#define L47_QR                  31254762368 /*  134217728: queries before qk-norm */
-#define L47_KR                  31388980096 /*   16777216: keys before qk-norm */
-#define L47_V                   31405757312 /*   16777216: values */
-#define L47_ATT                 31422534528 /*  134217728: attention output */
-#define WS_Y                    31556752256 /*   67108864: a block's output before the residual add */
-#define WS_Y2                   31623861120 /*   67108864: shared experts' output */
-#define DX_A                    31690969984 /*   67108864: gradient of the residual stream (even layers' output) */
-#define DX_B                    31758078848 /*   67108864: gradient of the residual stream (odd layers' output) */
-#define DLN                     31825187712 /*   67108864: gradient of a norm's output */
-#define DATT                    31892296576 /*  134217728: gradient of the attention output */
-#define DQ                      32026514304 /*  134217728: gradient of the queries */
-#define DK                      32160732032 /*   16777216: gradient of the keys */
-#define DV                      32177509248 /*   16777216: gradient of the values */
-#define DQR                     32194286464 /*  134217728: gradient of the queries before qk-norm */
-#define DKR                     32328504192 /*   16777216: gradient of the keys before qk-norm */
-#define DYP                     32345281408 /*  536870912: gradient of the expert outputs */
-#define DXP                     32882152320 /*  536870912: gradient of the token copies */
-#define DYE                     33419023232 /*  671088640: gradient of the received rows' outputs */
-#define DXE                     34090111872 /*  671088640: gradient of the received rows */
-#define A2A                     34761200512 /*  671088640: all-to-all staging of one round (source-rank order) */
-#define EDG                     35432289152 /*  251658240: routed experts' gate gradient */
-#define EDU                     35683947392 /*  251658240: routed experts' up gradient */
-#define EDH                     35935605632 /*  251658240: routed experts' activation gradient */
-#define LNF                     36187263872 /*   67108864: final norm output */
+#define DXE                      7095571328 /*  671088640: gradient of the received rows (backward); in the forward, WS_XP */
+#define WS_XP                           DXE /*  536870912: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
+#define WS_YP                         WS_XP /*  536870912: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
+#define WS_XE                    7766659968 /*  671088640: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                    8437748608 /*  671088640: their outputs, before going back */
+#define WS_EG                    9108837248 /*  251658240: routed experts' gate */
+#define WS_EU                    9360495488 /*  251658240: routed experts' up */
+#define WS_EH                    9612153728 /*  251658240: routed experts' activation */
+#define L1_Q                     9863811968 /*  134217728: queries (rotated) */
+#define L1_K                     9998029696 /*   16777216: keys (rotated) */
+#define L1_QR                   10014806912 /*  134217728: queries before qk-norm */
+#define L1_KR                   10149024640 /*   16777216: keys before qk-norm */
+#define L1_V                    10165801856 /*   16777216: values */
+#define L1_ATT                  10182579072 /*  134217728: attention output */
+#define L2_Q                    10316796800 /*  134217728: queries (rotated) */
+#define L2_K                    10451014528 /*   16777216: keys (rotated) */
+#define L2_QR                   10467791744 /*  134217728: queries before qk-norm */
+#define L2_KR                   10602009472 /*   16777216: keys before qk-norm */
+#define L2_V                    10618786688 /*   16777216: values */
+#define L2_ATT                  10635563904 /*  134217728: attention output */
+#define L3_Q                    10769781632 /*  134217728: queries (rotated) */
+#define L3_K                    10903999360 /*   16777216: keys (rotated) */
+#define L3_QR                   10920776576 /*  134217728: queries before qk-norm */
+#define L3_KR                   11054994304 /*   16777216: keys before qk-norm */
+#define L3_V                    11071771520 /*   16777216: values */
+#define L3_ATT                  11088548736 /*  134217728: attention output */
+#define L4_Q                    11222766464 /*  134217728: queries (rotated) */
+#define L4_K                    11356984192 /*   16777216: keys (rotated) */
+#define L4_QR                   11373761408 /*  134217728: queries before qk-norm */
+#define L4_KR                   11507979136 /*   16777216: keys before qk-norm */
+#define L4_V                    11524756352 /*   16777216: values */
+#define L4_ATT                  11541533568 /*  134217728: attention output */
+#define L5_Q                    11675751296 /*  134217728: queries (rotated) */
+#define L5_K                    11809969024 /*   16777216: keys (rotated) */
+#define L5_QR                   11826746240 /*  134217728: queries before qk-norm */
+#define L5_KR                   11960963968 /*   16777216: keys before qk-norm */
+#define L5_V                    11977741184 /*   16777216: values */
+#define L5_ATT                  11994518400 /*  134217728: attention output */
+#define L6_Q                    12128736128 /*  134217728: queries (rotated) */
+#define L6_K                    12262953856 /*   16777216: keys (rotated) */
+#define L6_QR                   12279731072 /*  134217728: queries before qk-norm */
+#define L6_KR                   12413948800 /*   16777216: keys before qk-norm */
+#define L6_V                    12430726016 /*   16777216: values */
+#define L6_ATT                  12447503232 /*  134217728: attention output */
+#define L7_Q                    12581720960 /*  134217728: queries (rotated) */
+#define L7_K                    12715938688 /*   16777216: keys (rotated) */
+#define L7_QR                   12732715904 /*  134217728: queries before qk-norm */
+#define L7_KR                   12866933632 /*   16777216: keys before qk-norm */
+#define L7_V                    12883710848 /*   16777216: values */
+#define L7_ATT                  12900488064 /*  134217728: attention output */
+#define L8_Q                    13034705792 /*  134217728: queries (rotated) */
+#define L8_K                    13168923520 /*   16777216: keys (rotated) */
+#define L8_QR                   13185700736 /*  134217728: queries before qk-norm */
+#define L8_KR                   13319918464 /*   16777216: keys before qk-norm */
+#define L8_V                    13336695680 /*   16777216: values */
+#define L8_ATT                  13353472896 /*  134217728: attention output */
+#define L9_Q                    13487690624 /*  134217728: queries (rotated) */
+#define L9_K                    13621908352 /*   16777216: keys (rotated) */
+#define L9_QR                   13638685568 /*  134217728: queries before qk-norm */
+#define L9_KR                   13772903296 /*   16777216: keys before qk-norm */
+#define L9_V                    13789680512 /*   16777216: values */
+#define L9_ATT                  13806457728 /*  134217728: attention output */
+#define L10_Q                   13940675456 /*  134217728: queries (rotated) */
+#define L10_K                   14074893184 /*   16777216: keys (rotated) */
+#define L10_QR                  14091670400 /*  134217728: queries before qk-norm */
+#define L10_KR                  14225888128 /*   16777216: keys before qk-norm */
+#define L10_V                   14242665344 /*   16777216: values */
+#define L10_ATT                 14259442560 /*  134217728: attention output */
+#define L11_Q                   14393660288 /*  134217728: queries (rotated) */
+#define L11_K                   14527878016 /*   16777216: keys (rotated) */
+#define L11_QR                  14544655232 /*  134217728: queries before qk-norm */
+#define L11_KR                  14678872960 /*   16777216: keys before qk-norm */
+#define L11_V                   14695650176 /*   16777216: values */
+#define L11_ATT                 14712427392 /*  134217728: attention output */
+#define L12_Q                   14846645120 /*  134217728: queries (rotated) */
+#define L12_K                   14980862848 /*   16777216: keys (rotated) */
+#define L12_QR                  14997640064 /*  134217728: queries before qk-norm */
+#define L12_KR                  15131857792 /*   16777216: keys before qk-norm */
+#define L12_V                   15148635008 /*   16777216: values */
+#define L12_ATT                 15165412224 /*  134217728: attention output */
+#define L13_Q                   15299629952 /*  134217728: queries (rotated) */
+#define L13_K                   15433847680 /*   16777216: keys (rotated) */
+#define L13_QR                  15450624896 /*  134217728: queries before qk-norm */
+#define L13_KR                  15584842624 /*   16777216: keys before qk-norm */
+#define L13_V                   15601619840 /*   16777216: values */
+#define L13_ATT                 15618397056 /*  134217728: attention output */
+#define L14_Q                   15752614784 /*  134217728: queries (rotated) */
+#define L14_K                   15886832512 /*   16777216: keys (rotated) */
+#define L14_QR                  15903609728 /*  134217728: queries before qk-norm */
+#define L14_KR                  16037827456 /*   16777216: keys before qk-norm */
+#define L14_V                   16054604672 /*   16777216: values */
+#define L14_ATT                 16071381888 /*  134217728: attention output */
+#define L15_Q                   16205599616 /*  134217728: queries (rotated) */
+#define L15_K                   16339817344 /*   16777216: keys (rotated) */
+#define L15_QR                  16356594560 /*  134217728: queries before qk-norm */
+#define L15_KR                  16490812288 /*   16777216: keys before qk-norm */
+#define L15_V                   16507589504 /*   16777216: values */
+#define L15_ATT                 16524366720 /*  134217728: attention output */
+#define L16_Q                   16658584448 /*  134217728: queries (rotated) */
+#define L16_K                   16792802176 /*   16777216: keys (rotated) */
+#define L16_QR                  16809579392 /*  134217728: queries before qk-norm */
+#define L16_KR                  16943797120 /*   16777216: keys before qk-norm */
+#define L16_V                   16960574336 /*   16777216: values */
+#define L16_ATT                 16977351552 /*  134217728: attention output */
+#define L17_Q                   17111569280 /*  134217728: queries (rotated) */
+#define L17_K                   17245787008 /*   16777216: keys (rotated) */
+#define L17_QR                  17262564224 /*  134217728: queries before qk-norm */
+#define L17_KR                  17396781952 /*   16777216: keys before qk-norm */
+#define L17_V                   17413559168 /*   16777216: values */
+#define L17_ATT                 17430336384 /*  134217728: attention output */
+#define L18_Q                   17564554112 /*  134217728: queries (rotated) */
+#define L18_K                   17698771840 /*   16777216: keys (rotated) */
+#define L18_QR                  17715549056 /*  134217728: queries before qk-norm */
+#define L18_KR                  17849766784 /*   16777216: keys before qk-norm */
+#define L18_V                   17866544000 /*   16777216: values */
+#define L18_ATT                 17883321216 /*  134217728: attention output */
+#define L19_Q                   18017538944 /*  134217728: queries (rotated) */
+#define L19_K                   18151756672 /*   16777216: keys (rotated) */
+#define L19_QR                  18168533888 /*  134217728: queries before qk-norm */
+#define L19_KR                  18302751616 /*   16777216: keys before qk-norm */
+#define L19_V                   18319528832 /*   16777216: values */
+#define L19_ATT                 18336306048 /*  134217728: attention output */
+#define L20_Q                   18470523776 /*  134217728: queries (rotated) */
+#define L20_K                   18604741504 /*   16777216: keys (rotated) */
+#define L20_QR                  18621518720 /*  134217728: queries before qk-norm */
+#define L20_KR                  18755736448 /*   16777216: keys before qk-norm */
+#define L20_V                   18772513664 /*   16777216: values */
+#define L20_ATT                 18789290880 /*  134217728: attention output */
+#define L21_Q                   18923508608 /*  134217728: queries (rotated) */
+#define L21_K                   19057726336 /*   16777216: keys (rotated) */
+#define L21_QR                  19074503552 /*  134217728: queries before qk-norm */
+#define L21_KR                  19208721280 /*   16777216: keys before qk-norm */
+#define L21_V                   19225498496 /*   16777216: values */
+#define L21_ATT                 19242275712 /*  134217728: attention output */
+#define L22_Q                   19376493440 /*  134217728: queries (rotated) */
+#define L22_K                   19510711168 /*   16777216: keys (rotated) */
+#define L22_QR                  19527488384 /*  134217728: queries before qk-norm */
+#define L22_KR                  19661706112 /*   16777216: keys before qk-norm */
+#define L22_V                   19678483328 /*   16777216: values */
+#define L22_ATT                 19695260544 /*  134217728: attention output */
+#define L23_Q                   19829478272 /*  134217728: queries (rotated) */
+#define L23_K                   19963696000 /*   16777216: keys (rotated) */
+#define L23_QR                  19980473216 /*  134217728: queries before qk-norm */
+#define L23_KR                  20114690944 /*   16777216: keys before qk-norm */
+#define L23_V                   20131468160 /*   16777216: values */
+#define L23_ATT                 20148245376 /*  134217728: attention output */
+#define L24_Q                   20282463104 /*  134217728: queries (rotated) */
+#define L24_K                   20416680832 /*   16777216: keys (rotated) */
+#define L24_QR                  20433458048 /*  134217728: queries before qk-norm */
+#define L24_KR                  20567675776 /*   16777216: keys before qk-norm */
+#define L24_V                   20584452992 /*   16777216: values */
+#define L24_ATT                 20601230208 /*  134217728: attention output */
+#define L25_Q                   20735447936 /*  134217728: queries (rotated) */
+#define L25_K                   20869665664 /*   16777216: keys (rotated) */
+#define L25_QR                  20886442880 /*  134217728: queries before qk-norm */
+#define L25_KR                  21020660608 /*   16777216: keys before qk-norm */
+#define L25_V                   21037437824 /*   16777216: values */
+#define L25_ATT                 21054215040 /*  134217728: attention output */
+#define L26_Q                   21188432768 /*  134217728: queries (rotated) */
+#define L26_K                   21322650496 /*   16777216: keys (rotated) */
+#define L26_QR                  21339427712 /*  134217728: queries before qk-norm */
+#define L26_KR                  21473645440 /*   16777216: keys before qk-norm */
+#define L26_V                   21490422656 /*   16777216: values */
+#define L26_ATT                 21507199872 /*  134217728: attention output */
+#define L27_Q                   21641417600 /*  134217728: queries (rotated) */
+#define L27_K                   21775635328 /*   16777216: keys (rotated) */
+#define L27_QR                  21792412544 /*  134217728: queries before qk-norm */
+#define L27_KR                  21926630272 /*   16777216: keys before qk-norm */
+#define L27_V                   21943407488 /*   16777216: values */
+#define L27_ATT                 21960184704 /*  134217728: attention output */
+#define L28_Q                   22094402432 /*  134217728: queries (rotated) */
+#define L28_K                   22228620160 /*   16777216: keys (rotated) */
+#define L28_QR                  22245397376 /*  134217728: queries before qk-norm */
+#define L28_KR                  22379615104 /*   16777216: keys before qk-norm */
+#define L28_V                   22396392320 /*   16777216: values */
+#define L28_ATT                 22413169536 /*  134217728: attention output */
+#define L29_Q                   22547387264 /*  134217728: queries (rotated) */
+#define L29_K                   22681604992 /*   16777216: keys (rotated) */
+#define L29_QR                  22698382208 /*  134217728: queries before qk-norm */
+#define L29_KR                  22832599936 /*   16777216: keys before qk-norm */
+#define L29_V                   22849377152 /*   16777216: values */
+#define L29_ATT                 22866154368 /*  134217728: attention output */
+#define L30_Q                   23000372096 /*  134217728: queries (rotated) */
+#define L30_K                   23134589824 /*   16777216: keys (rotated) */
+#define L30_QR                  23151367040 /*  134217728: queries before qk-norm */
+#define L30_KR                  23285584768 /*   16777216: keys before qk-norm */
+#define L30_V                   23302361984 /*   16777216: values */
+#define L30_ATT                 23319139200 /*  134217728: attention output */
+#define L31_Q                   23453356928 /*  134217728: queries (rotated) */
+#define L31_K                   23587574656 /*   16777216: keys (rotated) */
+#define L31_QR                  23604351872 /*  134217728: queries before qk-norm */
+#define L31_KR                  23738569600 /*   16777216: keys before qk-norm */
+#define L31_V                   23755346816 /*   16777216: values */
+#define L31_ATT                 23772124032 /*  134217728: attention output */
+#define L32_Q                   23906341760 /*  134217728: queries (rotated) */
+#define L32_K                   24040559488 /*   16777216: keys (rotated) */
+#define L32_QR                  24057336704 /*  134217728: queries before qk-norm */
+#define L32_KR                  24191554432 /*   16777216: keys before qk-norm */
+#define L32_V                   24208331648 /*   16777216: values */
+#define L32_ATT                 24225108864 /*  134217728: attention output */
+#define L33_Q                   24359326592 /*  134217728: queries (rotated) */
+#define L33_K                   24493544320 /*   16777216: keys (rotated) */
+#define L33_QR                  24510321536 /*  134217728: queries before qk-norm */
+#define L33_KR                  24644539264 /*   16777216: keys before qk-norm */
+#define L33_V                   24661316480 /*   16777216: values */
+#define L33_ATT                 24678093696 /*  134217728: attention output */
+#define L34_Q                   24812311424 /*  134217728: queries (rotated) */
+#define L34_K                   24946529152 /*   16777216: keys (rotated) */
+#define L34_QR                  24963306368 /*  134217728: queries before qk-norm */
+#define L34_KR                  25097524096 /*   16777216: keys before qk-norm */
+#define L34_V                   25114301312 /*   16777216: values */
+#define L34_ATT                 25131078528 /*  134217728: attention output */
+#define L35_Q                   25265296256 /*  134217728: queries (rotated) */
+#define L35_K                   25399513984 /*   16777216: keys (rotated) */
+#define L35_QR                  25416291200 /*  134217728: queries before qk-norm */
+#define L35_KR                  25550508928 /*   16777216: keys before qk-norm */
+#define L35_V                   25567286144 /*   16777216: values */
+#define L35_ATT                 25584063360 /*  134217728: attention output */
+#define L36_Q                   25718281088 /*  134217728: queries (rotated) */
+#define L36_K                   25852498816 /*   16777216: keys (rotated) */
+#define L36_QR                  25869276032 /*  134217728: queries before qk-norm */
+#define L36_KR                  26003493760 /*   16777216: keys before qk-norm */
+#define L36_V                   26020270976 /*   16777216: values */
+#define L36_ATT                 26037048192 /*  134217728: attention output */
+#define L37_Q                   26171265920 /*  134217728: queries (rotated) */
+#define L37_K                   26305483648 /*   16777216: keys (rotated) */
+#define L37_QR                  26322260864 /*  134217728: queries before qk-norm */
+#define L37_KR                  26456478592 /*   16777216: keys before qk-norm */
+#define L37_V                   26473255808 /*   16777216: values */
+#define L37_ATT                 26490033024 /*  134217728: attention output */
+#define L38_Q                   26624250752 /*  134217728: queries (rotated) */
+#define L38_K                   26758468480 /*   16777216: keys (rotated) */
+#define L38_QR                  26775245696 /*  134217728: queries before qk-norm */
+#define L38_KR                  26909463424 /*   16777216: keys before qk-norm */
+#define L38_V                   26926240640 /*   16777216: values */
+#define L38_ATT                 26943017856 /*  134217728: attention output */
+#define L39_Q                   27077235584 /*  134217728: queries (rotated) */
+#define L39_K                   27211453312 /*   16777216: keys (rotated) */
+#define L39_QR                  27228230528 /*  134217728: queries before qk-norm */
+#define L39_KR                  27362448256 /*   16777216: keys before qk-norm */
+#define L39_V                   27379225472 /*   16777216: values */
+#define L39_ATT                 27396002688 /*  134217728: attention output */
+#define L40_Q                   27530220416 /*  134217728: queries (rotated) */
+#define L40_K                   27664438144 /*   16777216: keys (rotated) */
+#define L40_QR                  27681215360 /*  134217728: queries before qk-norm */
+#define L40_KR                  27815433088 /*   16777216: keys before qk-norm */
+#define L40_V                   27832210304 /*   16777216: values */
+#define L40_ATT                 27848987520 /*  134217728: attention output */
+#define L41_Q                   27983205248 /*  134217728: queries (rotated) */
+#define L41_K                   28117422976 /*   16777216: keys (rotated) */
+#define L41_QR                  28134200192 /*  134217728: queries before qk-norm */
+#define L41_KR                  28268417920 /*   16777216: keys before qk-norm */
+#define L41_V                   28285195136 /*   16777216: values */
+#define L41_ATT                 28301972352 /*  134217728: attention output */
+#define L42_Q                   28436190080 /*  134217728: queries (rotated) */
+#define L42_K                   28570407808 /*   16777216: keys (rotated) */
+#define L42_QR                  28587185024 /*  134217728: queries before qk-norm */
+#define L42_KR                  28721402752 /*   16777216: keys before qk-norm */
+#define L42_V                   28738179968 /*   16777216: values */
+#define L42_ATT                 28754957184 /*  134217728: attention output */
+#define L43_Q                   28889174912 /*  134217728: queries (rotated) */
+#define L43_K                   29023392640 /*   16777216: keys (rotated) */
+#define L43_QR                  29040169856 /*  134217728: queries before qk-norm */
+#define L43_KR                  29174387584 /*   16777216: keys before qk-norm */
+#define L43_V                   29191164800 /*   16777216: values */
+#define L43_ATT                 29207942016 /*  134217728: attention output */
+#define L44_Q                   29342159744 /*  134217728: queries (rotated) */
+#define L44_K                   29476377472 /*   16777216: keys (rotated) */
+#define L44_QR                  29493154688 /*  134217728: queries before qk-norm */
+#define L44_KR                  29627372416 /*   16777216: keys before qk-norm */
+#define L44_V                   29644149632 /*   16777216: values */
+#define L44_ATT                 29660926848 /*  134217728: attention output */
+#define L45_Q                   29795144576 /*  134217728: queries (rotated) */
+#define L45_K                   29929362304 /*   16777216: keys (rotated) */
+#define L45_QR                  29946139520 /*  134217728: queries before qk-norm */
+#define L45_KR                  30080357248 /*   16777216: keys before qk-norm */
+#define L45_V                   30097134464 /*   16777216: values */
+#define L45_ATT                 30113911680 /*  134217728: attention output */
+#define L46_Q                   30248129408 /*  134217728: queries (rotated) */
+#define L46_K                   30382347136 /*   16777216: keys (rotated) */
+#define L46_QR                  30399124352 /*  134217728: queries before qk-norm */
+#define L46_KR                  30533342080 /*   16777216: keys before qk-norm */
+#define L46_V                   30550119296 /*   16777216: values */
+#define L46_ATT                 30566896512 /*  134217728: attention output */
+#define L47_Q                   30701114240 /*  134217728: queries (rotated) */
+#define L47_K                   30835331968 /*   16777216: keys (rotated) */
+#define L47_QR                  30852109184 /*  134217728: queries before qk-norm */
+#define L47_KR                  30986326912 /*   16777216: keys before qk-norm */
+#define L47_V                   31003104128 /*   16777216: values */
+#define L47_ATT                 31019881344 /*  134217728: attention output */
+#define WS_Y                    31154099072 /*   67108864: a block's output before the residual add */
+#define WS_Y2                   31221207936 /*   67108864: shared experts' output */
+#define DX_A                    31288316800 /*   67108864: gradient of the residual stream (even layers' output) */
+#define DX_B                    31355425664 /*   67108864: gradient of the residual stream (odd layers' output) */
+#define DLN                     31422534528 /*   67108864: gradient of a norm's output */
+#define DATT                    31489643392 /*  134217728: gradient of the attention output */
+#define DQ                      31623861120 /*  134217728: gradient of the queries */
+#define DK                      31758078848 /*   16777216: gradient of the keys */
+#define DV                      31774856064 /*   16777216: gradient of the values */
+#define DQR                     31791633280 /*  134217728: gradient of the queries before qk-norm */
+#define DKR                     31925851008 /*   16777216: gradient of the keys before qk-norm */
+#define A2A                     31942628224 /*  754974720: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the FFN gradients (the whole) */
+#define EDG                             A2A /*  251658240: routed experts' gate gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define EDU                    (A2A + 251658240) /*  251658240: routed experts' up gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define EDH                    (A2A + 503316480) /*  251658240: routed experts' activation gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DYP                     32697602944 /*  536870912: gradient of the expert outputs */
+#define DXP                             DYP /*  536870912: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
+#define DYE                           WS_YE /*  671088640: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
+#define LNF                     33234473856 /*   67108864: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (16 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -3521,10 +3521,10 @@ static void layer47_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3569,10 +3569,10 @@ static void layer46_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3617,10 +3617,10 @@ static void layer45_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3665,10 +3665,10 @@ static void layer44_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3713,10 +3713,10 @@ static void layer43_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3761,10 +3761,10 @@ static void layer42_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3809,10 +3809,10 @@ static void layer41_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3857,10 +3857,10 @@ static void layer40_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3905,10 +3905,10 @@ static void layer39_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3953,10 +3953,10 @@ static void layer38_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4001,10 +4001,10 @@ static void layer37_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4049,10 +4049,10 @@ static void layer36_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4097,10 +4097,10 @@ static void layer35_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4145,10 +4145,10 @@ static void layer34_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4193,10 +4193,10 @@ static void layer33_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4241,10 +4241,10 @@ static void layer32_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4289,10 +4289,10 @@ static void layer31_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4337,10 +4337,10 @@ static void layer30_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4385,10 +4385,10 @@ static void layer29_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4433,10 +4433,10 @@ static void layer28_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4481,10 +4481,10 @@ static void layer27_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4529,10 +4529,10 @@ static void layer26_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4577,10 +4577,10 @@ static void layer25_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4625,10 +4625,10 @@ static void layer24_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4673,10 +4673,10 @@ static void layer23_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4721,10 +4721,10 @@ static void layer22_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4769,10 +4769,10 @@ static void layer21_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4817,10 +4817,10 @@ static void layer20_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4865,10 +4865,10 @@ static void layer19_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4913,10 +4913,10 @@ static void layer18_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4961,10 +4961,10 @@ static void layer17_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5009,10 +5009,10 @@ static void layer16_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5057,10 +5057,10 @@ static void layer15_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5105,10 +5105,10 @@ static void layer14_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5153,10 +5153,10 @@ static void layer13_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5201,10 +5201,10 @@ static void layer12_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5249,10 +5249,10 @@ static void layer11_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5297,10 +5297,10 @@ static void layer10_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5345,10 +5345,10 @@ static void layer9_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5393,10 +5393,10 @@ static void layer8_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5441,10 +5441,10 @@ static void layer7_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5489,10 +5489,10 @@ static void layer6_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5537,10 +5537,10 @@ static void layer5_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5585,10 +5585,10 @@ static void layer4_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5633,10 +5633,10 @@ static void layer3_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5681,10 +5681,10 @@ static void layer2_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5729,10 +5729,10 @@ static void layer1_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5777,10 +5777,10 @@ static void layer0_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);

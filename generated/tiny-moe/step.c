@@ -193,15 +193,14 @@
 #define DQ                         13704768 /*      65536: gradient of the queries */
 #define DK                         13770304 /*      32768: gradient of the keys */
 #define DV                         13803072 /*      32768: gradient of the values */
-#define DYP                        13835840 /*     131072: gradient of the expert outputs */
-#define DXP                        13966912 /*     131072: gradient of the token copies */
-#define EDG                        14097984 /*     262144: routed experts' gate gradient */
-#define EDU                        14360128 /*     262144: routed experts' up gradient */
-#define EDH                        14622272 /*     262144: routed experts' activation gradient */
-#define DSG                        14884416 /*     131072: shared experts' gate gradient */
-#define DSU                        15015488 /*     131072: shared experts' up gradient */
-#define DSH                        15146560 /*     131072: shared experts' activation gradient */
-#define LNF                        15277632 /*      65536: final norm output */
+#define EDG                        13835840 /*     262144: routed experts' gate gradient */
+#define DSG                             EDG /*     131072: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
+#define EDU                        14097984 /*     262144: routed experts' up gradient */
+#define DSU                             EDU /*     131072: shared experts' up gradient: in EDU (one FFN's backward at a time) */
+#define EDH                        14360128 /*     262144: routed experts' activation gradient */
+#define DSH                             EDH /*     131072: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DYP                        14622272 /*     131072: gradient of the expert outputs */
+#define LNF                        14753344 /*      65536: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -415,10 +414,10 @@ static void layer3_backward(RtCtx *c) {
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L3_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
-  rt_zero(A(DXP), 131072);
+  rt_zero(A(L3_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(L3_POS), 512, 2, 128);
+      rt_experts_backward(A(L3_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(L3_YP), I(L3_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
@@ -454,10 +453,10 @@ static void layer2_backward(RtCtx *c) {
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L2_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
-  rt_zero(A(DXP), 131072);
+  rt_zero(A(L2_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(L2_POS), 512, 2, 128);
+      rt_experts_backward(A(L2_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(L2_YP), I(L2_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
@@ -493,10 +492,10 @@ static void layer1_backward(RtCtx *c) {
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L1_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
-  rt_zero(A(DXP), 131072);
+  rt_zero(A(L1_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(L1_POS), 512, 2, 128);
+      rt_experts_backward(A(L1_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(L1_YP), I(L1_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
@@ -532,10 +531,10 @@ static void layer0_backward(RtCtx *c) {
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L0_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
-  rt_zero(A(DXP), 131072);
+  rt_zero(A(L0_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(L0_POS), 512, 2, 128);
+      rt_experts_backward(A(L0_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(L0_YP), I(L0_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));

@@ -8,7 +8,7 @@
 #define MODEL_NAME "tiny-moe"
 #define SPEC_FILE "tiny-moe.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "87e153528a9dad96"
+#define PLAN_HASH "62a775e1ae591557"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 2
 #define PLAN_FSDP 2
@@ -16,7 +16,7 @@
 #define PLAN_DP_REPLICATE 1
 #define EXPERTS_PER_RANK 8
 #define CHECKPOINT_POLICY "none"
-#define SHARD_EXPERTS 4 /* whole experts per rank of an EP rank's shard group (the last fewer) */
+#define SHARD_EXPERTS 4 /* whole experts per rank of an EP rank's shard group */
 #define SHARD_EXPERTS_ELEMS 393216 /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"
@@ -42,7 +42,7 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 9.240576e+06 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 2047.84 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 2014.35 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 5.000000e+10 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 2 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 125800704 /* the plan's packed HBM arena per GPU (plan.json memory) */
@@ -60,7 +60,7 @@
  * micro-batch writes before reading them */
 #define ARENA_ELEMS 310368
 #define ARENA_SCRATCH 1024
-#define ACT_ELEMS 15343168
+#define ACT_ELEMS 14818880
 #define ACT_SCRATCH 1903168
 #define INPUTS 0
 #define TARGETS 512

@@ -157,9 +157,9 @@ WRAP(rt_comm_all_gather_start, (MPI_Comm comm, act * out, const act *in, size_t 
      (comm, out, in, count, slot), RT_PROF_ALL_GATHER, 0, (group_size(comm) - 1) * count * sizeof(act))
 WRAP(rt_comm_all_gather_wait, (int slot), (slot), RT_PROF_ALL_GATHER, 0, 0)
 WRAP(rt_comm_reduce_scatter_start,
-     (MPI_Comm comm, real * acc, real * out, real * in, size_t count, uint16_t * wire, int slot),
-     (comm, acc, out, in, count, wire, slot), RT_PROF_REDUCE_SCATTER, 0,
-     (group_size(comm) - 1) * count * (wire ? 2.0 : (double)sizeof(real)))
+     (MPI_Comm comm, real * acc, act * in, size_t count, bool bf16, real * wire, int slot),
+     (comm, acc, in, count, bf16, wire, slot), RT_PROF_REDUCE_SCATTER, 0,
+     (group_size(comm) - 1) * count * (bf16 ? 2.0 : (double)sizeof(real)))
 WRAP(rt_comm_reduce_scatter_wait, (int slot), (slot), RT_PROF_REDUCE_SCATTER, 0, 0)
 WRAP(rt_comm_all_reduce, (MPI_Comm comm, real * buf, size_t count), (comm, buf, count), RT_PROF_ALL_REDUCE, 0,
      2 * (group_size(comm) - 1) / group_size(comm) * count * sizeof(real))
