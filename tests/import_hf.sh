@@ -77,7 +77,7 @@ expect_err "{$llama, \"rope_theta\": \"abc\"}" '"rope_theta" is not a positive n
 expect_err "{$llama, \"rope_theta\": -1}" '"rope_theta" is not a positive number'
 expect_err "{$llama, \"head_dim\": 0}" '"head_dim" is 0; expected an integer >= 1'
 expect_err "{$llama, \"tie_word_embeddings\": \"yes\"}" '"tie_word_embeddings" is not true or false'
-expect_err "{$llama, \"hidden_size\": -64}" '"hidden_size" is -64; expected an integer >= 1'
+expect_err '{"model_type": "llama", "hidden_size": -64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "intermediate_size": 128}' '"hidden_size" is -64; expected an integer >= 1'
 expect_err '{"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "intermediate_size": 8, "num_local_experts": 4, "num_experts_per_tok": 2, "hidden_act": "relu"}' "\"hidden_act\" is 'relu', but model_type 'mixtral' has gated MLPs"
 expect_err '[1]' 'not a JSON object'
 # biases on the attention or MLP projections only are not mtc's model.bias (every linear and norm): refused
