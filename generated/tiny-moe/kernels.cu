@@ -955,7 +955,8 @@ extern "C" __global__ void moe_gather_backward(act *dx, const act *dxp, const in
 // to expert e; grid TOKENS · TOP_K / 256.
 extern "C" __global__ void moe_count(int *cnt, const int *idx) {
   int a = blockIdx.x * blockDim.x + threadIdx.x;
-  if (a < TOKENS * TOP_K) atomicAdd(&cnt[idx[a]], 1);
+  // an expert out of range is not counted: the host finds the counts' sum short and aborts
+  if (a < TOKENS * TOP_K && (unsigned)idx[a] < (unsigned)EXPERTS) atomicAdd(&cnt[idx[a]], 1);
 }
 
 // moe_positions: offsets[e + 1] = Σ_{e' <= e} cnt[e'] (offsets[0] = 0) and, for each a with
