@@ -251,6 +251,16 @@ static bool check_plan(Diag *d, Spec *s) {
   if (p->fsdp && p->dp_replicate && p->fsdp * p->dp_replicate != world)
     FAIL("plan.dp_replicate", "fsdp %lld x dp_replicate %lld is not the %lld GPUs; expected "
          "world = dp_replicate x fsdp", (long long)p->fsdp, (long long)p->dp_replicate, (long long)world);
+  if (p->reshard_experts != RESHARD_AUTO && !s->model.moe.present)
+    FAIL("plan.reshard_experts", "reshard_experts is %s but the model has no routed experts; expected auto, or "
+         "plan.reshard for every parameter", p->reshard_experts == RESHARD_AFTER_STEP ? "after_step" : "every_micro_batch");
+  /* a hierarchical all-to-all needs an EP group over several nodes */
+  if (p->moe_dispatch == DISPATCH_HIERARCHICAL && !s->model.moe.present)
+    FAIL("plan.moe_dispatch", "moe_dispatch is hierarchical but the model has no experts; expected flat or auto");
+  if (p->moe_dispatch == DISPATCH_HIERARCHICAL && p->ep && p->ep <= c->gpus_per_node)
+    FAIL("plan.moe_dispatch", "moe_dispatch is hierarchical but ep %lld keeps each EP group inside one node of "
+         "%lld GPUs: nothing crosses nodes; expected flat or auto, or an ep that is a multiple of gpus_per_node",
+         (long long)p->ep, (long long)c->gpus_per_node);
   if (p->ep) {
     if (!s->model.moe.present && p->ep > 1)
       FAIL("plan.ep", "ep %lld but the model has no experts; expected ep: 1 or auto", (long long)p->ep);

@@ -10,6 +10,7 @@
  * (exposed). Offload copies overlap compute layer by layer on NVLink-C2C. */
 #include <jansson.h>
 #include <math.h>
+#include <string.h>
 
 #include "mtc.h"
 
@@ -54,6 +55,29 @@ double cost_all_to_all(const Spec *s, double bytes, int64_t ep) {
   return t_nv > t_ib ? t_nv : t_ib;
 }
 
+/* The hierarchical exchange of an EP group over N = ep / gpus_per_node whole nodes (g GPUs
+ * each), DeepSeek-V3's dispatch (arXiv:2412.19437, §3.2.2): a token goes over InfiniBand once to
+ * each other node that holds at least one of its top_k experts — to the GPU with the sender's
+ * local index there — and is forwarded over NVLink to the GPUs of that node holding its experts
+ * (the combine sums inside the node before crossing back: the same bytes the other way).
+ * With routing uniform over the ep ranks, a node holds none of a token's k experts with
+ * probability (1 − 1/N)^k, so per token copy (bytes / k each) InfiniBand carries
+ *   ib = bytes / k · (N − 1) · (1 − (1 − 1/N)^k)      (flat: bytes · (ep − g) / ep)
+ * and NVLink the copies not for the receiving GPU itself, (g − 1)/g of the k, over g − 1 pair
+ * links: nv = bytes · (g − 1) / g. The two stages are pipelined (NVLink forwards while
+ * InfiniBand receives), so t = max(ib / (internode · eff), nv / ((g − 1) · nvlink · eff)). */
+double cost_all_to_all_hier(const Spec *s, double bytes, int64_t ep, int64_t top_k) {
+  const ClusterSpec *c = &s->cluster;
+  int64_t g = c->gpus_per_node;
+  if (ep <= g || top_k < 1) return cost_all_to_all(s, bytes, ep);
+  double e = c->efficiency.all_to_all > 0 ? c->efficiency.all_to_all : c->efficiency.network;
+  double N = (double)ep / (double)g, k = (double)top_k;
+  double ib = bytes / k * (N - 1) * (1 - pow(1 - 1 / N, k));
+  double t_ib = ib / (c->links.internode * e);
+  double t_nv = g > 1 ? bytes * (double)(g - 1) / (double)g / ((double)(g - 1) * c->links.nvlink * e) : 0;
+  return t_ib > t_nv ? t_ib : t_nv;
+}
+
 void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   const Spec *s = md->spec;
   const Layer *ly = &md->layers[l];
@@ -70,15 +94,16 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   if (ly->kind == LAYER_MOE && ch->ep > 1) {
     /* dispatch and combine: the token copies that leave the rank, on the links they cross */
     double b = T * (double)s->model.moe.top_k * (double)s->model.hidden * 2 * plan_moe_imbalance(s, ch->ep);
-    double one = cost_all_to_all(s, b, ch->ep);
+    double one = ch->dispatch == DISPATCH_HIERARCHICAL ? cost_all_to_all_hier(s, b, ch->ep, s->model.moe.top_k)
+                                                       : cost_all_to_all(s, b, ch->ep);
     t->a2a_fwd = 2 * one;
     t->a2a_bwd = 2 * one + (ch->ac == AC_NONE ? 0 : 2 * one); /* recompute re-dispatches */
   }
   double dense = 2.0 * (double)(ly->params - ly->routed_params);
   double experts = 2.0 * (double)ly->routed_params / (double)ch->ep;
   double wire = s->training.grad_reduce_dtype == WIRE_BF16 ? 1.0 : 2.0; /* vs bf16 */
-  t->ag = ring(dense, ch->fsdp, group_bw(s, ch->fsdp, 1)) +
-          ring(experts, ch->efsdp, group_bw(s, ch->efsdp, ch->ep));
+  t->ag_experts = ring(experts, ch->efsdp, group_bw(s, ch->efsdp, ch->ep));
+  t->ag = ring(dense, ch->fsdp, group_bw(s, ch->fsdp, 1)) + t->ag_experts;
   t->rs = wire * t->ag;
 }
 
@@ -191,6 +216,36 @@ double cost_ns_flops_busiest(const Model *md, const Choice *ch, double *moving_e
 
 void cost_step(const Model *md, Candidate *c) { cost_step_trace(md, c, NULL); }
 
+/* Whether layers a and b are priced alike by cost_layer: the same figures and the same ops
+ * with the same parameter shapes (DeepSeek-V3's 58 MoE layers are one layer 58 times). */
+static bool same_layer(const Model *md, int a, int b) {
+  const Layer *x = &md->layers[a], *y = &md->layers[b];
+  if (x->kind != y->kind || x->nops != y->nops || x->params != y->params || x->active_params != y->active_params ||
+      x->routed_params != y->routed_params || x->saved_routed != y->saved_routed || x->ffn_width != y->ffn_width ||
+      x->routed_width != y->routed_width || memcmp(x->saved_bytes, y->saved_bytes, sizeof x->saved_bytes) != 0)
+    return false;
+  for (int i = 0; i < x->nops; i++) {
+    const Op *o = &md->ops[x->first_op + i], *q = &md->ops[y->first_op + i];
+    if (o->kind != q->kind || strcmp(o->name, q->name) != 0 || o->nparams != q->nparams ||
+        o->param_count != q->param_count || o->active_params != q->active_params ||
+        o->active_matmul != q->active_matmul || o->gemm_flops != q->gemm_flops ||
+        o->attn_flops_per_seq != q->attn_flops_per_seq || o->in_bytes != q->in_bytes ||
+        o->out_bytes != q->out_bytes || o->nsaved != q->nsaved)
+      return false;
+    for (int j = 0; j < o->nparams; j++) {
+      const Param *u = &o->params[j], *v = &q->params[j];
+      if (u->ndim != v->ndim || u->count != v->count || u->kind != v->kind || u->matmul != v->matmul ||
+          memcmp(u->shape, v->shape, sizeof u->shape) != 0)
+        return false;
+    }
+    for (int j = 0; j < o->nsaved; j++) {
+      const Saved *u = &o->saved[j], *v = &q->saved[j];
+      if (u->elems != v->elems || u->dtype != v->dtype || u->cls != v->cls || u->routed != v->routed) return false;
+    }
+  }
+  return true;
+}
+
 void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   json_t *events = trace;
   const Spec *s = md->spec;
@@ -205,18 +260,33 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   double *rs_b = mem_array(&m, (size_t)L, sizeof(double));
   double *a2a_f = mem_array(&m, (size_t)L, sizeof(double)), *a2a_b = mem_array(&m, (size_t)L, sizeof(double));
   double *copy_f = mem_array(&m, (size_t)L, sizeof(double));
+  /* reshard per group: what a micro-batch after the first gathers (forward, and backward of
+   * every micro-batch), the groups kept gathered left out */
+  const bool keep_d = ch->reshard == RESHARD_AFTER_STEP, keep_e = ch->reshard_experts == RESHARD_AFTER_STEP;
+  double *again_f = mem_array(&m, (size_t)L, sizeof(double)), *again_b = mem_array(&m, (size_t)L, sizeof(double));
   int *order_f = mem_array(&m, (size_t)L, sizeof(int)), *order_b = mem_array(&m, (size_t)L, sizeof(int));
   double compute = 0, recompute = 0, a2a = 0, comm_total = 0, offload = 0;
   double c2c = cl->links.c2c * e->c2c, boundary = 2.0 * (double)s->model.hidden * T;
   /* offloaded boundaries travel over NVLink-C2C to host memory, or to NVMe at its bandwidth
    * (through host memory: the slower of the two) */
   double off_bw = ch->offload == OFF_NVME ? fmin(c2c, cl->nvme.bandwidth) : c2c;
+  /* layers priced alike are priced once: rep[l] is the first layer like l */
+  int *rep = mem_array(&m, (size_t)L, sizeof(int));
+  LayerTime *times = mem_array(&m, (size_t)L, sizeof(LayerTime));
   for (int l = 0; l < L; l++) {
-    LayerTime t;
-    cost_layer(md, ch, l, &t);
+    rep[l] = l;
+    for (int j = 0; j < l; j++)
+      if (rep[j] == j && same_layer(md, j, l)) {
+        rep[l] = j;
+        break;
+      }
+    if (rep[l] == l) cost_layer(md, ch, l, &times[l]);
+    else times[l] = times[rep[l]];
+    LayerTime t = times[l];
     comm_f[l] = t.ag;
     comp_f[l] = t.fwd + t.a2a_fwd;
     comm_b[L - 1 - l] = t.ag; /* FSDP re-gathers for backward, then reduce-scatters */
+    again_f[l] = again_b[L - 1 - l] = (keep_d ? 0 : t.ag - t.ag_experts) + (keep_e ? 0 : t.ag_experts);
     rs_b[L - 1 - l] = t.rs;
     comp_b[L - 1 - l] = t.bwd + t.recompute + t.a2a_bwd;
     a2a_f[l] = t.a2a_fwd, a2a_b[L - 1 - l] = t.a2a_bwd, order_f[l] = l, order_b[L - 1 - l] = l;
@@ -244,25 +314,25 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   double emb_one = ring(2.0 * (double)(md->by_kind_total[PK_EMBEDDING] + md->by_kind_total[PK_HEAD]), ch->fsdp,
                         group_bw(s, ch->fsdp, 1));
   /* reshard after_step keeps what the first micro-batch's forward gathered until the
-   * optimizer step: its backward and every later micro-batch gather nothing (their gradients
-   * are still reduce-scattered per micro-batch) */
-  bool keep = ch->reshard == RESHARD_AFTER_STEP;
-  double *none = mem_array(&m, (size_t)L, sizeof(double));
-  double emb_ag = (keep ? 1 + wire_rs : 2 + wire_rs) * emb_one, emb_rest = keep ? wire_rs * emb_one : emb_ag;
-  if (keep) /* the backward's re-gathers are gone: comm_total is then Σ (ag + rs) */
-    for (int l = 0; l < L; l++) comm_total -= comm_b[l];
+   * optimizer step: its backward and every later micro-batch gather only the groups not kept
+   * (again_f, again_b; their gradients are still reduce-scattered per micro-batch). The
+   * embedding and head are in the dense group. */
+  bool keep = keep_d || keep_e;
+  double emb_ag = (keep_d ? 1 + wire_rs : 2 + wire_rs) * emb_one, emb_rest = keep_d ? wire_rs * emb_one : emb_ag;
+  if (keep) /* the backward re-gathers only again_b: comm_total is then Σ (ag + again + rs) */
+    for (int l = 0; l < L; l++) comm_total -= comm_b[l] - again_b[l];
   /* one micro-batch: embedding/head gathers, forward pass, head and loss, backward pass */
   int flows = 0;
   Sink fwd = {events, emb_ag, "forward", order_f, a2a_f, &flows};
   double pass_f = simulate(comm_f, NULL, comp_f, L, ch->prefetch, &m, &fwd);
   Sink bwd = {events, emb_ag + pass_f + edge, "backward", order_b, a2a_b, &flows};
-  double pass = pass_f + simulate(keep ? none : comm_b, rs_b, comp_b, L, ch->prefetch, &m, &bwd);
-  /* the later micro-batches: the same, or with nothing to gather */
-  double pass_rest = keep ? simulate(none, NULL, comp_f, L, ch->prefetch, &m, NULL) +
-                                simulate(none, rs_b, comp_b, L, ch->prefetch, &m, NULL)
+  double pass = pass_f + simulate(keep ? again_b : comm_b, rs_b, comp_b, L, ch->prefetch, &m, &bwd);
+  /* the later micro-batches: the same, or gathering only the groups not kept */
+  double pass_rest = keep ? simulate(again_f, NULL, comp_f, L, ch->prefetch, &m, NULL) +
+                                simulate(again_b, rs_b, comp_b, L, ch->prefetch, &m, NULL)
                           : pass;
-  double ag_once = 0; /* after_step: the forward gathers, once per step */
-  for (int l = 0; keep && l < L; l++) ag_once += comm_f[l];
+  double ag_once = 0; /* after_step: the kept groups' forward gathers, once per step */
+  for (int l = 0; keep && l < L; l++) ag_once += comm_f[l] - again_f[l];
   event(events, TR_COMM, "embedding + LM head gathers, their reduce-scatter", 0, emb_ag, -1);
   event(events, TR_COMPUTE, "embedding, LM head and loss", emb_ag + pass_f, edge, -1);
   for (int l = 0; l < L && events; l++) /* boundaries out after each layer's forward (overlapped) */
@@ -281,7 +351,7 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   k->exposed_comm = per_micro + (A - 1) * per_rest - A * (offload + compute + a2a);
   if (k->exposed_comm < 0) k->exposed_comm = 0;
   /* every_micro_batch: each micro-batch gathers twice and reduce-scatters once (comm_total);
-   * after_step: the gathers once per step, the reduce-scatters per micro-batch */
+   * after_step: the kept groups' gathers once per step, the rest per micro-batch */
   k->comm_total = keep ? ag_once + A * (comm_total - ag_once) + emb_ag + (A - 1) * emb_rest
                        : A * (comm_total + emb_ag);
 

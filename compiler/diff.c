@@ -2,8 +2,10 @@
  * the --set overrides applied to B): layout, checkpointing, memory per tier and per item,
  * predicted times, as a table of the rows that differ. */
 #include <jansson.h>
+#include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "mtc.h"
 
@@ -90,6 +92,10 @@ static json_t *load(Mem *m, Diag *d, const char *path, const char *const *sets, 
       return diag_error(d, (Loc){0}, "--set %s: B (%s) is a plan.json, which --set cannot change (it applies to B's "
                         "spec before planning); expected B to be a spec (such as the one the plan.json came from), "
                         "or no --set", sets[0], path), NULL;
+    struct stat st; /* a FIFO would block the read: only a regular file is read */
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+      return diag_error(d, (Loc){0}, "%s: not a plan.json: %s; expected a plan.json file", path,
+                        stat(path, &st) != 0 ? strerror(errno) : "not a regular file"), NULL;
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     if (!j) return diag_error(d, (Loc){0}, "%s:%d:%d: not a plan.json: %s", path, je.line, je.column, je.text), NULL;

@@ -31,6 +31,10 @@ typedef struct {
   int64_t offset, elems;
   const char *what;
   EmArena arena;
+  const char *alias; /* NULL, or the buffer whose bytes this one reuses from element alias_at on:
+                      * step.c's map says `#define NAME ALIAS` or `(ALIAS + alias_at)`, with why
+                      * their lifetimes never overlap */
+  int64_t alias_at;
 } EmBuf;
 
 /* A parameter group (see runtime/mtrt_train.h): elems before padding; full = padded to a

@@ -3,6 +3,7 @@
  * and checkpoint policy). emit_step.c writes the code that uses them. */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "emit.h"
@@ -11,18 +12,41 @@ enum { ALIGN = 16 }; /* elements: 64 bytes of float */
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Adds buffer name of n elements (n > 0) to arena a. */
-static void add_buf(Em *e, const char *name, int64_t n, const char *what, EmArena a) {
-  if (n <= 0 || mem_map_get(&e->bufnames, NULL, name)) return; /* workspace: first registration sizes it */
-  mem_map_put(e->m, &e->bufnames, NULL, name, (void *)(uintptr_t)(a + 1));
+static void push_buf(Em *e, EmBuf b) {
   if (e->nbufs == e->capbufs) {
     int cap = e->capbufs ? 2 * e->capbufs : 256;
     EmBuf *nb = mem_array(e->m, (size_t)cap, sizeof(EmBuf));
     if (e->nbufs) memcpy(nb, e->bufs, sizeof *nb * (size_t)e->nbufs);
     e->bufs = nb, e->capbufs = cap;
   }
-  e->bufs[e->nbufs++] = (EmBuf){name, e->top[a], n, what, a};
+  e->bufs[e->nbufs++] = b;
+}
+
+/* Adds buffer name of n elements (n > 0) to arena a. */
+static void add_buf(Em *e, const char *name, int64_t n, const char *what, EmArena a) {
+  if (n <= 0 || mem_map_get(&e->bufnames, NULL, name)) return; /* workspace: first registration sizes it */
+  mem_map_put(e->m, &e->bufnames, NULL, name, (void *)(uintptr_t)(a + 1));
+  push_buf(e, (EmBuf){name, e->top[a], n, what, a, NULL});
   e->top[a] += round_up(n, ALIGN);
+}
+
+static EmBuf *find_buf(Em *e, const char *name) {
+  for (int i = 0; i < e->nbufs; i++)
+    if (strcmp(e->bufs[i].name, name) == 0) return &e->bufs[i];
+  return NULL;
+}
+
+/* Buffer name of n elements in the bytes of buffer `of` (registered, itself maybe an alias) from
+ * its element at on, inside it: the two are never live at the same time (what says why). */
+static void alias_buf(Em *e, const char *name, const char *of, int64_t at, int64_t n, const char *what) {
+  if (n <= 0 || mem_map_get(&e->bufnames, NULL, name)) return;
+  EmBuf *t = find_buf(e, of);
+  if (!t || at < 0 || at + n > t->elems) { /* (a layout bug: the larger buffer is registered first) */
+    fprintf(stderr, "mtc: internal error: alias %s of %s\n", name, of);
+    abort();
+  }
+  mem_map_put(e->m, &e->bufnames, NULL, name, (void *)(uintptr_t)(t->arena + 1));
+  push_buf(e, (EmBuf){name, t->offset + at, n, what, t->arena, t->name, at});
 }
 
 /* A buffer of fp32 or int32 values (R), or of activations (A). */
@@ -183,6 +207,55 @@ static void muon_work(Em *e) {
   }
 }
 
+/* The FFN gradients of gate, up and activation: a dense MLP's (DG, DU, DH: tokens x intermediate),
+ * the shared experts' (DSG, DSU, DSH: tokens x their width) and the routed experts' (EDG, EDU,
+ * EDH: a round's rows x expert width). Each lives only inside its FFN's backward, and those run
+ * one after another (shared experts, then routed, in an MoE layer): one buffer per role, the
+ * widest, the others aliases of it (the plan's activations.grad_ffn). With expert parallelism the
+ * three lie in A2A, the staging of one all-to-all round, which lives only inside a dispatch or
+ * undispatch: no FFN's backward runs in one (the plan's moe.a2a_staging, sized by the larger). */
+static void ffn_grads(Em *e) {
+  const Spec *s = e->s;
+  bool moe = e->md->n_moe_layers > 0, in_a2a = moe && e->ep > 1;
+  int64_t F = s->model.mlp.present ? s->model.mlp.intermediate : 0;
+  int64_t n[3] = {e->N * F, moe ? e->N * e->Fs : 0, moe ? e->R * e->Fe : 0};
+  bool gate[3] = {s->model.mlp.activation == ACT_SWIGLU, !e->gelu_experts, !e->gelu_experts};
+  static const char *const names[3][3] = {{"DG", "DSG", "EDG"}, {"DU", "DSU", "EDU"}, {"DH", "DSH", "EDH"}};
+  static const char *const whats[3][3] = {
+      {"gradient of the mlp gate", "shared experts' gate gradient", "routed experts' gate gradient"},
+      {"gradient of the mlp up", "shared experts' up gradient", "routed experts' up gradient"},
+      {"gradient of the mlp activation", "shared experts' activation gradient", "routed experts' activation gradient"}};
+  int big[3];
+  int64_t at[3], total = 0;
+  for (int r = 0; r < 3; r++) {
+    big[r] = -1;
+    for (int j = 0; j < 3; j++)
+      if (n[j] > 0 && (r || gate[j]) && (big[r] < 0 || n[j] > n[big[r]])) big[r] = j;
+    at[r] = total;
+    if (big[r] >= 0) total += round_up(n[big[r]], ALIGN);
+  }
+  if (in_a2a) {
+    int64_t a2a = e->R * e->C;
+    abuf(e, "A2A", a2a > total ? a2a : total,
+         a2a >= total ? "all-to-all staging of one round (source-rank order); between all-to-alls, the FFN gradients"
+                      : "all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); "
+                        "between all-to-alls, the FFN gradients (the whole)");
+  }
+  for (int r = 0; r < 3; r++) {
+    if (big[r] < 0) continue;
+    const char *w = whats[r][big[r]];
+    if (in_a2a)
+      alias_buf(e, names[r][big[r]], "A2A", at[r], n[big[r]],
+                mem_printf(e->m, "%s: in A2A's bytes (no all-to-all runs inside an FFN's backward)", w));
+    else
+      abuf(e, names[r][big[r]], n[big[r]], w);
+    for (int j = 0; j < 3; j++)
+      if (j != big[r] && n[j] > 0 && (r || gate[j]))
+        alias_buf(e, names[r][j], names[r][big[r]], 0, n[j],
+                  mem_printf(e->m, "%s: in %s (one FFN's backward at a time)", whats[r][j], names[r][big[r]]));
+  }
+}
+
 void em_layout(Em *e) {
   const Model *md = e->md;
   int64_t N = e->N, C = e->C, K = e->K;
@@ -220,7 +293,6 @@ void em_layout(Em *e) {
       add_tensor(e, g, o->layer, p, &owners, &runs);
     }
   }
-  int64_t max_dense = 0, max_expert = 0, max_shard = 0;
   for (int g = 0; g < e->ngroups; g++) {
     EmGroup *G = &e->groups[g];
     int64_t ranks = G->comm ? e->efsdp : e->fsdp;
@@ -229,9 +301,6 @@ void em_layout(Em *e) {
     G->full = whole ? ranks * round_up(G->elems, 8) : ranks * plan_flat_shard(G->elems, ranks);
     G->shard = G->full / ranks;
     for (int i = G->first; whole && i <= G->last; i++) e->tensors[i].block = G->shard;
-    if (G->comm) max_expert = G->full > max_expert ? G->full : max_expert;
-    else max_dense = G->full > max_dense ? G->full : max_dense;
-    max_shard = G->shard > max_shard ? G->shard : max_shard;
   }
 
   muon_work(e);
@@ -275,20 +344,17 @@ void em_layout(Em *e) {
   for (int i = 0; i <= e->prefetch; i++) /* the plan's gathered.params[i]: unit u in GATHERED<u % (P + 1)> */
     abuf(e, mem_printf(e->m, "GATHERED%d", i), max_unit,
         mem_printf(e->m, "units u with u %% %d = %d: parameters all-gathered, dense then experts", e->prefetch + 1, i));
-  buf(e, "GRAD0", max_unit, "an even unit's gradient, dense then experts, then its reduce-scatters' input");
-  buf(e, "GRAD1", max_unit, "an odd unit's (in flight while the next unit's backward runs)");
+  /* the plan's grads.bf16_unsharded[0..1]: the unit's weight gradients in the activation type
+   * (bf16 on cuda), reduce-scattered from these bytes (bf16 wire: in place) */
+  abuf(e, "GRAD0", max_unit, "an even unit's gradient, dense then experts, then its reduce-scatters' input (in place)");
+  abuf(e, "GRAD1", max_unit, "an odd unit's (in flight while the next unit's backward runs)");
   buf(e, "MUON_WORK", e->muon_work, "Muon: the pieces sent to owners and received, a matrix's gradient, its update and Newton-Schulz scratch");
-  /* reduce-scatter slot 2 x (unit % 2) + (0 dense, 1 experts) */
-  bool bf16 = e->s->training.grad_reduce_dtype == WIRE_BF16;
-  for (int slot = 0; slot < 4; slot++) {
-    bool experts = slot % 2;
-    buf(e, mem_printf(e->m, "RS_OUT%d", slot), max_shard,
-        mem_printf(e->m, "reduce-scatter slot %d (%s units, %s): its result, until added to the shard's gradient", slot,
-                   slot < 2 ? "even" : "odd", experts ? "experts" : "dense"));
-    if (bf16 && (experts ? e->efsdp : e->fsdp) > 1) /* (the received pieces reuse the gradient buffer) */
-      buf(e, mem_printf(e->m, "RS_WIRE%d", slot), ((experts ? max_expert : max_dense) + 1) / 2,
-          "its bf16 send buffer (2 bytes per gathered value)");
-  }
+  /* grad_reduce_dtype fp32 (the plan's grads.fp32_wire[0..1]): a unit's gradient cast to fp32 and
+   * reduce-scattered there in place, laid out as GRAD<u % 2> */
+  if (e->s->training.grad_reduce_dtype != WIRE_BF16 && e->fsdp > 1)
+    for (int i = 0; i < 2; i++)
+      buf(e, mem_printf(e->m, "RS_WIRE%d", i), max_unit,
+          mem_printf(e->m, "fp32 on the wire: GRAD%d's values in fp32, reduce-scattered in place", i));
   if (e->offload) /* X0..XL are aliases of these (step.c's map) */
     for (int i = 0; i < 3; i++)
       abuf(e, mem_printf(e->m, "XSLOT%d", i), N * C, mem_printf(e->m, "boundaries l with l %% 3 = %d (residual stream)", i));
@@ -333,9 +399,28 @@ void em_layout(Em *e) {
      * experts' input (saved); with ep > 1 the rows received are (XE), and the send side (WS_XP)
      * and the outputs before they go back (WS_YE) are workspace */
     if (e->ep == 1) act(e, l, "XP", SAVE_EXPERT, N * K * C, "token copies in expert order: the experts' input");
-    act(e, l, "YP", SAVE_EXPERT, N * K * C, "expert outputs in that order");
-    if (e->ep > 1) {
+    /* WS_XP and DXE share one buffer: WS_XP is read by the dispatches only (the forward's, and the
+     * backward's rebuild of each round, rounds > 1, which gathers it again from LN2 first); DXE
+     * is written after the round's last dispatch and read by its undispatch */
+    if (e->ep > 1 && e->R * C > N * K * C) {
+      abuf(e, "DXE", e->R * C, "gradient of the received rows (backward); in the forward, WS_XP");
+      alias_buf(e, "WS_XP", "DXE", 0, N * K * C, "token copies in expert order, to send (all-to-all): in DXE "
+                "(dead once dispatched; the backward gathers them again for each round it rebuilds)");
+    } else if (e->ep > 1) {
       abuf(e, "WS_XP", N * K * C, "token copies in expert order, to send (all-to-all)");
+      alias_buf(e, "DXE", "WS_XP", 0, e->R * C, "gradient of the received rows: in WS_XP (dead once dispatched; "
+                "the backward gathers them again for each round it rebuilds)");
+    }
+    /* recomputed (selective, full): the outputs come back into the rows just sent. Undispatch of
+     * round r writes exactly the rows dispatch r read (rows of other rounds untouched), the
+     * combine reads them after the last round, and the backward's rebuild of WS_XP (rounds > 1)
+     * comes after rt_moe_combine_backward, their last reader */
+    if (e->ep > 1 && !per_layer(e, SAVE_EXPERT))
+      alias_buf(e, "WS_YP", "WS_XP", 0, N * K * C, "expert outputs in expert order: in WS_XP's rows (each round's "
+                "outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt)");
+    else
+      act(e, l, "YP", SAVE_EXPERT, N * K * C, "expert outputs in that order");
+    if (e->ep > 1) {
       act(e, l, "XE", SAVE_EXPERT, e->R * C, "rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS)");
       abuf(e, "WS_YE", e->R * C, "their outputs, before going back");
       stat(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first row of each local expert in the round (int32)");
@@ -367,30 +452,22 @@ void em_layout(Em *e) {
     abuf(e, "DQR", N * e->Q, "gradient of the queries before qk-norm");
     abuf(e, "DKR", N * e->KV, "gradient of the keys before qk-norm");
   }
-  int64_t F = e->s->model.mlp.present ? e->s->model.mlp.intermediate : 0;
-  if (F) {
-    abuf(e, "DG", N * F, "gradient of the mlp gate");
-    abuf(e, "DU", N * F, "gradient of the mlp up");
-    abuf(e, "DH", N * F, "gradient of the mlp activation");
-  }
+  ffn_grads(e);
   if (md->n_moe_layers) {
     buf(e, "DLOGITS", N * e->E, "gradient of the router logits");
     buf(e, "DWTS", N * K, "gradient of the routing weights");
     abuf(e, "DYP", N * K * C, "gradient of the expert outputs");
-    abuf(e, "DXP", N * K * C, "gradient of the token copies");
+    if (e->ep > 1) /* undispatch of round r writes the rows dispatch r sent, as WS_YP in WS_XP */
+      alias_buf(e, "DXP", "DYP", 0, N * K * C, "gradient of the token copies: in DYP's rows (each round's "
+                "gradients land in the rows that round dispatched; rows of other rounds untouched)");
+    /* (one rank: the backward writes the token copies' gradient into the layer's YP, WS_YP or
+     * L<l>_YP, dead after rt_moe_combine_backward; rt_experts_backward reads DYP while it writes it) */
     if (e->ep > 1) {
-      abuf(e, "DYE", e->R * C, "gradient of the received rows' outputs");
-      abuf(e, "DXE", e->R * C, "gradient of the received rows");
-      abuf(e, "A2A", e->R * C, "all-to-all staging of one round (source-rank order)");
+      alias_buf(e, "DYE", "WS_YE", 0, e->R * C, "gradient of the received rows' outputs: in WS_YE (the outputs of "
+                "the backward's (re)computed forward, which nothing reads: dispatched into after them in each round)");
       buf(e, "WS_EOFF", e->El + 1, "backward's first row of each local expert in the round (int32)");
     }
-    if (!e->gelu_experts) abuf(e, "EDG", e->R * e->Fe, "routed experts' gate gradient");
-    abuf(e, "EDU", e->R * e->Fe, "routed experts' up gradient");
-    abuf(e, "EDH", e->R * e->Fe, "routed experts' activation gradient");
     if (e->Fs) {
-      if (!e->gelu_experts) abuf(e, "DSG", N * e->Fs, "shared experts' gate gradient");
-      abuf(e, "DSU", N * e->Fs, "shared experts' up gradient");
-      abuf(e, "DSH", N * e->Fs, "shared experts' activation gradient");
       if (e->s->model.moe.shared_expert_gate) {
         abuf(e, "DSO", N * C, "gradient of the shared experts' output before the gate");
         buf(e, "DSGL", N, "gradient of the gate's logits (fp32)");

@@ -426,17 +426,21 @@ static void moe_backward(Em *e, int l, const char *dy) {
              *dwg = e->gelu_experts ? "NULL" : exw(e, "DWE", wgo), *edg = e->gelu_experts ? "NULL" : "R(EDG)";
   const char *bwd = "%srt_experts_backward(R(%s), %s, %s, %s, R(%s), R(%s), %s, R(%s), R(%s), "
                     "%s, %s, %s, %s, %s, %lld, %lld, R(EDH), %s, R(EDU));\n";
+  /* one rank: the token copies' gradient goes into the experts' outputs in expert order, dead once
+   * combined (rt_experts_backward reads DYP, XP and the activations): step.c's DXP is WS_YP, or
+   * this layer's own saved YP */
+  const char *dxp = e->ep == 1 ? yp : "DXP";
   if (e->ep == 1) {
-    P(e, "  rt_zero(R(DXP), %lld);\n  ", N * K * C);
-    P(e, bwd, exloop(e), "DXP", dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
+    P(e, "  rt_zero(R(%s), %lld); /* the gradient of the token copies, in YP's bytes */\n  ", dxp, N * K * C);
+    P(e, bwd, exloop(e), dxp, dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C, (long long)e->Fe, edg);
   } else {
     const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
-    P(e, "  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */\n"
-         "    rt_moe_gather(R(WS_XP), R(%s), I(%s), %lld, %lld, %lld);\n", ln2, pos, N, K, C);
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
-    P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */\n");
+    P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's\n"
+         "                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */\n");
+    P(e, "      rt_moe_gather(R(WS_XP), R(%s), I(%s), %lld, %lld, %lld);\n", ln2, pos, N, K, C);
     P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
     P(e, "      %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, "
          "%lld);\n    }\n", exloop(e), ye, eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd),
@@ -447,7 +451,7 @@ static void moe_backward(Em *e, int l, const char *dy) {
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }
-  P(e, "  rt_moe_gather_backward(R(DLN), R(DXP), I(%s), %lld, %lld, %lld);\n", pos, N, K, C);
+  P(e, "  rt_moe_gather_backward(R(DLN), R(%s), I(%s), %lld, %lld, %lld);\n", dxp, pos, N, K, C);
   P(e, "  rt_zero_real(R(DLOGITS), %lld);\n", N * E);
   if (reweight(e))
     P(e, "  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s, %s, %.9g);\n", lg,
@@ -571,10 +575,12 @@ static void begin_grads(Em *e, int u) {
   int64_t n = 0;
   for (int k = 0; k < 2; k++)
     if (unit_group(e, u, k) >= 0) n += e->groups[unit_group(e, u, k)].full;
-  P(e, "  rt_zero_real(R(GRAD%d), %lld);\n", p, (long long)n);
+  P(e, "  rt_zero(R(GRAD%d), %lld);\n", p, (long long)n);
 }
 
-/* Unit u's gradients: each group's reduce-scatter starts, overlapping what follows. */
+/* Unit u's gradients: each group's reduce-scatter starts, overlapping what follows: from its
+ * part of GRAD<u % 2> (act), in place with bf16 on the wire, else through RS_WIRE<u % 2> (fp32),
+ * into the group's fp32 gradient shard. */
 static void reduce_scatter(Em *e, int u) {
   for (int k = 0; k < 2; k++) {
     int g = unit_group(e, u, k);
@@ -583,11 +589,11 @@ static void reduce_scatter(Em *e, int u) {
     int64_t ranks = k ? e->efsdp : e->fsdp;
     int slot = 2 * (u % 2) + k;
     bool bf16 = ranks > 1 && e->s->training.grad_reduce_dtype == WIRE_BF16;
-    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(RS_OUT%d), R(GRAD%d)%s, %lld, %s, %d); /* %s: %lld "
-         "ranks%s */\n",
-      kind_comm[k], G->cname, slot, u % 2, in_unit(e, u, k), (long long)G->shard,
-      bf16 ? mem_printf(e->m, "(uint16_t *)R(RS_WIRE%d)", slot) : "NULL", slot, G->name, (long long)ranks,
-      bf16 ? ", bf16 on the wire" : "");
+    bool wire = ranks > 1 && !bf16 && em_arena_of(e, "RS_WIRE0") >= 0;
+    P(e, "  rt_comm_reduce_scatter_start(c->comm.%s, S(%s_GRAD), R(GRAD%d)%s, %lld, %s, %s, %d); /* %s: %lld ranks%s */\n",
+      kind_comm[k], G->cname, u % 2, in_unit(e, u, k), (long long)G->shard, bf16 ? "true" : "false",
+      wire ? mem_printf(e->m, "R(RS_WIRE%d)%s", u % 2, in_unit(e, u, k)) : "NULL", slot, G->name, (long long)ranks,
+      ranks == 1 ? "" : bf16 ? ", bf16 on the wire" : ", fp32 on the wire");
   }
 }
 
@@ -801,7 +807,9 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
        "#define PLAN_HOST_RESERVE_BYTES %lld /* of the host arena, reserved for the system */\n"
        "#define PLAN_CUBLAS_WORKSPACE_BYTES %lld /* cuBLAS's workspace (an HBM reserve item the program allocates) */\n",
     (long long)reserve[TIER_HBM], (long long)reserve[TIER_HOST], (long long)workspace);
-  int64_t staging = buf_offset(e, "RS_OUT0");
+  int64_t staging = buf_offset(e, "GRAD0"), staging_elems = 0;
+  for (int i = 0; i < e->nbufs; i++)
+    if (strcmp(e->bufs[i].name, "GRAD0") == 0) staging_elems = e->bufs[i].elems;
   P(e, "\n/* the state arena: %lld elements of real (fp32 master shards, gradients, moments) in\n"
        " * %s memory; the optimizer step runs on the %s */\n#define STATE_ELEMS %lld\n#define STATE_ON_HOST %d\n#define OPT_STEP_ON_HOST %d\n",
     (long long)e->top[EM_STATE], e->state_host ? "host (Grace)" : "device (HBM)",
@@ -812,8 +820,9 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
        "#define ACT_ELEMS %lld\n#define ACT_SCRATCH %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
     (long long)e->top[EM_REAL], (long long)e->scratch[EM_REAL], (long long)e->top[EM_ACT],
     (long long)e->scratch[EM_ACT], (long long)buf_offset(e, "INPUTS"), (long long)buf_offset(e, "TARGETS"));
-  P(e, "#define STATE_STAGING %lld /* a device buffer of the largest shard (RS_OUT0), free between steps */\n",
-    (long long)staging);
+  P(e, "#define STATE_STAGING %lld /* GRAD0 (activation arena), free between steps: a state arena on the host\n"
+       "                             goes through it to NCCL in pieces of its bytes */\n#define STATE_STAGING_ELEMS %lld\n",
+    (long long)staging, (long long)staging_elems);
   for (int i = 0; i < e->nbufs; i++)
     if (strcmp(e->bufs[i].name, "MUON_WORK") == 0)
       P(e, "#define MUON_WORK %lld /* Muon's scratch */\n#define MUON_WORK_ELEMS %lld\n", (long long)e->bufs[i].offset,
@@ -866,7 +875,13 @@ static void body(Em *e, const char *spec_base) {
     for (int i = 0; i < e->nbufs; i++) {
       const EmBuf *bf = &e->bufs[i];
       if ((int)bf->arena != a || in_header(bf->name)) continue;
-      P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
+      if (bf->alias && bf->alias_at)
+        P(e, "#define %-22s (%s + %lld) /* %10lld: %s */\n", bf->name, bf->alias, (long long)bf->alias_at,
+          (long long)bf->elems, bf->what);
+      else if (bf->alias)
+        P(e, "#define %-22s %12s /* %10lld: %s */\n", bf->name, bf->alias, (long long)bf->elems, bf->what);
+      else
+        P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
     }
   }
   if (e->offload) {

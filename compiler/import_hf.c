@@ -430,7 +430,7 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
   const Source *src = diag_read_source(m, d, path, YAML_MAX_FILE);
   if (!src) return NULL;
   json_error_t je;
-  json_t *cfg = json_loadb(src->text, src->len, 0, &je);
+  json_t *cfg = json_loadb(src->text, src->len, JSON_REJECT_DUPLICATES, &je); /* a key twice: which one? refused */
   if (!cfg) {
     diag_error(d, (Loc){src, je.line > 0 ? je.line - 1 : 0, je.column > 0 ? je.column - 1 : 0},
                "not JSON: %s; expected a transformers config.json", je.text);

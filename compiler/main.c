@@ -1,5 +1,5 @@
 /* main.c — the mtc command line: check, plan, compile, build, export, explain, sweep, diff,
- * import-hf and keys (the options, the help texts, the exit statuses; each command's work is in
+ * import-hf, calibrate and keys (the options, the help texts, the exit statuses; each command's work is in
  * its own file). */
 #include <errno.h>
 #include <getopt.h>
@@ -36,11 +36,13 @@ static const char usage_main[] =
     "  import-hf CONFIG [-o SPEC]\n"
     "                        a spec from a Hugging Face config.json (llama, mixtral, qwen2_moe,\n"
     "                        qwen3_moe, deepseek_v3, gpt2)\n"
+    "  calibrate PROFILE... --preset NAME -o PRESET.yaml\n"
+    "                        fit a cluster preset's efficiencies to `train --profile` files\n"
     "  keys                  print the spec reference (every key, type, default) as markdown\n"
     "\n"
     "options of every command:\n"
     "  -s, --set KEY=VALUE   override a spec key before validation (repeatable; not for build,\n"
-    "                        export or keys), e.g.\n"
+    "                        export, calibrate or keys), e.g.\n"
     "                        --set training.seq_len=32768 --set cluster.nodes=48\n"
     "  -h, --help            help for the command\n"
     "      --version         print the version\n"
@@ -100,6 +102,15 @@ static const char *const usage_cmd[][2] = {
     {"import-hf", "usage: mtc import-hf CONFIG [-o SPEC]\n\n"
                   "Writes a spec whose model section comes from a Hugging Face config.json (to stdout,\n"
                   "or to SPEC), with cluster and training sections to edit.\n"},
+    {"calibrate", "usage: mtc calibrate PROFILE... --preset NAME -o PRESET.yaml\n\n"
+                  "Fits preset NAME's cost-model factors to the files `DIR/build/train --profile FILE`\n"
+                  "wrote: efficiency.dense_gemm, grouped_gemm, attention and attention_bwd from the\n"
+                  "FLOPs and seconds of each class, elementwise from the bytes and seconds of the\n"
+                  "memory-bound ones (least squares over the profiles), and writes PRESET.yaml: the\n"
+                  "base preset with those keys replaced, each citing the profiles. The preset is named\n"
+                  "by its file: with MTC_PRESET_DIR=DIR (PRESET.yaml in DIR), --set\n"
+                  "cluster.preset=PRESET prices a spec with it. See README, \"Calibrating on your own\n"
+                  "cluster\".\n"},
     {"keys", "usage: mtc keys\n\nPrints every spec key with its type, default and meaning.\n"},
 };
 
@@ -152,6 +163,16 @@ static int import_cmd(const char *config, const char *out) {
   Diag d = {.mem = &mem};
   char *spec = import_hf(&mem, &d, config);
   int status = EXIT_DONE;
+  if (spec) { /* what it wrote must pass mtc check: a value the checks refuse is the config's error, said now */
+    Diag v = {.mem = &mem};
+    const char *base = strrchr(config, '/') ? strrchr(config, '/') + 1 : config;
+    Spec *s = spec_load(&mem, &v, mem_printf(&mem, "(the spec imported from %s)", base), spec, strlen(spec), NULL, 0);
+    if (!s || !model_build(&mem, &v, s)) {
+      fprintf(stderr, "mtc: error: %s: a value of this config is outside what mtc accepts; the spec it imports to "
+              "fails mtc check:\n%s", config, v.msg ? v.msg : "");
+      spec = NULL, status = EXIT_BAD_INPUT;
+    }
+  }
   if (spec && out) {
     OutFile o;
     if (out_open(&d, &o, out)) fputs(spec, o.f), out_close(&d, &o);
@@ -166,6 +187,7 @@ static int import_cmd(const char *config, const char *out) {
 typedef struct {
   const char *cmd, *spec, *out;
   const char *backend, *real; /* mtc build */
+  const char *preset;         /* mtc calibrate */
   const char **sets, **overs;
   int nsets, nover;
   bool json, csv, all;
@@ -210,7 +232,18 @@ static int run(Args *a) {
                "micro-batches is planned but not yet emitted (the generated program re-gathers them for every "
                "micro-batch); expected every_micro_batch or auto (compile then plans every_micro_batch)");
     status = EXIT_BAD_INPUT;
-  } else { /* compile: only what the program implements (reshard every_micro_batch) */
+  } else if (s->plan.reshard_experts == RESHARD_AFTER_STEP) { /* compile */
+    diag_error(&d, spec_loc(s, "plan.reshard_experts"), "'plan.reshard_experts' is after_step: keeping the routed "
+               "experts gathered across micro-batches is planned but not yet emitted (the generated program "
+               "re-gathers them for every micro-batch); expected every_micro_batch or auto (compile then plans "
+               "every_micro_batch)");
+    status = EXIT_BAD_INPUT;
+  } else if (s->plan.moe_dispatch == DISPATCH_HIERARCHICAL) { /* compile */
+    diag_error(&d, spec_loc(s, "plan.moe_dispatch"), "'plan.moe_dispatch' is hierarchical: the node-local then "
+               "inter-node all-to-all is planned but not yet emitted (the generated program sends every token copy "
+               "straight to its expert's rank); expected flat or auto (compile then plans flat)");
+    status = EXIT_BAD_INPUT;
+  } else { /* compile: only what the program implements (reshard every_micro_batch, flat all-to-all) */
     Plan *p = plan_search_for(&mem, md, true);
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);
@@ -275,7 +308,7 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < sizeof usage_cmd / sizeof usage_cmd[0]; i++)
         if (strcmp(argv[2], usage_cmd[i][0]) == 0) return fputs(usage_cmd[i][1], stdout), finish(EXIT_DONE);
       char msg[256];
-      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, build, export, explain, sweep, diff, import-hf or keys", argv[2]);
+      snprintf(msg, sizeof msg, "no help for '%.100s'; expected check, plan, compile, build, export, explain, sweep, diff, import-hf, calibrate or keys", argv[2]);
       return usage_error(NULL, msg);
     }
     fputs(usage_main, stdout);
@@ -290,7 +323,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, usage_cmd[i][0]) == 0) help = usage_cmd[i][1];
   if (!help) {
     char msg[256];
-    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, build, export, explain, sweep, diff, import-hf or keys", cmd);
+    snprintf(msg, sizeof msg, "unknown command '%.100s'; expected check, plan, compile, build, export, explain, sweep, diff, import-hf, calibrate or keys", cmd);
     return usage_error(NULL, msg);
   }
 
@@ -304,6 +337,7 @@ int main(int argc, char **argv) {
       {"csv", no_argument, NULL, LONG + 'c'}, {"all", no_argument, NULL, LONG + 'a'},
       {"backend", required_argument, NULL, LONG + 'b'}, {"real", required_argument, NULL, LONG + 'r'},
       {"force", no_argument, NULL, LONG + 'f'}, {"allow-edits", no_argument, NULL, LONG + 'e'},
+      {"preset", required_argument, NULL, LONG + 'p'},
       {NULL, 0, NULL, 0}};
   Args a = {.cmd = cmd};
   a.sets = calloc((size_t)argc, sizeof *a.sets);
@@ -325,8 +359,8 @@ int main(int argc, char **argv) {
       a.json = true;
       break;
     case 'o':
-      if (strcmp(cmd, "compile") != 0 && strcmp(cmd, "import-hf") != 0)
-        status = usage_error(cmd, "-o applies to 'compile' and 'import-hf' only");
+      if (strcmp(cmd, "compile") != 0 && strcmp(cmd, "import-hf") != 0 && strcmp(cmd, "calibrate") != 0)
+        status = usage_error(cmd, "-o applies to 'compile', 'import-hf' and 'calibrate' only");
       a.out = optarg;
       break;
     case 'O':
@@ -354,6 +388,10 @@ int main(int argc, char **argv) {
       if (strcmp(cmd, "build") != 0) status = usage_error(cmd, c == 'b' ? "--backend applies to 'build' only" : "--real applies to 'build' only");
       *(c == 'b' ? &a.backend : &a.real) = optarg;
       break;
+    case 'p':
+      if (strcmp(cmd, "calibrate") != 0) status = usage_error(cmd, "--preset applies to 'calibrate' only");
+      a.preset = optarg;
+      break;
     case 'h': fputs(help, stdout); status = EXIT_DONE; break;
     case 'V': printf("mtc %s\n", MTC_VERSION); status = EXIT_DONE; break;
     case ':':
@@ -377,6 +415,13 @@ int main(int argc, char **argv) {
     } else if (strcmp(cmd, "export") == 0) {
       if (nargs != 2 || a.nsets) status = usage_error(cmd, "expected CKPT and OUT.safetensors (and no --set)");
       else status = export_run(argv[1 + optind], argv[2 + optind]);
+    } else if (strcmp(cmd, "calibrate") == 0) {
+      if (!nargs || a.nsets || !a.preset || !a.out)
+        status = usage_error(cmd, !nargs ? "expected one or more PROFILE files (train --profile FILE)"
+                                  : a.nsets ? "takes no --set"
+                                  : !a.preset ? "needs --preset NAME (the preset to calibrate, e.g. cpu)"
+                                              : "needs -o PRESET.yaml (the calibrated preset to write)");
+      else status = calibrate_run((const char *const *)argv + 1 + optind, nargs, a.preset, a.out);
     } else if (strcmp(cmd, "diff") == 0) {
       if (nargs != 2) status = usage_error(cmd, "expected two plans or specs, A and B");
       else status = diff_run(argv[1 + optind], argv[2 + optind], a.sets, a.nsets, a.all);

@@ -28,6 +28,7 @@
  *   export.c      export_  mtc export: a checkpoint as safetensors
  *   import_hf.c   import_  mtc import-hf: a spec from a Hugging Face config.json
  *   diff.c        diff_    mtc diff: what changes between two plans
+ *   calibrate.c   calibrate_ mtc calibrate: a preset's factors fitted to train --profile files
  *   sweep.c       sweep_   mtc sweep: the best plan at every point of a grid
  *   main.c                 the command line
  *
@@ -200,6 +201,13 @@ typedef enum { PIN_STEP_AUTO, PIN_STEP_GPU, PIN_STEP_HOST } PinStep;     /* ORDE
  * optimizer step (one all-gather per layer and step). */
 typedef enum { RESHARD_AUTO, RESHARD_EVERY_MICRO_BATCH, RESHARD_AFTER_STEP } ReshardPolicy; /* ORDER reshard_names */
 
+/* How an EP group that spans nodes exchanges tokens: flat (every token copy straight to the
+ * rank of its expert: the copies for other nodes each cross InfiniBand), or hierarchical
+ * (DeepSeek-V3's dispatch: one copy per destination node over InfiniBand to the GPU of the same
+ * local index there, forwarded over NVLink to the GPUs holding its experts; the combine sums
+ * inside the node first). Planned; the generated program runs flat. */
+typedef enum { DISPATCH_AUTO, DISPATCH_FLAT, DISPATCH_HIERARCHICAL } DispatchPolicy; /* ORDER dispatch_names */
+
 /* Every struct below mirrors one section of the spec; spec.c's tables name each field's key,
  * type, default and range. Counts are plain integers; sizes are bytes, rates bytes/s,
  * compute FLOP/s (all as double: 96 GB = 9.6e10 exactly). "0 = auto" for plan pins. */
@@ -358,6 +366,8 @@ typedef struct {
   CheckpointPolicy activation_checkpoint;
   OffloadPolicy offload_activations;
   ReshardPolicy reshard;          /* when gathered parameters are freed (auto: searched) */
+  ReshardPolicy reshard_experts;  /* the same for the routed experts alone (auto: as reshard) */
+  DispatchPolicy moe_dispatch;    /* MoE all-to-all across nodes: flat or hierarchical (auto: searched) */
   double moe_imbalance;           /* most tokens an EP rank receives / the mean */
   PinTier optimizer_tier;         /* where master, gradient shard and optimizer state live */
   PinStep optimizer_step;         /* where the optimizer step runs */
@@ -573,7 +583,9 @@ typedef struct {
   int64_t efsdp;            /* ranks an expert's parameters are sharded over: fsdp / ep */
   int64_t micro_batch;      /* sequences per rank per forward/backward */
   int64_t accum;            /* micro-batches per step: global_batch / (micro_batch × world) */
-  ReshardPolicy reshard;    /* every_micro_batch or after_step */
+  ReshardPolicy reshard;    /* every_micro_batch or after_step: every parameter but the routed experts */
+  ReshardPolicy reshard_experts; /* the same for the routed experts (= reshard for a dense model) */
+  DispatchPolicy dispatch;  /* flat or hierarchical (only when the EP group spans nodes) */
   CheckpointPolicy ac;      /* none, selective or full */
   OffloadPolicy offload;    /* none, host or nvme: where boundary activations wait */
   Tier opt_tier;            /* fp32 master weights, gradients and optimizer state */
@@ -729,6 +741,7 @@ typedef struct {
   double fwd, bwd, recompute; /* kernels on the compute stream */
   double a2a_fwd, a2a_bwd;    /* MoE all-to-all, on the compute stream */
   double ag, rs;              /* FSDP all-gather and reduce-scatter, on the comm stream */
+  double ag_experts;          /* the routed experts' part of ag */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
 
@@ -754,6 +767,12 @@ const char *plan_reshard_name(ReshardPolicy r);
  * node goes over NVLink, the share for other nodes over the GPU's InfiniBand share, both at
  * once (cost.c). */
 double cost_all_to_all(const Spec *s, double bytes, int64_t ep);
+/* The same exchange dispatched hierarchically (DispatchPolicy): over InfiniBand one copy per
+ * token and destination node, then NVLink inside the node; `bytes` holds top_k copies of each
+ * token. Equals cost_all_to_all inside a node. */
+double cost_all_to_all_hier(const Spec *s, double bytes, int64_t ep, int64_t top_k);
+/* "auto", "flat", "hierarchical". */
+const char *plan_dispatch_name(DispatchPolicy d);
 const char *plan_tier_name(Tier t);
 const char *plan_cat_name(ItemCategory c);
 const char *plan_ac_name(CheckpointPolicy p);
@@ -788,6 +807,12 @@ bool emit_timeline(Diag *d, const Plan *p, const char *path);
 /* `mtc diff A B`: A and B are plan.json files or specs (sets apply to B); prints the rows that
  * differ (all rows with all). Returns the exit status. */
 int diff_run(const char *a, const char *b, const char *const *sets, int nsets, bool all);
+
+/* ------------------------------------------------------------------ calibrate.c */
+
+/* `mtc calibrate`: fits preset's efficiency factors to the profiles (`train --profile`) and
+ * writes the calibrated preset to out. Returns the exit status. */
+int calibrate_run(const char *const *profiles, int nprofiles, const char *preset, const char *out);
 
 /* ------------------------------------------------------------------ import_hf.c */
 

@@ -123,12 +123,24 @@ static bool mtc_program_file(const char *dir, const char *name) {
   return strstr(head, "regenerate with `mtc compile`") != NULL;
 }
 
+/* Whether name is NAME.tmp of a compile output: what a compile killed before its renames leaves. */
+static bool compile_leftover(const char *name) {
+  static const char *const outputs[] = {"plan.json", "plan.txt", "memory.svg", "timeline.json", "report.html"};
+  size_t n = strlen(name);
+  if (n < 5 || strcmp(name + n - 4, ".tmp") != 0) return false;
+  for (size_t i = 0; i < sizeof outputs / sizeof *outputs; i++)
+    if (strlen(outputs[i]) == n - 4 && strncmp(name, outputs[i], n - 4) == 0) return true;
+  for (int i = 0; out_program_files[i]; i++)
+    if (strlen(out_program_files[i]) == n - 4 && strncmp(name, out_program_files[i], n - 4) == 0) return true;
+  return false;
+}
+
 bool out_dir_prepare(Diag *d, const char *dir, bool force) {
   char path[4096], first[256] = "";
   DIR *dd = opendir(dir);
   if (!dd) return true; /* missing: make_dirs creates it; anything else fails there */
   for (struct dirent *de; (de = readdir(dd));)
-    if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+    if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && !compile_leftover(de->d_name)) {
       snprintf(first, sizeof first, "%s", de->d_name);
       break;
     }
@@ -138,34 +150,62 @@ bool out_dir_prepare(Diag *d, const char *dir, bool force) {
   bool ours = mtc_plan_json(path);
   for (size_t i = 0; ours && i < sizeof program / sizeof *program; i++)
     if (!mtc_program_file(dir, program[i])) ours = false, snprintf(first, sizeof first, "%s", program[i]);
+  char why[8800];
+  snprintf(path, sizeof path, "%s/program.sum", dir);
+  struct stat ps;
+  if (ours && !force && lstat(path, &ps) == 0 && !out_program_unedited(dir, why, sizeof why))
+    return diag_error(d, (Loc){0}, "%s; compiling would replace the edited file: expected --force to replace it "
+                      "(keep a copy of your edits first), or another -o directory", why);
   if (!first[0] || force || ours) return true;
   return diag_error(d, (Loc){0}, "%s is not empty (it holds %s, which mtc compile did not write): it is not a "
                     "directory mtc compile wrote, and compiling would replace its files; expected an empty or "
                     "new directory for -o (or --force to write there anyway)", dir, first);
 }
 
-/* Removes dir/name when it is a regular file: 1 when removed. */
+/* Removes dir/name when it is a regular file (never a link) that mtc compile wrote (its header
+ * line): 1 when removed. */
 static int remove_file(const char *dir, const char *name) {
   char path[4400];
   struct stat st;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && unlink(path) == 0;
+  return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && mtc_program_file(dir, name) && unlink(path) == 0;
+}
+
+/* Removes dir/b/train, the program mtc build made, when dir/b is a real directory (never a link)
+ * holding a CMakeCache.txt made for dir/b itself and train is a regular file: 1 when removed. */
+static int remove_built(const char *dir, const char *b) {
+  char bdir[4400], path[4500], line[4600], real_b[4096], real_c[4096];
+  struct stat st;
+  snprintf(bdir, sizeof bdir, "%s/%s", dir, b);
+  if (lstat(bdir, &st) != 0 || !S_ISDIR(st.st_mode) || !realpath(bdir, real_b)) return 0;
+  snprintf(path, sizeof path, "%s/CMakeCache.txt", bdir);
+  FILE *f = lstat(path, &st) == 0 && S_ISREG(st.st_mode) ? fopen(path, "r") : NULL;
+  bool made_here = false;
+  static const char key[] = "CMAKE_CACHEFILE_DIR:INTERNAL=";
+  while (f && !made_here && fgets(line, sizeof line, f))
+    if (strncmp(line, key, sizeof key - 1) == 0) {
+      line[strcspn(line, "\r\n")] = 0;
+      made_here = realpath(line + sizeof key - 1, real_c) && strcmp(real_b, real_c) == 0;
+    }
+  if (f) fclose(f);
+  snprintf(path, sizeof path, "%s/train", bdir);
+  return made_here && lstat(path, &st) == 0 && S_ISREG(st.st_mode) && unlink(path) == 0;
 }
 
 int out_remove_program(const char *dir) {
   int n = 0;
   for (int i = 0; out_program_files[i]; i++) n += remove_file(dir, out_program_files[i]);
   DIR *dd = opendir(dir); /* and the programs mtc build made of them: build.../train */
-  for (struct dirent *de; dd && (de = readdir(dd));) {
-    char train[300];
-    snprintf(train, sizeof train, "%s/train", de->d_name);
-    if (strncmp(de->d_name, "build", 5) == 0) n += remove_file(dir, train);
-  }
+  for (struct dirent *de; dd && (de = readdir(dd));)
+    if (strncmp(de->d_name, "build", 5) == 0) n += remove_built(dir, de->d_name);
   if (dd) closedir(dd);
   return n;
 }
 
 bool out_hash_file(const char *path, char buf[17]) {
+  struct stat st; /* never opened unless a regular file: a FIFO would block */
+  if (stat(path, &st) != 0) return false;
+  if (!S_ISREG(st.st_mode)) return errno = EINVAL, false;
   FILE *f = fopen(path, "rb");
   if (!f) return false;
   uint64_t h = 14695981039346656037ull; /* FNV-1a's offset basis; the runtime's rt_fnv1a */
@@ -289,14 +329,18 @@ bool out_program_unedited(const char *dir, char *err, size_t n) {
   FILE *f = fopen(path, "r");
   if (!f) return snprintf(err, n, "%s: %s; expected the program.sum mtc compile writes with the program (a program "
                           "from an older mtc: run mtc compile again)", path, strerror(errno)), false;
-  bool ok = true;
+  bool ok = true, listed[16] = {false};
   int seen = 0;
   while (ok && fgets(line, sizeof line, f)) {
     char want[17], name[256], have[17], file[4400];
     if (line[0] == '#') continue;
     if (sscanf(line, "%16s %255s", want, name) != 2) continue;
     seen++;
+    for (int i = 0; out_program_files[i + 1]; i++)
+      if (strcmp(name, out_program_files[i]) == 0) listed[i] = true;
     snprintf(file, sizeof file, "%s/%s", dir, name);
+    struct stat st;
+    if (lstat(file, &st) == 0 && !S_ISREG(st.st_mode)) continue; /* a FIFO, link, ...: refused by name where written */
     if (!strchr(name, '/') && (!out_hash_file(file, have) || strcmp(have, want) != 0))
       ok = false, snprintf(err, n, "%s was changed after mtc compile wrote it (program.sum: %s, now %s): the program "
                            "may no longer be its plan's; expected the files of one `mtc compile`: run it again, or "
@@ -305,5 +349,9 @@ bool out_program_unedited(const char *dir, char *err, size_t n) {
   }
   fclose(f);
   if (ok && seen == 0) ok = false, snprintf(err, n, "%s lists no file; expected the one mtc compile writes", path);
+  for (int i = 0; ok && out_program_files[i + 1]; i++) /* each program file listed (program.sum last) */
+    if (!listed[i])
+      ok = false, snprintf(err, n, "%s does not list %s: it was edited; expected the program.sum mtc compile wrote "
+                           "(run mtc compile again, or mtc build %s --allow-edits)", path, out_program_files[i], dir);
   return ok;
 }

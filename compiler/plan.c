@@ -45,18 +45,21 @@ static void item(Items *it, const char *name, ItemCategory cat, Tier tier, doubl
 /* Largest bf16 bytes one GPU gathers for one layer: its dense parameters whole and the routed
  * experts of its EP rank (E / ep of them) whole. The embedding and LM head gather through
  * the same buffers. */
-static double gathered_bytes(const Model *md, int64_t ep) {
+static double gathered_group_bytes(const Model *md, int64_t ep, bool dense, bool experts) {
   double best = 0;
   for (int l = 0; l < md->nlayers; l++) {
     const Layer *ly = &md->layers[l];
-    double p = (double)(ly->params - ly->routed_params) + (double)ly->routed_params / (double)ep;
+    double p = (dense ? (double)(ly->params - ly->routed_params) : 0) +
+               (experts ? (double)ly->routed_params / (double)ep : 0);
     if (p > best) best = p;
   }
   double emb = (double)md->by_kind_total[PK_EMBEDDING], head = (double)md->by_kind_total[PK_HEAD];
-  if (emb > best) best = emb;
-  if (head > best) best = head;
+  if (dense && emb > best) best = emb;
+  if (dense && head > best) best = head;
   return 2.0 * best;
 }
+
+static double gathered_bytes(const Model *md, int64_t ep) { return gathered_group_bytes(md, ep, true, true); }
 
 /* bf16 bytes one GPU holds with every parameter gathered (reshard after_step): all of the
  * model but the routed experts whole, and the routed experts of its EP rank (E / ep of them):
@@ -158,17 +161,40 @@ static void build_items(Items *it, const Model *md) {
 
   /* per-layer working buffers: a pool of gathered layers (the computing one + prefetch) and
    * two unsharded bf16 gradient buffers (one computing, one in reduce-scatter) */
-  if (ch->reshard == RESHARD_AFTER_STEP)
+  const bool keep_d = ch->reshard == RESHARD_AFTER_STEP, keep_e = ch->reshard_experts == RESHARD_AFTER_STEP;
+  double routed_all = 0;
+  for (int l = 0; l < L; l++) routed_all += (double)md->layers[l].routed_params;
+  if (keep_d && keep_e)
     item(it, "gathered.params_kept", CAT_GATHERED, TIER_HBM, kept_gathered_bytes(md, ch->ep), 1, PHASE_OPT(L),
          "2 B x (params - routed params + routed params / ep): every layer, embedding and head kept "
          "gathered from the first forward to the optimizer step (reshard after_step)");
-  else
+  else if (keep_d || keep_e) { /* one group kept, the other through a pool of its own size */
+    if (keep_d)
+      item(it, "gathered.dense_kept", CAT_GATHERED, TIER_HBM, 2.0 * ((double)md->params_total - routed_all), 1,
+           PHASE_OPT(L), "2 B x (params - routed params): every parameter but the routed experts kept gathered "
+           "from the first forward to the optimizer step (reshard after_step)");
+    else
+      item(it, "gathered.experts_kept", CAT_GATHERED, TIER_HBM, 2.0 * routed_all / (double)ch->ep, 1, PHASE_OPT(L),
+           "2 B x routed params / ep: the EP rank's routed experts kept gathered from the first forward to the "
+           "optimizer step (reshard_experts after_step)");
+    double gp = gathered_group_bytes(md, ch->ep, !keep_d, !keep_e);
+    for (int i = 0; i <= ch->prefetch; i++)
+      item(it, mem_printf(it->m, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, gp, 1, PHASE_OPT(L),
+           keep_d ? "2 B x the routed experts / ep of the largest layer (re-gathered per micro-batch)"
+                  : "2 B x the largest layer's dense params, embedding or head (re-gathered per micro-batch)");
+  } else
     for (int i = 0; i <= ch->prefetch; i++)
       item(it, mem_printf(it->m, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, g, 1, PHASE_OPT(L),
            "2 B x (dense params of the largest layer + its routed experts / ep)");
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "grads.bf16_unsharded[%d]", i), CAT_GRADS, TIER_HBM, g,
          PHASE_LOSS(L), PHASE_OPT(L), "as gathered.params: one layer's gradient before reduce-scatter");
+  /* grad_reduce_dtype fp32: each gradient buffer's values cast to fp32 and reduce-scattered there
+   * in place (bf16: the bf16 buffer itself is reduce-scattered in place) */
+  if (s->training.grad_reduce_dtype != WIRE_BF16 && ch->fsdp > 1)
+    for (int i = 0; i < 2; i++)
+      item(it, mem_printf(it->m, "grads.fp32_wire[%d]", i), CAT_GRADS, TIER_HBM, 2 * g, PHASE_LOSS(L), PHASE_OPT(L),
+           "4 B per value of grads.bf16_unsharded: its gradient in fp32 on the wire (grad_reduce_dtype fp32)");
 
   /* activations kept from each layer's forward to its backward; the experts' side of the
    * all-to-all receives up to moe_imbalance × the mean tokens when ep > 1 */
@@ -186,14 +212,24 @@ static void build_items(Items *it, const Model *md) {
                            : "saved bytes per token of the layer (model graph) x tokens");
     it->c->items[it->c->nitems - 1].stacked = true;
   }
-  double boundary = 2 * H * T, widest = 0, rebuilt = 0, ffn = 0;
+  /* with ep > 1 and the experts' activations recomputed, y_combined (the experts' outputs back in
+   * token order) lives in moe.dispatch_send's bytes: each round's outputs come back into the rows
+   * that round sent (the program's WS_YP is WS_XP) */
+  const double kH2 = md->n_moe_layers ? 2 * (double)s->model.moe.top_k * H : 0;
+  const bool yp_in_send = ch->ep > 1 && !plan_keeps(ch->ac, SAVE_EXPERT);
+  double boundary = 2 * H * T, widest = 0, rebuilt = 0, ffn_gate = 0, ffn = 0;
+  const bool mlp_glu = s->model.mlp.activation == ACT_SWIGLU, moe_glu = s->model.moe.activation == ACT_SWIGLU;
   for (int l = 0; l < L; l++) {
     const Layer *ly = &md->layers[l];
-    double all = kept_per_token(ly, AC_NONE, imb) * T, re = recomputed_per_token(ly, ch->ac, imb) * T;
+    double yc = ly->kind == LAYER_MOE && yp_in_send ? kH2 : 0;
+    double all = (kept_per_token(ly, AC_NONE, imb) - yc) * T, re = recomputed_per_token(ly, ch->ac, imb) * T;
+    if (re > 0) re -= yc * T;
+    bool glu = ly->kind == LAYER_MOE ? moe_glu : mlp_glu;
     double w = fmax((double)ly->ffn_width, imb * (double)ly->routed_width);
     if (all > widest) widest = all;
     if (re > rebuilt) rebuilt = re;
     if (w > ffn) ffn = w;
+    if (glu && w > ffn_gate) ffn_gate = w;
   }
   if (off && ch->ac == AC_FULL)
     for (int i = 0; i < 2; i++)
@@ -205,27 +241,53 @@ static void build_items(Items *it, const Model *md) {
            PHASE_OPT(L), "2 B x hidden x tokens: a boundary between HBM and NVMe");
   if (ch->ac != AC_NONE) /* the forward's live intermediates of one layer */
     item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, widest, 1, PHASE_LOSS(L),
-         "all saved bytes per token of the widest layer x tokens (freed per layer)");
+         yp_in_send ? "all saved bytes per token of the widest layer x tokens (freed per layer), less y_combined "
+                      "(in moe.dispatch_send)"
+                    : "all saved bytes per token of the widest layer x tokens (freed per layer)");
   if (rebuilt > 0)
     item(it, "activations.recompute_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, PHASE_LOSS(L) + 1,
-         PHASE_OPT(L), "recomputed bytes per token of the widest layer x tokens");
+         PHASE_OPT(L), yp_in_send ? "recomputed bytes per token of the widest layer x tokens, less y_combined "
+                                    "(in moe.dispatch_send)"
+                                  : "recomputed bytes per token of the widest layer x tokens");
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
-  item(it, "activations.grad_ffn", CAT_ACTIVATIONS, TIER_HBM, 3 * 2 * T * ffn, PHASE_LOSS(L) + 1, PHASE_OPT(L),
-       "3 x 2 B x tokens x widest FFN (routed: top_k x width x imbalance): gradients of gate, up, act");
+  /* the FFN gradients of gate, up and act, one FFN's backward at a time; with ep > 1 they lie in
+   * moe.a2a_staging, which holds one all-to-all round only inside a dispatch or undispatch */
+  const double grad_ffn = 2 * T * (2 * ffn + ffn_gate);
+  const bool ffn_in_a2a = md->n_moe_layers && ch->ep > 1;
+  if (!ffn_in_a2a)
+    item(it, "activations.grad_ffn", CAT_ACTIVATIONS, TIER_HBM, grad_ffn, PHASE_LOSS(L) + 1, PHASE_OPT(L),
+         "2 B x tokens x (2 x widest FFN + widest gated FFN) (routed: top_k x width x imbalance): "
+         "gradients of up and act (and gate: SwiGLU), one FFN's backward at a time");
 
   /* MoE: the receiving sides of both all-to-alls are saved activations (x_permuted, and
    * y_combined in token order); what remains are the send sides — this rank's token copies
-   * grouped by destination, and the experts' outputs before they go back */
+   * grouped by destination, and the experts' outputs before they go back — the staging of one
+   * round, and the backward's gradients of both. A round holds at most moe_imbalance x the mean
+   * rows (MOE_CAP_ROWS); the backward reuses the forward's send buffers where their lifetimes
+   * allow (the program's arena map says why) */
   if (md->n_moe_layers) {
     double b = T * (double)s->model.moe.top_k * H * 2;
     if (ch->ep > 1) {
-      item(it, "moe.dispatch_send", CAT_MOE, TIER_HBM, b, 1, PHASE_OPT(L), "tokens x top_k x hidden x 2 B");
+      item(it, "moe.dispatch_send", CAT_MOE, TIER_HBM, fmax(b, b * imb), 1, PHASE_OPT(L),
+           yp_in_send ? "tokens x top_k x hidden x 2 B x max(1, moe_imbalance): the token copies to send, then "
+                        "y_combined in their rows; in the backward, the gradient of the rows received"
+                      : "tokens x top_k x hidden x 2 B x max(1, moe_imbalance): the token copies to send; in the "
+                        "backward, the gradient of the rows received");
       item(it, "moe.combine_send", CAT_MOE, TIER_HBM, b * imb, 1, PHASE_OPT(L),
-           "tokens x top_k x hidden x 2 B x moe_imbalance (the experts' outputs)");
+           "tokens x top_k x hidden x 2 B x moe_imbalance (the experts' outputs; in the backward, their gradient "
+           "received)");
+      item(it, "moe.a2a_staging", CAT_MOE, TIER_HBM, fmax(b * imb, grad_ffn), 1, PHASE_OPT(L),
+           "max(tokens x top_k x hidden x 2 B x moe_imbalance: one round's rows in source-rank order, "
+           "activations.grad_ffn's formula: the FFN gradients, between all-to-alls)");
+      item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
+           "tokens x top_k x hidden x 2 B: gradient of the experts' outputs, then of the token copies in its rows");
     } else {
-      item(it, "moe.expert_out", CAT_MOE, TIER_HBM, b, 1, PHASE_OPT(L), "tokens x top_k x hidden x 2 B");
+      item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
+           "tokens x top_k x hidden x 2 B: gradient of the experts' outputs (that of the token copies goes into "
+           "y_combined's bytes, dead once combined)");
+      /* (the gradient of the token copies lies in the layer's y_combined, dead once combined) */
     }
   }
 

@@ -26,14 +26,21 @@ static const char *lifetime(Mem *m, int L, const MemItem *x, bool per_layer) {
 }
 
 static const char *choice_text(Mem *m, const Choice *ch) {
-  return mem_printf(m, "fsdp %lld x dp %lld, ep %lld, micro_batch %lld, %s checkpointing%s, optimizer state in %s%s, "
+  return mem_printf(m, "fsdp %lld x dp %lld, ep %lld%s, micro_batch %lld, %s checkpointing%s, optimizer state in %s%s, "
                     "%s",
-                    (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, (long long)ch->micro_batch,
+                    (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep,
+                    ch->dispatch == DISPATCH_HIERARCHICAL ? " (hierarchical all-to-all)" : "", (long long)ch->micro_batch,
                     plan_ac_words(ch->ac),
                     ch->offload == OFF_HOST ? " + boundaries on host" : ch->offload == OFF_NVME ? " + boundaries on NVMe" : "",
                     plan_tier_name(ch->opt_tier), ch->opt_on_host ? " (step on host CPU)" : "",
-                    ch->reshard == RESHARD_AFTER_STEP ? "parameters kept gathered until the optimizer step"
-                                                      : mem_printf(m, "prefetch %d", ch->prefetch));
+                    ch->reshard == RESHARD_AFTER_STEP && ch->reshard_experts == RESHARD_AFTER_STEP
+                        ? "parameters kept gathered until the optimizer step"
+                        : mem_printf(m, "%sprefetch %d",
+                                     ch->reshard == ch->reshard_experts ? ""
+                                     : ch->reshard == RESHARD_AFTER_STEP
+                                         ? "all but the routed experts kept gathered until the optimizer step, "
+                                         : "routed experts kept gathered until the optimizer step, ",
+                                     ch->prefetch));
 }
 
 /* Rows of identical items ("activations.boundary[0]", "[1]"...) fold into one. */
@@ -134,7 +141,13 @@ static void print_schedule(FILE *out, const Plan *p) {
     fprintf(out, "  %-12s %9.1f %9.1f %9.1f %9.1f | %9.1f %9.1f\n", name, 1e3 * t.fwd, 1e3 * t.bwd,
             1e3 * t.recompute, 1e3 * (t.a2a_fwd + t.a2a_bwd), 1e3 * 2 * t.ag, 1e3 * t.rs);
   }
-  if (ch->reshard == RESHARD_AFTER_STEP)
+  if (ch->reshard != ch->reshard_experts)
+    fprintf(out, "  order: the first micro-batch's forward gathers layer l+%d while layer l computes and keeps %s "
+                 "gathered until the optimizer step; the %s are re-gathered for every micro-batch's forward and "
+                 "backward; then each layer's gradient is reduce-scattered (every micro-batch)\n",
+            ch->prefetch, ch->reshard == RESHARD_AFTER_STEP ? "all but the routed experts" : "the routed experts",
+            ch->reshard == RESHARD_AFTER_STEP ? "routed experts" : "other parameters");
+  else if (ch->reshard == RESHARD_AFTER_STEP)
     fprintf(out, "  order: the first micro-batch's forward gathers layer l+%d while layer l computes and keeps every "
                  "layer gathered until the optimizer step (gather column: once per step, forward only); backward, "
                  "layer l %sruns backward, then its gradient is reduce-scattered (every micro-batch)\n",
@@ -179,9 +192,12 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
           (long long)s->training.micro_batch);
   fprintf(out, "policy     %s\n", choice_text(&m, ch));
-  if (ch->reshard == RESHARD_AFTER_STEP)
+  if (ch->reshard == RESHARD_AFTER_STEP || ch->reshard_experts == RESHARD_AFTER_STEP)
     fprintf(out, "note       reshard after_step is planned but `mtc compile` does not emit it yet: compile plans with "
                  "every_micro_batch\n");
+  if (ch->dispatch == DISPATCH_HIERARCHICAL)
+    fprintf(out, "note       the hierarchical all-to-all is planned but `mtc compile` does not emit it yet: compile "
+                 "plans with the flat one\n");
   print_placement(out, p);
   for (int t = 0; t < TIER__COUNT; t++) {
     if (!c->capacity[t] && !c->arena[t]) continue;
@@ -280,14 +296,31 @@ static void explain_ep(FILE *out, Mem *m, const Plan *p) {
     double best = rows[most].y - rows[most].x;
     if (won_in ? dlt > best : dlt < best) most = i;
   }
-  double gpn = (double)p->md->spec->cluster.gpus_per_node;
-  fprintf(out, "  why: %s wins by %.3f s, most of it in %s. Across nodes, %lld of the %lld peers of the all-to-all are "
-               "on other nodes: their share of the token copies goes over InfiniBand (%.0f GB/s per GPU against "
-               "NVLink's %.0f GB/s per pair); across nodes also shrinks what FSDP gathers (experts / ep per rank, "
-               "sharded over fsdp / ep ranks)\n",
-          won_in ? "EP inside a node" : "EP across nodes", fabs(b->cost.step - a->cost.step), rows[most].name,
-          (long long)(b->ch.ep - (int64_t)gpn), (long long)(b->ch.ep - 1),
-          p->md->spec->cluster.links.internode / 1e9, p->md->spec->cluster.links.nvlink / 1e9);
+  const Spec *s = p->md->spec;
+  double gpn = (double)s->cluster.gpus_per_node, k = (double)s->model.moe.top_k;
+  const char *how = mem_printf(m, "%lld of the %lld peers of the all-to-all are on other nodes: their share of the "
+                               "token copies goes over InfiniBand", (long long)(b->ch.ep - (int64_t)gpn),
+                               (long long)(b->ch.ep - 1));
+  if (b->ch.dispatch == DISPATCH_HIERARCHICAL) { /* copies per token over IB: cost_all_to_all_hier's */
+    double N = (double)b->ch.ep / gpn;
+    how = mem_printf(m, "the all-to-all is hierarchical: a token crosses InfiniBand once per other node holding one "
+                     "of its experts, %.2f of its %.0f copies on average (flat: %.2f), then NVLink inside the node",
+                     (N - 1) * (1 - pow(1 - 1 / N, k)), k, k * ((double)b->ch.ep - gpn) / (double)b->ch.ep);
+  }
+  /* bf16 bytes one rank gathers for its largest MoE layer: dense part + its experts / ep */
+  double dense = 0, routed = 0;
+  for (int l = 0; l < p->md->nlayers; l++)
+    if (p->md->layers[l].routed_params > routed)
+      routed = (double)p->md->layers[l].routed_params,
+      dense = (double)(p->md->layers[l].params - p->md->layers[l].routed_params);
+  fprintf(out, "  why: %s wins by %.3f s, most of it in %s. Across nodes, %s (%.0f GB/s per GPU against "
+               "NVLink's %.0f GB/s per pair); across nodes also shrinks what FSDP gathers: a MoE layer is "
+               "%.2f GB per rank with ep %lld against %.2f GB with ep %lld (experts / ep per rank, sharded over "
+               "fsdp / ep ranks)\n",
+          won_in ? "EP inside a node" : "EP across nodes", fabs(b->cost.step - a->cost.step), rows[most].name, how,
+          s->cluster.links.internode / 1e9, s->cluster.links.nvlink / 1e9,
+          2 * (dense + routed / (double)b->ch.ep) / 1e9, (long long)b->ch.ep,
+          2 * (dense + routed / (double)a->ch.ep) / 1e9, (long long)a->ch.ep);
 }
 
 void report_explain(FILE *out, const Plan *p) {
@@ -346,6 +379,8 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(lay, "prefetch", json_integer(ch->prefetch));
   json_object_set_new(lay, "micro_batch", jint(ch->micro_batch));
   json_object_set_new(lay, "reshard", json_string(plan_reshard_name(ch->reshard)));
+  json_object_set_new(lay, "reshard_experts", json_string(plan_reshard_name(ch->reshard_experts)));
+  json_object_set_new(lay, "moe_dispatch", json_string(ch->dispatch == DISPATCH_HIERARCHICAL ? "hierarchical" : "flat"));
   /* nodes one EP group spans: 1 inside a node, else ep / gpus_per_node whole nodes */
   json_object_set_new(lay, "ep_nodes", jint(ch->ep > s->cluster.gpus_per_node ? ch->ep / s->cluster.gpus_per_node : 1));
   /* the imbalance the MoE buffers are sized by: the spec's, capped at its physical maximum */

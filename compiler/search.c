@@ -1,7 +1,8 @@
 /* search.c — the planner's search: every layout (fsdp, ep inside a node or across whole nodes)
  * × micro-batch size × checkpoint policy × activation offload × optimizer-state tier ×
- * reshard policy × prefetch depth the spec's pins allow; those over a memory budget
- * are rejected with the tier and the overage; the fastest predicted step wins, ties going to
+ * reshard policy (per group: all but the routed experts, the routed experts) × MoE dispatch
+ * (flat, or hierarchical for EP groups across nodes) × prefetch depth the spec's pins allow;
+ * those over a memory budget are rejected with the tier and the overage; the fastest predicted step wins, ties going to
  * the first in enumeration order (deterministic). When nothing fits, the advice is computed
  * by searching again with more nodes and with shorter sequences. */
 #include <stdlib.h>
@@ -21,6 +22,9 @@ typedef struct {
   Candidate in_node, across; /* the fastest fitting with ep <= / > gpus_per_node */
   bool has_in_node, has_across;
   bool program;              /* only what the generated program implements */
+  bool coarse;               /* the advice's searches: one reshard policy for both groups and the
+                              * flat all-to-all (neither the split nor the dispatch changes what
+                              * blocks a fit much, and they would spend its candidate budget) */
 } Found;
 
 
@@ -36,7 +40,8 @@ static bool better_alt(const Candidate *a, const Candidate *b) {
 static bool same_but_depth(const Choice *a, const Choice *b) {
   return a->fsdp == b->fsdp && a->ep == b->ep && a->ac == b->ac && a->offload == b->offload &&
          a->opt_tier == b->opt_tier && a->opt_on_host == b->opt_on_host &&
-         a->micro_batch == b->micro_batch && a->reshard == b->reshard;
+         a->micro_batch == b->micro_batch && a->reshard == b->reshard &&
+         a->reshard_experts == b->reshard_experts && a->dispatch == b->dispatch;
 }
 
 static void keep_alt(Found *f, const Candidate *c) {
@@ -64,11 +69,25 @@ static void keep_alt(Found *f, const Candidate *c) {
   }
 }
 
-static void evaluate(Mem *scratch, const Model *md, const Choice *ch, Found *f) {
+static void consider(const Model *md, Candidate c, Found *f);
+
+/* The candidate ch with each MoE dispatch in dispatches (a bit per DispatchPolicy): they hold
+ * the same memory, so it is packed once and only the cost differs. */
+static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned dispatches, Found *f) {
   Candidate c = {.ch = *ch, .quick = true};
   mem_reset(scratch);
   plan_memory(scratch, md, &c);
   c.items = NULL, c.nitems = 0;
+  for (int dp = DISPATCH_FLAT; dp <= DISPATCH_HIERARCHICAL; dp++)
+    if (dispatches & 1u << dp) {
+      c.ch.dispatch = (DispatchPolicy)dp;
+      consider(md, c, f);
+      if (!c.fits) return; /* a rejected candidate is listed once */
+    }
+}
+
+static void consider(const Model *md, Candidate c, Found *f) {
+  const Choice *ch = &c.ch;
   f->n++;
   f->nfit += c.fits;
   if (c.fits) {
@@ -157,17 +176,39 @@ static void search_once(const Model *md, Found *f) {
             for (int r = RESHARD_EVERY_MICRO_BATCH; r <= RESHARD_AFTER_STEP; r++) {
               if (pin->reshard != RESHARD_AUTO && r != (int)pin->reshard) continue;
               if (f->program && r == RESHARD_AFTER_STEP) continue; /* not emitted yet */
+              for (int re = RESHARD_EVERY_MICRO_BATCH; re <= RESHARD_AFTER_STEP; re++) {
+              /* the experts' policy: pinned, else as the rest's when that is pinned (or the model
+               * has no experts), else searched */
+              ReshardPolicy pe = pin->reshard_experts != RESHARD_AUTO ? pin->reshard_experts
+                                 : pin->reshard != RESHARD_AUTO || !s->model.moe.present ? (ReshardPolicy)r
+                                                                                         : RESHARD_AUTO;
+              if (pe != RESHARD_AUTO && re != (int)pe) continue;
+              if (f->program && re == RESHARD_AFTER_STEP) continue;
+              if (f->coarse && re != r) continue;
+              /* experts not sharded (efsdp 1) are never gathered: their policy changes nothing
+               * but where they sit, so only the pair with the rest's policy is tried */
+              if (fsdp / ep == 1 && pe == RESHARD_AUTO && re != r) continue;
               for (int o = 0; o < 3; o++) {
                 if (!pinned_optimizer(pin, opts[o].tier, opts[o].host_step)) continue;
                 int d0 = pin->prefetch ? (int)pin->prefetch : 1, d1 = pin->prefetch ? (int)pin->prefetch : 2;
                 for (int depth = d0; depth <= d1; depth++) {
-                  if (r == RESHARD_AFTER_STEP && depth > 1) continue; /* every layer stays gathered */
+                  if (r == RESHARD_AFTER_STEP && re == RESHARD_AFTER_STEP && depth > 1)
+                    continue; /* every layer stays gathered */
+                  /* hierarchical only where the EP group spans nodes (inside one it is the flat
+                   * exchange), not for the program (not emitted yet) */
+                  unsigned dispatches = 1u << DISPATCH_FLAT;
+                  if (ep > gpn && !f->program && !f->coarse) {
+                    if (pin->moe_dispatch != DISPATCH_FLAT) dispatches |= 1u << DISPATCH_HIERARCHICAL;
+                    if (pin->moe_dispatch == DISPATCH_HIERARCHICAL) dispatches = 1u << DISPATCH_HIERARCHICAL;
+                  }
                   Choice ch = {.fsdp = fsdp, .ep = ep, .dp_replicate = W / fsdp, .efsdp = fsdp / ep,
                                .micro_batch = mbs[mi], .accum = G / (mbs[mi] * W), .reshard = (ReshardPolicy)r,
+                               .reshard_experts = (ReshardPolicy)re, .dispatch = DISPATCH_FLAT,
                                .ac = acs[a], .offload = (OffloadPolicy)off, .opt_tier = opts[o].tier,
                                .opt_on_host = opts[o].host_step, .prefetch = depth};
-                  evaluate(&scratch, md, &ch, f);
+                  evaluate(&scratch, md, &ch, dispatches, f);
                 }
+              }
               }
             }
           }
@@ -184,11 +225,11 @@ static void search_once(const Model *md, Found *f) {
 enum { ADVICE_BUDGET = 20000 };
 
 /* The search over md with spec u instead of md's (u changes values that do not change the
- * model graph); adds the candidates it tried to *spent. */
-static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool program) {
+ * model graph); adds the candidates it tried to *spent. coarse: see Found. */
+static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool program, bool coarse) {
   Model *copy = mem_alloc(m, sizeof *copy);
   *copy = *md, copy->spec = u;
-  Found f = {.program = program};
+  Found f = {.program = program, .coarse = coarse};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(copy, &f);
   *spent += f.n;
@@ -203,7 +244,7 @@ static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, in
   s->training.seq_len = seq;
   s->plan.fsdp = s->plan.dp_replicate = 0; /* pins that name the old world size are dropped */
   if (s->plan.ep && !ep_allowed(s, s->plan.ep, nodes * s->cluster.gpus_per_node)) s->plan.ep = 0;
-  return search_variant(m, md, s, spent, program);
+  return search_variant(m, md, s, spent, program, true);
 }
 
 /* Sequences per step that every rank must divide: micro_batch × GPUs when micro_batch is
@@ -263,7 +304,7 @@ static const char *advise(Mem *m, const Model *md, bool program) {
   }
   const PlanSpec *p = &s->plan;
   bool pinned = p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||
-                p->reshard != RESHARD_AUTO || p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO ||
+                p->reshard != RESHARD_AUTO || p->reshard_experts != RESHARD_AUTO || p->moe_dispatch != DISPATCH_AUTO || p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO ||
                 p->prefetch;
   if (pinned) {
     Spec *u = mem_alloc(m, sizeof *u);
@@ -271,8 +312,8 @@ static const char *advise(Mem *m, const Model *md, bool program) {
     u->plan.activation_checkpoint = AC_AUTO, u->plan.offload_activations = OFF_AUTO;
     u->plan.optimizer_tier = PIN_TIER_AUTO, u->plan.optimizer_step = PIN_STEP_AUTO, u->plan.prefetch = 0;
     u->plan.fsdp = u->plan.ep = u->plan.dp_replicate = 0;
-    u->plan.reshard = RESHARD_AUTO;
-    Found g = search_variant(m, md, u, &spent, program);
+    u->plan.reshard = RESHARD_AUTO, u->plan.reshard_experts = RESHARD_AUTO, u->plan.moe_dispatch = DISPATCH_AUTO;
+    Found g = search_variant(m, md, u, &spent, program, true);
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
@@ -303,7 +344,7 @@ static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *be
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
     u->training.micro_batch = mbs[i];
-    Found f = search_variant(m, md, u, &spent, program);
+    Found f = search_variant(m, md, u, &spent, program, false);
     if (f.feasible && f.best.cost.step < best_step) best_step = f.best.cost.step, best_mb = mbs[i];
   }
   if (!best_mb) return NULL;
@@ -322,6 +363,11 @@ static const Model *with_micro_batch(Mem *m, const Model *md, int64_t mb) {
   Model *copy = mem_alloc(m, sizeof *copy);
   *copy = *md, copy->spec = s;
   return copy;
+}
+
+const char *plan_dispatch_name(DispatchPolicy d) {
+  static const char *const names[] = {"auto", "flat", "hierarchical"}; /* ORDER DispatchPolicy */
+  return names[d];
 }
 
 const char *plan_reshard_name(ReshardPolicy r) {

@@ -53,6 +53,7 @@ static const char *const opt_step_names[] = {"auto", "gpu", "host", NULL};
 static const char *const topo_names[] = {"mesh", "nvswitch", NULL};
 static const char *const stack_names[] = {"mtc", "pytorch-eager", "pytorch-compile", NULL};
 static const char *const reshard_names[] = {"auto", "every_micro_batch", "after_step", NULL};
+static const char *const dispatch_names[] = {"auto", "flat", "hierarchical", NULL};
 
 const char *spec_attn_name(AttnKind k) { return attn_names[k]; }
 const char *spec_act_name(Activation a) { return act_names[a]; }
@@ -235,6 +236,8 @@ static const Field plan_fields[] = {
     {"activation_checkpoint", F_ENUM, O(PlanSpec, activation_checkpoint), "auto", 0, 0, ac_names, NULL, "none, selective, full or auto"},
     {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "where layer-boundary activations wait for backward: none (HBM), host, nvme (needs cluster.nvme) or auto"},
     {"reshard", F_ENUM, O(PlanSpec, reshard), "auto", 0, 0, reshard_names, NULL, "when gathered parameters are freed: every_micro_batch (re-gathered per micro-batch), after_step (kept from the first forward to the optimizer step; planned, not yet emitted by compile) or auto"},
+    {"reshard_experts", F_ENUM, O(PlanSpec, reshard_experts), "auto", 0, 0, reshard_names, NULL, "the same for the routed experts alone (plan.reshard then sets the rest: attention, dense MLPs, shared experts, router, embedding, head); auto: as plan.reshard, searched when that is auto too"},
+    {"moe_dispatch", F_ENUM, O(PlanSpec, moe_dispatch), "auto", 0, 0, dispatch_names, NULL, "the MoE all-to-all of an EP group that spans nodes: flat, hierarchical (one copy per destination node over InfiniBand, then NVLink; planned, not yet emitted by compile) or auto"},
     {"moe_imbalance", F_REAL, O(PlanSpec, moe_imbalance), "1.25", 0, 0, NULL, NULL, "tokens the busiest EP rank receives / the mean: sizes MoE buffers and prices the busiest rank's expert GEMMs", 1, INFINITY, false, true},
     {"optimizer_tier", F_ENUM, O(PlanSpec, optimizer_tier), "auto", 0, 0, opt_tier_names, NULL, "where fp32 master weights, the gradient shard and optimizer state live: hbm, host or auto"},
     {"optimizer_step", F_ENUM, O(PlanSpec, optimizer_step), "auto", 0, 0, opt_step_names, NULL, "where the optimizer step runs: gpu, host (needs optimizer_tier host or auto) or auto"},

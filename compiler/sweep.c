@@ -97,7 +97,11 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
       printf("%s,%lld,%lld,%lld,%s,%s,%s,%d,%lld,%s,%.1f,%.4f,%lld,%lld,%.3f,%s\n", p->feasible ? "yes" : "no",
              (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, plan_ac_name(ch->ac),
              plan_offload_name(ch->offload), opt, ch->prefetch, (long long)ch->micro_batch,
-             plan_reshard_name(ch->reshard), p->feasible ? c->cost.tokens_per_s_per_gpu : 0,
+             ch->reshard == ch->reshard_experts
+                 ? plan_reshard_name(ch->reshard)
+                 : ch->reshard == RESHARD_AFTER_STEP ? "dense:after_step experts:every_micro_batch"
+                                                     : "dense:every_micro_batch experts:after_step",
+             p->feasible ? c->cost.tokens_per_s_per_gpu : 0,
              p->feasible ? c->cost.mfu : 0, (long long)c->arena[TIER_HBM], (long long)c->arena[TIER_HOST],
              p->feasible ? c->cost.step : 0, p->feasible ? c->cost.bottleneck : why);
     } else {
@@ -106,7 +110,9 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
       if (p->feasible)
         printf("%-4s %-11s %-3lld %-9s %-5s %-8s %-2d %-4lld %-5s %10.0f %5.1f%% %9.1f %9.1f %9.2f  %s\n", "yes", lay,
                (long long)ch->ep, plan_ac_name(ch->ac), plan_offload_name(ch->offload), opt, ch->prefetch,
-               (long long)ch->micro_batch, ch->reshard == RESHARD_AFTER_STEP ? "step" : "micro", c->cost.tokens_per_s_per_gpu,
+               (long long)ch->micro_batch, ch->reshard == ch->reshard_experts ? ch->reshard == RESHARD_AFTER_STEP ? "step" : "micro"
+               : ch->reshard == RESHARD_AFTER_STEP ? "stp-d" : "stp-e",
+               c->cost.tokens_per_s_per_gpu,
                100 * c->cost.mfu, (double)c->arena[TIER_HBM] / 0x1p30, (double)c->arena[TIER_HOST] / 0x1p30,
                c->cost.step, c->cost.bottleneck);
       else

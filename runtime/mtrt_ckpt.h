@@ -81,6 +81,10 @@ long long rt_ckpt_step_of(const char *name);
  * unlinked, and the directory when it is then empty; anything else there stays (err names it).
  * Incomplete directories (left by a killed save) and links stay. Returns how many it removed,
  * or -1 with err set (what it could remove is gone). */
+/* Takes dir/lock (created, flock'd exclusively) for this process's lifetime, so that a second
+ * training run on the same checkpoint directory (a requeued job while the first still runs) is
+ * refused instead of overwriting its shards. 0, or -1 with err saying which run holds it. Rank 0. */
+int rt_ckpt_lock(const char *dir, char *err, size_t errlen);
 int rt_ckpt_prune(const char *dir, int keep, char *err, size_t errlen);
 /* Removes what interrupted saves left under dir: a step-%08lld directory (real, never a link)
  * without manifest.json that holds only shard files (rank-NNNNN.bin) and .tmp files of them or

@@ -11,6 +11,7 @@
 #define MTRT_COMM_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,17 +72,24 @@ void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_
 /* bf16 (the top 16 bits of an IEEE float, rounded to nearest even) and back. */
 uint16_t rt_bf16_from_float(float f);
 float rt_float_from_bf16(uint16_t h);
-/* A gradient's reduce-scatter started now and finished later, so that it overlaps the next
- * layer's backward: out (count) = the sum over the group's ranks of their in (g × count values,
- * rank order), with bf16 on the wire and fp32 sums when wire is not NULL (as
- * rt_comm_reduce_scatter_bf16, but wire holds only the g × count bf16 values sent: the received
- * pieces go into in's own bytes, which the cast has consumed). rt_comm_reduce_scatter_wait(slot)
- * then adds out into acc (count), in the compute's order; in, out and wire must not be touched
- * in between. slot 0-3. The cpu backend's MPI collective blocks: start does it, wait the add.
- * The cuda backend runs it on the group's communication stream, and wait makes the compute
- * stream wait for it on the device (the host does not block) before the add. */
-void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, real *out, real *in, size_t count, uint16_t *wire,
-                                  int slot);
+/* A unit's gradient reduce-scattered, started now and finished later, so that it overlaps the
+ * next unit's backward: acc (count real values: this rank's fp32 gradient shard) += the sum over
+ * the group's g ranks of their piece of in (g × count act values, rank order: the unit's
+ * unsharded gradient, GRAD0/1; consumed: in must not be touched until the wait).
+ *   bf16 (true): bf16 on the wire. cuda with bf16 storage: in itself is reduce-scattered in bf16
+ *     (NCCL's sum, in place: this rank's piece lands at in + rank × count); cuda's fp32-act
+ *     runtime: in is rounded to bf16 values, then summed in fp32 in place; cpu: in is rounded to
+ *     bf16 into the first half of its own bytes, exchanged by an all-to-all into the second half
+ *     and each part's g pieces are summed in fp32 in rank order (as the reference run reduces).
+ *   bf16 (false): fp32 on the wire. Where act is real (cpu, cuda fp32-act) in place in in; with
+ *     bf16 storage in's values go to wire (g × count real: RS_WIRE0/1, the plan's
+ *     grads.fp32_wire) and are reduce-scattered there in place. wire may be NULL where act is real.
+ * A group of one rank adds in. rt_comm_reduce_scatter_wait(slot) then adds the piece into acc in
+ * the compute's order. slot 0-3. The cpu backend's MPI collective blocks: start does all of it
+ * (the adds into a shard keep their order). The cuda backend runs it on the group's communication
+ * stream, and wait makes the compute stream wait for it on the device (the host does not block)
+ * before the add. */
+void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, act *in, size_t count, bool bf16, real *wire, int slot);
 void rt_comm_reduce_scatter_wait(int slot);
 /* buf (count) = Σ over ranks of buf, in place. */
 void rt_comm_all_reduce(MPI_Comm comm, real *buf, size_t count);

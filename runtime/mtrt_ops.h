@@ -5,8 +5,12 @@
  * checked against the cpu ones.
  *
  * Compute type `real`: float, or double when built with MTRT_REAL_DOUBLE (gradient checks).
- * Storage type `act` (mtrt_real.h) for activations, their gradients and gathered parameters;
- * `real` for statistics (rstd, lse), routing values, weight gradients and loss scratch.
+ * Storage type `act` (mtrt_real.h) for activations, their gradients, gathered parameters and
+ * the unsharded weight gradients (dw, db: a unit's gradient before its reduce-scatter, the plan's
+ * grads.bf16_unsharded); `real` for statistics (rstd, lse), routing values and loss scratch.
+ * Weight gradients are summed in real (fp32) and added into the act gradient: on the cuda backend
+ * a GEMM's dw is cuBLAS's fp32 accumulation added into bf16 (beta 1), a norm's or bias's dw one
+ * fp32 sum over all rows added once, an embedding row's dw one add per token.
  * Row-major tensors; shape comments use N tokens (= B sequences × T positions), C hidden,
  * V vocabulary, nh query heads, nkv KV heads, hd head size, E experts, K top_k, F an FFN
  * width (not I: <complex.h>, which cblas.h includes, defines I). GEMMs go through CBLAS (OpenBLAS).
@@ -41,18 +45,18 @@ void rt_cast_to_act(act *dst, const real *src, size_t n);
 
 /* out (N,C) = wte[tok[n]] with wte (V,C). Token ids must be in [0, V) (the data loader checks). */
 void rt_embedding_forward(act *out, const int32_t *tok, const act *wte, int N, int C);
-void rt_embedding_backward(real *dwte, const act *dout, const int32_t *tok, int N, int C);
+void rt_embedding_backward(act *dwte, const act *dout, const int32_t *tok, int N, int C);
 
 /* Learned absolute positions (GPT-2, Radford et al. 2019; HF modeling_gpt2.py: inputs_embeds +
  * wpe(position_ids)): x (B,T,C) += wpe[t] for position t = 0..T-1 of each sequence, with wpe
  * (max_position, C), T <= max_position. Backward: dwpe[t] += Σ_b dx[b,t]. */
 void rt_position_forward(act *x, const act *wpe, int B, int T, int C);
-void rt_position_backward(real *dwpe, const act *dx, int B, int T, int C);
+void rt_position_backward(act *dwpe, const act *dx, int B, int T, int C);
 
 /* RMSNorm (Zhang & Sennrich 2019): out = x / sqrt(mean(x²) + eps) ⊙ w. x, out (N,C); w (C);
  * rstd (N) saved for backward. */
 void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps);
-void rt_rmsnorm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w,
+void rt_rmsnorm_backward(act *dx, act *dw, const act *dout, const act *x, const act *w,
                          const real *rstd, int N, int C);
 /* qk-norm (Qwen3: per head, modeling_qwen3.py's q_norm/k_norm over head_dim; OLMoE: full, over
  * all heads' channels of a token): RMSNorm of `rows` rows of `width` values with weight w
@@ -60,7 +64,7 @@ void rt_rmsnorm_backward(act *dx, real *dw, const act *dout, const act *x, const
  * heads · hd. x, out (rows, width); rstd (rows). The same arithmetic as rt_rmsnorm_*; its own
  * entry point because a backend may specialize rt_rmsnorm_* to (N, C) at compile time. */
 void rt_qk_norm_forward(act *out, real *rstd, const act *x, const act *w, int64_t rows, int width, real eps);
-void rt_qk_norm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd,
+void rt_qk_norm_backward(act *dx, act *dw, const act *dout, const act *x, const act *w, const real *rstd,
                          int64_t rows, int width);
 
 /* LayerNorm (Ba et al. 2016; torch.nn.LayerNorm as HF's GPT-2 uses it): with μ the row mean and
@@ -70,23 +74,23 @@ void rt_qk_norm_backward(act *dx, real *dw, const act *dout, const act *x, const
  * NULL, and must be when there is no bias). */
 void rt_layernorm_forward(act *out, real *mean, real *rstd, const act *x, const act *w, const act *b, int N, int C,
                           real eps);
-void rt_layernorm_backward(act *dx, real *dw, real *db, const act *dout, const act *x, const act *w,
+void rt_layernorm_backward(act *dx, act *dw, act *db, const act *dout, const act *x, const act *w,
                            const real *mean, const real *rstd, int N, int C);
 
 /* A bias over the columns of a matrix: out (N,C) += b (C); backward db (C) += Σ_n dout[n]. The
  * bias of a norm under model.bias with rmsnorm (the planner's "biases on every linear and norm"). */
 void rt_bias_forward(act *out, const act *b, int N, int C);
-void rt_bias_backward(real *db, const act *dout, int N, int C);
+void rt_bias_backward(act *db, const act *dout, int N, int C);
 
 /* A linear layer, nn.Linear layout: out (N,OC) = x (N,IC) · wᵀ + bias, w (OC,IC), bias (OC) or
  * NULL. */
 void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, int N, int IC, int OC);
-void rt_matmul_backward(act *dx, real *dw, real *dbias, const act *dout, const act *x,
+void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x,
                         const act *w, int N, int IC, int OC);
 /* The router's linear layer, its logits (N,E) and their gradient in real (routing is decided in
  * fp32): logits = x (N,IC) · wᵀ, w (E,IC); backward dx += dlogits · w, dw += dlogitsᵀ · x. */
 void rt_router_logits_forward(real *logits, const act *x, const act *w, int N, int IC, int E);
-void rt_router_logits_backward(act *dx, real *dw, const real *dlogits, const act *x, const act *w, int N, int IC,
+void rt_router_logits_backward(act *dx, act *dw, const real *dlogits, const act *x, const act *w, int N, int IC,
                                int E);
 
 /* RoPE (Su et al. 2021) in the half-split layout of Llama/GPT-NeoX: channel i pairs with
@@ -204,7 +208,7 @@ void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const ac
                         const act *wu, const act *wd, const int *offsets, int E, int C, int F);
 /* dh, dg, du: scratch of (N·K, F) each. With wg NULL (GELU experts) g, dg and dwg are not used
  * (may be NULL). */
-void rt_experts_backward(act *dxp, real *dwg, real *dwu, real *dwd, const act *dyp, const act *xp,
+void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp, const act *xp,
                          const act *g, const act *u, const act *h, const act *wg, const act *wu,
                          const act *wd, const int *offsets, int E, int C, int F, act *dh, act *dg,
                          act *du);
@@ -216,7 +220,7 @@ real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t 
                            int C, int V, int chunk, real *scratch);
 /* Gradients of dloss × mean loss: recomputes each chunk's logits. scratch holds (2, N, chunk):
  * a chunk's logits and their gradient (the cpu ops use the first half in place). */
-void rt_lm_head_ce_backward(act *dx, real *dw, const act *x, const act *w, const int32_t *targets,
+void rt_lm_head_ce_backward(act *dx, act *dw, const act *x, const act *w, const int32_t *targets,
                             const real *lse, int N, int C, int V, int chunk, real *scratch, real dloss);
 
 #endif

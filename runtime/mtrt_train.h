@@ -148,8 +148,8 @@ typedef struct {
   act *host;      /* the host arena (activation offload; HOST_ELEMS activations), or NULL */
   act *wd, *we;  /* the gathered dense and expert parameters of the layer computing now (one of
                      two buffers each: the other receives the next layer's, prefetched) */
-  real *dwd, *dwe;/* their gradients in the backward (one of two buffers each: the other's
-                     reduce-scatter is in flight) */
+  act *dwd, *dwe; /* their gradients in the backward, in the activation type (GRAD0 or GRAD1:
+                     the other's reduce-scatter is in flight) */
   RtA2A a2a;      /* MoE all-to-all counts (ep > 1) */
   real dloss;     /* weight of this micro-batch's loss in the step's objective: 1 / (accum × world) */
   double aux_loss;/* load-balancing loss added by the forward (summed over MoE layers) */

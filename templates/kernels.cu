@@ -61,11 +61,12 @@ extern "C" __global__ void embedding_forward(act *out, const int *tok, const act
   for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) dst[i] = src[i];
 }
 
-// dwte (VOCAB, HIDDEN, fp32) += dout rows at their tokens.
-extern "C" __global__ void embedding_backward(float *dwte, const act *dout, const int *tok) {
-  float *d = dwte + (size_t)tok[blockIdx.x] * HIDDEN;
+// dwte (VOCAB, HIDDEN, act) += dout rows at their tokens: one atomic add per token and column
+// (bf16: each add rounds; tokens that repeat in the micro-batch accumulate in bf16).
+extern "C" __global__ void embedding_backward(act *dwte, const act *dout, const int *tok) {
+  act *d = dwte + (size_t)tok[blockIdx.x] * HIDDEN;
   const act *g = dout + (size_t)blockIdx.x * HIDDEN;
-  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) atomicAdd(&d[i], f32(g[i]));
+  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) atomicAdd(&d[i], g[i]);
 }
 
 // Learned absolute positions (GPT-2; HF modeling_gpt2.py): x (TOKENS, HIDDEN) += wpe[t], t the
@@ -76,12 +77,6 @@ extern "C" __global__ void position_forward(act *x, const act *wpe) {
   for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) r[i] = to_act(f32(r[i]) + f32(p[i]));
 }
 
-// dwpe (max_position, HIDDEN, fp32) += dx rows at their positions.
-extern "C" __global__ void position_backward(float *dwpe, const act *dx) {
-  float *d = dwpe + (size_t)(blockIdx.x % SEQ_LEN) * HIDDEN;
-  const act *g = dx + (size_t)blockIdx.x * HIDDEN;
-  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) atomicAdd(&d[i], f32(g[i]));
-}
 
 // RMSNorm (Zhang & Sennrich 2019): out = x / sqrt(mean x² + eps) ⊙ w; rstd (TOKENS) saved.
 extern "C" __global__ void rmsnorm_forward(act *out, float *rstd, const act *x, const act *w) {
@@ -104,17 +99,13 @@ extern "C" __global__ void rmsnorm_forward(act *out, float *rstd, const act *x, 
   }
 }
 
-// dx += r (dy w) − x r³ / C · Σ (dy w x); dw (fp32) += dy x r. One block of ROW_THREADS threads
-// per RMS_BWD_ROWS rows (grid ceil(TOKENS / RMS_BWD_ROWS)): dw's sums stay in registers over the
-// block's rows and reach memory in one atomic per column and block, not one per row.
+// dx += r (dy w) − x r³ / C · Σ (dy w x) (dw: colsum_add). One block of ROW_THREADS threads
+// per RMS_BWD_ROWS rows (grid ceil(TOKENS / RMS_BWD_ROWS)).
 #define RMS_BWD_ROWS 16
 #define RMS_COLS ((HIDDEN + ROW_THREADS - 1) / ROW_THREADS) // columns per thread
-extern "C" __global__ void rmsnorm_backward(act *dx, float *dw, const act *dout, const act *x, const act *w,
+extern "C" __global__ void rmsnorm_backward(act *dx, const act *dout, const act *x, const act *w,
                                             const float *rstd) {
   __shared__ float shared[32];
-  float dwacc[RMS_COLS];
-#pragma unroll
-  for (int k = 0; k < RMS_COLS; k++) dwacc[k] = 0;
   int r0 = blockIdx.x * RMS_BWD_ROWS;
   for (int n = r0; n < r0 + RMS_BWD_ROWS && n < TOKENS; n++) {
     size_t row = (size_t)n * HIDDEN;
@@ -125,7 +116,6 @@ extern "C" __global__ void rmsnorm_backward(act *dx, float *dw, const act *dout,
       if (i >= HIDDEN) break;
       float dy = f32(dout[row + i]), xi = f32(x[row + i]);
       dot += dy * f32(w[i]) * xi;
-      dwacc[k] += dy * xi * r;
     }
     dot = block_sum(dot, shared);
 #pragma unroll
@@ -136,11 +126,6 @@ extern "C" __global__ void rmsnorm_backward(act *dx, float *dw, const act *dout,
       float g = r * dy * f32(w[i]) - xi * r * r * r / HIDDEN * dot;
       dx[row + i] = to_act(f32(dx[row + i]) + g);
     }
-  }
-#pragma unroll
-  for (int k = 0; k < RMS_COLS; k++) {
-    int i = threadIdx.x + k * ROW_THREADS;
-    if (i < HIDDEN) atomicAdd(&dw[i], dwacc[k]);
   }
 }
 
@@ -157,12 +142,11 @@ extern "C" __global__ void qk_norm_forward(act *out, float *rstd, const act *x, 
   for (int i = threadIdx.x; i < width; i += blockDim.x) out[row + i] = to_act(f32(x[row + i]) * r * f32(w[i]));
 }
 
-// dx += r (dy w) − x r³ / width · Σ (dy w x); dw (fp32) += dy x r, over `rows` rows of `width`.
+// dx += r (dy w) − x r³ / width · Σ (dy w x), over `rows` rows of `width` (dw: colsum_add).
 // One block per QK_BWD_ROWS rows (grid ceil(rows / QK_BWD_ROWS)): the rows' dot products first
-// (in shared memory), then each thread's columns over the block's rows, with one atomic per
-// column and block into dw.
+// (in shared memory), then each thread's columns over the block's rows.
 #define QK_BWD_ROWS 16
-extern "C" __global__ void qk_norm_backward(act *dx, float *dw, const act *dout, const act *x, const act *w,
+extern "C" __global__ void qk_norm_backward(act *dx, const act *dout, const act *x, const act *w,
                                             const float *rstd, long long rows, int width) {
   __shared__ float shared[32], dots[QK_BWD_ROWS];
   long long r0 = (long long)blockIdx.x * QK_BWD_ROWS;
@@ -176,14 +160,12 @@ extern "C" __global__ void qk_norm_backward(act *dx, float *dw, const act *dout,
   }
   __syncthreads();
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
-    float wi = f32(w[i]), dwacc = 0;
+    float wi = f32(w[i]);
     for (int j = 0; j < nr; j++) {
       size_t at = (size_t)(r0 + j) * width + i;
       float r = rstd[r0 + j], dy = f32(dout[at]), xi = f32(x[at]);
-      dwacc += dy * xi * r;
       dx[at] = to_act(f32(dx[at]) + r * dy * wi - xi * r * r * r / width * dots[j]);
     }
-    atomicAdd(&dw[i], dwacc);
   }
 }
 
@@ -206,14 +188,10 @@ extern "C" __global__ void layernorm_forward(act *out, float *mean, float *rstd,
 }
 
 // Its backward, RMS_BWD_ROWS rows per block as rmsnorm_backward: with x̂ = (x − mean) rstd and
-// g = dout ⊙ w, dx += rstd (g − mean(g) − x̂ mean(g x̂)); dw += dout x̂ and db += dout (db NULL:
-// no bias), accumulated per block, then added once.
-extern "C" __global__ void layernorm_backward(act *dx, float *dw, float *db, const act *dout, const act *x,
-                                              const act *w, const float *mean, const float *rstd) {
+// g = dout ⊙ w, dx += rstd (g − mean(g) − x̂ mean(g x̂)) (dw += dout x̂ and db += dout: colsum_add).
+extern "C" __global__ void layernorm_backward(act *dx, const act *dout, const act *x, const act *w,
+                                              const float *mean, const float *rstd) {
   __shared__ float shared[32];
-  float dwacc[RMS_COLS], dbacc[RMS_COLS];
-#pragma unroll
-  for (int k = 0; k < RMS_COLS; k++) dwacc[k] = 0, dbacc[k] = 0;
   int r0 = blockIdx.x * RMS_BWD_ROWS;
   for (int n = r0; n < r0 + RMS_BWD_ROWS && n < TOKENS; n++) {
     size_t row = (size_t)n * HIDDEN;
@@ -224,7 +202,6 @@ extern "C" __global__ void layernorm_backward(act *dx, float *dw, float *db, con
       if (i >= HIDDEN) break;
       float dy = f32(dout[row + i]), xh = (f32(x[row + i]) - m) * r, g = dy * f32(w[i]);
       gm += g, gx += g * xh;
-      dwacc[k] += dy * xh, dbacc[k] += dy;
     }
     gm = block_sum(gm, shared) / HIDDEN;
     gx = block_sum(gx, shared) / HIDDEN;
@@ -236,13 +213,6 @@ extern "C" __global__ void layernorm_backward(act *dx, float *dw, float *db, con
       dx[row + i] = to_act(f32(dx[row + i]) + r * (dy * f32(w[i]) - gm - xh * gx));
     }
   }
-#pragma unroll
-  for (int k = 0; k < RMS_COLS; k++) {
-    int i = threadIdx.x + k * ROW_THREADS;
-    if (i >= HIDDEN) continue;
-    atomicAdd(&dw[i], dwacc[k]);
-    if (db) atomicAdd(&db[i], dbacc[k]);
-  }
 }
 
 // A bias over columns: out (rows, cols) += b, n = rows × cols values; one thread per value.
@@ -251,15 +221,30 @@ extern "C" __global__ void bias_forward(act *out, const act *b, long n, int cols
   if (i < n) out[i] = to_act(f32(out[i]) + f32(b[i % cols]));
 }
 
-// db (cols, fp32) += column sums of dout (rows, cols): grid (cols / 128, rows / BIAS_ROWS), each
-// thread one column over BIAS_ROWS rows (coalesced along the row), added once.
-#define BIAS_ROWS 256
-extern "C" __global__ void bias_backward(float *db, const act *dout, int rows, int cols) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x, r0 = blockIdx.y * BIAS_ROWS;
-  if (c >= cols) return;
-  float s = 0;
-  for (int r = r0; r < r0 + BIAS_ROWS && r < rows; r++) s += f32(dout[(size_t)r * cols + c]);
-  atomicAdd(&db[c], s);
+// The weight gradients of the norms, biases and learned positions: dw (cols, act) += Σ over
+// rows of a term of (row, col), summed in fp32 over all rows and added once (one rounding to act):
+// mode 0: a; 1: a b s[row] (RMSNorm, qk-norm); 2: a (b − m[row]) s[row] (LayerNorm). a, b (rows,
+// cols); s, m (rows). grid ceil(cols / 32), block 256 = 8 rows × 32 columns at a time; no atomics.
+extern "C" __global__ void colsum_add(act *dw, const act *a, const act *b, const float *s, const float *m,
+                                      long long rows, int cols, int mode) {
+  __shared__ float part[8][32];
+  int tx = threadIdx.x % 32, ty = threadIdx.x / 32, c = blockIdx.x * 32 + tx;
+  float acc = 0;
+  if (c < cols)
+    for (long long r = ty; r < rows; r += 8) {
+      size_t at = (size_t)r * cols + c;
+      float v = f32(a[at]);
+      if (mode == 1) v *= f32(b[at]) * s[r];
+      else if (mode == 2) v *= (f32(b[at]) - m[r]) * s[r];
+      acc += v;
+    }
+  part[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && c < cols) {
+    float t = 0;
+    for (int k = 0; k < 8; k++) t += part[k][tx];
+    dw[c] = to_act(f32(dw[c]) + t);
+  }
 }
 
 // RoPE (Su et al. 2021), half-split pairs (i, i + HEAD_DIM/2), in place on x (TOKENS, heads,
@@ -404,6 +389,26 @@ extern "C" __global__ void accumulate(act *acc, const act *x, long n) {
 extern "C" __global__ void accumulate_f32(float *acc, const float *x, long n) {
   long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) acc[i] += x[i];
+}
+
+// acc (n, fp32) += x (n, act): a reduce-scatter's received piece of a unit's gradient added into
+// the fp32 gradient shard.
+extern "C" __global__ void accumulate_act_f32(float *acc, const act *x, long n) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) acc[i] += f32(x[i]);
+}
+
+// out (n, fp32) = x (n, act): a unit's gradient into the fp32 wire buffer (grad_reduce_dtype fp32).
+extern "C" __global__ void cast_act_f32(float *out, const act *x, long n) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = f32(x[i]);
+}
+
+// x (n, fp32) rounded to bf16 values in place (nearest even): the fp32-activation runtime's
+// gradient before a bf16-on-the-wire reduce-scatter, which then sums the bf16 values in fp32.
+extern "C" __global__ void round_bf16(float *x, long n) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = __bfloat162float(__float2bfloat16(x[i]));
 }
 
 // x[i] = v for n fp32 values (a running maximum's -inf start).

@@ -72,6 +72,15 @@ expect 0 'across nodes: an EP group is 64 consecutive ranks on 16 nodes' "$mtc" 
 expect 0 '^hint: FSDP re-gathers every parameter for each of the 60 micro-batches.*micro_batch=12 ' "$mtc" plan specs/deepseek-v3.yaml --set training.micro_batch=1 --set plan.ep=4 --set plan.reshard=every_micro_batch
 expect 0 '^policy     fsdp 256 x dp 1, ep 4, micro_batch 12, ' "$mtc" plan specs/deepseek-v3.yaml
 expect 2 "'plan.reshard' is after_step: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.reshard=after_step
+# the hierarchical all-to-all: searched for EP groups across nodes, explained, refused by compile
+expect 0 '^  across      fsdp 256 x dp 1, ep 8 \(hierarchical all-to-all\)' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
+expect 0 'why: .*the all-to-all is hierarchical: a token crosses InfiniBand once per other node holding one of its experts, 1.00 of its 8 copies on average \(flat: 4.00\)' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
+expect 0 '^  across      fsdp 256 x dp 1, ep 8, micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set plan.moe_dispatch=flat
+expect 2 "'plan.reshard_experts' is after_step: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.reshard_experts=after_step
+expect 0 '^chosen     fsdp 256 x dp 1, ep 32 \(hierarchical all-to-all\), micro_batch 1, .*all but the routed experts kept gathered until the optimizer step' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
+expect 0 '^  why: EP across nodes wins by' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
+expect 0 '^  why: EP across nodes wins by .*most of it in exposed FSDP communication.*a MoE layer is 3.28 GB per rank with ep 8 against 6.10 GB with ep 4' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=32
+expect 2 "'plan.moe_dispatch' is hierarchical: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.moe_dispatch=hierarchical
 expect 1 '^nothing fits; closest' "$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48
 expect 0 '^96 +65536 +yes +384 x 1 +4 +full +host +host +1 ' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
 expect 0 '^48 +65536 +no .*(hbm|host) over by' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
@@ -171,5 +180,49 @@ expect 2 'building .*/host/build-cuda failed' env MTC_ROOT="$tmp/no-runtime" "$m
 [ -d "$tmp/host/build-cuda" ] && [ ! -e "$tmp/host/build" ] || { echo "FAIL: mtc build --backend cuda did not use DIR/build-cuda"; fail=1; }
 grep -q '^  ./build-cuda/train --data' generated/europa-1t/launch.sbatch &&
   grep -q '^  ./build/train --data' generated/tiny-moe/launch.sbatch || { echo "FAIL: launch.sbatch runs the wrong build"; fail=1; }
+# mtc calibrate: usage, and each bad profile named with its file, field and what was expected
+# (the round trip from a real profile: tests/train.sh calibrate)
+tmpc=$(mktemp -d)
+cat >"$tmpc/p.json" <<'JSON'
+{"format": "mtc-profile-1", "model": "hand", "backend": "cpu", "world": 1, "steps": 2,
+ "classes": {"gemm": {"seconds": 0.5, "calls": 10, "flops": 1e10},
+             "attention_fwd": {"seconds": 0.25, "calls": 4, "flops": 1e9},
+             "norm": {"seconds": 0.1, "calls": 8, "bytes": 1e8},
+             "elementwise": {"seconds": 0.1, "calls": 8, "bytes": 5e8},
+             "all_gather": {"seconds": 0.05, "calls": 8, "bytes": 0}}}
+JSON
+expect 2 'needs --preset NAME' "$mtc" calibrate "$tmpc/p.json" -o "$tmpc/out.yaml"
+expect 2 'needs -o PRESET.yaml' "$mtc" calibrate "$tmpc/p.json" --preset cpu
+expect 2 'expected one or more PROFILE files' "$mtc" calibrate --preset cpu -o "$tmpc/out.yaml"
+expect 2 '\-\-preset applies to .calibrate. only' "$mtc" plan specs/tiny-moe.yaml --preset cpu
+expect 2 "nope.json: unable to open .*; expected a profile that .train --profile FILE. wrote" \
+  "$mtc" calibrate "$tmpc/nope.json" --preset cpu -o "$tmpc/out.yaml"
+printf '{"format": "mtc-profile-1",\n "classes": {"gemm": {"seconds": }}}\n' >"$tmpc/syntax.json"
+expect 2 'syntax.json:2:.*expected the JSON that .train --profile FILE. writes' \
+  "$mtc" calibrate "$tmpc/syntax.json" --preset cpu -o "$tmpc/out.yaml"
+sed 's/"flops": 1e10/"flops": "many"/' "$tmpc/p.json" >"$tmpc/field.json"
+expect 2 'field.json: classes.gemm.flops: missing or not a number >= 0; expected seconds and the class' \
+  "$mtc" calibrate "$tmpc/field.json" --preset cpu -o "$tmpc/out.yaml"
+sed 's/mtc-profile-1/other/' "$tmpc/p.json" >"$tmpc/format.json"
+expect 2 'format.json: format: missing or not "mtc-profile-1"' "$mtc" calibrate "$tmpc/format.json" --preset cpu -o "$tmpc/out.yaml"
+sed 's/"seconds": 0.5,/"seconds": 0.1,/' "$tmpc/p.json" >"$tmpc/fast.json" # 100 GFLOP/s on a 50 GFLOP/s preset
+expect 2 'efficiency.dense_gemm would be 2, above 1.*raise gpu.bf16_flops in cpu' \
+  "$mtc" calibrate "$tmpc/fast.json" --preset cpu -o "$tmpc/out.yaml"
+expect 2 "unknown cluster preset 'nosuch'" "$mtc" calibrate "$tmpc/p.json" --preset nosuch -o "$tmpc/out.yaml"
+expect 2 'cannot write it' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/no/dir/out.yaml"
+# by hand: dense_gemm = 1e10 / (50e9 x 0.5) = 0.4, attention = 1e9 / (50e9 x 0.25) = 0.08; elementwise:
+# the norm's 1e8 B (the model does not price the elementwise class's bytes) over the seconds of
+# both and of the 1-rank all-gather, 0.25 s, at 10 GB/s = 0.04; the rest stays the cpu preset's
+expect 0 'wrote .*out.yaml: preset cpu calibrated from 1 profile' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/out.yaml"
+grep -q '^  dense_gemm: 0.4   # fitted from .*p.json: 10 GFLOP in 0.5 s' "$tmpc/out.yaml" &&
+  grep -q '^  attention: 0.08   # fitted from' "$tmpc/out.yaml" && grep -q '^  elementwise: 0.04   # fitted from' "$tmpc/out.yaml" &&
+  grep -q '^  grouped_gemm: 0.5 *$' "$tmpc/out.yaml" && grep -q '^# Calibrated by .mtc calibrate. on .* from .*p.json' "$tmpc/out.yaml" ||
+  { echo "FAIL: mtc calibrate's factors (expected dense_gemm 0.4, attention 0.08, elementwise 0.04)"; cat "$tmpc/out.yaml"; fail=1; }
+# two profiles: least squares in 1/factor, Σ w² / (rate Σ w m) = (1e20 + 4e20) / (50e9 (1e10 x 0.5 + 2e10 x 0.5))
+sed 's/"flops": 1e10/"flops": 2e10/' "$tmpc/p.json" >"$tmpc/p2.json"
+expect 0 'efficiency.dense_gemm +0.6667 ' "$mtc" calibrate "$tmpc/p.json" "$tmpc/p2.json" --preset cpu -o "$tmpc/out2.yaml"
+expect 0 'predicted step' env MTC_PRESET_DIR="$tmpc" "$mtc" plan specs/tiny-moe.yaml --set cluster.preset=out
+rm -rf "$tmpc"
+
 [ $fail -eq 0 ] && echo "ok: command line"
 exit $fail

@@ -155,6 +155,20 @@ out=$("$mtc" build edits 2>&1); rc=$?
   die "mtc build of an edited step.c: exit $rc, $out"
 out=$("$mtc" build edits --allow-edits 2>&1) && echo "$out" | grep -q "note: building an edited program" && [ -x edits/build/train ] ||
   die "mtc build --allow-edits: $out"
+# a recompile does not silently replace an edited program file (program.sum), nor does a compile that writes
+# no program remove files that are not mtc's, or follow a link out of the directory
+cp -r own edit2 && echo '/* mine */' >>edit2/train.c
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o edit2 $small 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "edit2/train.c was changed after mtc compile wrote it.*--force" && tail -1 edit2/train.c | grep -q mine ||
+  die "a recompile over an edited train.c: exit $rc, $out"
+mkdir -p outside && echo 'not mtc' >outside/train && ln -s ../outside edit2/build-link && echo 'my own' >edit2/step.c
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o edit2 --force --set cluster.gpu.hbm=1MiB --set cluster.nodes=1 2>&1); rc=$?
+[ $rc -eq 1 ] && [ -f outside/train ] && [ "$(cat edit2/step.c)" = "my own" ] && [ ! -e edit2/train.c ] ||
+  die "an infeasible recompile removed files that are not mtc's: exit $rc, $(ls edit2 outside), $out"
+# a compile killed before its renames leaves only .tmp files: the next compile into the new directory proceeds
+mkdir killedc && echo partial >killedc/report.html.tmp && echo partial >killedc/plan.json.tmp
+"$mtc" compile "$src/specs/tiny-moe.yaml" -o killedc $small >/dev/null 2>&1 && [ -f killedc/plan.json ] ||
+  die "a compile after a killed one"
 # a copied program directory with its build tree: mtc build configures the copy afresh, saying so
 cp -r own copied && out=$("$mtc" build copied 2>&1) && echo "$out" | grep -q "copied/build was configured for .*own/build (a copied build tree): configuring it afresh" &&
   grep -q "CMAKE_CACHEFILE_DIR:INTERNAL=.*copied/build" copied/build/CMakeCache.txt || die "mtc build of a copied directory: $out"
@@ -303,6 +317,11 @@ printf '{"step":1,"loss":9}\n{"step":2,"loss":9}\n{"step":3,"loss":9}\n' >old.js
 out=$(t1/build/train --data "$text" --steps 2 --metrics old.jsonl 2>&1); rc=$?
 [ $rc -eq 0 ] && echo "$out" | grep -q "note: --metrics old.jsonl held 60 bytes of an earlier run; emptied" &&
   [ "$(wc -l <old.jsonl)" -eq 2 ] && ! grep -q '"loss":9}' old.jsonl || die "a new run on an old metrics file: exit $rc, $out, $(cat old.jsonl)"
+# a file that is not a metrics file (the data itself, a manifest, code) is never emptied nor appended to
+cp "$text" data-copy.txt && before=$(md5sum <data-copy.txt)
+out=$(t1/build/train --data data-copy.txt --steps 1 --metrics data-copy.txt 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "data-copy.txt holds [0-9]* bytes that are not a metrics file of mtc's" &&
+  [ "$(md5sum <data-copy.txt)" = "$before" ] || die "--metrics naming the data file: exit $rc, $out"
 ln -s "$work/made-by-link.jsonl" dangling.jsonl
 out=$(t1/build/train --data "$text" --steps 1 --metrics dangling.jsonl 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "dangling.jsonl -> $work/made-by-link.jsonl: a symbolic link to nothing" &&

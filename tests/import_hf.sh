@@ -54,6 +54,10 @@ expect_err '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "
 expect_err '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}' 'lacks a numeric factor or an integer original_max_position_embeddings'
 expect_err '{"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "use_sliding_window": true}' '"use_sliding_window" is true'
 expect_err '{"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "clip_qkv": 8.0}' '"clip_qkv" is set'
+# a value mtc check refuses is refused by import-hf, with check's message (not a spec that fails later)
+expect_err '{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "rms_norm_eps": 0}' 'a value of this config is outside what mtc accepts'
+# a key given twice (which value is meant?) is refused
+expect_err '{"model_type": "llama", "num_hidden_layers": 2, "num_hidden_layers": 4}' 'duplicate'
 # deepseek_v3's group-limited routing, routed_scaling_factor and yarn RoPE scaling are kept
 printf '%s' '{"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "intermediate_size": 8, "n_group": 4, "topk_group": 2, "scoring_func": "sigmoid", "routed_scaling_factor": 2.5, "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}}' >"$tmp/ds.json"
 "$mtc" import-hf "$tmp/ds.json" -o "$tmp/ds.yaml" && "$mtc" check "$tmp/ds.yaml" >/dev/null && grep -q "n_group: 4" "$tmp/ds.yaml" &&

@@ -1,6 +1,7 @@
 /* test_plan.c — the planner: the reference run's plan, properties across sequence lengths and
  * node counts, a pinned plan that cannot fit, arena invariants, and every memory item of a
  * small spec against a hand computation.   usage: test_plan SOURCE_DIR */
+#include <math.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -259,14 +260,16 @@ static void tiny_items_by_hand(void) {
   CHECK_EQ(bytes(c, "activations.grad_residual[0]"), 2 * H * T);
   /* gradients of gate, up and act of the widest FFN: top-2 x 256 routed (no imbalance at ep 1) */
   CHECK_EQ(bytes(c, "activations.grad_ffn"), 3 * 2 * T * (2 * 256));
-  /* ep 1: no all-to-all; the experts' outputs before the combine (top-2 copies per token) */
-  CHECK_EQ(bytes(c, "moe.expert_out"), T * 2 * H * 2);
+  /* ep 1: no all-to-all; the gradient of the experts' outputs (top-2 copies per token); that of
+   * their inputs lies in y_combined's bytes (dead once combined) */
+  CHECK_EQ(bytes(c, "moe.grad_expert_out"), T * 2 * H * 2);
+  CHECK(!find_quiet(c, "moe.grad_expert_in"));
   CHECK_EQ(bytes(c, "workspace.attention_dq_fp32"), 4 * T * 4 * 32);
   CHECK_EQ(bytes(c, "workspace.logits_chunk"), 2 * 4 * T * 256);
   CHECK_EQ(bytes(c, "reserve.nccl_buffers"), 64 << 20); /* the cpu preset */
   CHECK_EQ(bytes(c, "reserve.host"), 64 << 20);
   /* static 4, gathered, unsharded grads 2, boundaries 4, forward and recompute layers, grad
-   * residual 2, grad ffn, expert_out, dq, logits, reserves 4 */
+   * residual 2, grad ffn, grad_expert_out, dq, logits, reserves 4 */
   int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 2 + 2 + 1 + 1 + 1 + 1 + 4;
   CHECK_EQ(c->nitems, items);
   check_arena(c);
@@ -516,6 +519,57 @@ static void kept_gathered_by_hand(void) {
   mem_free(&m);
 }
 
+/* reshard per group on tiny-moe (fsdp 2, ep 1: experts sharded over 2 ranks; prefetch 1: 2 pool
+ * buffers; a layer holds 148,736 dense params and 8 x 98,304 = 786,432 routed; embedding and
+ * head 32,768 each):
+ *   dense kept:   gathered.dense_kept = 2 B x (P - routed) = 2 x 660,608 = 1,321,216
+ *                 gathered.params[i]  = 2 B x 786,432 / 1 = 1,572,864 (the experts, re-gathered)
+ *   experts kept: gathered.experts_kept = 2 B x 3,145,728 / 1 = 6,291,456
+ *                 gathered.params[i]    = 2 B x 148,736 = 297,472 (a layer's dense part)
+ * and the gathers each saves against every_micro_batch add up to what after_step saves. */
+static void reshard_per_group(void) {
+  Mem m = {0};
+  const char *base[] = {"plan.fsdp=2", "plan.ep=1", "plan.activation_checkpoint=full",
+                        "plan.offload_activations=none", "plan.prefetch=1", "plan.optimizer_tier=hbm",
+                        "plan.optimizer_step=gpu", "training.global_batch=16", NULL, NULL};
+  const char *pol[4][2] = {{"plan.reshard=every_micro_batch", "plan.reshard_experts=every_micro_batch"},
+                           {"plan.reshard=after_step", "plan.reshard_experts=every_micro_batch"},
+                           {"plan.reshard=every_micro_batch", "plan.reshard_experts=after_step"},
+                           {"plan.reshard=after_step", "plan.reshard_experts=after_step"}};
+  Plan *p[4];
+  for (int i = 0; i < 4; i++) {
+    base[8] = pol[i][0], base[9] = pol[i][1];
+    p[i] = plan(&m, "specs/tiny-moe.yaml", base, 10);
+    CHECK(p[i] && p[i]->feasible);
+    if (!p[i] || !p[i]->feasible) return;
+    check_arena(&p[i]->best);
+  }
+  CHECK(p[1]->best.ch.reshard == RESHARD_AFTER_STEP && p[1]->best.ch.reshard_experts == RESHARD_EVERY_MICRO_BATCH);
+  CHECK_EQ(bytes(&p[1]->best, "gathered.dense_kept"), 1321216);
+  CHECK_EQ(bytes(&p[1]->best, "gathered.params[0]"), 1572864);
+  CHECK_EQ(bytes(&p[1]->best, "gathered.params[1]"), 1572864);
+  CHECK(!find_quiet(&p[1]->best, "gathered.params_kept") && !find_quiet(&p[1]->best, "gathered.experts_kept"));
+  CHECK_EQ(bytes(&p[2]->best, "gathered.experts_kept"), 6291456);
+  CHECK_EQ(bytes(&p[2]->best, "gathered.params[0]"), 297472);
+  CHECK(!find_quiet(&p[2]->best, "gathered.dense_kept"));
+  CHECK_EQ(bytes(&p[3]->best, "gathered.params_kept"), 1321216 + 6291456); /* 2 B x P */
+  double every = p[0]->best.cost.comm_total;
+  double save_d = every - p[1]->best.cost.comm_total, save_e = every - p[2]->best.cost.comm_total;
+  double save_all = every - p[3]->best.cost.comm_total;
+  CHECK(save_d > 0 && save_e > 0);
+  CHECK_NEAR(save_d + save_e, save_all, 1e-9 * save_all);
+  /* the experts' saving by hand: (2A - 1) x their forward gathers, A = 16 / (2 x 2) = 4 */
+  CHECK_EQ(p[2]->best.ch.accum, 4);
+  double ag_e = 0;
+  for (int l = 0; l < 4; l++) {
+    LayerTime t;
+    cost_layer(p[2]->md, &p[2]->best.ch, l, &t);
+    ag_e += t.ag_experts;
+  }
+  CHECK_NEAR(save_e, 7 * ag_e, 1e-9 * save_e);
+  mem_free(&m);
+}
+
 /* The all-to-all on mixed links (jupiter-booster: 4 GPUs per node, NVLink 150 GB/s per pair,
  * InfiniBand 25 GB/s per GPU, network efficiency 0.8), by hand:
  *   t = max(b·l/ep / (l·150e9·0.8), b·r/ep / (25e9·0.8)), l = min(ep, 4) − 1, r = ep − min(ep, 4). */
@@ -548,6 +602,85 @@ static void all_to_all_mixed_links(void) {
   double bytes = 2.0 * 4096 * 8 * 7168 * 2 * 1.25;
   CHECK_NEAR(t.a2a_fwd, 2 * bytes * 60 / 64 / ib, 1e-9);
   CHECK_NEAR(t.a2a_bwd, 4 * bytes * 60 / 64 / ib, 1e-9); /* full checkpointing re-dispatches */
+  mem_free(&m);
+}
+
+/* The hierarchical all-to-all on jupiter-booster (4 GPUs per node), top_k 8, by hand: over
+ * InfiniBand one copy per token and other node holding one of its experts,
+ *   ib = b/8 · (N − 1) · (1 − (1 − 1/N)^8),  N = ep / 4 nodes,
+ * over NVLink the 3/4 of the copies not for the receiving GPU, on 3 pair links, b·3/4 / (3·nv);
+ * t = the larger. Inside a node it is the flat exchange. */
+static void all_to_all_hierarchical(void) {
+  Mem m = {0};
+  Diag d = {.mem = &m};
+  Spec *s = spec_load(&m, &d, mem_printf(&m, "%s/specs/deepseek-v3.yaml", src_dir), NULL, 0, NULL, 0);
+  CHECK(s != NULL);
+  if (!s) return;
+  const double b = 1e9, nv = 150e9 * 0.8, ib = 25e9 * 0.8;
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 4, 8), cost_all_to_all(s, b, 4), 1e-15);
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 2, 8), cost_all_to_all(s, b, 2), 1e-15);
+  /* 2 nodes: the other node holds none of 8 experts with probability 1/256: 255/256 of a copy */
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 8, 8), b / 8 * (255.0 / 256) / ib, 1e-12); /* 6.2256 ms/GB */
+  /* 16 nodes: 15 · (1 − (15/16)^8) = 6.0491 copies of 8 (flat: 7.5) */
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 64, 8), b / 8 * 15 * (1 - pow(15.0 / 16, 8)) / ib, 1e-12);
+  CHECK(cost_all_to_all_hier(s, b, 64, 8) < cost_all_to_all(s, b, 64));
+  /* top-1: one copy, always on one node — the flat exchange's IB share (N − 1)/N */
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 8, 1), b * 4 / 8 / ib, 1e-12);
+  /* fast InfiniBand: NVLink forwarding bounds it, b·3/4 / (3·nv) */
+  s->cluster.links.internode = 1e15;
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 8, 8), b * 3 / 4 / (3 * nv), 1e-12);
+  s->cluster.links.internode = 25e9;
+  /* in a layer: dispatch + combine in the forward, with the choice's dispatch */
+  Model *md = model_build(&m, &d, s);
+  CHECK(md != NULL);
+  if (!md) return;
+  Choice ch = {.fsdp = 256, .ep = 8, .dp_replicate = 1, .efsdp = 32, .micro_batch = 2, .accum = 30,
+               .reshard = RESHARD_EVERY_MICRO_BATCH, .dispatch = DISPATCH_HIERARCHICAL, .ac = AC_NONE,
+               .offload = OFF_NONE, .opt_tier = TIER_HBM, .prefetch = 1};
+  LayerTime t;
+  cost_layer(md, &ch, 3, &t);
+  double bytes = 2.0 * 4096 * 8 * 7168 * 2 * 1.25;
+  CHECK_NEAR(t.a2a_fwd, 2 * bytes / 8 * (255.0 / 256) / ib, 1e-9);
+  ch.dispatch = DISPATCH_FLAT;
+  cost_layer(md, &ch, 3, &t);
+  CHECK_NEAR(t.a2a_fwd, 2 * bytes * 4 / 8 / ib, 1e-9);
+  mem_free(&m);
+}
+
+/* deepseek-v3 on 64 nodes: the best across-node plan dispatches hierarchically and loses to EP
+ * in a node by less than the flat one; pinned flat, the across plan is flat; compile's search
+ * (program) never plans hierarchical; europa-1t keeps EP in a node. */
+static void dispatch_in_search(void) {
+  Mem m = {0};
+  Plan *p = plan(&m, "specs/deepseek-v3.yaml", NULL, 0);
+  const char *flat[] = {"plan.moe_dispatch=flat"};
+  Plan *q = plan(&m, "specs/deepseek-v3.yaml", flat, 1);
+  CHECK(p && q && p->feasible && q->feasible && p->has_across && q->has_across);
+  if (!p || !q || !p->has_across || !q->has_across) return;
+  CHECK(p->across.ch.dispatch == DISPATCH_HIERARCHICAL);
+  CHECK(q->across.ch.dispatch == DISPATCH_FLAT);
+  CHECK(p->across.cost.step < q->across.cost.step);
+  CHECK(p->best.ch.ep <= 4 && p->best.cost.step <= p->across.cost.step);
+  Plan *r = plan_search_for(&m, p->md, true);
+  CHECK(r && r->feasible && r->best.ch.dispatch != DISPATCH_HIERARCHICAL);
+  for (int i = 0; r && i < r->nalts; i++) CHECK(r->alts[i].ch.dispatch != DISPATCH_HIERARCHICAL);
+  /* micro_batch 1 pinned (60 micro-batches): EP across 8 nodes, hierarchical, with everything but
+   * the routed experts kept gathered beats keeping all of them (less HBM: selective checkpointing)
+   * and EP in a node */
+  const char *mb1[] = {"training.micro_batch=1"};
+  Plan *o = plan(&m, "specs/deepseek-v3.yaml", mb1, 1);
+  CHECK(o && o->feasible && o->best.ch.ep == 32 && o->best.ch.dispatch == DISPATCH_HIERARCHICAL);
+  if (o && o->feasible) {
+    CHECK(o->best.ch.reshard == RESHARD_AFTER_STEP && o->best.ch.reshard_experts == RESHARD_EVERY_MICRO_BATCH);
+    CHECK(o->has_in_node && o->best.cost.step * 5 < o->in_node.cost.step);
+  }
+  /* on 32 nodes EP 8 across 2 nodes, hierarchical, wins: FSDP gathers half the experts */
+  const char *n32[] = {"cluster.nodes=32"};
+  Plan *h = plan(&m, "specs/deepseek-v3.yaml", n32, 1);
+  CHECK(h && h->feasible && h->best.ch.ep == 8 && h->best.ch.dispatch == DISPATCH_HIERARCHICAL);
+  if (h && h->feasible) CHECK(h->has_in_node && h->best.cost.step < h->in_node.cost.step);
+  Plan *e = plan(&m, "specs/europa-1t.yaml", NULL, 0);
+  CHECK(e && e->feasible && e->best.ch.ep <= 4);
   mem_free(&m);
 }
 
@@ -617,6 +750,9 @@ int main(int argc, char **argv) {
   optimizer_pins();
   kept_gathered_by_hand();
   all_to_all_mixed_links();
+  all_to_all_hierarchical();
+  reshard_per_group();
+  dispatch_in_search();
   after_step_saves_gathers();
   search_dimensions();
   return CHECK_DONE("test_plan");

@@ -46,6 +46,13 @@
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
 #   text-muon  the same with training.optimizer=muon
+#   calibrate  tiny-moe on 1 rank with --profile (3 steps: 2 profiled), then mtc calibrate of the
+#              cpu preset from that profile: every op class the cost model prices is in the
+#              profile with its seconds and FLOPs or bytes (the GEMM and attention FLOPs those
+#              of the shapes, computed here by hand), the calibrated preset loads by its file
+#              name (MTC_PRESET_DIR), each fitted factor is FLOPs / (50 GFLOP/s x seconds) of the
+#              profile, and the plan's prediction moves with the factors (a preset fitted to
+#              the profile with every second doubled predicts a longer step). No wall-clock bound.
 #   muon-traffic  a PMPI interposer (tests/pmpi/pmpi_count.c) counts what each rank hands to MPI:
 #              on 2 ranks (ep 1, 24 experts) Muon adds less than 3/4 of the dense Muon matrices'
 #              bytes per rank and step over AdamW (experts move nothing)
@@ -202,7 +209,7 @@ PY
   grep -q "^#define SHARD_EXPERTS 2 " "$work/w4ep2/step.h" || die "w4ep2: 4 experts per EP rank over 2 ranks are not whole-expert shards of 2"
   build w4bf16 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 \
     --set training.grad_reduce_dtype=bf16 || exit 1
-  grep -q "rt_comm_reduce_scatter_start(.*RS_WIRE" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
+  grep -q "rt_comm_reduce_scatter_start(.*, true, NULL" "$work/w4bf16/step.c" || die "bf16: no bf16 reduce-scatter in step.c"
   (cd "$work" && "${mpirun[@]}" -np 4 ./w4bf16/build/train --data "$text" --metrics w4bf16.jsonl >/dev/null) ||
     die "4 rank run (bf16 wire)"
   paste <(losses "$work/w1.jsonl") <(losses "$work/w4bf16.jsonl") | awk '
@@ -336,9 +343,9 @@ checkpoints)
     --checkpoint-every 2 --keep-checkpoints 2 >sig.log 2>&1) & pid=$!
   for _ in $(seq 1200); do grep -Eq '^step +5/' "$work/sig.log" 2>/dev/null && break; sleep 0.1; done
   kill -USR1 $pid; wait $pid; rc=$?
-  at=$(ls "$work/ckS" | tail -1 | sed 's/^step-0*//')
+  at=$(ls "$work/ckS" | grep '^step-' | tail -1 | sed 's/^step-0*//')
   [ $rc -eq 0 ] && grep -q "stopped after step $at on SIGUSR1; run the same command again" "$work/sig.log" &&
-    [ "$at" -lt 400 ] && [ -f "$work/ckS/step-$(printf %08d "$at")/manifest.json" ] && [ "$(ls "$work/ckS" | wc -l)" -eq 2 ] ||
+    [ "$at" -lt 400 ] && [ -f "$work/ckS/step-$(printf %08d "$at")/manifest.json" ] && [ "$(ls "$work/ckS" | grep -c '^step-')" -eq 2 ] ||
     die "SIGUSR1: exit $rc, checkpoints $(ls "$work/ckS" | tr '\n' ' '), $(tail -3 "$work/sig.log")"
   (cd "$work" && "${mpirun[@]}" -np 2 ./c2l/build/train --data "$text" --metrics sig.jsonl --checkpoint-dir ckS \
     --steps $((at + 3)) >/dev/null && "${mpirun[@]}" -np 2 ./c2l/build/train --data "$text" --metrics sig0.jsonl \
@@ -550,6 +557,75 @@ conventions)
       END { printf "%s: 1 vs 2 ranks (fsdp 2, ep 2, fp32 wire): %d steps, worst relative difference %.2e\n", v, n, worst
             exit (worst > 1e-4 || n != 10) }' || die "$name: losses differ between 1 and 2 ranks"
   done ;;
+calibrate)
+  cal=(--set training.seq_len=64 --set training.warmup_steps=2 --set cluster.gpus_per_node=1 --set plan.fsdp=1)
+  build cal "$tiny" float "${cal[@]}" || exit 1
+  (cd "$work" && ./cal/build/train --data "$text" --steps 3 --metrics cal.jsonl --profile cal.json >cal.log) ||
+    { cat "$work/cal.log"; die "the profiled run"; exit 1; }
+  grep -q "^throughput: [0-9]* tokens/s per rank over 2 steps" "$work/cal.log" || die "the throughput line changed"
+  # tiny-moe at seq 64: 4 layers, hidden 128, 4 heads of 32 (2 KV heads), 8 experts of 256
+  # (top 2) and a shared one, vocabulary 256; 8 sequences of 64 tokens per step (1 rank)
+  python3 - "$work/cal.json" <<'PY' || die "the profile's classes and FLOPs"
+import json, sys
+p = json.load(open(sys.argv[1]))
+c = p["classes"]
+N, C, L, V, hd, nh, nkv, F, K = 8 * 64, 128, 4, 256, 32, 4, 2, 256, 2
+for k in ["gemm", "grouped_gemm", "attention_fwd", "attention_bwd", "norm", "rope", "activation", "loss", "optimizer"]:
+    assert k in c and c[k]["seconds"] > 0, k
+assert p["steps"] == 2 and p["world"] == 1 and p["backend"] == "cpu" and p["tokens_per_step"] == N, p
+# attention: causal 2 B T^2 nh hd forward, 2.5x backward, per layer
+fwd = L * 2 * 8 * 64 * 64 * nh * hd
+assert abs(c["attention_fwd"]["flops"] - fwd) < 1, (c["attention_fwd"], fwd)
+assert abs(c["attention_bwd"]["flops"] - 2.5 * fwd) < 1, c["attention_bwd"]
+# routed experts: every row goes through gate, up (C->F) and down (F->C): 3 GEMMs of 2 rows C F
+# forward, twice that backward (dx and dW)
+grouped = L * 3 * (2 * N * K * C * F) * 3
+assert abs(c["grouped_gemm"]["flops"] - grouped) < 1, (c["grouped_gemm"]["flops"], grouped)
+# dense GEMMs: q (C->nh hd), k, v (C->nkv hd), o (nh hd->C), the shared expert (3 of C F), the
+# router (C->8) per layer, forward and 2x backward, and the LM head (C->V) 4 times: forward, and
+# backward the logits again (never stored), dx and dW
+per_tok = L * (C * nh * hd * 2 + 2 * C * nkv * hd + 3 * C * F + C * 8)
+want = 3 * 2 * N * per_tok + 4 * 2 * N * C * V
+assert abs(c["gemm"]["flops"] - want) < 1, (c["gemm"]["flops"], want)
+# the loss: 2 B per logit forward, 4 backward
+assert abs(c["loss"]["bytes"] - 6 * N * V) < 1, c["loss"]
+print("profile: " + ", ".join("%s %.3f ms" % (k, 1e3 * v["seconds"]) for k, v in c.items()))
+slow = json.loads(json.dumps(p))
+for v in slow["classes"].values(): v["seconds"] *= 2
+json.dump(slow, open(sys.argv[1].replace(".json", "-slow.json"), "w"))
+PY
+  mkdir -p "$work/presets"
+  "$mtc" calibrate "$work/cal.json" --preset cpu -o "$work/presets/cpu-fit.yaml" >"$work/calibrate.log" ||
+    { cat "$work/calibrate.log"; die "mtc calibrate"; }
+  "$mtc" calibrate "$work/cal-slow.json" --preset cpu -o "$work/presets/cpu-slow.yaml" >/dev/null || die "mtc calibrate (slow)"
+  python3 - "$work/cal.json" "$work/presets/cpu-fit.yaml" <<'PY' || die "the fitted factors"
+import json, re, sys
+c = json.load(open(sys.argv[1]))["classes"]
+text = open(sys.argv[2]).read()
+def factor(k):
+    m = re.search(r"^  %s: ([0-9.e+-]+) +# fitted from .*cal\.json: " % k, text, re.M)
+    assert m, "no fitted %s citing the profile in:\n%s" % (k, text)
+    return float(m.group(1))
+for k, cls in [("dense_gemm", "gemm"), ("grouped_gemm", "grouped_gemm"), ("attention", "attention_fwd"),
+               ("attention_bwd", "attention_bwd")]:
+    want = c[cls]["flops"] / (50e9 * c[cls]["seconds"])
+    assert abs(factor(k) / want - 1) < 1e-3, (k, factor(k), want)
+# elementwise: the bytes the model prices over the seconds of every memory-bound class and of the
+# 1-rank collectives (local copies)
+b = sum(c[k]["bytes"] for k in ["norm", "rope", "activation", "loss"])
+s = sum(c[k]["seconds"] for k in ["norm", "rope", "activation", "loss", "permute", "elementwise", "all_gather",
+                                   "reduce_scatter", "all_reduce"] if k in c)
+assert abs(factor("elementwise") / (b / (10e9 * s)) - 1) < 1e-3, (factor("elementwise"), b / (10e9 * s))
+print("fitted: " + ", ".join("%s %.4g" % (k, factor(k)) for k in ["dense_gemm", "grouped_gemm", "attention",
+                                                                  "attention_bwd", "elementwise"]))
+PY
+  step() { MTC_PRESET_DIR="$work/presets" "$mtc" plan "$tiny" "${cal[@]}" --json "$@" |
+           python3 -c "import json, sys; print(json.load(sys.stdin)['predicted']['step_seconds'])"; }
+  fit=$(step --set cluster.preset=cpu-fit) || die "the calibrated preset does not load"
+  slow=$(step --set cluster.preset=cpu-slow) || die "the slow preset does not load"
+  echo "predicted step: calibrated $fit s, with every measured second doubled $slow s"
+  awk -v f="$fit" -v s="$slow" 'BEGIN { exit !(s > 1.8 * f && s < 2.2 * f) }' ||
+    die "doubling the measured seconds should double the predicted compute ($fit s -> $slow s)" ;;
 *) echo "unknown check $check"; exit 2 ;;
 esac
 exit $fail

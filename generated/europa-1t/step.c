@@ -552,31 +552,21 @@
 #define HEAD_ADAM_V              7466247472 /*    4096016: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define GRAD0                        131072 /* 3306958848: an even unit's gradient, dense then experts, then its reduce-scatters' input */
-#define GRAD1                    3307089920 /* 3306958848: an odd unit's (in flight while the next unit's backward runs) */
-#define RS_OUT0                  6911674400 /*   33030144: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                 6944704544 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                  7731139616 /*   33030144: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                 7764169760 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                  9349616672 /*   33030144: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                 9382646816 /*  786435072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                 10169081888 /*   33030144: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                10202112032 /* 1585446912: its bf16 send buffer (2 bytes per gathered value) */
-#define WS_RSTD1                11787558944 /*      65536: its 1/rms per token */
-#define WS_LSE                  11787624480 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RSTD2                11790770208 /*      65536: its 1/rms per token */
-#define WS_LOGITS               11790835744 /*   25165824: router logits */
-#define WS_IDX                  11816001568 /*     524288: selected experts (int32) */
-#define WS_WTS                  11816525856 /*     524288: their weights */
-#define WS_POS                  11817050144 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              11817574432 /*        385: first row of each expert (int32) */
-#define WS_EOFF                 11817574832 /*         97: first row of each local expert in the round (int32) */
-#define DLOGITS                 11817574944 /*   25165824: gradient of the router logits */
-#define DWTS                    11842740768 /*     524288: gradient of the routing weights */
-#define AUX                     11843265056 /*       1152: load-balancing loss scratch */
-#define RSTDF                   11843266208 /*      65536: its 1/rms per token */
-#define LSEF                    11843331744 /*      65536: log-sum-exp of each token's logits */
-#define CE                      11843397280 /*  536870912: logits of one vocabulary chunk and their gradient */
+#define WS_RSTD1                  297756704 /*      65536: its 1/rms per token */
+#define WS_LSE                    297822240 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RSTD2                  300967968 /*      65536: its 1/rms per token */
+#define WS_LOGITS                 301033504 /*   25165824: router logits */
+#define WS_IDX                    326199328 /*     524288: selected experts (int32) */
+#define WS_WTS                    326723616 /*     524288: their weights */
+#define WS_POS                    327247904 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                327772192 /*        385: first row of each expert (int32) */
+#define WS_EOFF                   327772592 /*         97: first row of each local expert in the round (int32) */
+#define DLOGITS                   327772704 /*   25165824: gradient of the router logits */
+#define DWTS                      352938528 /*     524288: gradient of the routing weights */
+#define AUX                       353462816 /*       1152: load-balancing loss scratch */
+#define RSTDF                     353463968 /*      65536: its 1/rms per token */
+#define LSEF                      353529504 /*      65536: log-sum-exp of each token's logits */
+#define CE                        353595040 /*  536870912: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -731,47 +721,49 @@
 #define HEAD_PARAM               2474547520 /*    4096016: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define GATHERED0                2478643536 /* 3306958848: units u with u % 2 = 0: parameters all-gathered, dense then experts */
 #define GATHERED1                5785602384 /* 3306958848: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define XSLOT0                   9092561232 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                   9495214416 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                   9897867600 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  10300520784 /*  402653184: attention norm output */
-#define WS_Q                    10703173968 /*  402653184: queries (rotated) */
-#define WS_K                    11105827152 /*  134217728: keys (rotated) */
-#define WS_V                    11240044880 /*  134217728: values */
-#define WS_ATT                  11374262608 /*  402653184: attention output */
-#define WS_RES                  11776915792 /*  402653184: residual stream after attention */
-#define WS_LN2                  12179568976 /*  402653184: mlp norm output */
-#define WS_YP                   12582222160 /* 3221225472: expert outputs in that order */
-#define WS_XP                   15803447632 /* 3221225472: token copies in expert order, to send (all-to-all) */
-#define WS_XE                   19024673104 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   23051204944 /* 4026531840: their outputs, before going back */
-#define WS_EG                   27077736784 /* 1174405120: routed experts' gate */
-#define WS_EU                   28252141904 /* 1174405120: routed experts' up */
-#define WS_EH                   29426547024 /* 1174405120: routed experts' activation */
-#define WS_SG                   30600952144 /*  117440512: shared experts' gate */
-#define WS_SU                   30718392656 /*  117440512: shared experts' up */
-#define WS_SH                   30835833168 /*  117440512: shared experts' activation */
-#define WS_Y                    30953273680 /*  402653184: a block's output before the residual add */
-#define WS_Y2                   31355926864 /*  402653184: shared experts' output */
-#define DX_A                    31758580048 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                    32161233232 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                     32563886416 /*  402653184: gradient of a norm's output */
-#define DATT                    32966539600 /*  402653184: gradient of the attention output */
-#define DQ                      33369192784 /*  402653184: gradient of the queries */
-#define DK                      33771845968 /*  134217728: gradient of the keys */
-#define DV                      33906063696 /*  134217728: gradient of the values */
-#define DYP                     34040281424 /* 3221225472: gradient of the expert outputs */
-#define DXP                     37261506896 /* 3221225472: gradient of the token copies */
-#define DYE                     40482732368 /* 4026531840: gradient of the received rows' outputs */
-#define DXE                     44509264208 /* 4026531840: gradient of the received rows */
-#define A2A                     48535796048 /* 4026531840: all-to-all staging of one round (source-rank order) */
-#define EDG                     52562327888 /* 1174405120: routed experts' gate gradient */
-#define EDU                     53736733008 /* 1174405120: routed experts' up gradient */
-#define EDH                     54911138128 /* 1174405120: routed experts' activation gradient */
-#define DSG                     56085543248 /*  117440512: shared experts' gate gradient */
-#define DSU                     56202983760 /*  117440512: shared experts' up gradient */
-#define DSH                     56320424272 /*  117440512: shared experts' activation gradient */
-#define LNF                     56437864784 /*  402653184: final norm output */
+#define GRAD0                    9092561232 /* 3306958848: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   12399520080 /* 3306958848: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                  15706478928 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  16109132112 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  16511785296 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  16914438480 /*  402653184: attention norm output */
+#define WS_Q                    17317091664 /*  402653184: queries (rotated) */
+#define WS_K                    17719744848 /*  134217728: keys (rotated) */
+#define WS_V                    17853962576 /*  134217728: values */
+#define WS_ATT                  17988180304 /*  402653184: attention output */
+#define WS_RES                  18390833488 /*  402653184: residual stream after attention */
+#define WS_LN2                  18793486672 /*  402653184: mlp norm output */
+#define DXE                     19196139856 /* 4026531840: gradient of the received rows (backward); in the forward, WS_XP */
+#define WS_XP                           DXE /* 3221225472: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
+#define WS_YP                         WS_XP /* 3221225472: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
+#define WS_XE                   23222671696 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   27249203536 /* 4026531840: their outputs, before going back */
+#define WS_EG                   31275735376 /* 1174405120: routed experts' gate */
+#define WS_EU                   32450140496 /* 1174405120: routed experts' up */
+#define WS_EH                   33624545616 /* 1174405120: routed experts' activation */
+#define WS_SG                   34798950736 /*  117440512: shared experts' gate */
+#define WS_SU                   34916391248 /*  117440512: shared experts' up */
+#define WS_SH                   35033831760 /*  117440512: shared experts' activation */
+#define WS_Y                    35151272272 /*  402653184: a block's output before the residual add */
+#define WS_Y2                   35553925456 /*  402653184: shared experts' output */
+#define DX_A                    35956578640 /*  402653184: gradient of the residual stream (even layers' output) */
+#define DX_B                    36359231824 /*  402653184: gradient of the residual stream (odd layers' output) */
+#define DLN                     36761885008 /*  402653184: gradient of a norm's output */
+#define DATT                    37164538192 /*  402653184: gradient of the attention output */
+#define DQ                      37567191376 /*  402653184: gradient of the queries */
+#define DK                      37969844560 /*  134217728: gradient of the keys */
+#define DV                      38104062288 /*  134217728: gradient of the values */
+#define A2A                     38238280016 /* 4026531840: all-to-all staging of one round (source-rank order); between all-to-alls, the FFN gradients */
+#define EDG                             A2A /* 1174405120: routed experts' gate gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DSG                             EDG /*  117440512: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
+#define EDU                    (A2A + 1174405120) /* 1174405120: routed experts' up gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DSU                             EDU /*  117440512: shared experts' up gradient: in EDU (one FFN's backward at a time) */
+#define EDH                    (A2A + 2348810240) /* 1174405120: routed experts' activation gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DSH                             EDH /*  117440512: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DYP                     42264811856 /* 3221225472: gradient of the expert outputs */
+#define DXP                             DYP /* 3221225472: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
+#define DYE                           WS_YE /* 4026531840: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
+#define LNF                     45486037328 /*  402653184: final norm output */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -4878,10 +4870,10 @@ static void layer73_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -4929,10 +4921,10 @@ static void layer72_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -4980,10 +4972,10 @@ static void layer71_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5031,10 +5023,10 @@ static void layer70_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5082,10 +5074,10 @@ static void layer69_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5133,10 +5125,10 @@ static void layer68_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5184,10 +5176,10 @@ static void layer67_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5235,10 +5227,10 @@ static void layer66_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5286,10 +5278,10 @@ static void layer65_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5337,10 +5329,10 @@ static void layer64_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5388,10 +5380,10 @@ static void layer63_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5439,10 +5431,10 @@ static void layer62_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5490,10 +5482,10 @@ static void layer61_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5541,10 +5533,10 @@ static void layer60_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5592,10 +5584,10 @@ static void layer59_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5643,10 +5635,10 @@ static void layer58_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5694,10 +5686,10 @@ static void layer57_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5745,10 +5737,10 @@ static void layer56_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5796,10 +5788,10 @@ static void layer55_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5847,10 +5839,10 @@ static void layer54_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5898,10 +5890,10 @@ static void layer53_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -5949,10 +5941,10 @@ static void layer52_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6000,10 +5992,10 @@ static void layer51_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6051,10 +6043,10 @@ static void layer50_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6102,10 +6094,10 @@ static void layer49_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6153,10 +6145,10 @@ static void layer48_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6204,10 +6196,10 @@ static void layer47_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6255,10 +6247,10 @@ static void layer46_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6306,10 +6298,10 @@ static void layer45_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6357,10 +6349,10 @@ static void layer44_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6408,10 +6400,10 @@ static void layer43_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6459,10 +6451,10 @@ static void layer42_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6510,10 +6502,10 @@ static void layer41_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6561,10 +6553,10 @@ static void layer40_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6612,10 +6604,10 @@ static void layer39_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6663,10 +6655,10 @@ static void layer38_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6714,10 +6706,10 @@ static void layer37_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6765,10 +6757,10 @@ static void layer36_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6816,10 +6808,10 @@ static void layer35_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6867,10 +6859,10 @@ static void layer34_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6918,10 +6910,10 @@ static void layer33_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -6969,10 +6961,10 @@ static void layer32_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7020,10 +7012,10 @@ static void layer31_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7071,10 +7063,10 @@ static void layer30_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7122,10 +7114,10 @@ static void layer29_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7173,10 +7165,10 @@ static void layer28_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7224,10 +7216,10 @@ static void layer27_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7275,10 +7267,10 @@ static void layer26_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7326,10 +7318,10 @@ static void layer25_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7377,10 +7369,10 @@ static void layer24_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7428,10 +7420,10 @@ static void layer23_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7479,10 +7471,10 @@ static void layer22_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7530,10 +7522,10 @@ static void layer21_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7581,10 +7573,10 @@ static void layer20_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7632,10 +7624,10 @@ static void layer19_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7683,10 +7675,10 @@ static void layer18_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7734,10 +7726,10 @@ static void layer17_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7785,10 +7777,10 @@ static void layer16_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7836,10 +7828,10 @@ static void layer15_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7887,10 +7879,10 @@ static void layer14_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7938,10 +7930,10 @@ static void layer13_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -7989,10 +7981,10 @@ static void layer12_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8040,10 +8032,10 @@ static void layer11_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8091,10 +8083,10 @@ static void layer10_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8142,10 +8134,10 @@ static void layer9_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8193,10 +8185,10 @@ static void layer8_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8244,10 +8236,10 @@ static void layer7_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8295,10 +8287,10 @@ static void layer6_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8346,10 +8338,10 @@ static void layer5_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8397,10 +8389,10 @@ static void layer4_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8448,10 +8440,10 @@ static void layer3_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8499,10 +8491,10 @@ static void layer2_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8550,10 +8542,10 @@ static void layer1_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -8601,10 +8593,10 @@ static void layer0_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
@@ -9328,13 +9320,13 @@ void step_backward(RtCtx *c) {
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L73_DENSE_PARAM), 354336, 0); /* layer 73 dense: 384 ranks x 354336, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 136065024, A(L73_EXPERTS_PARAM), 33030144, 1); /* layer 73 experts: 96 ranks x 33030144, prefetch */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 1572870144);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 1572870144);
   rt_zero(A(DLN), 402653184);
   rt_lm_head_ce_backward(A(DLN), DW(6144), A(LNF), W(6144), I(TARGETS), R(LSEF), 65536, 6144, 256000, 4096, R(CE), c->dloss);
   rt_zero(A(DX_A), 402653184);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X74), W(0), R(RSTDF), 65536, 6144);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 4096016, (uint16_t *)R(RS_WIRE2), 2); /* head: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 4096016, true, NULL, 2); /* head: 384 ranks, bf16 on the wire */
   /* layer 73 */
   rt_comm_label("layer 73 backward");
   rt_comm_all_gather_wait(0);
@@ -9344,11 +9336,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 136065024, A(L72_EXPERTS_PARAM), 33030144, 3); /* layer 72 experts: 96 ranks x 33030144, prefetch */
   layer73_forward(c, true); /* recompute from X73 (full checkpointing) */
   rt_offload_load(c, 71, A(X71), H(HX71), 402653184); /* prefetch: X74's slot is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer73_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L73_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 73 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L73_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 73 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L73_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 73 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L73_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 73 experts: 96 ranks, bf16 on the wire */
   /* layer 72 */
   rt_comm_label("layer 72 backward");
   rt_comm_all_gather_wait(2);
@@ -9359,11 +9351,11 @@ void step_backward(RtCtx *c) {
   layer72_forward(c, true); /* recompute from X72 (full checkpointing) */
   rt_offload_load(c, 70, A(X70), H(HX70), 402653184); /* prefetch: X73's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 75's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer72_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L72_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 72 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L72_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 72 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L72_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 72 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L72_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 72 experts: 96 ranks, bf16 on the wire */
   /* layer 71 */
   rt_comm_label("layer 71 backward");
   rt_comm_all_gather_wait(0);
@@ -9375,11 +9367,11 @@ void step_backward(RtCtx *c) {
   layer71_forward(c, true); /* recompute from X71 (full checkpointing) */
   rt_offload_load(c, 69, A(X69), H(HX69), 402653184); /* prefetch: X72's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 74's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer71_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L71_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 71 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L71_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 71 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L71_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 71 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L71_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 71 experts: 96 ranks, bf16 on the wire */
   /* layer 70 */
   rt_comm_label("layer 70 backward");
   rt_comm_all_gather_wait(2);
@@ -9391,11 +9383,11 @@ void step_backward(RtCtx *c) {
   layer70_forward(c, true); /* recompute from X70 (full checkpointing) */
   rt_offload_load(c, 68, A(X68), H(HX68), 402653184); /* prefetch: X71's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 73's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer70_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L70_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 70 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L70_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 70 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L70_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 70 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L70_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 70 experts: 96 ranks, bf16 on the wire */
   /* layer 69 */
   rt_comm_label("layer 69 backward");
   rt_comm_all_gather_wait(0);
@@ -9407,11 +9399,11 @@ void step_backward(RtCtx *c) {
   layer69_forward(c, true); /* recompute from X69 (full checkpointing) */
   rt_offload_load(c, 67, A(X67), H(HX67), 402653184); /* prefetch: X70's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 72's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer69_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L69_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 69 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L69_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 69 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L69_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 69 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L69_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 69 experts: 96 ranks, bf16 on the wire */
   /* layer 68 */
   rt_comm_label("layer 68 backward");
   rt_comm_all_gather_wait(2);
@@ -9423,11 +9415,11 @@ void step_backward(RtCtx *c) {
   layer68_forward(c, true); /* recompute from X68 (full checkpointing) */
   rt_offload_load(c, 66, A(X66), H(HX66), 402653184); /* prefetch: X69's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 71's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer68_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L68_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 68 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L68_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 68 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L68_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 68 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L68_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 68 experts: 96 ranks, bf16 on the wire */
   /* layer 67 */
   rt_comm_label("layer 67 backward");
   rt_comm_all_gather_wait(0);
@@ -9439,11 +9431,11 @@ void step_backward(RtCtx *c) {
   layer67_forward(c, true); /* recompute from X67 (full checkpointing) */
   rt_offload_load(c, 65, A(X65), H(HX65), 402653184); /* prefetch: X68's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 70's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer67_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L67_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 67 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L67_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 67 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L67_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 67 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L67_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 67 experts: 96 ranks, bf16 on the wire */
   /* layer 66 */
   rt_comm_label("layer 66 backward");
   rt_comm_all_gather_wait(2);
@@ -9455,11 +9447,11 @@ void step_backward(RtCtx *c) {
   layer66_forward(c, true); /* recompute from X66 (full checkpointing) */
   rt_offload_load(c, 64, A(X64), H(HX64), 402653184); /* prefetch: X67's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 69's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer66_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L66_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 66 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L66_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 66 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L66_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 66 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L66_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 66 experts: 96 ranks, bf16 on the wire */
   /* layer 65 */
   rt_comm_label("layer 65 backward");
   rt_comm_all_gather_wait(0);
@@ -9471,11 +9463,11 @@ void step_backward(RtCtx *c) {
   layer65_forward(c, true); /* recompute from X65 (full checkpointing) */
   rt_offload_load(c, 63, A(X63), H(HX63), 402653184); /* prefetch: X66's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 68's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer65_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L65_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 65 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L65_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 65 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L65_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 65 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L65_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 65 experts: 96 ranks, bf16 on the wire */
   /* layer 64 */
   rt_comm_label("layer 64 backward");
   rt_comm_all_gather_wait(2);
@@ -9487,11 +9479,11 @@ void step_backward(RtCtx *c) {
   layer64_forward(c, true); /* recompute from X64 (full checkpointing) */
   rt_offload_load(c, 62, A(X62), H(HX62), 402653184); /* prefetch: X65's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 67's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer64_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L64_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 64 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L64_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 64 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L64_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 64 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L64_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 64 experts: 96 ranks, bf16 on the wire */
   /* layer 63 */
   rt_comm_label("layer 63 backward");
   rt_comm_all_gather_wait(0);
@@ -9503,11 +9495,11 @@ void step_backward(RtCtx *c) {
   layer63_forward(c, true); /* recompute from X63 (full checkpointing) */
   rt_offload_load(c, 61, A(X61), H(HX61), 402653184); /* prefetch: X64's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 66's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer63_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L63_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 63 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L63_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 63 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L63_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 63 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L63_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 63 experts: 96 ranks, bf16 on the wire */
   /* layer 62 */
   rt_comm_label("layer 62 backward");
   rt_comm_all_gather_wait(2);
@@ -9519,11 +9511,11 @@ void step_backward(RtCtx *c) {
   layer62_forward(c, true); /* recompute from X62 (full checkpointing) */
   rt_offload_load(c, 60, A(X60), H(HX60), 402653184); /* prefetch: X63's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 65's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer62_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L62_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 62 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L62_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 62 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L62_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 62 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L62_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 62 experts: 96 ranks, bf16 on the wire */
   /* layer 61 */
   rt_comm_label("layer 61 backward");
   rt_comm_all_gather_wait(0);
@@ -9535,11 +9527,11 @@ void step_backward(RtCtx *c) {
   layer61_forward(c, true); /* recompute from X61 (full checkpointing) */
   rt_offload_load(c, 59, A(X59), H(HX59), 402653184); /* prefetch: X62's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 64's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer61_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L61_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 61 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L61_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 61 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L61_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 61 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L61_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 61 experts: 96 ranks, bf16 on the wire */
   /* layer 60 */
   rt_comm_label("layer 60 backward");
   rt_comm_all_gather_wait(2);
@@ -9551,11 +9543,11 @@ void step_backward(RtCtx *c) {
   layer60_forward(c, true); /* recompute from X60 (full checkpointing) */
   rt_offload_load(c, 58, A(X58), H(HX58), 402653184); /* prefetch: X61's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 63's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer60_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L60_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 60 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L60_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 60 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L60_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 60 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L60_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 60 experts: 96 ranks, bf16 on the wire */
   /* layer 59 */
   rt_comm_label("layer 59 backward");
   rt_comm_all_gather_wait(0);
@@ -9567,11 +9559,11 @@ void step_backward(RtCtx *c) {
   layer59_forward(c, true); /* recompute from X59 (full checkpointing) */
   rt_offload_load(c, 57, A(X57), H(HX57), 402653184); /* prefetch: X60's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 62's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer59_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L59_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 59 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L59_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 59 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L59_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 59 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L59_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 59 experts: 96 ranks, bf16 on the wire */
   /* layer 58 */
   rt_comm_label("layer 58 backward");
   rt_comm_all_gather_wait(2);
@@ -9583,11 +9575,11 @@ void step_backward(RtCtx *c) {
   layer58_forward(c, true); /* recompute from X58 (full checkpointing) */
   rt_offload_load(c, 56, A(X56), H(HX56), 402653184); /* prefetch: X59's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 61's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer58_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L58_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 58 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L58_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 58 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L58_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 58 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L58_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 58 experts: 96 ranks, bf16 on the wire */
   /* layer 57 */
   rt_comm_label("layer 57 backward");
   rt_comm_all_gather_wait(0);
@@ -9599,11 +9591,11 @@ void step_backward(RtCtx *c) {
   layer57_forward(c, true); /* recompute from X57 (full checkpointing) */
   rt_offload_load(c, 55, A(X55), H(HX55), 402653184); /* prefetch: X58's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 60's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer57_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L57_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 57 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L57_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 57 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L57_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 57 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L57_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 57 experts: 96 ranks, bf16 on the wire */
   /* layer 56 */
   rt_comm_label("layer 56 backward");
   rt_comm_all_gather_wait(2);
@@ -9615,11 +9607,11 @@ void step_backward(RtCtx *c) {
   layer56_forward(c, true); /* recompute from X56 (full checkpointing) */
   rt_offload_load(c, 54, A(X54), H(HX54), 402653184); /* prefetch: X57's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 59's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer56_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L56_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 56 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L56_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 56 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L56_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 56 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L56_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 56 experts: 96 ranks, bf16 on the wire */
   /* layer 55 */
   rt_comm_label("layer 55 backward");
   rt_comm_all_gather_wait(0);
@@ -9631,11 +9623,11 @@ void step_backward(RtCtx *c) {
   layer55_forward(c, true); /* recompute from X55 (full checkpointing) */
   rt_offload_load(c, 53, A(X53), H(HX53), 402653184); /* prefetch: X56's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 58's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer55_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L55_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 55 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L55_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 55 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L55_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 55 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L55_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 55 experts: 96 ranks, bf16 on the wire */
   /* layer 54 */
   rt_comm_label("layer 54 backward");
   rt_comm_all_gather_wait(2);
@@ -9647,11 +9639,11 @@ void step_backward(RtCtx *c) {
   layer54_forward(c, true); /* recompute from X54 (full checkpointing) */
   rt_offload_load(c, 52, A(X52), H(HX52), 402653184); /* prefetch: X55's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 57's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer54_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L54_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 54 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L54_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 54 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L54_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 54 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L54_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 54 experts: 96 ranks, bf16 on the wire */
   /* layer 53 */
   rt_comm_label("layer 53 backward");
   rt_comm_all_gather_wait(0);
@@ -9663,11 +9655,11 @@ void step_backward(RtCtx *c) {
   layer53_forward(c, true); /* recompute from X53 (full checkpointing) */
   rt_offload_load(c, 51, A(X51), H(HX51), 402653184); /* prefetch: X54's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 56's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer53_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L53_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 53 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L53_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 53 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L53_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 53 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L53_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 53 experts: 96 ranks, bf16 on the wire */
   /* layer 52 */
   rt_comm_label("layer 52 backward");
   rt_comm_all_gather_wait(2);
@@ -9679,11 +9671,11 @@ void step_backward(RtCtx *c) {
   layer52_forward(c, true); /* recompute from X52 (full checkpointing) */
   rt_offload_load(c, 50, A(X50), H(HX50), 402653184); /* prefetch: X53's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 55's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer52_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L52_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 52 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L52_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 52 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L52_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 52 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L52_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 52 experts: 96 ranks, bf16 on the wire */
   /* layer 51 */
   rt_comm_label("layer 51 backward");
   rt_comm_all_gather_wait(0);
@@ -9695,11 +9687,11 @@ void step_backward(RtCtx *c) {
   layer51_forward(c, true); /* recompute from X51 (full checkpointing) */
   rt_offload_load(c, 49, A(X49), H(HX49), 402653184); /* prefetch: X52's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 54's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer51_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L51_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 51 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L51_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 51 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L51_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 51 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L51_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 51 experts: 96 ranks, bf16 on the wire */
   /* layer 50 */
   rt_comm_label("layer 50 backward");
   rt_comm_all_gather_wait(2);
@@ -9711,11 +9703,11 @@ void step_backward(RtCtx *c) {
   layer50_forward(c, true); /* recompute from X50 (full checkpointing) */
   rt_offload_load(c, 48, A(X48), H(HX48), 402653184); /* prefetch: X51's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 53's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer50_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L50_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 50 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L50_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 50 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L50_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 50 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L50_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 50 experts: 96 ranks, bf16 on the wire */
   /* layer 49 */
   rt_comm_label("layer 49 backward");
   rt_comm_all_gather_wait(0);
@@ -9727,11 +9719,11 @@ void step_backward(RtCtx *c) {
   layer49_forward(c, true); /* recompute from X49 (full checkpointing) */
   rt_offload_load(c, 47, A(X47), H(HX47), 402653184); /* prefetch: X50's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 52's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer49_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L49_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 49 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L49_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 49 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L49_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 49 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L49_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 49 experts: 96 ranks, bf16 on the wire */
   /* layer 48 */
   rt_comm_label("layer 48 backward");
   rt_comm_all_gather_wait(2);
@@ -9743,11 +9735,11 @@ void step_backward(RtCtx *c) {
   layer48_forward(c, true); /* recompute from X48 (full checkpointing) */
   rt_offload_load(c, 46, A(X46), H(HX46), 402653184); /* prefetch: X49's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 51's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer48_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L48_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 48 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L48_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 48 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L48_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 48 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L48_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 48 experts: 96 ranks, bf16 on the wire */
   /* layer 47 */
   rt_comm_label("layer 47 backward");
   rt_comm_all_gather_wait(0);
@@ -9759,11 +9751,11 @@ void step_backward(RtCtx *c) {
   layer47_forward(c, true); /* recompute from X47 (full checkpointing) */
   rt_offload_load(c, 45, A(X45), H(HX45), 402653184); /* prefetch: X48's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 50's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer47_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L47_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 47 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 47 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L47_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 47 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 47 experts: 96 ranks, bf16 on the wire */
   /* layer 46 */
   rt_comm_label("layer 46 backward");
   rt_comm_all_gather_wait(2);
@@ -9775,11 +9767,11 @@ void step_backward(RtCtx *c) {
   layer46_forward(c, true); /* recompute from X46 (full checkpointing) */
   rt_offload_load(c, 44, A(X44), H(HX44), 402653184); /* prefetch: X47's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 49's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer46_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L46_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 46 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 46 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L46_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 46 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 46 experts: 96 ranks, bf16 on the wire */
   /* layer 45 */
   rt_comm_label("layer 45 backward");
   rt_comm_all_gather_wait(0);
@@ -9791,11 +9783,11 @@ void step_backward(RtCtx *c) {
   layer45_forward(c, true); /* recompute from X45 (full checkpointing) */
   rt_offload_load(c, 43, A(X43), H(HX43), 402653184); /* prefetch: X46's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 48's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer45_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L45_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 45 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 45 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L45_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 45 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 45 experts: 96 ranks, bf16 on the wire */
   /* layer 44 */
   rt_comm_label("layer 44 backward");
   rt_comm_all_gather_wait(2);
@@ -9807,11 +9799,11 @@ void step_backward(RtCtx *c) {
   layer44_forward(c, true); /* recompute from X44 (full checkpointing) */
   rt_offload_load(c, 42, A(X42), H(HX42), 402653184); /* prefetch: X45's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 47's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer44_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L44_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 44 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 44 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L44_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 44 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 44 experts: 96 ranks, bf16 on the wire */
   /* layer 43 */
   rt_comm_label("layer 43 backward");
   rt_comm_all_gather_wait(0);
@@ -9823,11 +9815,11 @@ void step_backward(RtCtx *c) {
   layer43_forward(c, true); /* recompute from X43 (full checkpointing) */
   rt_offload_load(c, 41, A(X41), H(HX41), 402653184); /* prefetch: X44's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 46's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer43_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L43_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 43 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 43 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L43_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 43 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 43 experts: 96 ranks, bf16 on the wire */
   /* layer 42 */
   rt_comm_label("layer 42 backward");
   rt_comm_all_gather_wait(2);
@@ -9839,11 +9831,11 @@ void step_backward(RtCtx *c) {
   layer42_forward(c, true); /* recompute from X42 (full checkpointing) */
   rt_offload_load(c, 40, A(X40), H(HX40), 402653184); /* prefetch: X43's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 45's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer42_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L42_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 42 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 42 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L42_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 42 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 42 experts: 96 ranks, bf16 on the wire */
   /* layer 41 */
   rt_comm_label("layer 41 backward");
   rt_comm_all_gather_wait(0);
@@ -9855,11 +9847,11 @@ void step_backward(RtCtx *c) {
   layer41_forward(c, true); /* recompute from X41 (full checkpointing) */
   rt_offload_load(c, 39, A(X39), H(HX39), 402653184); /* prefetch: X42's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 44's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer41_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L41_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 41 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 41 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L41_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 41 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 41 experts: 96 ranks, bf16 on the wire */
   /* layer 40 */
   rt_comm_label("layer 40 backward");
   rt_comm_all_gather_wait(2);
@@ -9871,11 +9863,11 @@ void step_backward(RtCtx *c) {
   layer40_forward(c, true); /* recompute from X40 (full checkpointing) */
   rt_offload_load(c, 38, A(X38), H(HX38), 402653184); /* prefetch: X41's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 43's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer40_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L40_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 40 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 40 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L40_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 40 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 40 experts: 96 ranks, bf16 on the wire */
   /* layer 39 */
   rt_comm_label("layer 39 backward");
   rt_comm_all_gather_wait(0);
@@ -9887,11 +9879,11 @@ void step_backward(RtCtx *c) {
   layer39_forward(c, true); /* recompute from X39 (full checkpointing) */
   rt_offload_load(c, 37, A(X37), H(HX37), 402653184); /* prefetch: X40's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 42's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer39_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L39_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 39 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 39 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L39_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 39 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 39 experts: 96 ranks, bf16 on the wire */
   /* layer 38 */
   rt_comm_label("layer 38 backward");
   rt_comm_all_gather_wait(2);
@@ -9903,11 +9895,11 @@ void step_backward(RtCtx *c) {
   layer38_forward(c, true); /* recompute from X38 (full checkpointing) */
   rt_offload_load(c, 36, A(X36), H(HX36), 402653184); /* prefetch: X39's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 41's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer38_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L38_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 38 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 38 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L38_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 38 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 38 experts: 96 ranks, bf16 on the wire */
   /* layer 37 */
   rt_comm_label("layer 37 backward");
   rt_comm_all_gather_wait(0);
@@ -9919,11 +9911,11 @@ void step_backward(RtCtx *c) {
   layer37_forward(c, true); /* recompute from X37 (full checkpointing) */
   rt_offload_load(c, 35, A(X35), H(HX35), 402653184); /* prefetch: X38's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 40's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer37_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L37_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 37 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 37 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L37_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 37 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 37 experts: 96 ranks, bf16 on the wire */
   /* layer 36 */
   rt_comm_label("layer 36 backward");
   rt_comm_all_gather_wait(2);
@@ -9935,11 +9927,11 @@ void step_backward(RtCtx *c) {
   layer36_forward(c, true); /* recompute from X36 (full checkpointing) */
   rt_offload_load(c, 34, A(X34), H(HX34), 402653184); /* prefetch: X37's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 39's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer36_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L36_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 36 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 36 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L36_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 36 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 36 experts: 96 ranks, bf16 on the wire */
   /* layer 35 */
   rt_comm_label("layer 35 backward");
   rt_comm_all_gather_wait(0);
@@ -9951,11 +9943,11 @@ void step_backward(RtCtx *c) {
   layer35_forward(c, true); /* recompute from X35 (full checkpointing) */
   rt_offload_load(c, 33, A(X33), H(HX33), 402653184); /* prefetch: X36's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 38's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer35_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L35_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 35 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 35 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L35_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 35 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 35 experts: 96 ranks, bf16 on the wire */
   /* layer 34 */
   rt_comm_label("layer 34 backward");
   rt_comm_all_gather_wait(2);
@@ -9967,11 +9959,11 @@ void step_backward(RtCtx *c) {
   layer34_forward(c, true); /* recompute from X34 (full checkpointing) */
   rt_offload_load(c, 32, A(X32), H(HX32), 402653184); /* prefetch: X35's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 37's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer34_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L34_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 34 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 34 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L34_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 34 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 34 experts: 96 ranks, bf16 on the wire */
   /* layer 33 */
   rt_comm_label("layer 33 backward");
   rt_comm_all_gather_wait(0);
@@ -9983,11 +9975,11 @@ void step_backward(RtCtx *c) {
   layer33_forward(c, true); /* recompute from X33 (full checkpointing) */
   rt_offload_load(c, 31, A(X31), H(HX31), 402653184); /* prefetch: X34's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 36's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer33_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L33_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 33 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 33 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L33_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 33 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 33 experts: 96 ranks, bf16 on the wire */
   /* layer 32 */
   rt_comm_label("layer 32 backward");
   rt_comm_all_gather_wait(2);
@@ -9999,11 +9991,11 @@ void step_backward(RtCtx *c) {
   layer32_forward(c, true); /* recompute from X32 (full checkpointing) */
   rt_offload_load(c, 30, A(X30), H(HX30), 402653184); /* prefetch: X33's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 35's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer32_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L32_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 32 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 32 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L32_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 32 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 32 experts: 96 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
@@ -10015,11 +10007,11 @@ void step_backward(RtCtx *c) {
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, A(X29), H(HX29), 402653184); /* prefetch: X32's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 34's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 31 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 31 experts: 96 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
@@ -10031,11 +10023,11 @@ void step_backward(RtCtx *c) {
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_offload_load(c, 28, A(X28), H(HX28), 402653184); /* prefetch: X31's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 30 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 30 experts: 96 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
@@ -10047,11 +10039,11 @@ void step_backward(RtCtx *c) {
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_offload_load(c, 27, A(X27), H(HX27), 402653184); /* prefetch: X30's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 29 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 29 experts: 96 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
@@ -10063,11 +10055,11 @@ void step_backward(RtCtx *c) {
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_offload_load(c, 26, A(X26), H(HX26), 402653184); /* prefetch: X29's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 28 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 28 experts: 96 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
@@ -10079,11 +10071,11 @@ void step_backward(RtCtx *c) {
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_offload_load(c, 25, A(X25), H(HX25), 402653184); /* prefetch: X28's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 27 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 27 experts: 96 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
@@ -10095,11 +10087,11 @@ void step_backward(RtCtx *c) {
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_offload_load(c, 24, A(X24), H(HX24), 402653184); /* prefetch: X27's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 26 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 26 experts: 96 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
@@ -10111,11 +10103,11 @@ void step_backward(RtCtx *c) {
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_offload_load(c, 23, A(X23), H(HX23), 402653184); /* prefetch: X26's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 25 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 25 experts: 96 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
@@ -10127,11 +10119,11 @@ void step_backward(RtCtx *c) {
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_offload_load(c, 22, A(X22), H(HX22), 402653184); /* prefetch: X25's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 24 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 24 experts: 96 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
@@ -10143,11 +10135,11 @@ void step_backward(RtCtx *c) {
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_offload_load(c, 21, A(X21), H(HX21), 402653184); /* prefetch: X24's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 23 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 23 experts: 96 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
@@ -10159,11 +10151,11 @@ void step_backward(RtCtx *c) {
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_offload_load(c, 20, A(X20), H(HX20), 402653184); /* prefetch: X23's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 22 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 22 experts: 96 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
@@ -10175,11 +10167,11 @@ void step_backward(RtCtx *c) {
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_offload_load(c, 19, A(X19), H(HX19), 402653184); /* prefetch: X22's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 21 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 21 experts: 96 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
@@ -10191,11 +10183,11 @@ void step_backward(RtCtx *c) {
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_offload_load(c, 18, A(X18), H(HX18), 402653184); /* prefetch: X21's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 20 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 20 experts: 96 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
@@ -10207,11 +10199,11 @@ void step_backward(RtCtx *c) {
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_offload_load(c, 17, A(X17), H(HX17), 402653184); /* prefetch: X20's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 19 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 19 experts: 96 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
@@ -10223,11 +10215,11 @@ void step_backward(RtCtx *c) {
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_offload_load(c, 16, A(X16), H(HX16), 402653184); /* prefetch: X19's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 18 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 18 experts: 96 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
@@ -10239,11 +10231,11 @@ void step_backward(RtCtx *c) {
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_offload_load(c, 15, A(X15), H(HX15), 402653184); /* prefetch: X18's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 17 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 17 experts: 96 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
@@ -10255,11 +10247,11 @@ void step_backward(RtCtx *c) {
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_offload_load(c, 14, A(X14), H(HX14), 402653184); /* prefetch: X17's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 16 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 16 experts: 96 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
@@ -10271,11 +10263,11 @@ void step_backward(RtCtx *c) {
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_offload_load(c, 13, A(X13), H(HX13), 402653184); /* prefetch: X16's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 15 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 15 experts: 96 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
@@ -10287,11 +10279,11 @@ void step_backward(RtCtx *c) {
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_offload_load(c, 12, A(X12), H(HX12), 402653184); /* prefetch: X15's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 14 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 14 experts: 96 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
@@ -10303,11 +10295,11 @@ void step_backward(RtCtx *c) {
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_offload_load(c, 11, A(X11), H(HX11), 402653184); /* prefetch: X14's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 13 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 13 experts: 96 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
@@ -10319,11 +10311,11 @@ void step_backward(RtCtx *c) {
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_offload_load(c, 10, A(X10), H(HX10), 402653184); /* prefetch: X13's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 12 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 12 experts: 96 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
@@ -10335,11 +10327,11 @@ void step_backward(RtCtx *c) {
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_offload_load(c, 9, A(X9), H(HX9), 402653184); /* prefetch: X12's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 11 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 11 experts: 96 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
@@ -10351,11 +10343,11 @@ void step_backward(RtCtx *c) {
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_offload_load(c, 8, A(X8), H(HX8), 402653184); /* prefetch: X11's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 10 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 10 experts: 96 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
@@ -10367,11 +10359,11 @@ void step_backward(RtCtx *c) {
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_offload_load(c, 7, A(X7), H(HX7), 402653184); /* prefetch: X10's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 9 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 9 experts: 96 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
@@ -10383,11 +10375,11 @@ void step_backward(RtCtx *c) {
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_offload_load(c, 6, A(X6), H(HX6), 402653184); /* prefetch: X9's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 8 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 8 experts: 96 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
@@ -10399,11 +10391,11 @@ void step_backward(RtCtx *c) {
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_offload_load(c, 5, A(X5), H(HX5), 402653184); /* prefetch: X8's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 7 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 7 experts: 96 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
@@ -10415,11 +10407,11 @@ void step_backward(RtCtx *c) {
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_offload_load(c, 4, A(X4), H(HX4), 402653184); /* prefetch: X7's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 6 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 6 experts: 96 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
@@ -10431,11 +10423,11 @@ void step_backward(RtCtx *c) {
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_offload_load(c, 3, A(X3), H(HX3), 402653184); /* prefetch: X6's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 5 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 5 experts: 96 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
@@ -10447,11 +10439,11 @@ void step_backward(RtCtx *c) {
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_offload_load(c, 2, A(X2), H(HX2), 402653184); /* prefetch: X5's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 4 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 4 experts: 96 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
@@ -10463,11 +10455,11 @@ void step_backward(RtCtx *c) {
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_offload_load(c, 1, A(X1), H(HX1), 402653184); /* prefetch: X4's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 3 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 3 experts: 96 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
@@ -10479,11 +10471,11 @@ void step_backward(RtCtx *c) {
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_offload_load(c, 0, A(X0), H(HX0), 402653184); /* prefetch: X3's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 2 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 2 experts: 96 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
@@ -10494,11 +10486,11 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 136065024;
-  rt_zero_real(R(GRAD0), 3306958848);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 136065024;
+  rt_zero(A(GRAD0), 3306958848);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 354336, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 136065024, 33030144, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), A(GRAD0), 354336, true, NULL, 0); /* layer 1 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), A(GRAD0) + 136065024, 33030144, true, NULL, 1); /* layer 1 experts: 96 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
@@ -10507,18 +10499,18 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 0); /* X0 is back */
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 136065024;
-  rt_zero_real(R(GRAD1), 3306958848);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 136065024;
+  rt_zero(A(GRAD1), 3306958848);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 354336, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 384 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 136065024, 33030144, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 96 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), A(GRAD1), 354336, true, NULL, 2); /* layer 0 dense: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), A(GRAD1) + 136065024, 33030144, true, NULL, 3); /* layer 0 experts: 96 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 1572864000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 1572864000);
   rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 65536, 6144);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 384 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), A(GRAD0), 4096000, true, NULL, 0); /* embedding: 384 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

@@ -161,113 +161,105 @@
 #define HEAD_ADAM_V              7898926080 /*  131335168: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define GRAD0                         16384 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input */
-#define GRAD1                     525357056 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
-#define RS_OUT0                  1050697728 /*  131335168: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                 1182032896 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                  1444703232 /*  131335168: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_OUT2                  1576038400 /*  131335168: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                 1707373568 /*  262670336: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                  1970043904 /*  131335168: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define L0_RSTD1                 2101379072 /*       8192: its 1/rms per token */
-#define L0_LSE                   2101387264 /*     262144: attention log-sum-exp per head and query */
-#define L0_RSTD2                 2101649408 /*       8192: its 1/rms per token */
-#define L1_RSTD1                 2101657600 /*       8192: its 1/rms per token */
-#define L1_LSE                   2101665792 /*     262144: attention log-sum-exp per head and query */
-#define L1_RSTD2                 2101927936 /*       8192: its 1/rms per token */
-#define L2_RSTD1                 2101936128 /*       8192: its 1/rms per token */
-#define L2_LSE                   2101944320 /*     262144: attention log-sum-exp per head and query */
-#define L2_RSTD2                 2102206464 /*       8192: its 1/rms per token */
-#define L3_RSTD1                 2102214656 /*       8192: its 1/rms per token */
-#define L3_LSE                   2102222848 /*     262144: attention log-sum-exp per head and query */
-#define L3_RSTD2                 2102484992 /*       8192: its 1/rms per token */
-#define L4_RSTD1                 2102493184 /*       8192: its 1/rms per token */
-#define L4_LSE                   2102501376 /*     262144: attention log-sum-exp per head and query */
-#define L4_RSTD2                 2102763520 /*       8192: its 1/rms per token */
-#define L5_RSTD1                 2102771712 /*       8192: its 1/rms per token */
-#define L5_LSE                   2102779904 /*     262144: attention log-sum-exp per head and query */
-#define L5_RSTD2                 2103042048 /*       8192: its 1/rms per token */
-#define L6_RSTD1                 2103050240 /*       8192: its 1/rms per token */
-#define L6_LSE                   2103058432 /*     262144: attention log-sum-exp per head and query */
-#define L6_RSTD2                 2103320576 /*       8192: its 1/rms per token */
-#define L7_RSTD1                 2103328768 /*       8192: its 1/rms per token */
-#define L7_LSE                   2103336960 /*     262144: attention log-sum-exp per head and query */
-#define L7_RSTD2                 2103599104 /*       8192: its 1/rms per token */
-#define L8_RSTD1                 2103607296 /*       8192: its 1/rms per token */
-#define L8_LSE                   2103615488 /*     262144: attention log-sum-exp per head and query */
-#define L8_RSTD2                 2103877632 /*       8192: its 1/rms per token */
-#define L9_RSTD1                 2103885824 /*       8192: its 1/rms per token */
-#define L9_LSE                   2103894016 /*     262144: attention log-sum-exp per head and query */
-#define L9_RSTD2                 2104156160 /*       8192: its 1/rms per token */
-#define L10_RSTD1                2104164352 /*       8192: its 1/rms per token */
-#define L10_LSE                  2104172544 /*     262144: attention log-sum-exp per head and query */
-#define L10_RSTD2                2104434688 /*       8192: its 1/rms per token */
-#define L11_RSTD1                2104442880 /*       8192: its 1/rms per token */
-#define L11_LSE                  2104451072 /*     262144: attention log-sum-exp per head and query */
-#define L11_RSTD2                2104713216 /*       8192: its 1/rms per token */
-#define L12_RSTD1                2104721408 /*       8192: its 1/rms per token */
-#define L12_LSE                  2104729600 /*     262144: attention log-sum-exp per head and query */
-#define L12_RSTD2                2104991744 /*       8192: its 1/rms per token */
-#define L13_RSTD1                2104999936 /*       8192: its 1/rms per token */
-#define L13_LSE                  2105008128 /*     262144: attention log-sum-exp per head and query */
-#define L13_RSTD2                2105270272 /*       8192: its 1/rms per token */
-#define L14_RSTD1                2105278464 /*       8192: its 1/rms per token */
-#define L14_LSE                  2105286656 /*     262144: attention log-sum-exp per head and query */
-#define L14_RSTD2                2105548800 /*       8192: its 1/rms per token */
-#define L15_RSTD1                2105556992 /*       8192: its 1/rms per token */
-#define L15_LSE                  2105565184 /*     262144: attention log-sum-exp per head and query */
-#define L15_RSTD2                2105827328 /*       8192: its 1/rms per token */
-#define L16_RSTD1                2105835520 /*       8192: its 1/rms per token */
-#define L16_LSE                  2105843712 /*     262144: attention log-sum-exp per head and query */
-#define L16_RSTD2                2106105856 /*       8192: its 1/rms per token */
-#define L17_RSTD1                2106114048 /*       8192: its 1/rms per token */
-#define L17_LSE                  2106122240 /*     262144: attention log-sum-exp per head and query */
-#define L17_RSTD2                2106384384 /*       8192: its 1/rms per token */
-#define L18_RSTD1                2106392576 /*       8192: its 1/rms per token */
-#define L18_LSE                  2106400768 /*     262144: attention log-sum-exp per head and query */
-#define L18_RSTD2                2106662912 /*       8192: its 1/rms per token */
-#define L19_RSTD1                2106671104 /*       8192: its 1/rms per token */
-#define L19_LSE                  2106679296 /*     262144: attention log-sum-exp per head and query */
-#define L19_RSTD2                2106941440 /*       8192: its 1/rms per token */
-#define L20_RSTD1                2106949632 /*       8192: its 1/rms per token */
-#define L20_LSE                  2106957824 /*     262144: attention log-sum-exp per head and query */
-#define L20_RSTD2                2107219968 /*       8192: its 1/rms per token */
-#define L21_RSTD1                2107228160 /*       8192: its 1/rms per token */
-#define L21_LSE                  2107236352 /*     262144: attention log-sum-exp per head and query */
-#define L21_RSTD2                2107498496 /*       8192: its 1/rms per token */
-#define L22_RSTD1                2107506688 /*       8192: its 1/rms per token */
-#define L22_LSE                  2107514880 /*     262144: attention log-sum-exp per head and query */
-#define L22_RSTD2                2107777024 /*       8192: its 1/rms per token */
-#define L23_RSTD1                2107785216 /*       8192: its 1/rms per token */
-#define L23_LSE                  2107793408 /*     262144: attention log-sum-exp per head and query */
-#define L23_RSTD2                2108055552 /*       8192: its 1/rms per token */
-#define L24_RSTD1                2108063744 /*       8192: its 1/rms per token */
-#define L24_LSE                  2108071936 /*     262144: attention log-sum-exp per head and query */
-#define L24_RSTD2                2108334080 /*       8192: its 1/rms per token */
-#define L25_RSTD1                2108342272 /*       8192: its 1/rms per token */
-#define L25_LSE                  2108350464 /*     262144: attention log-sum-exp per head and query */
-#define L25_RSTD2                2108612608 /*       8192: its 1/rms per token */
-#define L26_RSTD1                2108620800 /*       8192: its 1/rms per token */
-#define L26_LSE                  2108628992 /*     262144: attention log-sum-exp per head and query */
-#define L26_RSTD2                2108891136 /*       8192: its 1/rms per token */
-#define L27_RSTD1                2108899328 /*       8192: its 1/rms per token */
-#define L27_LSE                  2108907520 /*     262144: attention log-sum-exp per head and query */
-#define L27_RSTD2                2109169664 /*       8192: its 1/rms per token */
-#define L28_RSTD1                2109177856 /*       8192: its 1/rms per token */
-#define L28_LSE                  2109186048 /*     262144: attention log-sum-exp per head and query */
-#define L28_RSTD2                2109448192 /*       8192: its 1/rms per token */
-#define L29_RSTD1                2109456384 /*       8192: its 1/rms per token */
-#define L29_LSE                  2109464576 /*     262144: attention log-sum-exp per head and query */
-#define L29_RSTD2                2109726720 /*       8192: its 1/rms per token */
-#define L30_RSTD1                2109734912 /*       8192: its 1/rms per token */
-#define L30_LSE                  2109743104 /*     262144: attention log-sum-exp per head and query */
-#define L30_RSTD2                2110005248 /*       8192: its 1/rms per token */
-#define L31_RSTD1                2110013440 /*       8192: its 1/rms per token */
-#define L31_LSE                  2110021632 /*     262144: attention log-sum-exp per head and query */
-#define L31_RSTD2                2110283776 /*       8192: its 1/rms per token */
-#define RSTDF                    2110291968 /*       8192: its 1/rms per token */
-#define LSEF                     2110300160 /*       8192: log-sum-exp of each token's logits */
-#define CE                       2110308352 /*   67108864: logits of one vocabulary chunk and their gradient */
+#define L0_RSTD1                      16384 /*       8192: its 1/rms per token */
+#define L0_LSE                        24576 /*     262144: attention log-sum-exp per head and query */
+#define L0_RSTD2                     286720 /*       8192: its 1/rms per token */
+#define L1_RSTD1                     294912 /*       8192: its 1/rms per token */
+#define L1_LSE                       303104 /*     262144: attention log-sum-exp per head and query */
+#define L1_RSTD2                     565248 /*       8192: its 1/rms per token */
+#define L2_RSTD1                     573440 /*       8192: its 1/rms per token */
+#define L2_LSE                       581632 /*     262144: attention log-sum-exp per head and query */
+#define L2_RSTD2                     843776 /*       8192: its 1/rms per token */
+#define L3_RSTD1                     851968 /*       8192: its 1/rms per token */
+#define L3_LSE                       860160 /*     262144: attention log-sum-exp per head and query */
+#define L3_RSTD2                    1122304 /*       8192: its 1/rms per token */
+#define L4_RSTD1                    1130496 /*       8192: its 1/rms per token */
+#define L4_LSE                      1138688 /*     262144: attention log-sum-exp per head and query */
+#define L4_RSTD2                    1400832 /*       8192: its 1/rms per token */
+#define L5_RSTD1                    1409024 /*       8192: its 1/rms per token */
+#define L5_LSE                      1417216 /*     262144: attention log-sum-exp per head and query */
+#define L5_RSTD2                    1679360 /*       8192: its 1/rms per token */
+#define L6_RSTD1                    1687552 /*       8192: its 1/rms per token */
+#define L6_LSE                      1695744 /*     262144: attention log-sum-exp per head and query */
+#define L6_RSTD2                    1957888 /*       8192: its 1/rms per token */
+#define L7_RSTD1                    1966080 /*       8192: its 1/rms per token */
+#define L7_LSE                      1974272 /*     262144: attention log-sum-exp per head and query */
+#define L7_RSTD2                    2236416 /*       8192: its 1/rms per token */
+#define L8_RSTD1                    2244608 /*       8192: its 1/rms per token */
+#define L8_LSE                      2252800 /*     262144: attention log-sum-exp per head and query */
+#define L8_RSTD2                    2514944 /*       8192: its 1/rms per token */
+#define L9_RSTD1                    2523136 /*       8192: its 1/rms per token */
+#define L9_LSE                      2531328 /*     262144: attention log-sum-exp per head and query */
+#define L9_RSTD2                    2793472 /*       8192: its 1/rms per token */
+#define L10_RSTD1                   2801664 /*       8192: its 1/rms per token */
+#define L10_LSE                     2809856 /*     262144: attention log-sum-exp per head and query */
+#define L10_RSTD2                   3072000 /*       8192: its 1/rms per token */
+#define L11_RSTD1                   3080192 /*       8192: its 1/rms per token */
+#define L11_LSE                     3088384 /*     262144: attention log-sum-exp per head and query */
+#define L11_RSTD2                   3350528 /*       8192: its 1/rms per token */
+#define L12_RSTD1                   3358720 /*       8192: its 1/rms per token */
+#define L12_LSE                     3366912 /*     262144: attention log-sum-exp per head and query */
+#define L12_RSTD2                   3629056 /*       8192: its 1/rms per token */
+#define L13_RSTD1                   3637248 /*       8192: its 1/rms per token */
+#define L13_LSE                     3645440 /*     262144: attention log-sum-exp per head and query */
+#define L13_RSTD2                   3907584 /*       8192: its 1/rms per token */
+#define L14_RSTD1                   3915776 /*       8192: its 1/rms per token */
+#define L14_LSE                     3923968 /*     262144: attention log-sum-exp per head and query */
+#define L14_RSTD2                   4186112 /*       8192: its 1/rms per token */
+#define L15_RSTD1                   4194304 /*       8192: its 1/rms per token */
+#define L15_LSE                     4202496 /*     262144: attention log-sum-exp per head and query */
+#define L15_RSTD2                   4464640 /*       8192: its 1/rms per token */
+#define L16_RSTD1                   4472832 /*       8192: its 1/rms per token */
+#define L16_LSE                     4481024 /*     262144: attention log-sum-exp per head and query */
+#define L16_RSTD2                   4743168 /*       8192: its 1/rms per token */
+#define L17_RSTD1                   4751360 /*       8192: its 1/rms per token */
+#define L17_LSE                     4759552 /*     262144: attention log-sum-exp per head and query */
+#define L17_RSTD2                   5021696 /*       8192: its 1/rms per token */
+#define L18_RSTD1                   5029888 /*       8192: its 1/rms per token */
+#define L18_LSE                     5038080 /*     262144: attention log-sum-exp per head and query */
+#define L18_RSTD2                   5300224 /*       8192: its 1/rms per token */
+#define L19_RSTD1                   5308416 /*       8192: its 1/rms per token */
+#define L19_LSE                     5316608 /*     262144: attention log-sum-exp per head and query */
+#define L19_RSTD2                   5578752 /*       8192: its 1/rms per token */
+#define L20_RSTD1                   5586944 /*       8192: its 1/rms per token */
+#define L20_LSE                     5595136 /*     262144: attention log-sum-exp per head and query */
+#define L20_RSTD2                   5857280 /*       8192: its 1/rms per token */
+#define L21_RSTD1                   5865472 /*       8192: its 1/rms per token */
+#define L21_LSE                     5873664 /*     262144: attention log-sum-exp per head and query */
+#define L21_RSTD2                   6135808 /*       8192: its 1/rms per token */
+#define L22_RSTD1                   6144000 /*       8192: its 1/rms per token */
+#define L22_LSE                     6152192 /*     262144: attention log-sum-exp per head and query */
+#define L22_RSTD2                   6414336 /*       8192: its 1/rms per token */
+#define L23_RSTD1                   6422528 /*       8192: its 1/rms per token */
+#define L23_LSE                     6430720 /*     262144: attention log-sum-exp per head and query */
+#define L23_RSTD2                   6692864 /*       8192: its 1/rms per token */
+#define L24_RSTD1                   6701056 /*       8192: its 1/rms per token */
+#define L24_LSE                     6709248 /*     262144: attention log-sum-exp per head and query */
+#define L24_RSTD2                   6971392 /*       8192: its 1/rms per token */
+#define L25_RSTD1                   6979584 /*       8192: its 1/rms per token */
+#define L25_LSE                     6987776 /*     262144: attention log-sum-exp per head and query */
+#define L25_RSTD2                   7249920 /*       8192: its 1/rms per token */
+#define L26_RSTD1                   7258112 /*       8192: its 1/rms per token */
+#define L26_LSE                     7266304 /*     262144: attention log-sum-exp per head and query */
+#define L26_RSTD2                   7528448 /*       8192: its 1/rms per token */
+#define L27_RSTD1                   7536640 /*       8192: its 1/rms per token */
+#define L27_LSE                     7544832 /*     262144: attention log-sum-exp per head and query */
+#define L27_RSTD2                   7806976 /*       8192: its 1/rms per token */
+#define L28_RSTD1                   7815168 /*       8192: its 1/rms per token */
+#define L28_LSE                     7823360 /*     262144: attention log-sum-exp per head and query */
+#define L28_RSTD2                   8085504 /*       8192: its 1/rms per token */
+#define L29_RSTD1                   8093696 /*       8192: its 1/rms per token */
+#define L29_LSE                     8101888 /*     262144: attention log-sum-exp per head and query */
+#define L29_RSTD2                   8364032 /*       8192: its 1/rms per token */
+#define L30_RSTD1                   8372224 /*       8192: its 1/rms per token */
+#define L30_LSE                     8380416 /*     262144: attention log-sum-exp per head and query */
+#define L30_RSTD2                   8642560 /*       8192: its 1/rms per token */
+#define L31_RSTD1                   8650752 /*       8192: its 1/rms per token */
+#define L31_LSE                     8658944 /*     262144: attention log-sum-exp per head and query */
+#define L31_RSTD2                   8921088 /*       8192: its 1/rms per token */
+#define RSTDF                       8929280 /*       8192: its 1/rms per token */
+#define LSEF                        8937472 /*       8192: log-sum-exp of each token's logits */
+#define CE                          8945664 /*   67108864: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*  131334144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -306,372 +298,374 @@
 #define HEAD_PARAM               1876230144 /*  131335168: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define GATHERED0                2007565312 /*  525340672: units u with u % 2 = 0: parameters all-gathered, dense then experts */
 #define GATHERED1                2532905984 /*  525340672: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define X0                       3058246656 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                       3091801088 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                       3125355520 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                       3158909952 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                       3192464384 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                       3226018816 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                       3259573248 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                       3293127680 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                       3326682112 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                       3360236544 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                      3393790976 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                      3427345408 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                      3460899840 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                      3494454272 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                      3528008704 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                      3561563136 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                      3595117568 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                      3628672000 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                      3662226432 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                      3695780864 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                      3729335296 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                      3762889728 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                      3796444160 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                      3829998592 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                      3863553024 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                      3897107456 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                      3930661888 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                      3964216320 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                      3997770752 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                      4031325184 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                      4064879616 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                      4098434048 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                      4131988480 /*   33554432: output of the last layer */
-#define L0_LN1                   4165542912 /*   33554432: attention norm output */
-#define L0_Q                     4199097344 /*   33554432: queries (rotated) */
-#define L0_K                     4232651776 /*    8388608: keys (rotated) */
-#define L0_V                     4241040384 /*    8388608: values */
-#define L0_ATT                   4249428992 /*   33554432: attention output */
-#define L0_RES                   4282983424 /*   33554432: residual stream after attention */
-#define L0_LN2                   4316537856 /*   33554432: mlp norm output */
-#define L0_G                     4350092288 /*  117440512: mlp gate */
-#define L0_U                     4467532800 /*  117440512: mlp up */
-#define L0_H                     4584973312 /*  117440512: mlp activation */
-#define L1_LN1                   4702413824 /*   33554432: attention norm output */
-#define L1_Q                     4735968256 /*   33554432: queries (rotated) */
-#define L1_K                     4769522688 /*    8388608: keys (rotated) */
-#define L1_V                     4777911296 /*    8388608: values */
-#define L1_ATT                   4786299904 /*   33554432: attention output */
-#define L1_RES                   4819854336 /*   33554432: residual stream after attention */
-#define L1_LN2                   4853408768 /*   33554432: mlp norm output */
-#define L1_G                     4886963200 /*  117440512: mlp gate */
-#define L1_U                     5004403712 /*  117440512: mlp up */
-#define L1_H                     5121844224 /*  117440512: mlp activation */
-#define L2_LN1                   5239284736 /*   33554432: attention norm output */
-#define L2_Q                     5272839168 /*   33554432: queries (rotated) */
-#define L2_K                     5306393600 /*    8388608: keys (rotated) */
-#define L2_V                     5314782208 /*    8388608: values */
-#define L2_ATT                   5323170816 /*   33554432: attention output */
-#define L2_RES                   5356725248 /*   33554432: residual stream after attention */
-#define L2_LN2                   5390279680 /*   33554432: mlp norm output */
-#define L2_G                     5423834112 /*  117440512: mlp gate */
-#define L2_U                     5541274624 /*  117440512: mlp up */
-#define L2_H                     5658715136 /*  117440512: mlp activation */
-#define L3_LN1                   5776155648 /*   33554432: attention norm output */
-#define L3_Q                     5809710080 /*   33554432: queries (rotated) */
-#define L3_K                     5843264512 /*    8388608: keys (rotated) */
-#define L3_V                     5851653120 /*    8388608: values */
-#define L3_ATT                   5860041728 /*   33554432: attention output */
-#define L3_RES                   5893596160 /*   33554432: residual stream after attention */
-#define L3_LN2                   5927150592 /*   33554432: mlp norm output */
-#define L3_G                     5960705024 /*  117440512: mlp gate */
-#define L3_U                     6078145536 /*  117440512: mlp up */
-#define L3_H                     6195586048 /*  117440512: mlp activation */
-#define L4_LN1                   6313026560 /*   33554432: attention norm output */
-#define L4_Q                     6346580992 /*   33554432: queries (rotated) */
-#define L4_K                     6380135424 /*    8388608: keys (rotated) */
-#define L4_V                     6388524032 /*    8388608: values */
-#define L4_ATT                   6396912640 /*   33554432: attention output */
-#define L4_RES                   6430467072 /*   33554432: residual stream after attention */
-#define L4_LN2                   6464021504 /*   33554432: mlp norm output */
-#define L4_G                     6497575936 /*  117440512: mlp gate */
-#define L4_U                     6615016448 /*  117440512: mlp up */
-#define L4_H                     6732456960 /*  117440512: mlp activation */
-#define L5_LN1                   6849897472 /*   33554432: attention norm output */
-#define L5_Q                     6883451904 /*   33554432: queries (rotated) */
-#define L5_K                     6917006336 /*    8388608: keys (rotated) */
-#define L5_V                     6925394944 /*    8388608: values */
-#define L5_ATT                   6933783552 /*   33554432: attention output */
-#define L5_RES                   6967337984 /*   33554432: residual stream after attention */
-#define L5_LN2                   7000892416 /*   33554432: mlp norm output */
-#define L5_G                     7034446848 /*  117440512: mlp gate */
-#define L5_U                     7151887360 /*  117440512: mlp up */
-#define L5_H                     7269327872 /*  117440512: mlp activation */
-#define L6_LN1                   7386768384 /*   33554432: attention norm output */
-#define L6_Q                     7420322816 /*   33554432: queries (rotated) */
-#define L6_K                     7453877248 /*    8388608: keys (rotated) */
-#define L6_V                     7462265856 /*    8388608: values */
-#define L6_ATT                   7470654464 /*   33554432: attention output */
-#define L6_RES                   7504208896 /*   33554432: residual stream after attention */
-#define L6_LN2                   7537763328 /*   33554432: mlp norm output */
-#define L6_G                     7571317760 /*  117440512: mlp gate */
-#define L6_U                     7688758272 /*  117440512: mlp up */
-#define L6_H                     7806198784 /*  117440512: mlp activation */
-#define L7_LN1                   7923639296 /*   33554432: attention norm output */
-#define L7_Q                     7957193728 /*   33554432: queries (rotated) */
-#define L7_K                     7990748160 /*    8388608: keys (rotated) */
-#define L7_V                     7999136768 /*    8388608: values */
-#define L7_ATT                   8007525376 /*   33554432: attention output */
-#define L7_RES                   8041079808 /*   33554432: residual stream after attention */
-#define L7_LN2                   8074634240 /*   33554432: mlp norm output */
-#define L7_G                     8108188672 /*  117440512: mlp gate */
-#define L7_U                     8225629184 /*  117440512: mlp up */
-#define L7_H                     8343069696 /*  117440512: mlp activation */
-#define L8_LN1                   8460510208 /*   33554432: attention norm output */
-#define L8_Q                     8494064640 /*   33554432: queries (rotated) */
-#define L8_K                     8527619072 /*    8388608: keys (rotated) */
-#define L8_V                     8536007680 /*    8388608: values */
-#define L8_ATT                   8544396288 /*   33554432: attention output */
-#define L8_RES                   8577950720 /*   33554432: residual stream after attention */
-#define L8_LN2                   8611505152 /*   33554432: mlp norm output */
-#define L8_G                     8645059584 /*  117440512: mlp gate */
-#define L8_U                     8762500096 /*  117440512: mlp up */
-#define L8_H                     8879940608 /*  117440512: mlp activation */
-#define L9_LN1                   8997381120 /*   33554432: attention norm output */
-#define L9_Q                     9030935552 /*   33554432: queries (rotated) */
-#define L9_K                     9064489984 /*    8388608: keys (rotated) */
-#define L9_V                     9072878592 /*    8388608: values */
-#define L9_ATT                   9081267200 /*   33554432: attention output */
-#define L9_RES                   9114821632 /*   33554432: residual stream after attention */
-#define L9_LN2                   9148376064 /*   33554432: mlp norm output */
-#define L9_G                     9181930496 /*  117440512: mlp gate */
-#define L9_U                     9299371008 /*  117440512: mlp up */
-#define L9_H                     9416811520 /*  117440512: mlp activation */
-#define L10_LN1                  9534252032 /*   33554432: attention norm output */
-#define L10_Q                    9567806464 /*   33554432: queries (rotated) */
-#define L10_K                    9601360896 /*    8388608: keys (rotated) */
-#define L10_V                    9609749504 /*    8388608: values */
-#define L10_ATT                  9618138112 /*   33554432: attention output */
-#define L10_RES                  9651692544 /*   33554432: residual stream after attention */
-#define L10_LN2                  9685246976 /*   33554432: mlp norm output */
-#define L10_G                    9718801408 /*  117440512: mlp gate */
-#define L10_U                    9836241920 /*  117440512: mlp up */
-#define L10_H                    9953682432 /*  117440512: mlp activation */
-#define L11_LN1                 10071122944 /*   33554432: attention norm output */
-#define L11_Q                   10104677376 /*   33554432: queries (rotated) */
-#define L11_K                   10138231808 /*    8388608: keys (rotated) */
-#define L11_V                   10146620416 /*    8388608: values */
-#define L11_ATT                 10155009024 /*   33554432: attention output */
-#define L11_RES                 10188563456 /*   33554432: residual stream after attention */
-#define L11_LN2                 10222117888 /*   33554432: mlp norm output */
-#define L11_G                   10255672320 /*  117440512: mlp gate */
-#define L11_U                   10373112832 /*  117440512: mlp up */
-#define L11_H                   10490553344 /*  117440512: mlp activation */
-#define L12_LN1                 10607993856 /*   33554432: attention norm output */
-#define L12_Q                   10641548288 /*   33554432: queries (rotated) */
-#define L12_K                   10675102720 /*    8388608: keys (rotated) */
-#define L12_V                   10683491328 /*    8388608: values */
-#define L12_ATT                 10691879936 /*   33554432: attention output */
-#define L12_RES                 10725434368 /*   33554432: residual stream after attention */
-#define L12_LN2                 10758988800 /*   33554432: mlp norm output */
-#define L12_G                   10792543232 /*  117440512: mlp gate */
-#define L12_U                   10909983744 /*  117440512: mlp up */
-#define L12_H                   11027424256 /*  117440512: mlp activation */
-#define L13_LN1                 11144864768 /*   33554432: attention norm output */
-#define L13_Q                   11178419200 /*   33554432: queries (rotated) */
-#define L13_K                   11211973632 /*    8388608: keys (rotated) */
-#define L13_V                   11220362240 /*    8388608: values */
-#define L13_ATT                 11228750848 /*   33554432: attention output */
-#define L13_RES                 11262305280 /*   33554432: residual stream after attention */
-#define L13_LN2                 11295859712 /*   33554432: mlp norm output */
-#define L13_G                   11329414144 /*  117440512: mlp gate */
-#define L13_U                   11446854656 /*  117440512: mlp up */
-#define L13_H                   11564295168 /*  117440512: mlp activation */
-#define L14_LN1                 11681735680 /*   33554432: attention norm output */
-#define L14_Q                   11715290112 /*   33554432: queries (rotated) */
-#define L14_K                   11748844544 /*    8388608: keys (rotated) */
-#define L14_V                   11757233152 /*    8388608: values */
-#define L14_ATT                 11765621760 /*   33554432: attention output */
-#define L14_RES                 11799176192 /*   33554432: residual stream after attention */
-#define L14_LN2                 11832730624 /*   33554432: mlp norm output */
-#define L14_G                   11866285056 /*  117440512: mlp gate */
-#define L14_U                   11983725568 /*  117440512: mlp up */
-#define L14_H                   12101166080 /*  117440512: mlp activation */
-#define L15_LN1                 12218606592 /*   33554432: attention norm output */
-#define L15_Q                   12252161024 /*   33554432: queries (rotated) */
-#define L15_K                   12285715456 /*    8388608: keys (rotated) */
-#define L15_V                   12294104064 /*    8388608: values */
-#define L15_ATT                 12302492672 /*   33554432: attention output */
-#define L15_RES                 12336047104 /*   33554432: residual stream after attention */
-#define L15_LN2                 12369601536 /*   33554432: mlp norm output */
-#define L15_G                   12403155968 /*  117440512: mlp gate */
-#define L15_U                   12520596480 /*  117440512: mlp up */
-#define L15_H                   12638036992 /*  117440512: mlp activation */
-#define L16_LN1                 12755477504 /*   33554432: attention norm output */
-#define L16_Q                   12789031936 /*   33554432: queries (rotated) */
-#define L16_K                   12822586368 /*    8388608: keys (rotated) */
-#define L16_V                   12830974976 /*    8388608: values */
-#define L16_ATT                 12839363584 /*   33554432: attention output */
-#define L16_RES                 12872918016 /*   33554432: residual stream after attention */
-#define L16_LN2                 12906472448 /*   33554432: mlp norm output */
-#define L16_G                   12940026880 /*  117440512: mlp gate */
-#define L16_U                   13057467392 /*  117440512: mlp up */
-#define L16_H                   13174907904 /*  117440512: mlp activation */
-#define L17_LN1                 13292348416 /*   33554432: attention norm output */
-#define L17_Q                   13325902848 /*   33554432: queries (rotated) */
-#define L17_K                   13359457280 /*    8388608: keys (rotated) */
-#define L17_V                   13367845888 /*    8388608: values */
-#define L17_ATT                 13376234496 /*   33554432: attention output */
-#define L17_RES                 13409788928 /*   33554432: residual stream after attention */
-#define L17_LN2                 13443343360 /*   33554432: mlp norm output */
-#define L17_G                   13476897792 /*  117440512: mlp gate */
-#define L17_U                   13594338304 /*  117440512: mlp up */
-#define L17_H                   13711778816 /*  117440512: mlp activation */
-#define L18_LN1                 13829219328 /*   33554432: attention norm output */
-#define L18_Q                   13862773760 /*   33554432: queries (rotated) */
-#define L18_K                   13896328192 /*    8388608: keys (rotated) */
-#define L18_V                   13904716800 /*    8388608: values */
-#define L18_ATT                 13913105408 /*   33554432: attention output */
-#define L18_RES                 13946659840 /*   33554432: residual stream after attention */
-#define L18_LN2                 13980214272 /*   33554432: mlp norm output */
-#define L18_G                   14013768704 /*  117440512: mlp gate */
-#define L18_U                   14131209216 /*  117440512: mlp up */
-#define L18_H                   14248649728 /*  117440512: mlp activation */
-#define L19_LN1                 14366090240 /*   33554432: attention norm output */
-#define L19_Q                   14399644672 /*   33554432: queries (rotated) */
-#define L19_K                   14433199104 /*    8388608: keys (rotated) */
-#define L19_V                   14441587712 /*    8388608: values */
-#define L19_ATT                 14449976320 /*   33554432: attention output */
-#define L19_RES                 14483530752 /*   33554432: residual stream after attention */
-#define L19_LN2                 14517085184 /*   33554432: mlp norm output */
-#define L19_G                   14550639616 /*  117440512: mlp gate */
-#define L19_U                   14668080128 /*  117440512: mlp up */
-#define L19_H                   14785520640 /*  117440512: mlp activation */
-#define L20_LN1                 14902961152 /*   33554432: attention norm output */
-#define L20_Q                   14936515584 /*   33554432: queries (rotated) */
-#define L20_K                   14970070016 /*    8388608: keys (rotated) */
-#define L20_V                   14978458624 /*    8388608: values */
-#define L20_ATT                 14986847232 /*   33554432: attention output */
-#define L20_RES                 15020401664 /*   33554432: residual stream after attention */
-#define L20_LN2                 15053956096 /*   33554432: mlp norm output */
-#define L20_G                   15087510528 /*  117440512: mlp gate */
-#define L20_U                   15204951040 /*  117440512: mlp up */
-#define L20_H                   15322391552 /*  117440512: mlp activation */
-#define L21_LN1                 15439832064 /*   33554432: attention norm output */
-#define L21_Q                   15473386496 /*   33554432: queries (rotated) */
-#define L21_K                   15506940928 /*    8388608: keys (rotated) */
-#define L21_V                   15515329536 /*    8388608: values */
-#define L21_ATT                 15523718144 /*   33554432: attention output */
-#define L21_RES                 15557272576 /*   33554432: residual stream after attention */
-#define L21_LN2                 15590827008 /*   33554432: mlp norm output */
-#define L21_G                   15624381440 /*  117440512: mlp gate */
-#define L21_U                   15741821952 /*  117440512: mlp up */
-#define L21_H                   15859262464 /*  117440512: mlp activation */
-#define L22_LN1                 15976702976 /*   33554432: attention norm output */
-#define L22_Q                   16010257408 /*   33554432: queries (rotated) */
-#define L22_K                   16043811840 /*    8388608: keys (rotated) */
-#define L22_V                   16052200448 /*    8388608: values */
-#define L22_ATT                 16060589056 /*   33554432: attention output */
-#define L22_RES                 16094143488 /*   33554432: residual stream after attention */
-#define L22_LN2                 16127697920 /*   33554432: mlp norm output */
-#define L22_G                   16161252352 /*  117440512: mlp gate */
-#define L22_U                   16278692864 /*  117440512: mlp up */
-#define L22_H                   16396133376 /*  117440512: mlp activation */
-#define L23_LN1                 16513573888 /*   33554432: attention norm output */
-#define L23_Q                   16547128320 /*   33554432: queries (rotated) */
-#define L23_K                   16580682752 /*    8388608: keys (rotated) */
-#define L23_V                   16589071360 /*    8388608: values */
-#define L23_ATT                 16597459968 /*   33554432: attention output */
-#define L23_RES                 16631014400 /*   33554432: residual stream after attention */
-#define L23_LN2                 16664568832 /*   33554432: mlp norm output */
-#define L23_G                   16698123264 /*  117440512: mlp gate */
-#define L23_U                   16815563776 /*  117440512: mlp up */
-#define L23_H                   16933004288 /*  117440512: mlp activation */
-#define L24_LN1                 17050444800 /*   33554432: attention norm output */
-#define L24_Q                   17083999232 /*   33554432: queries (rotated) */
-#define L24_K                   17117553664 /*    8388608: keys (rotated) */
-#define L24_V                   17125942272 /*    8388608: values */
-#define L24_ATT                 17134330880 /*   33554432: attention output */
-#define L24_RES                 17167885312 /*   33554432: residual stream after attention */
-#define L24_LN2                 17201439744 /*   33554432: mlp norm output */
-#define L24_G                   17234994176 /*  117440512: mlp gate */
-#define L24_U                   17352434688 /*  117440512: mlp up */
-#define L24_H                   17469875200 /*  117440512: mlp activation */
-#define L25_LN1                 17587315712 /*   33554432: attention norm output */
-#define L25_Q                   17620870144 /*   33554432: queries (rotated) */
-#define L25_K                   17654424576 /*    8388608: keys (rotated) */
-#define L25_V                   17662813184 /*    8388608: values */
-#define L25_ATT                 17671201792 /*   33554432: attention output */
-#define L25_RES                 17704756224 /*   33554432: residual stream after attention */
-#define L25_LN2                 17738310656 /*   33554432: mlp norm output */
-#define L25_G                   17771865088 /*  117440512: mlp gate */
-#define L25_U                   17889305600 /*  117440512: mlp up */
-#define L25_H                   18006746112 /*  117440512: mlp activation */
-#define L26_LN1                 18124186624 /*   33554432: attention norm output */
-#define L26_Q                   18157741056 /*   33554432: queries (rotated) */
-#define L26_K                   18191295488 /*    8388608: keys (rotated) */
-#define L26_V                   18199684096 /*    8388608: values */
-#define L26_ATT                 18208072704 /*   33554432: attention output */
-#define L26_RES                 18241627136 /*   33554432: residual stream after attention */
-#define L26_LN2                 18275181568 /*   33554432: mlp norm output */
-#define L26_G                   18308736000 /*  117440512: mlp gate */
-#define L26_U                   18426176512 /*  117440512: mlp up */
-#define L26_H                   18543617024 /*  117440512: mlp activation */
-#define L27_LN1                 18661057536 /*   33554432: attention norm output */
-#define L27_Q                   18694611968 /*   33554432: queries (rotated) */
-#define L27_K                   18728166400 /*    8388608: keys (rotated) */
-#define L27_V                   18736555008 /*    8388608: values */
-#define L27_ATT                 18744943616 /*   33554432: attention output */
-#define L27_RES                 18778498048 /*   33554432: residual stream after attention */
-#define L27_LN2                 18812052480 /*   33554432: mlp norm output */
-#define L27_G                   18845606912 /*  117440512: mlp gate */
-#define L27_U                   18963047424 /*  117440512: mlp up */
-#define L27_H                   19080487936 /*  117440512: mlp activation */
-#define L28_LN1                 19197928448 /*   33554432: attention norm output */
-#define L28_Q                   19231482880 /*   33554432: queries (rotated) */
-#define L28_K                   19265037312 /*    8388608: keys (rotated) */
-#define L28_V                   19273425920 /*    8388608: values */
-#define L28_ATT                 19281814528 /*   33554432: attention output */
-#define L28_RES                 19315368960 /*   33554432: residual stream after attention */
-#define L28_LN2                 19348923392 /*   33554432: mlp norm output */
-#define L28_G                   19382477824 /*  117440512: mlp gate */
-#define L28_U                   19499918336 /*  117440512: mlp up */
-#define L28_H                   19617358848 /*  117440512: mlp activation */
-#define L29_LN1                 19734799360 /*   33554432: attention norm output */
-#define L29_Q                   19768353792 /*   33554432: queries (rotated) */
-#define L29_K                   19801908224 /*    8388608: keys (rotated) */
-#define L29_V                   19810296832 /*    8388608: values */
-#define L29_ATT                 19818685440 /*   33554432: attention output */
-#define L29_RES                 19852239872 /*   33554432: residual stream after attention */
-#define L29_LN2                 19885794304 /*   33554432: mlp norm output */
-#define L29_G                   19919348736 /*  117440512: mlp gate */
-#define L29_U                   20036789248 /*  117440512: mlp up */
-#define L29_H                   20154229760 /*  117440512: mlp activation */
-#define L30_LN1                 20271670272 /*   33554432: attention norm output */
-#define L30_Q                   20305224704 /*   33554432: queries (rotated) */
-#define L30_K                   20338779136 /*    8388608: keys (rotated) */
-#define L30_V                   20347167744 /*    8388608: values */
-#define L30_ATT                 20355556352 /*   33554432: attention output */
-#define L30_RES                 20389110784 /*   33554432: residual stream after attention */
-#define L30_LN2                 20422665216 /*   33554432: mlp norm output */
-#define L30_G                   20456219648 /*  117440512: mlp gate */
-#define L30_U                   20573660160 /*  117440512: mlp up */
-#define L30_H                   20691100672 /*  117440512: mlp activation */
-#define L31_LN1                 20808541184 /*   33554432: attention norm output */
-#define L31_Q                   20842095616 /*   33554432: queries (rotated) */
-#define L31_K                   20875650048 /*    8388608: keys (rotated) */
-#define L31_V                   20884038656 /*    8388608: values */
-#define L31_ATT                 20892427264 /*   33554432: attention output */
-#define L31_RES                 20925981696 /*   33554432: residual stream after attention */
-#define L31_LN2                 20959536128 /*   33554432: mlp norm output */
-#define L31_G                   20993090560 /*  117440512: mlp gate */
-#define L31_U                   21110531072 /*  117440512: mlp up */
-#define L31_H                   21227971584 /*  117440512: mlp activation */
-#define WS_Y                    21345412096 /*   33554432: a block's output before the residual add */
-#define WS_Y2                   21378966528 /*   33554432: shared experts' output */
-#define DX_A                    21412520960 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    21446075392 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     21479629824 /*   33554432: gradient of a norm's output */
-#define DATT                    21513184256 /*   33554432: gradient of the attention output */
-#define DQ                      21546738688 /*   33554432: gradient of the queries */
-#define DK                      21580293120 /*    8388608: gradient of the keys */
-#define DV                      21588681728 /*    8388608: gradient of the values */
-#define DG                      21597070336 /*  117440512: gradient of the mlp gate */
-#define DU                      21714510848 /*  117440512: gradient of the mlp up */
-#define DH                      21831951360 /*  117440512: gradient of the mlp activation */
-#define LNF                     21949391872 /*   33554432: final norm output */
+#define GRAD0                    3058246656 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                    3583587328 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                       4108928000 /*   33554432: boundary: input of layer 0 (residual stream) */
+#define X1                       4142482432 /*   33554432: boundary: input of layer 1 (residual stream) */
+#define X2                       4176036864 /*   33554432: boundary: input of layer 2 (residual stream) */
+#define X3                       4209591296 /*   33554432: boundary: input of layer 3 (residual stream) */
+#define X4                       4243145728 /*   33554432: boundary: input of layer 4 (residual stream) */
+#define X5                       4276700160 /*   33554432: boundary: input of layer 5 (residual stream) */
+#define X6                       4310254592 /*   33554432: boundary: input of layer 6 (residual stream) */
+#define X7                       4343809024 /*   33554432: boundary: input of layer 7 (residual stream) */
+#define X8                       4377363456 /*   33554432: boundary: input of layer 8 (residual stream) */
+#define X9                       4410917888 /*   33554432: boundary: input of layer 9 (residual stream) */
+#define X10                      4444472320 /*   33554432: boundary: input of layer 10 (residual stream) */
+#define X11                      4478026752 /*   33554432: boundary: input of layer 11 (residual stream) */
+#define X12                      4511581184 /*   33554432: boundary: input of layer 12 (residual stream) */
+#define X13                      4545135616 /*   33554432: boundary: input of layer 13 (residual stream) */
+#define X14                      4578690048 /*   33554432: boundary: input of layer 14 (residual stream) */
+#define X15                      4612244480 /*   33554432: boundary: input of layer 15 (residual stream) */
+#define X16                      4645798912 /*   33554432: boundary: input of layer 16 (residual stream) */
+#define X17                      4679353344 /*   33554432: boundary: input of layer 17 (residual stream) */
+#define X18                      4712907776 /*   33554432: boundary: input of layer 18 (residual stream) */
+#define X19                      4746462208 /*   33554432: boundary: input of layer 19 (residual stream) */
+#define X20                      4780016640 /*   33554432: boundary: input of layer 20 (residual stream) */
+#define X21                      4813571072 /*   33554432: boundary: input of layer 21 (residual stream) */
+#define X22                      4847125504 /*   33554432: boundary: input of layer 22 (residual stream) */
+#define X23                      4880679936 /*   33554432: boundary: input of layer 23 (residual stream) */
+#define X24                      4914234368 /*   33554432: boundary: input of layer 24 (residual stream) */
+#define X25                      4947788800 /*   33554432: boundary: input of layer 25 (residual stream) */
+#define X26                      4981343232 /*   33554432: boundary: input of layer 26 (residual stream) */
+#define X27                      5014897664 /*   33554432: boundary: input of layer 27 (residual stream) */
+#define X28                      5048452096 /*   33554432: boundary: input of layer 28 (residual stream) */
+#define X29                      5082006528 /*   33554432: boundary: input of layer 29 (residual stream) */
+#define X30                      5115560960 /*   33554432: boundary: input of layer 30 (residual stream) */
+#define X31                      5149115392 /*   33554432: boundary: input of layer 31 (residual stream) */
+#define X32                      5182669824 /*   33554432: output of the last layer */
+#define L0_LN1                   5216224256 /*   33554432: attention norm output */
+#define L0_Q                     5249778688 /*   33554432: queries (rotated) */
+#define L0_K                     5283333120 /*    8388608: keys (rotated) */
+#define L0_V                     5291721728 /*    8388608: values */
+#define L0_ATT                   5300110336 /*   33554432: attention output */
+#define L0_RES                   5333664768 /*   33554432: residual stream after attention */
+#define L0_LN2                   5367219200 /*   33554432: mlp norm output */
+#define L0_G                     5400773632 /*  117440512: mlp gate */
+#define L0_U                     5518214144 /*  117440512: mlp up */
+#define L0_H                     5635654656 /*  117440512: mlp activation */
+#define L1_LN1                   5753095168 /*   33554432: attention norm output */
+#define L1_Q                     5786649600 /*   33554432: queries (rotated) */
+#define L1_K                     5820204032 /*    8388608: keys (rotated) */
+#define L1_V                     5828592640 /*    8388608: values */
+#define L1_ATT                   5836981248 /*   33554432: attention output */
+#define L1_RES                   5870535680 /*   33554432: residual stream after attention */
+#define L1_LN2                   5904090112 /*   33554432: mlp norm output */
+#define L1_G                     5937644544 /*  117440512: mlp gate */
+#define L1_U                     6055085056 /*  117440512: mlp up */
+#define L1_H                     6172525568 /*  117440512: mlp activation */
+#define L2_LN1                   6289966080 /*   33554432: attention norm output */
+#define L2_Q                     6323520512 /*   33554432: queries (rotated) */
+#define L2_K                     6357074944 /*    8388608: keys (rotated) */
+#define L2_V                     6365463552 /*    8388608: values */
+#define L2_ATT                   6373852160 /*   33554432: attention output */
+#define L2_RES                   6407406592 /*   33554432: residual stream after attention */
+#define L2_LN2                   6440961024 /*   33554432: mlp norm output */
+#define L2_G                     6474515456 /*  117440512: mlp gate */
+#define L2_U                     6591955968 /*  117440512: mlp up */
+#define L2_H                     6709396480 /*  117440512: mlp activation */
+#define L3_LN1                   6826836992 /*   33554432: attention norm output */
+#define L3_Q                     6860391424 /*   33554432: queries (rotated) */
+#define L3_K                     6893945856 /*    8388608: keys (rotated) */
+#define L3_V                     6902334464 /*    8388608: values */
+#define L3_ATT                   6910723072 /*   33554432: attention output */
+#define L3_RES                   6944277504 /*   33554432: residual stream after attention */
+#define L3_LN2                   6977831936 /*   33554432: mlp norm output */
+#define L3_G                     7011386368 /*  117440512: mlp gate */
+#define L3_U                     7128826880 /*  117440512: mlp up */
+#define L3_H                     7246267392 /*  117440512: mlp activation */
+#define L4_LN1                   7363707904 /*   33554432: attention norm output */
+#define L4_Q                     7397262336 /*   33554432: queries (rotated) */
+#define L4_K                     7430816768 /*    8388608: keys (rotated) */
+#define L4_V                     7439205376 /*    8388608: values */
+#define L4_ATT                   7447593984 /*   33554432: attention output */
+#define L4_RES                   7481148416 /*   33554432: residual stream after attention */
+#define L4_LN2                   7514702848 /*   33554432: mlp norm output */
+#define L4_G                     7548257280 /*  117440512: mlp gate */
+#define L4_U                     7665697792 /*  117440512: mlp up */
+#define L4_H                     7783138304 /*  117440512: mlp activation */
+#define L5_LN1                   7900578816 /*   33554432: attention norm output */
+#define L5_Q                     7934133248 /*   33554432: queries (rotated) */
+#define L5_K                     7967687680 /*    8388608: keys (rotated) */
+#define L5_V                     7976076288 /*    8388608: values */
+#define L5_ATT                   7984464896 /*   33554432: attention output */
+#define L5_RES                   8018019328 /*   33554432: residual stream after attention */
+#define L5_LN2                   8051573760 /*   33554432: mlp norm output */
+#define L5_G                     8085128192 /*  117440512: mlp gate */
+#define L5_U                     8202568704 /*  117440512: mlp up */
+#define L5_H                     8320009216 /*  117440512: mlp activation */
+#define L6_LN1                   8437449728 /*   33554432: attention norm output */
+#define L6_Q                     8471004160 /*   33554432: queries (rotated) */
+#define L6_K                     8504558592 /*    8388608: keys (rotated) */
+#define L6_V                     8512947200 /*    8388608: values */
+#define L6_ATT                   8521335808 /*   33554432: attention output */
+#define L6_RES                   8554890240 /*   33554432: residual stream after attention */
+#define L6_LN2                   8588444672 /*   33554432: mlp norm output */
+#define L6_G                     8621999104 /*  117440512: mlp gate */
+#define L6_U                     8739439616 /*  117440512: mlp up */
+#define L6_H                     8856880128 /*  117440512: mlp activation */
+#define L7_LN1                   8974320640 /*   33554432: attention norm output */
+#define L7_Q                     9007875072 /*   33554432: queries (rotated) */
+#define L7_K                     9041429504 /*    8388608: keys (rotated) */
+#define L7_V                     9049818112 /*    8388608: values */
+#define L7_ATT                   9058206720 /*   33554432: attention output */
+#define L7_RES                   9091761152 /*   33554432: residual stream after attention */
+#define L7_LN2                   9125315584 /*   33554432: mlp norm output */
+#define L7_G                     9158870016 /*  117440512: mlp gate */
+#define L7_U                     9276310528 /*  117440512: mlp up */
+#define L7_H                     9393751040 /*  117440512: mlp activation */
+#define L8_LN1                   9511191552 /*   33554432: attention norm output */
+#define L8_Q                     9544745984 /*   33554432: queries (rotated) */
+#define L8_K                     9578300416 /*    8388608: keys (rotated) */
+#define L8_V                     9586689024 /*    8388608: values */
+#define L8_ATT                   9595077632 /*   33554432: attention output */
+#define L8_RES                   9628632064 /*   33554432: residual stream after attention */
+#define L8_LN2                   9662186496 /*   33554432: mlp norm output */
+#define L8_G                     9695740928 /*  117440512: mlp gate */
+#define L8_U                     9813181440 /*  117440512: mlp up */
+#define L8_H                     9930621952 /*  117440512: mlp activation */
+#define L9_LN1                  10048062464 /*   33554432: attention norm output */
+#define L9_Q                    10081616896 /*   33554432: queries (rotated) */
+#define L9_K                    10115171328 /*    8388608: keys (rotated) */
+#define L9_V                    10123559936 /*    8388608: values */
+#define L9_ATT                  10131948544 /*   33554432: attention output */
+#define L9_RES                  10165502976 /*   33554432: residual stream after attention */
+#define L9_LN2                  10199057408 /*   33554432: mlp norm output */
+#define L9_G                    10232611840 /*  117440512: mlp gate */
+#define L9_U                    10350052352 /*  117440512: mlp up */
+#define L9_H                    10467492864 /*  117440512: mlp activation */
+#define L10_LN1                 10584933376 /*   33554432: attention norm output */
+#define L10_Q                   10618487808 /*   33554432: queries (rotated) */
+#define L10_K                   10652042240 /*    8388608: keys (rotated) */
+#define L10_V                   10660430848 /*    8388608: values */
+#define L10_ATT                 10668819456 /*   33554432: attention output */
+#define L10_RES                 10702373888 /*   33554432: residual stream after attention */
+#define L10_LN2                 10735928320 /*   33554432: mlp norm output */
+#define L10_G                   10769482752 /*  117440512: mlp gate */
+#define L10_U                   10886923264 /*  117440512: mlp up */
+#define L10_H                   11004363776 /*  117440512: mlp activation */
+#define L11_LN1                 11121804288 /*   33554432: attention norm output */
+#define L11_Q                   11155358720 /*   33554432: queries (rotated) */
+#define L11_K                   11188913152 /*    8388608: keys (rotated) */
+#define L11_V                   11197301760 /*    8388608: values */
+#define L11_ATT                 11205690368 /*   33554432: attention output */
+#define L11_RES                 11239244800 /*   33554432: residual stream after attention */
+#define L11_LN2                 11272799232 /*   33554432: mlp norm output */
+#define L11_G                   11306353664 /*  117440512: mlp gate */
+#define L11_U                   11423794176 /*  117440512: mlp up */
+#define L11_H                   11541234688 /*  117440512: mlp activation */
+#define L12_LN1                 11658675200 /*   33554432: attention norm output */
+#define L12_Q                   11692229632 /*   33554432: queries (rotated) */
+#define L12_K                   11725784064 /*    8388608: keys (rotated) */
+#define L12_V                   11734172672 /*    8388608: values */
+#define L12_ATT                 11742561280 /*   33554432: attention output */
+#define L12_RES                 11776115712 /*   33554432: residual stream after attention */
+#define L12_LN2                 11809670144 /*   33554432: mlp norm output */
+#define L12_G                   11843224576 /*  117440512: mlp gate */
+#define L12_U                   11960665088 /*  117440512: mlp up */
+#define L12_H                   12078105600 /*  117440512: mlp activation */
+#define L13_LN1                 12195546112 /*   33554432: attention norm output */
+#define L13_Q                   12229100544 /*   33554432: queries (rotated) */
+#define L13_K                   12262654976 /*    8388608: keys (rotated) */
+#define L13_V                   12271043584 /*    8388608: values */
+#define L13_ATT                 12279432192 /*   33554432: attention output */
+#define L13_RES                 12312986624 /*   33554432: residual stream after attention */
+#define L13_LN2                 12346541056 /*   33554432: mlp norm output */
+#define L13_G                   12380095488 /*  117440512: mlp gate */
+#define L13_U                   12497536000 /*  117440512: mlp up */
+#define L13_H                   12614976512 /*  117440512: mlp activation */
+#define L14_LN1                 12732417024 /*   33554432: attention norm output */
+#define L14_Q                   12765971456 /*   33554432: queries (rotated) */
+#define L14_K                   12799525888 /*    8388608: keys (rotated) */
+#define L14_V                   12807914496 /*    8388608: values */
+#define L14_ATT                 12816303104 /*   33554432: attention output */
+#define L14_RES                 12849857536 /*   33554432: residual stream after attention */
+#define L14_LN2                 12883411968 /*   33554432: mlp norm output */
+#define L14_G                   12916966400 /*  117440512: mlp gate */
+#define L14_U                   13034406912 /*  117440512: mlp up */
+#define L14_H                   13151847424 /*  117440512: mlp activation */
+#define L15_LN1                 13269287936 /*   33554432: attention norm output */
+#define L15_Q                   13302842368 /*   33554432: queries (rotated) */
+#define L15_K                   13336396800 /*    8388608: keys (rotated) */
+#define L15_V                   13344785408 /*    8388608: values */
+#define L15_ATT                 13353174016 /*   33554432: attention output */
+#define L15_RES                 13386728448 /*   33554432: residual stream after attention */
+#define L15_LN2                 13420282880 /*   33554432: mlp norm output */
+#define L15_G                   13453837312 /*  117440512: mlp gate */
+#define L15_U                   13571277824 /*  117440512: mlp up */
+#define L15_H                   13688718336 /*  117440512: mlp activation */
+#define L16_LN1                 13806158848 /*   33554432: attention norm output */
+#define L16_Q                   13839713280 /*   33554432: queries (rotated) */
+#define L16_K                   13873267712 /*    8388608: keys (rotated) */
+#define L16_V                   13881656320 /*    8388608: values */
+#define L16_ATT                 13890044928 /*   33554432: attention output */
+#define L16_RES                 13923599360 /*   33554432: residual stream after attention */
+#define L16_LN2                 13957153792 /*   33554432: mlp norm output */
+#define L16_G                   13990708224 /*  117440512: mlp gate */
+#define L16_U                   14108148736 /*  117440512: mlp up */
+#define L16_H                   14225589248 /*  117440512: mlp activation */
+#define L17_LN1                 14343029760 /*   33554432: attention norm output */
+#define L17_Q                   14376584192 /*   33554432: queries (rotated) */
+#define L17_K                   14410138624 /*    8388608: keys (rotated) */
+#define L17_V                   14418527232 /*    8388608: values */
+#define L17_ATT                 14426915840 /*   33554432: attention output */
+#define L17_RES                 14460470272 /*   33554432: residual stream after attention */
+#define L17_LN2                 14494024704 /*   33554432: mlp norm output */
+#define L17_G                   14527579136 /*  117440512: mlp gate */
+#define L17_U                   14645019648 /*  117440512: mlp up */
+#define L17_H                   14762460160 /*  117440512: mlp activation */
+#define L18_LN1                 14879900672 /*   33554432: attention norm output */
+#define L18_Q                   14913455104 /*   33554432: queries (rotated) */
+#define L18_K                   14947009536 /*    8388608: keys (rotated) */
+#define L18_V                   14955398144 /*    8388608: values */
+#define L18_ATT                 14963786752 /*   33554432: attention output */
+#define L18_RES                 14997341184 /*   33554432: residual stream after attention */
+#define L18_LN2                 15030895616 /*   33554432: mlp norm output */
+#define L18_G                   15064450048 /*  117440512: mlp gate */
+#define L18_U                   15181890560 /*  117440512: mlp up */
+#define L18_H                   15299331072 /*  117440512: mlp activation */
+#define L19_LN1                 15416771584 /*   33554432: attention norm output */
+#define L19_Q                   15450326016 /*   33554432: queries (rotated) */
+#define L19_K                   15483880448 /*    8388608: keys (rotated) */
+#define L19_V                   15492269056 /*    8388608: values */
+#define L19_ATT                 15500657664 /*   33554432: attention output */
+#define L19_RES                 15534212096 /*   33554432: residual stream after attention */
+#define L19_LN2                 15567766528 /*   33554432: mlp norm output */
+#define L19_G                   15601320960 /*  117440512: mlp gate */
+#define L19_U                   15718761472 /*  117440512: mlp up */
+#define L19_H                   15836201984 /*  117440512: mlp activation */
+#define L20_LN1                 15953642496 /*   33554432: attention norm output */
+#define L20_Q                   15987196928 /*   33554432: queries (rotated) */
+#define L20_K                   16020751360 /*    8388608: keys (rotated) */
+#define L20_V                   16029139968 /*    8388608: values */
+#define L20_ATT                 16037528576 /*   33554432: attention output */
+#define L20_RES                 16071083008 /*   33554432: residual stream after attention */
+#define L20_LN2                 16104637440 /*   33554432: mlp norm output */
+#define L20_G                   16138191872 /*  117440512: mlp gate */
+#define L20_U                   16255632384 /*  117440512: mlp up */
+#define L20_H                   16373072896 /*  117440512: mlp activation */
+#define L21_LN1                 16490513408 /*   33554432: attention norm output */
+#define L21_Q                   16524067840 /*   33554432: queries (rotated) */
+#define L21_K                   16557622272 /*    8388608: keys (rotated) */
+#define L21_V                   16566010880 /*    8388608: values */
+#define L21_ATT                 16574399488 /*   33554432: attention output */
+#define L21_RES                 16607953920 /*   33554432: residual stream after attention */
+#define L21_LN2                 16641508352 /*   33554432: mlp norm output */
+#define L21_G                   16675062784 /*  117440512: mlp gate */
+#define L21_U                   16792503296 /*  117440512: mlp up */
+#define L21_H                   16909943808 /*  117440512: mlp activation */
+#define L22_LN1                 17027384320 /*   33554432: attention norm output */
+#define L22_Q                   17060938752 /*   33554432: queries (rotated) */
+#define L22_K                   17094493184 /*    8388608: keys (rotated) */
+#define L22_V                   17102881792 /*    8388608: values */
+#define L22_ATT                 17111270400 /*   33554432: attention output */
+#define L22_RES                 17144824832 /*   33554432: residual stream after attention */
+#define L22_LN2                 17178379264 /*   33554432: mlp norm output */
+#define L22_G                   17211933696 /*  117440512: mlp gate */
+#define L22_U                   17329374208 /*  117440512: mlp up */
+#define L22_H                   17446814720 /*  117440512: mlp activation */
+#define L23_LN1                 17564255232 /*   33554432: attention norm output */
+#define L23_Q                   17597809664 /*   33554432: queries (rotated) */
+#define L23_K                   17631364096 /*    8388608: keys (rotated) */
+#define L23_V                   17639752704 /*    8388608: values */
+#define L23_ATT                 17648141312 /*   33554432: attention output */
+#define L23_RES                 17681695744 /*   33554432: residual stream after attention */
+#define L23_LN2                 17715250176 /*   33554432: mlp norm output */
+#define L23_G                   17748804608 /*  117440512: mlp gate */
+#define L23_U                   17866245120 /*  117440512: mlp up */
+#define L23_H                   17983685632 /*  117440512: mlp activation */
+#define L24_LN1                 18101126144 /*   33554432: attention norm output */
+#define L24_Q                   18134680576 /*   33554432: queries (rotated) */
+#define L24_K                   18168235008 /*    8388608: keys (rotated) */
+#define L24_V                   18176623616 /*    8388608: values */
+#define L24_ATT                 18185012224 /*   33554432: attention output */
+#define L24_RES                 18218566656 /*   33554432: residual stream after attention */
+#define L24_LN2                 18252121088 /*   33554432: mlp norm output */
+#define L24_G                   18285675520 /*  117440512: mlp gate */
+#define L24_U                   18403116032 /*  117440512: mlp up */
+#define L24_H                   18520556544 /*  117440512: mlp activation */
+#define L25_LN1                 18637997056 /*   33554432: attention norm output */
+#define L25_Q                   18671551488 /*   33554432: queries (rotated) */
+#define L25_K                   18705105920 /*    8388608: keys (rotated) */
+#define L25_V                   18713494528 /*    8388608: values */
+#define L25_ATT                 18721883136 /*   33554432: attention output */
+#define L25_RES                 18755437568 /*   33554432: residual stream after attention */
+#define L25_LN2                 18788992000 /*   33554432: mlp norm output */
+#define L25_G                   18822546432 /*  117440512: mlp gate */
+#define L25_U                   18939986944 /*  117440512: mlp up */
+#define L25_H                   19057427456 /*  117440512: mlp activation */
+#define L26_LN1                 19174867968 /*   33554432: attention norm output */
+#define L26_Q                   19208422400 /*   33554432: queries (rotated) */
+#define L26_K                   19241976832 /*    8388608: keys (rotated) */
+#define L26_V                   19250365440 /*    8388608: values */
+#define L26_ATT                 19258754048 /*   33554432: attention output */
+#define L26_RES                 19292308480 /*   33554432: residual stream after attention */
+#define L26_LN2                 19325862912 /*   33554432: mlp norm output */
+#define L26_G                   19359417344 /*  117440512: mlp gate */
+#define L26_U                   19476857856 /*  117440512: mlp up */
+#define L26_H                   19594298368 /*  117440512: mlp activation */
+#define L27_LN1                 19711738880 /*   33554432: attention norm output */
+#define L27_Q                   19745293312 /*   33554432: queries (rotated) */
+#define L27_K                   19778847744 /*    8388608: keys (rotated) */
+#define L27_V                   19787236352 /*    8388608: values */
+#define L27_ATT                 19795624960 /*   33554432: attention output */
+#define L27_RES                 19829179392 /*   33554432: residual stream after attention */
+#define L27_LN2                 19862733824 /*   33554432: mlp norm output */
+#define L27_G                   19896288256 /*  117440512: mlp gate */
+#define L27_U                   20013728768 /*  117440512: mlp up */
+#define L27_H                   20131169280 /*  117440512: mlp activation */
+#define L28_LN1                 20248609792 /*   33554432: attention norm output */
+#define L28_Q                   20282164224 /*   33554432: queries (rotated) */
+#define L28_K                   20315718656 /*    8388608: keys (rotated) */
+#define L28_V                   20324107264 /*    8388608: values */
+#define L28_ATT                 20332495872 /*   33554432: attention output */
+#define L28_RES                 20366050304 /*   33554432: residual stream after attention */
+#define L28_LN2                 20399604736 /*   33554432: mlp norm output */
+#define L28_G                   20433159168 /*  117440512: mlp gate */
+#define L28_U                   20550599680 /*  117440512: mlp up */
+#define L28_H                   20668040192 /*  117440512: mlp activation */
+#define L29_LN1                 20785480704 /*   33554432: attention norm output */
+#define L29_Q                   20819035136 /*   33554432: queries (rotated) */
+#define L29_K                   20852589568 /*    8388608: keys (rotated) */
+#define L29_V                   20860978176 /*    8388608: values */
+#define L29_ATT                 20869366784 /*   33554432: attention output */
+#define L29_RES                 20902921216 /*   33554432: residual stream after attention */
+#define L29_LN2                 20936475648 /*   33554432: mlp norm output */
+#define L29_G                   20970030080 /*  117440512: mlp gate */
+#define L29_U                   21087470592 /*  117440512: mlp up */
+#define L29_H                   21204911104 /*  117440512: mlp activation */
+#define L30_LN1                 21322351616 /*   33554432: attention norm output */
+#define L30_Q                   21355906048 /*   33554432: queries (rotated) */
+#define L30_K                   21389460480 /*    8388608: keys (rotated) */
+#define L30_V                   21397849088 /*    8388608: values */
+#define L30_ATT                 21406237696 /*   33554432: attention output */
+#define L30_RES                 21439792128 /*   33554432: residual stream after attention */
+#define L30_LN2                 21473346560 /*   33554432: mlp norm output */
+#define L30_G                   21506900992 /*  117440512: mlp gate */
+#define L30_U                   21624341504 /*  117440512: mlp up */
+#define L30_H                   21741782016 /*  117440512: mlp activation */
+#define L31_LN1                 21859222528 /*   33554432: attention norm output */
+#define L31_Q                   21892776960 /*   33554432: queries (rotated) */
+#define L31_K                   21926331392 /*    8388608: keys (rotated) */
+#define L31_V                   21934720000 /*    8388608: values */
+#define L31_ATT                 21943108608 /*   33554432: attention output */
+#define L31_RES                 21976663040 /*   33554432: residual stream after attention */
+#define L31_LN2                 22010217472 /*   33554432: mlp norm output */
+#define L31_G                   22043771904 /*  117440512: mlp gate */
+#define L31_U                   22161212416 /*  117440512: mlp up */
+#define L31_H                   22278652928 /*  117440512: mlp activation */
+#define WS_Y                    22396093440 /*   33554432: a block's output before the residual add */
+#define WS_Y2                   22429647872 /*   33554432: shared experts' output */
+#define DX_A                    22463202304 /*   33554432: gradient of the residual stream (even layers' output) */
+#define DX_B                    22496756736 /*   33554432: gradient of the residual stream (odd layers' output) */
+#define DLN                     22530311168 /*   33554432: gradient of a norm's output */
+#define DATT                    22563865600 /*   33554432: gradient of the attention output */
+#define DQ                      22597420032 /*   33554432: gradient of the queries */
+#define DK                      22630974464 /*    8388608: gradient of the keys */
+#define DV                      22639363072 /*    8388608: gradient of the values */
+#define DG                      22647751680 /*  117440512: gradient of the mlp gate */
+#define DU                      22765192192 /*  117440512: gradient of the mlp up */
+#define DH                      22882632704 /*  117440512: gradient of the mlp activation */
+#define LNF                     23000073216 /*   33554432: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -2799,338 +2793,338 @@ void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 525340672);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 525340672);
   rt_zero(A(DLN), 33554432);
   rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, R(CE), c->dloss);
   rt_zero(A(DX_A), 33554432);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(RSTDF), 8192, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 131335168, (uint16_t *)R(RS_WIRE2), 2); /* head: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 131335168, true, NULL, 2); /* head: 4 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 31 dense: 4 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 30 dense: 4 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 29 dense: 4 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 28 dense: 4 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 27 dense: 4 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 26 dense: 4 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 25 dense: 4 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 24 dense: 4 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 23 dense: 4 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 22 dense: 4 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 21 dense: 4 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 20 dense: 4 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 19 dense: 4 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 18 dense: 4 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 17 dense: 4 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 16 dense: 4 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 15 dense: 4 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 14 dense: 4 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 13 dense: 4 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 12 dense: 4 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 11 dense: 4 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 10 dense: 4 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 9 dense: 4 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 8 dense: 4 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 7 dense: 4 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 6 dense: 4 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 5 dense: 4 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 4 dense: 4 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 3 dense: 4 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 2 dense: 4 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 218112000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 218112000);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 54528000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 1 dense: 4 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 218112000);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 218112000);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 54528000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 0 dense: 4 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 525336576);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 525336576);
   rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 8192, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 131334144, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), A(GRAD0), 131334144, true, NULL, 0); /* embedding: 4 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

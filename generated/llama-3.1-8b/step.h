@@ -8,7 +8,7 @@
 #define MODEL_NAME "llama-3.1-8b"
 #define SPEC_FILE "llama-3.1-8b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "9b8056ac7669ff57"
+#define PLAN_HASH "b63b940351f07922"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 8
 #define PLAN_FSDP 4
@@ -56,13 +56,15 @@
 #define OPT_STEP_ON_HOST 0
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 2177417216
+#define ARENA_ELEMS 76054528
 #define ARENA_SCRATCH 16384
-#define ACT_ELEMS 21982946304
+#define ACT_ELEMS 23033627648
 #define ACT_SCRATCH 2007565312
 #define INPUTS 0
 #define TARGETS 8192
-#define STATE_STAGING 1050697728 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 3058246656 /* GRAD0 (activation arena), free between steps: a state arena on the host
+                             goes through it to NCCL in pieces of its bytes */
+#define STATE_STAGING_ELEMS 525340672
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 34

@@ -290,30 +290,20 @@
 #define HEAD_ADAM_V              5833752960 /*    4096128: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define GRAD0                        262144 /* 1451270144: an even unit's gradient, dense then experts, then its reduce-scatters' input */
-#define GRAD1                    1451532288 /* 1451270144: an odd unit's (in flight while the next unit's backward runs) */
-#define RS_OUT0                  2902802432 /*   44040192: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                 2946842624 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                  3012380672 /*   44040192: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                 3056420864 /*  704643072: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                  3761063936 /*   44040192: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                 3805104128 /*   65538048: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                  3870642176 /*   44040192: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                 3914682368 /*  704643072: its bf16 send buffer (2 bytes per gathered value) */
-#define WS_RSTD1                 4619325440 /*     131072: its 1/rms per token */
-#define WS_LSE                   4619456512 /*    4194304: attention log-sum-exp per head and query */
-#define WS_RSTD2                 4623650816 /*     131072: its 1/rms per token */
-#define WS_LOGITS                4623781888 /*    1048576: router logits */
-#define WS_IDX                   4624830464 /*     262144: selected experts (int32) */
-#define WS_WTS                   4625092608 /*     262144: their weights */
-#define WS_POS                   4625354752 /*     262144: row of each assignment in expert order (int32) */
-#define WS_OFFSETS               4625616896 /*          9: first row of each expert (int32) */
-#define DLOGITS                  4625616912 /*    1048576: gradient of the router logits */
-#define DWTS                     4626665488 /*     262144: gradient of the routing weights */
-#define AUX                      4626927632 /*         24: load-balancing loss scratch */
-#define RSTDF                    4626927664 /*     131072: its 1/rms per token */
-#define LSEF                     4627058736 /*     131072: log-sum-exp of each token's logits */
-#define CE                       4627189808 /* 1073741824: logits of one vocabulary chunk and their gradient */
+#define WS_RSTD1                     262144 /*     131072: its 1/rms per token */
+#define WS_LSE                       393216 /*    4194304: attention log-sum-exp per head and query */
+#define WS_RSTD2                    4587520 /*     131072: its 1/rms per token */
+#define WS_LOGITS                   4718592 /*    1048576: router logits */
+#define WS_IDX                      5767168 /*     262144: selected experts (int32) */
+#define WS_WTS                      6029312 /*     262144: their weights */
+#define WS_POS                      6291456 /*     262144: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                  6553600 /*          9: first row of each expert (int32) */
+#define DLOGITS                     6553616 /*    1048576: gradient of the router logits */
+#define DWTS                        7602192 /*     262144: gradient of the routing weights */
+#define AUX                         7864336 /*         24: load-balancing loss scratch */
+#define RSTDF                       7864368 /*     131072: its 1/rms per token */
+#define LSEF                        7995440 /*     131072: log-sum-exp of each token's logits */
+#define CE                          8126512 /* 1073741824: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -384,36 +374,37 @@
 #define HEAD_PARAM               1455366144 /*    4096128: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define GATHERED0                1459462272 /* 1451270144: units u with u % 2 = 0: parameters all-gathered, dense then experts */
 #define GATHERED1                2910732416 /* 1451270144: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define XSLOT0                   4362002560 /*  536870912: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                   4898873472 /*  536870912: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                   5435744384 /*  536870912: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                   5972615296 /*  536870912: attention norm output */
-#define WS_Q                     6509486208 /*  536870912: queries (rotated) */
-#define WS_K                     7046357120 /*  134217728: keys (rotated) */
-#define WS_V                     7180574848 /*  134217728: values */
-#define WS_ATT                   7314792576 /*  536870912: attention output */
-#define WS_RES                   7851663488 /*  536870912: residual stream after attention */
-#define WS_LN2                   8388534400 /*  536870912: mlp norm output */
-#define WS_XP                    8925405312 /* 1073741824: token copies in expert order: the experts' input */
-#define WS_YP                    9999147136 /* 1073741824: expert outputs in that order */
-#define WS_EG                   11072888960 /* 3758096384: routed experts' gate */
-#define WS_EU                   14830985344 /* 3758096384: routed experts' up */
-#define WS_EH                   18589081728 /* 3758096384: routed experts' activation */
-#define WS_Y                    22347178112 /*  536870912: a block's output before the residual add */
-#define WS_Y2                   22884049024 /*  536870912: shared experts' output */
-#define DX_A                    23420919936 /*  536870912: gradient of the residual stream (even layers' output) */
-#define DX_B                    23957790848 /*  536870912: gradient of the residual stream (odd layers' output) */
-#define DLN                     24494661760 /*  536870912: gradient of a norm's output */
-#define DATT                    25031532672 /*  536870912: gradient of the attention output */
-#define DQ                      25568403584 /*  536870912: gradient of the queries */
-#define DK                      26105274496 /*  134217728: gradient of the keys */
-#define DV                      26239492224 /*  134217728: gradient of the values */
-#define DYP                     26373709952 /* 1073741824: gradient of the expert outputs */
-#define DXP                     27447451776 /* 1073741824: gradient of the token copies */
-#define EDG                     28521193600 /* 3758096384: routed experts' gate gradient */
-#define EDU                     32279289984 /* 3758096384: routed experts' up gradient */
-#define EDH                     36037386368 /* 3758096384: routed experts' activation gradient */
-#define LNF                     39795482752 /*  536870912: final norm output */
+#define GRAD0                    4362002560 /* 1451270144: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                    5813272704 /* 1451270144: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                   7264542848 /*  536870912: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                   7801413760 /*  536870912: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                   8338284672 /*  536870912: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                   8875155584 /*  536870912: attention norm output */
+#define WS_Q                     9412026496 /*  536870912: queries (rotated) */
+#define WS_K                     9948897408 /*  134217728: keys (rotated) */
+#define WS_V                    10083115136 /*  134217728: values */
+#define WS_ATT                  10217332864 /*  536870912: attention output */
+#define WS_RES                  10754203776 /*  536870912: residual stream after attention */
+#define WS_LN2                  11291074688 /*  536870912: mlp norm output */
+#define WS_XP                   11827945600 /* 1073741824: token copies in expert order: the experts' input */
+#define WS_YP                   12901687424 /* 1073741824: expert outputs in that order */
+#define WS_EG                   13975429248 /* 3758096384: routed experts' gate */
+#define WS_EU                   17733525632 /* 3758096384: routed experts' up */
+#define WS_EH                   21491622016 /* 3758096384: routed experts' activation */
+#define WS_Y                    25249718400 /*  536870912: a block's output before the residual add */
+#define WS_Y2                   25786589312 /*  536870912: shared experts' output */
+#define DX_A                    26323460224 /*  536870912: gradient of the residual stream (even layers' output) */
+#define DX_B                    26860331136 /*  536870912: gradient of the residual stream (odd layers' output) */
+#define DLN                     27397202048 /*  536870912: gradient of a norm's output */
+#define DATT                    27934072960 /*  536870912: gradient of the attention output */
+#define DQ                      28470943872 /*  536870912: gradient of the queries */
+#define DK                      29007814784 /*  134217728: gradient of the keys */
+#define DV                      29142032512 /*  134217728: gradient of the values */
+#define EDG                     29276250240 /* 3758096384: routed experts' gate gradient */
+#define EDU                     33034346624 /* 3758096384: routed experts' up gradient */
+#define EDH                     36792443008 /* 3758096384: routed experts' activation gradient */
+#define DYP                     40550539392 /* 1073741824: gradient of the expert outputs */
+#define LNF                     41624281216 /*  536870912: final norm output */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-29 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -1658,9 +1649,9 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1689,9 +1680,9 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1720,9 +1711,9 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1751,9 +1742,9 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1782,9 +1773,9 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1813,9 +1804,9 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1844,9 +1835,9 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1875,9 +1866,9 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1906,9 +1897,9 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1937,9 +1928,9 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1968,9 +1959,9 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -1999,9 +1990,9 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2030,9 +2021,9 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2061,9 +2052,9 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2092,9 +2083,9 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2123,9 +2114,9 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2154,9 +2145,9 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2185,9 +2176,9 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2216,9 +2207,9 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2247,9 +2238,9 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2278,9 +2269,9 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2309,9 +2300,9 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2340,9 +2331,9 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2371,9 +2362,9 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2402,9 +2393,9 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2433,9 +2424,9 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2464,9 +2455,9 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2495,9 +2486,9 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2526,9 +2517,9 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2557,9 +2548,9 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2588,9 +2579,9 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2619,9 +2610,9 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DLN), 536870912);
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(DXP), 1073741824);
-  rt_experts_backward(A(DXP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 131072, 2, 4096);
+  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(R(DLOGITS), 1048576);
   rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
@@ -2956,13 +2947,13 @@ void step_backward(RtCtx *c) {
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 131076096);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 131076096);
   rt_zero(A(DLN), 536870912);
   rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 131072, 4096, 32000, 4096, R(CE), c->dloss);
   rt_zero(A(DX_A), 536870912);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(RSTDF), 131072, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 4096128, (uint16_t *)R(RS_WIRE2), 2); /* head: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 4096128, true, NULL, 2); /* head: 32 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
@@ -2972,11 +2963,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, A(X29), H(HX29), 536870912); /* prefetch: X32's slot is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 31 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 31 experts: 32 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
@@ -2987,11 +2978,11 @@ void step_backward(RtCtx *c) {
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_offload_load(c, 28, A(X28), H(HX28), 536870912); /* prefetch: X31's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 30 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 30 experts: 32 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
@@ -3003,11 +2994,11 @@ void step_backward(RtCtx *c) {
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_offload_load(c, 27, A(X27), H(HX27), 536870912); /* prefetch: X30's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 29 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 29 experts: 32 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
@@ -3019,11 +3010,11 @@ void step_backward(RtCtx *c) {
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_offload_load(c, 26, A(X26), H(HX26), 536870912); /* prefetch: X29's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 28 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 28 experts: 32 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
@@ -3035,11 +3026,11 @@ void step_backward(RtCtx *c) {
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_offload_load(c, 25, A(X25), H(HX25), 536870912); /* prefetch: X28's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 27 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 27 experts: 32 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
@@ -3051,11 +3042,11 @@ void step_backward(RtCtx *c) {
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_offload_load(c, 24, A(X24), H(HX24), 536870912); /* prefetch: X27's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 26 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 26 experts: 32 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
@@ -3067,11 +3058,11 @@ void step_backward(RtCtx *c) {
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_offload_load(c, 23, A(X23), H(HX23), 536870912); /* prefetch: X26's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 25 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 25 experts: 32 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
@@ -3083,11 +3074,11 @@ void step_backward(RtCtx *c) {
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_offload_load(c, 22, A(X22), H(HX22), 536870912); /* prefetch: X25's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 24 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 24 experts: 32 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
@@ -3099,11 +3090,11 @@ void step_backward(RtCtx *c) {
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_offload_load(c, 21, A(X21), H(HX21), 536870912); /* prefetch: X24's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 23 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 23 experts: 32 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
@@ -3115,11 +3106,11 @@ void step_backward(RtCtx *c) {
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_offload_load(c, 20, A(X20), H(HX20), 536870912); /* prefetch: X23's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 22 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 22 experts: 32 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
@@ -3131,11 +3122,11 @@ void step_backward(RtCtx *c) {
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_offload_load(c, 19, A(X19), H(HX19), 536870912); /* prefetch: X22's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 21 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 21 experts: 32 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
@@ -3147,11 +3138,11 @@ void step_backward(RtCtx *c) {
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_offload_load(c, 18, A(X18), H(HX18), 536870912); /* prefetch: X21's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 20 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 20 experts: 32 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
@@ -3163,11 +3154,11 @@ void step_backward(RtCtx *c) {
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_offload_load(c, 17, A(X17), H(HX17), 536870912); /* prefetch: X20's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 19 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 19 experts: 32 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
@@ -3179,11 +3170,11 @@ void step_backward(RtCtx *c) {
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_offload_load(c, 16, A(X16), H(HX16), 536870912); /* prefetch: X19's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 18 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 18 experts: 32 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
@@ -3195,11 +3186,11 @@ void step_backward(RtCtx *c) {
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_offload_load(c, 15, A(X15), H(HX15), 536870912); /* prefetch: X18's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 17 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 17 experts: 32 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
@@ -3211,11 +3202,11 @@ void step_backward(RtCtx *c) {
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_offload_load(c, 14, A(X14), H(HX14), 536870912); /* prefetch: X17's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 16 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 16 experts: 32 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
@@ -3227,11 +3218,11 @@ void step_backward(RtCtx *c) {
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_offload_load(c, 13, A(X13), H(HX13), 536870912); /* prefetch: X16's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 15 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 15 experts: 32 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
@@ -3243,11 +3234,11 @@ void step_backward(RtCtx *c) {
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_offload_load(c, 12, A(X12), H(HX12), 536870912); /* prefetch: X15's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 14 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 14 experts: 32 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
@@ -3259,11 +3250,11 @@ void step_backward(RtCtx *c) {
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_offload_load(c, 11, A(X11), H(HX11), 536870912); /* prefetch: X14's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 13 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 13 experts: 32 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
@@ -3275,11 +3266,11 @@ void step_backward(RtCtx *c) {
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_offload_load(c, 10, A(X10), H(HX10), 536870912); /* prefetch: X13's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 12 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 12 experts: 32 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
@@ -3291,11 +3282,11 @@ void step_backward(RtCtx *c) {
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_offload_load(c, 9, A(X9), H(HX9), 536870912); /* prefetch: X12's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 11 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 11 experts: 32 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
@@ -3307,11 +3298,11 @@ void step_backward(RtCtx *c) {
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_offload_load(c, 8, A(X8), H(HX8), 536870912); /* prefetch: X11's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 10 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 10 experts: 32 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
@@ -3323,11 +3314,11 @@ void step_backward(RtCtx *c) {
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_offload_load(c, 7, A(X7), H(HX7), 536870912); /* prefetch: X10's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 9 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 9 experts: 32 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
@@ -3339,11 +3330,11 @@ void step_backward(RtCtx *c) {
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_offload_load(c, 6, A(X6), H(HX6), 536870912); /* prefetch: X9's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 8 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 8 experts: 32 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
@@ -3355,11 +3346,11 @@ void step_backward(RtCtx *c) {
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_offload_load(c, 5, A(X5), H(HX5), 536870912); /* prefetch: X8's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 7 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 7 experts: 32 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
@@ -3371,11 +3362,11 @@ void step_backward(RtCtx *c) {
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_offload_load(c, 4, A(X4), H(HX4), 536870912); /* prefetch: X7's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 6 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 6 experts: 32 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
@@ -3387,11 +3378,11 @@ void step_backward(RtCtx *c) {
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_offload_load(c, 3, A(X3), H(HX3), 536870912); /* prefetch: X6's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 5 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 5 experts: 32 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
@@ -3403,11 +3394,11 @@ void step_backward(RtCtx *c) {
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_offload_load(c, 2, A(X2), H(HX2), 536870912); /* prefetch: X5's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 4 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 4 experts: 32 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
@@ -3419,11 +3410,11 @@ void step_backward(RtCtx *c) {
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_offload_load(c, 1, A(X1), H(HX1), 536870912); /* prefetch: X4's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 3 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 3 experts: 32 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
@@ -3435,11 +3426,11 @@ void step_backward(RtCtx *c) {
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_offload_load(c, 0, A(X0), H(HX0), 536870912); /* prefetch: X3's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 2 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 2 experts: 32 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
@@ -3450,11 +3441,11 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 41984000;
-  rt_zero_real(R(GRAD0), 1451270144);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
+  rt_zero(A(GRAD0), 1451270144);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1312000, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 41984000, 44040192, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), A(GRAD0), 1312000, true, NULL, 0); /* layer 1 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 1 experts: 32 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
@@ -3463,18 +3454,18 @@ void step_backward(RtCtx *c) {
   rt_offload_wait(c, 0); /* X0 is back */
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 41984000;
-  rt_zero_real(R(GRAD1), 1451270144);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 41984000;
+  rt_zero(A(GRAD1), 1451270144);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1312000, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 41984000, 44040192, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), A(GRAD1), 1312000, true, NULL, 2); /* layer 0 dense: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 0 experts: 32 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 131072000);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 131072000);
   rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 131072, 4096);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 4096000, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 32 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), A(GRAD0), 4096000, true, NULL, 0); /* embedding: 32 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

@@ -8,7 +8,7 @@
 #define MODEL_NAME "mixtral-8x7b"
 #define SPEC_FILE "mixtral-8x7b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "118314bfa0355b01"
+#define PLAN_HASH "9592c325600e7d33"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
@@ -56,13 +56,15 @@
 #define OPT_STEP_ON_HOST 1
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 5700931632
+#define ARENA_ELEMS 1081868336
 #define ARENA_SCRATCH 262144
-#define ACT_ELEMS 40332353664
+#define ACT_ELEMS 42161152128
 #define ACT_SCRATCH 1459462272
 #define INPUTS 0
 #define TARGETS 131072
-#define STATE_STAGING 2902802432 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 4362002560 /* GRAD0 (activation arena), free between steps: a state arena on the host
+                             goes through it to NCCL in pieces of its bytes */
+#define STATE_STAGING_ELEMS 1451270144
 #define HOST_ELEMS 16106127360 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 30 /* boundaries that go to the host and back */
 #define N_GROUPS 66

@@ -37,6 +37,7 @@
 #include "mtrt_ckpt.h"
 #include "mtrt_data.h"
 #include "mtrt_ops.h"
+#include "mtrt_profile.h"
 #include "step.h"
 
 /* Where the host reads and writes the training state (HOST): the state arena itself when the
@@ -105,15 +106,20 @@ static void refresh_params(RtCtx *c) {
 }
 
 /* The gradient shards summed over the data-parallel replicas. NCCL reads device memory: a state
- * arena in host memory goes through STATE_STAGING, a device buffer of the largest shard. */
+ * arena in host memory goes through STATE_STAGING (GRAD0, free between steps), in pieces of as
+ * many real values as its bytes hold. */
 static void grads_all_reduce(RtCtx *c) {
   for (int g = 0; g < N_GROUPS; g++) {
     real *grad = c->state + step_groups[g].grad;
     size_t n = (size_t)step_groups[g].shard;
 #ifdef MTC_BACKEND_CUDA
     if (STATE_ON_HOST) {
-      real *st = c->arena + STATE_STAGING;
-      rt_copy_real(st, grad, n), GRAD_ALL_REDUCE(c->comm.replicate_comm, st, n), rt_copy_real(grad, st, n);
+      real *st = (real *)(void *)(c->acts + STATE_STAGING);
+      size_t cap = (size_t)STATE_STAGING_ELEMS * sizeof(act) / sizeof(real);
+      for (size_t o = 0; o < n; o += cap) {
+        size_t k = n - o < cap ? n - o : cap;
+        rt_copy_real(st, grad + o, k), GRAD_ALL_REDUCE(c->comm.replicate_comm, st, k), rt_copy_real(grad + o, st, k);
+      }
       continue;
     }
 #endif
@@ -188,7 +194,7 @@ static int print_memory(int argc) {
 }
 
 typedef struct {
-  const char *data, *metrics, *ckpt_dir;
+  const char *data, *metrics, *ckpt_dir, *profile;
   long steps, ckpt_every, max_skips, keep_ckpts; /* keep_ckpts: 0 keeps every checkpoint */
   unsigned long long seed;
   int seed_given, grad_check;
@@ -197,7 +203,7 @@ typedef struct {
 
 static const char usage_text[] =
     "usage: train --data PATH [--steps N] [--metrics PATH] [--seed S] [--checkpoint-dir DIR]\n"
-    "             [--checkpoint-every K] [--max-skips K] [--grad-check]\n"
+    "             [--checkpoint-every K] [--max-skips K] [--grad-check] [--profile FILE]\n"
     "  --data PATH            raw text (one token per byte), an llm.c token shard, or a Megatron\n"
     "                         indexed dataset (PREFIX, PREFIX.idx or PREFIX.bin)\n"
     "  --steps N              stop after optimizer step N (default: the spec's training.steps,\n"
@@ -213,6 +219,8 @@ static const char usage_text[] =
     "                         (default: keep all)\n"
     "  --max-skips K          stop after K consecutive non-finite steps (default 5)\n"
     "  --grad-check           gradients against finite differences (double build, one rank)\n"
+    "  --profile FILE         measured seconds and FLOPs or bytes per op class and collective\n"
+    "                         over the steps after the first, as JSON (mtc calibrate reads it)\n"
     "  --inject-nan FIRST:COUNT      for tests: steps FIRST.. FIRST+COUNT-1 get a NaN gradient\n"
     "  --inject-kill-at-save STEP    for tests: SIGKILL itself in the save of STEP, before its manifest\n"
     "  SIGUSR1 or SIGTERM     save a checkpoint at the end of the step (with DIR) and stop\n"
@@ -236,6 +244,7 @@ static int parse_args(Args *a, int argc, char **argv) {
                                        {"keep-checkpoints", required_argument, 0, 'N'},
                                        {"inject-nan", required_argument, 0, 'n'},
                                        {"inject-kill-at-save", required_argument, 0, 'K'},
+                                       {"profile", required_argument, 0, 'P'},
                                        {0, 0, 0, 0}};
   *a = (Args){.metrics = "metrics.jsonl", .steps = TRAIN_STEPS, .seed = 1, .max_skips = 5};
   int o;
@@ -251,6 +260,7 @@ static int parse_args(Args *a, int argc, char **argv) {
     switch (o) {
     case 'd': a->data = optarg; break;
     case 'm': a->metrics = optarg; break;
+    case 'P': a->profile = optarg; break;
     case 'g': a->grad_check = 1; break;
     case 's':
       errno = 0;
@@ -490,13 +500,17 @@ int main(int argc, char **argv) {
   int rank0 = c.comm.rank == 0;
   if (!status && a.ckpt_dir) { /* a checkpoint directory that cannot be written fails now, not at the first save */
     int bad = 0;
+    char err0[1400];
     if (rank0) {
       struct stat st;
-      mkdir(a.ckpt_dir, 0777);
+      int made = mkdir(a.ckpt_dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
       if (stat(a.ckpt_dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(a.ckpt_dir, W_OK | X_OK) != 0) {
         fprintf(stderr, "error: --checkpoint-dir %s: %s; expected a writable directory (it is created if missing)\n",
-                a.ckpt_dir, stat(a.ckpt_dir, &st) != 0 ? strerror(errno) : !S_ISDIR(st.st_mode) ? "not a directory"
-                                                                                                   : "not writable");
+                a.ckpt_dir, stat(a.ckpt_dir, &st) != 0 ? strerror(made ? made : errno)
+                            : !S_ISDIR(st.st_mode) ? "not a directory" : "not writable");
+        bad = 1;
+      } else if (rt_ckpt_lock(a.ckpt_dir, err0, sizeof err0) != 0) { /* held until exit */
+        fprintf(stderr, "error: %s\n", err0);
         bad = 1;
       }
     }
@@ -697,6 +711,7 @@ int main(int argc, char **argv) {
   long skips = 0, skipped = 0, timed = 0;
   int metrics_bad = 0; /* rank 0 could not write a metrics line */
   double seconds = 0, opt_seconds = 0; /* steps after the first (which includes warm-up effects); of them, the optimizer step's */
+  if (a.profile) rt_prof_start();
   for (long step = start; step < a.steps; step++) {
     double t0 = rt_now(), aux;
     double loss = run_micro_batches(&c, &data, step, data_seed, &aux);
@@ -731,7 +746,7 @@ int main(int argc, char **argv) {
     adam.lr = lr, adam.step = step + 1;
     float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
     real *opt = OPT_ON_HOST ? HOST(&c) : c.state; /* where the optimizer state is updated */
-    double t_opt = rt_now();
+    double t_opt = rt_prof_on ? rt_prof_begin() : rt_now();
     for (int g = 0; g < N_GROUPS && !skip; g++) {
       const RtGroup *G = &step_groups[g];
       if (OPT_ON_HOST) to_host(&c, G->grad, G->shard);
@@ -760,11 +775,13 @@ int main(int argc, char **argv) {
       if (OPT_ON_HOST) to_device(&c, G->master, G->shard);
     }
     step_end(&c, !skip);
+    if (rt_prof_on) rt_prof_end(RT_PROF_OPTIMIZER, t_opt, 0, 0);
     if (step > start) opt_seconds += rt_now() - t_opt; /* the optimizer step: every group's update */
     if (!skip) refresh_params(&c);
     skips = skip ? skips + 1 : 0, skipped += skip;
     double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
     if (step > start) seconds += dt, timed++;
+    if (step == start) rt_prof_reset(); /* the profile covers the timed steps */
     if (rank0) {
       char moe[64] = "";
       if (PLAN_EP > 1) snprintf(moe, sizeof moe, " | moe load %.2f, +%ld rounds", moe_load, moe_rounds);
@@ -826,6 +843,21 @@ int main(int argc, char **argv) {
     }
   }
   if (rank0 && skipped) printf("%ld step(s) skipped for non-finite values\n", skipped);
+  if (a.profile && timed) {
+    double tokens = (double)GLOBAL_BATCH * SEQ_LEN / c.comm.world;
+#ifdef MTC_BACKEND_CUDA
+    const char *backend = "cuda";
+#else
+    const char *backend = "cpu";
+#endif
+    RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed, tokens,
+                    tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU};
+    if (rt_prof_write(a.profile, &pr, err, sizeof err) != 0) {
+      if (rank0) fprintf(stderr, "error: --profile %s: %s; expected a writable path\n", a.profile, err);
+      status = 1;
+    } else if (rank0)
+      printf("profile: %s (%ld steps)\n", a.profile, timed);
+  }
   if (rank0 && timed) {
     /* MFU = FLOPS_PER_TOKEN x tokens/s / the plan's peak per GPU, as plan.json's predicted.mfu */
     double tps = (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / c.comm.world;

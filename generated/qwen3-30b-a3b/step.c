@@ -417,174 +417,164 @@
 #define HEAD_ADAM_V              7613582720 /*   19447936: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define GRAD0                         65536 /*  311166976: an even unit's gradient, dense then experts, then its reduce-scatters' input */
-#define GRAD1                     311232512 /*  311166976: an odd unit's (in flight while the next unit's backward runs) */
-#define RS_OUT0                   622399488 /*   37748736: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                  660148224 /*  155583488: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                   815731712 /*   37748736: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                  853480448 /*   75497472: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                   928977920 /*   37748736: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                  966726656 /*  155583488: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                  1122310144 /*   37748736: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                 1160058880 /*   75497472: its bf16 send buffer (2 bytes per gathered value) */
-#define WS_RSTD1                 1235556352 /*      32768: its 1/rms per token */
-#define L0_RSTDQ                 1235589120 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L0_RSTDK                 1236637696 /*     131072: the same for the keys */
-#define L0_LSE                   1236768768 /*    1048576: attention log-sum-exp per head and query */
-#define WS_RSTD2                 1237817344 /*      32768: its 1/rms per token */
-#define WS_LOGITS                1237850112 /*    4194304: router logits */
-#define WS_IDX                   1242044416 /*     262144: selected experts (int32) */
-#define WS_WTS                   1242306560 /*     262144: their weights */
-#define WS_POS                   1242568704 /*     262144: row of each assignment in expert order (int32) */
-#define WS_OFFSETS               1242830848 /*        129: first row of each expert (int32) */
-#define WS_EOFF                  1242830992 /*         33: first row of each local expert in the round (int32) */
-#define L1_RSTDQ                 1242831040 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L1_RSTDK                 1243879616 /*     131072: the same for the keys */
-#define L1_LSE                   1244010688 /*    1048576: attention log-sum-exp per head and query */
-#define L2_RSTDQ                 1245059264 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L2_RSTDK                 1246107840 /*     131072: the same for the keys */
-#define L2_LSE                   1246238912 /*    1048576: attention log-sum-exp per head and query */
-#define L3_RSTDQ                 1247287488 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L3_RSTDK                 1248336064 /*     131072: the same for the keys */
-#define L3_LSE                   1248467136 /*    1048576: attention log-sum-exp per head and query */
-#define L4_RSTDQ                 1249515712 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L4_RSTDK                 1250564288 /*     131072: the same for the keys */
-#define L4_LSE                   1250695360 /*    1048576: attention log-sum-exp per head and query */
-#define L5_RSTDQ                 1251743936 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L5_RSTDK                 1252792512 /*     131072: the same for the keys */
-#define L5_LSE                   1252923584 /*    1048576: attention log-sum-exp per head and query */
-#define L6_RSTDQ                 1253972160 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L6_RSTDK                 1255020736 /*     131072: the same for the keys */
-#define L6_LSE                   1255151808 /*    1048576: attention log-sum-exp per head and query */
-#define L7_RSTDQ                 1256200384 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L7_RSTDK                 1257248960 /*     131072: the same for the keys */
-#define L7_LSE                   1257380032 /*    1048576: attention log-sum-exp per head and query */
-#define L8_RSTDQ                 1258428608 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L8_RSTDK                 1259477184 /*     131072: the same for the keys */
-#define L8_LSE                   1259608256 /*    1048576: attention log-sum-exp per head and query */
-#define L9_RSTDQ                 1260656832 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L9_RSTDK                 1261705408 /*     131072: the same for the keys */
-#define L9_LSE                   1261836480 /*    1048576: attention log-sum-exp per head and query */
-#define L10_RSTDQ                1262885056 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L10_RSTDK                1263933632 /*     131072: the same for the keys */
-#define L10_LSE                  1264064704 /*    1048576: attention log-sum-exp per head and query */
-#define L11_RSTDQ                1265113280 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L11_RSTDK                1266161856 /*     131072: the same for the keys */
-#define L11_LSE                  1266292928 /*    1048576: attention log-sum-exp per head and query */
-#define L12_RSTDQ                1267341504 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L12_RSTDK                1268390080 /*     131072: the same for the keys */
-#define L12_LSE                  1268521152 /*    1048576: attention log-sum-exp per head and query */
-#define L13_RSTDQ                1269569728 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L13_RSTDK                1270618304 /*     131072: the same for the keys */
-#define L13_LSE                  1270749376 /*    1048576: attention log-sum-exp per head and query */
-#define L14_RSTDQ                1271797952 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L14_RSTDK                1272846528 /*     131072: the same for the keys */
-#define L14_LSE                  1272977600 /*    1048576: attention log-sum-exp per head and query */
-#define L15_RSTDQ                1274026176 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L15_RSTDK                1275074752 /*     131072: the same for the keys */
-#define L15_LSE                  1275205824 /*    1048576: attention log-sum-exp per head and query */
-#define L16_RSTDQ                1276254400 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L16_RSTDK                1277302976 /*     131072: the same for the keys */
-#define L16_LSE                  1277434048 /*    1048576: attention log-sum-exp per head and query */
-#define L17_RSTDQ                1278482624 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L17_RSTDK                1279531200 /*     131072: the same for the keys */
-#define L17_LSE                  1279662272 /*    1048576: attention log-sum-exp per head and query */
-#define L18_RSTDQ                1280710848 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L18_RSTDK                1281759424 /*     131072: the same for the keys */
-#define L18_LSE                  1281890496 /*    1048576: attention log-sum-exp per head and query */
-#define L19_RSTDQ                1282939072 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L19_RSTDK                1283987648 /*     131072: the same for the keys */
-#define L19_LSE                  1284118720 /*    1048576: attention log-sum-exp per head and query */
-#define L20_RSTDQ                1285167296 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L20_RSTDK                1286215872 /*     131072: the same for the keys */
-#define L20_LSE                  1286346944 /*    1048576: attention log-sum-exp per head and query */
-#define L21_RSTDQ                1287395520 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L21_RSTDK                1288444096 /*     131072: the same for the keys */
-#define L21_LSE                  1288575168 /*    1048576: attention log-sum-exp per head and query */
-#define L22_RSTDQ                1289623744 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L22_RSTDK                1290672320 /*     131072: the same for the keys */
-#define L22_LSE                  1290803392 /*    1048576: attention log-sum-exp per head and query */
-#define L23_RSTDQ                1291851968 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L23_RSTDK                1292900544 /*     131072: the same for the keys */
-#define L23_LSE                  1293031616 /*    1048576: attention log-sum-exp per head and query */
-#define L24_RSTDQ                1294080192 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L24_RSTDK                1295128768 /*     131072: the same for the keys */
-#define L24_LSE                  1295259840 /*    1048576: attention log-sum-exp per head and query */
-#define L25_RSTDQ                1296308416 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L25_RSTDK                1297356992 /*     131072: the same for the keys */
-#define L25_LSE                  1297488064 /*    1048576: attention log-sum-exp per head and query */
-#define L26_RSTDQ                1298536640 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L26_RSTDK                1299585216 /*     131072: the same for the keys */
-#define L26_LSE                  1299716288 /*    1048576: attention log-sum-exp per head and query */
-#define L27_RSTDQ                1300764864 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L27_RSTDK                1301813440 /*     131072: the same for the keys */
-#define L27_LSE                  1301944512 /*    1048576: attention log-sum-exp per head and query */
-#define L28_RSTDQ                1302993088 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L28_RSTDK                1304041664 /*     131072: the same for the keys */
-#define L28_LSE                  1304172736 /*    1048576: attention log-sum-exp per head and query */
-#define L29_RSTDQ                1305221312 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L29_RSTDK                1306269888 /*     131072: the same for the keys */
-#define L29_LSE                  1306400960 /*    1048576: attention log-sum-exp per head and query */
-#define L30_RSTDQ                1307449536 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L30_RSTDK                1308498112 /*     131072: the same for the keys */
-#define L30_LSE                  1308629184 /*    1048576: attention log-sum-exp per head and query */
-#define L31_RSTDQ                1309677760 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L31_RSTDK                1310726336 /*     131072: the same for the keys */
-#define L31_LSE                  1310857408 /*    1048576: attention log-sum-exp per head and query */
-#define L32_RSTDQ                1311905984 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L32_RSTDK                1312954560 /*     131072: the same for the keys */
-#define L32_LSE                  1313085632 /*    1048576: attention log-sum-exp per head and query */
-#define L33_RSTDQ                1314134208 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L33_RSTDK                1315182784 /*     131072: the same for the keys */
-#define L33_LSE                  1315313856 /*    1048576: attention log-sum-exp per head and query */
-#define L34_RSTDQ                1316362432 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L34_RSTDK                1317411008 /*     131072: the same for the keys */
-#define L34_LSE                  1317542080 /*    1048576: attention log-sum-exp per head and query */
-#define L35_RSTDQ                1318590656 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L35_RSTDK                1319639232 /*     131072: the same for the keys */
-#define L35_LSE                  1319770304 /*    1048576: attention log-sum-exp per head and query */
-#define L36_RSTDQ                1320818880 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L36_RSTDK                1321867456 /*     131072: the same for the keys */
-#define L36_LSE                  1321998528 /*    1048576: attention log-sum-exp per head and query */
-#define L37_RSTDQ                1323047104 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L37_RSTDK                1324095680 /*     131072: the same for the keys */
-#define L37_LSE                  1324226752 /*    1048576: attention log-sum-exp per head and query */
-#define L38_RSTDQ                1325275328 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L38_RSTDK                1326323904 /*     131072: the same for the keys */
-#define L38_LSE                  1326454976 /*    1048576: attention log-sum-exp per head and query */
-#define L39_RSTDQ                1327503552 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L39_RSTDK                1328552128 /*     131072: the same for the keys */
-#define L39_LSE                  1328683200 /*    1048576: attention log-sum-exp per head and query */
-#define L40_RSTDQ                1329731776 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L40_RSTDK                1330780352 /*     131072: the same for the keys */
-#define L40_LSE                  1330911424 /*    1048576: attention log-sum-exp per head and query */
-#define L41_RSTDQ                1331960000 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L41_RSTDK                1333008576 /*     131072: the same for the keys */
-#define L41_LSE                  1333139648 /*    1048576: attention log-sum-exp per head and query */
-#define L42_RSTDQ                1334188224 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L42_RSTDK                1335236800 /*     131072: the same for the keys */
-#define L42_LSE                  1335367872 /*    1048576: attention log-sum-exp per head and query */
-#define L43_RSTDQ                1336416448 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L43_RSTDK                1337465024 /*     131072: the same for the keys */
-#define L43_LSE                  1337596096 /*    1048576: attention log-sum-exp per head and query */
-#define L44_RSTDQ                1338644672 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L44_RSTDK                1339693248 /*     131072: the same for the keys */
-#define L44_LSE                  1339824320 /*    1048576: attention log-sum-exp per head and query */
-#define L45_RSTDQ                1340872896 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L45_RSTDK                1341921472 /*     131072: the same for the keys */
-#define L45_LSE                  1342052544 /*    1048576: attention log-sum-exp per head and query */
-#define L46_RSTDQ                1343101120 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L46_RSTDK                1344149696 /*     131072: the same for the keys */
-#define L46_LSE                  1344280768 /*    1048576: attention log-sum-exp per head and query */
-#define L47_RSTDQ                1345329344 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
-#define L47_RSTDK                1346377920 /*     131072: the same for the keys */
-#define L47_LSE                  1346508992 /*    1048576: attention log-sum-exp per head and query */
-#define DLOGITS                  1347557568 /*    4194304: gradient of the router logits */
-#define DWTS                     1351751872 /*     262144: gradient of the routing weights */
-#define AUX                      1352014016 /*        384: load-balancing loss scratch */
-#define RSTDF                    1352014400 /*      32768: its 1/rms per token */
-#define LSEF                     1352047168 /*      32768: log-sum-exp of each token's logits */
-#define CE                       1352079936 /*  268435456: logits of one vocabulary chunk and their gradient */
+#define WS_RSTD1                      65536 /*      32768: its 1/rms per token */
+#define L0_RSTDQ                      98304 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L0_RSTDK                    1146880 /*     131072: the same for the keys */
+#define L0_LSE                      1277952 /*    1048576: attention log-sum-exp per head and query */
+#define WS_RSTD2                    2326528 /*      32768: its 1/rms per token */
+#define WS_LOGITS                   2359296 /*    4194304: router logits */
+#define WS_IDX                      6553600 /*     262144: selected experts (int32) */
+#define WS_WTS                      6815744 /*     262144: their weights */
+#define WS_POS                      7077888 /*     262144: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                  7340032 /*        129: first row of each expert (int32) */
+#define WS_EOFF                     7340176 /*         33: first row of each local expert in the round (int32) */
+#define L1_RSTDQ                    7340224 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L1_RSTDK                    8388800 /*     131072: the same for the keys */
+#define L1_LSE                      8519872 /*    1048576: attention log-sum-exp per head and query */
+#define L2_RSTDQ                    9568448 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L2_RSTDK                   10617024 /*     131072: the same for the keys */
+#define L2_LSE                     10748096 /*    1048576: attention log-sum-exp per head and query */
+#define L3_RSTDQ                   11796672 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L3_RSTDK                   12845248 /*     131072: the same for the keys */
+#define L3_LSE                     12976320 /*    1048576: attention log-sum-exp per head and query */
+#define L4_RSTDQ                   14024896 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L4_RSTDK                   15073472 /*     131072: the same for the keys */
+#define L4_LSE                     15204544 /*    1048576: attention log-sum-exp per head and query */
+#define L5_RSTDQ                   16253120 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L5_RSTDK                   17301696 /*     131072: the same for the keys */
+#define L5_LSE                     17432768 /*    1048576: attention log-sum-exp per head and query */
+#define L6_RSTDQ                   18481344 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L6_RSTDK                   19529920 /*     131072: the same for the keys */
+#define L6_LSE                     19660992 /*    1048576: attention log-sum-exp per head and query */
+#define L7_RSTDQ                   20709568 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L7_RSTDK                   21758144 /*     131072: the same for the keys */
+#define L7_LSE                     21889216 /*    1048576: attention log-sum-exp per head and query */
+#define L8_RSTDQ                   22937792 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L8_RSTDK                   23986368 /*     131072: the same for the keys */
+#define L8_LSE                     24117440 /*    1048576: attention log-sum-exp per head and query */
+#define L9_RSTDQ                   25166016 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L9_RSTDK                   26214592 /*     131072: the same for the keys */
+#define L9_LSE                     26345664 /*    1048576: attention log-sum-exp per head and query */
+#define L10_RSTDQ                  27394240 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L10_RSTDK                  28442816 /*     131072: the same for the keys */
+#define L10_LSE                    28573888 /*    1048576: attention log-sum-exp per head and query */
+#define L11_RSTDQ                  29622464 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L11_RSTDK                  30671040 /*     131072: the same for the keys */
+#define L11_LSE                    30802112 /*    1048576: attention log-sum-exp per head and query */
+#define L12_RSTDQ                  31850688 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L12_RSTDK                  32899264 /*     131072: the same for the keys */
+#define L12_LSE                    33030336 /*    1048576: attention log-sum-exp per head and query */
+#define L13_RSTDQ                  34078912 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L13_RSTDK                  35127488 /*     131072: the same for the keys */
+#define L13_LSE                    35258560 /*    1048576: attention log-sum-exp per head and query */
+#define L14_RSTDQ                  36307136 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L14_RSTDK                  37355712 /*     131072: the same for the keys */
+#define L14_LSE                    37486784 /*    1048576: attention log-sum-exp per head and query */
+#define L15_RSTDQ                  38535360 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L15_RSTDK                  39583936 /*     131072: the same for the keys */
+#define L15_LSE                    39715008 /*    1048576: attention log-sum-exp per head and query */
+#define L16_RSTDQ                  40763584 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L16_RSTDK                  41812160 /*     131072: the same for the keys */
+#define L16_LSE                    41943232 /*    1048576: attention log-sum-exp per head and query */
+#define L17_RSTDQ                  42991808 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L17_RSTDK                  44040384 /*     131072: the same for the keys */
+#define L17_LSE                    44171456 /*    1048576: attention log-sum-exp per head and query */
+#define L18_RSTDQ                  45220032 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L18_RSTDK                  46268608 /*     131072: the same for the keys */
+#define L18_LSE                    46399680 /*    1048576: attention log-sum-exp per head and query */
+#define L19_RSTDQ                  47448256 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L19_RSTDK                  48496832 /*     131072: the same for the keys */
+#define L19_LSE                    48627904 /*    1048576: attention log-sum-exp per head and query */
+#define L20_RSTDQ                  49676480 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L20_RSTDK                  50725056 /*     131072: the same for the keys */
+#define L20_LSE                    50856128 /*    1048576: attention log-sum-exp per head and query */
+#define L21_RSTDQ                  51904704 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L21_RSTDK                  52953280 /*     131072: the same for the keys */
+#define L21_LSE                    53084352 /*    1048576: attention log-sum-exp per head and query */
+#define L22_RSTDQ                  54132928 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L22_RSTDK                  55181504 /*     131072: the same for the keys */
+#define L22_LSE                    55312576 /*    1048576: attention log-sum-exp per head and query */
+#define L23_RSTDQ                  56361152 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L23_RSTDK                  57409728 /*     131072: the same for the keys */
+#define L23_LSE                    57540800 /*    1048576: attention log-sum-exp per head and query */
+#define L24_RSTDQ                  58589376 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L24_RSTDK                  59637952 /*     131072: the same for the keys */
+#define L24_LSE                    59769024 /*    1048576: attention log-sum-exp per head and query */
+#define L25_RSTDQ                  60817600 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L25_RSTDK                  61866176 /*     131072: the same for the keys */
+#define L25_LSE                    61997248 /*    1048576: attention log-sum-exp per head and query */
+#define L26_RSTDQ                  63045824 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L26_RSTDK                  64094400 /*     131072: the same for the keys */
+#define L26_LSE                    64225472 /*    1048576: attention log-sum-exp per head and query */
+#define L27_RSTDQ                  65274048 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L27_RSTDK                  66322624 /*     131072: the same for the keys */
+#define L27_LSE                    66453696 /*    1048576: attention log-sum-exp per head and query */
+#define L28_RSTDQ                  67502272 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L28_RSTDK                  68550848 /*     131072: the same for the keys */
+#define L28_LSE                    68681920 /*    1048576: attention log-sum-exp per head and query */
+#define L29_RSTDQ                  69730496 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L29_RSTDK                  70779072 /*     131072: the same for the keys */
+#define L29_LSE                    70910144 /*    1048576: attention log-sum-exp per head and query */
+#define L30_RSTDQ                  71958720 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L30_RSTDK                  73007296 /*     131072: the same for the keys */
+#define L30_LSE                    73138368 /*    1048576: attention log-sum-exp per head and query */
+#define L31_RSTDQ                  74186944 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L31_RSTDK                  75235520 /*     131072: the same for the keys */
+#define L31_LSE                    75366592 /*    1048576: attention log-sum-exp per head and query */
+#define L32_RSTDQ                  76415168 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L32_RSTDK                  77463744 /*     131072: the same for the keys */
+#define L32_LSE                    77594816 /*    1048576: attention log-sum-exp per head and query */
+#define L33_RSTDQ                  78643392 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L33_RSTDK                  79691968 /*     131072: the same for the keys */
+#define L33_LSE                    79823040 /*    1048576: attention log-sum-exp per head and query */
+#define L34_RSTDQ                  80871616 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L34_RSTDK                  81920192 /*     131072: the same for the keys */
+#define L34_LSE                    82051264 /*    1048576: attention log-sum-exp per head and query */
+#define L35_RSTDQ                  83099840 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L35_RSTDK                  84148416 /*     131072: the same for the keys */
+#define L35_LSE                    84279488 /*    1048576: attention log-sum-exp per head and query */
+#define L36_RSTDQ                  85328064 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L36_RSTDK                  86376640 /*     131072: the same for the keys */
+#define L36_LSE                    86507712 /*    1048576: attention log-sum-exp per head and query */
+#define L37_RSTDQ                  87556288 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L37_RSTDK                  88604864 /*     131072: the same for the keys */
+#define L37_LSE                    88735936 /*    1048576: attention log-sum-exp per head and query */
+#define L38_RSTDQ                  89784512 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L38_RSTDK                  90833088 /*     131072: the same for the keys */
+#define L38_LSE                    90964160 /*    1048576: attention log-sum-exp per head and query */
+#define L39_RSTDQ                  92012736 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L39_RSTDK                  93061312 /*     131072: the same for the keys */
+#define L39_LSE                    93192384 /*    1048576: attention log-sum-exp per head and query */
+#define L40_RSTDQ                  94240960 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L40_RSTDK                  95289536 /*     131072: the same for the keys */
+#define L40_LSE                    95420608 /*    1048576: attention log-sum-exp per head and query */
+#define L41_RSTDQ                  96469184 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L41_RSTDK                  97517760 /*     131072: the same for the keys */
+#define L41_LSE                    97648832 /*    1048576: attention log-sum-exp per head and query */
+#define L42_RSTDQ                  98697408 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L42_RSTDK                  99745984 /*     131072: the same for the keys */
+#define L42_LSE                    99877056 /*    1048576: attention log-sum-exp per head and query */
+#define L43_RSTDQ                 100925632 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L43_RSTDK                 101974208 /*     131072: the same for the keys */
+#define L43_LSE                   102105280 /*    1048576: attention log-sum-exp per head and query */
+#define L44_RSTDQ                 103153856 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L44_RSTDK                 104202432 /*     131072: the same for the keys */
+#define L44_LSE                   104333504 /*    1048576: attention log-sum-exp per head and query */
+#define L45_RSTDQ                 105382080 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L45_RSTDK                 106430656 /*     131072: the same for the keys */
+#define L45_LSE                   106561728 /*    1048576: attention log-sum-exp per head and query */
+#define L46_RSTDQ                 107610304 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L46_RSTDK                 108658880 /*     131072: the same for the keys */
+#define L46_LSE                   108789952 /*    1048576: attention log-sum-exp per head and query */
+#define L47_RSTDQ                 109838528 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
+#define L47_RSTDK                 110887104 /*     131072: the same for the keys */
+#define L47_LSE                   111018176 /*    1048576: attention log-sum-exp per head and query */
+#define DLOGITS                   112066752 /*    4194304: gradient of the router logits */
+#define DWTS                      116261056 /*     262144: gradient of the routing weights */
+#define AUX                       116523200 /*        384: load-balancing loss scratch */
+#define RSTDF                     116523584 /*      32768: its 1/rms per token */
+#define LSEF                      116556352 /*      32768: log-sum-exp of each token's logits */
+#define CE                        116589120 /*  268435456: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*   19447808: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -687,373 +677,375 @@
 #define HEAD_PARAM               1888809728 /*   19447936: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define GATHERED0                1908257664 /*  311166976: units u with u % 2 = 0: parameters all-gathered, dense then experts */
 #define GATHERED1                2219424640 /*  311166976: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define X0                       2530591616 /*   67108864: boundary: input of layer 0 (residual stream) */
-#define X1                       2597700480 /*   67108864: boundary: input of layer 1 (residual stream) */
-#define X2                       2664809344 /*   67108864: boundary: input of layer 2 (residual stream) */
-#define X3                       2731918208 /*   67108864: boundary: input of layer 3 (residual stream) */
-#define X4                       2799027072 /*   67108864: boundary: input of layer 4 (residual stream) */
-#define X5                       2866135936 /*   67108864: boundary: input of layer 5 (residual stream) */
-#define X6                       2933244800 /*   67108864: boundary: input of layer 6 (residual stream) */
-#define X7                       3000353664 /*   67108864: boundary: input of layer 7 (residual stream) */
-#define X8                       3067462528 /*   67108864: boundary: input of layer 8 (residual stream) */
-#define X9                       3134571392 /*   67108864: boundary: input of layer 9 (residual stream) */
-#define X10                      3201680256 /*   67108864: boundary: input of layer 10 (residual stream) */
-#define X11                      3268789120 /*   67108864: boundary: input of layer 11 (residual stream) */
-#define X12                      3335897984 /*   67108864: boundary: input of layer 12 (residual stream) */
-#define X13                      3403006848 /*   67108864: boundary: input of layer 13 (residual stream) */
-#define X14                      3470115712 /*   67108864: boundary: input of layer 14 (residual stream) */
-#define X15                      3537224576 /*   67108864: boundary: input of layer 15 (residual stream) */
-#define X16                      3604333440 /*   67108864: boundary: input of layer 16 (residual stream) */
-#define X17                      3671442304 /*   67108864: boundary: input of layer 17 (residual stream) */
-#define X18                      3738551168 /*   67108864: boundary: input of layer 18 (residual stream) */
-#define X19                      3805660032 /*   67108864: boundary: input of layer 19 (residual stream) */
-#define X20                      3872768896 /*   67108864: boundary: input of layer 20 (residual stream) */
-#define X21                      3939877760 /*   67108864: boundary: input of layer 21 (residual stream) */
-#define X22                      4006986624 /*   67108864: boundary: input of layer 22 (residual stream) */
-#define X23                      4074095488 /*   67108864: boundary: input of layer 23 (residual stream) */
-#define X24                      4141204352 /*   67108864: boundary: input of layer 24 (residual stream) */
-#define X25                      4208313216 /*   67108864: boundary: input of layer 25 (residual stream) */
-#define X26                      4275422080 /*   67108864: boundary: input of layer 26 (residual stream) */
-#define X27                      4342530944 /*   67108864: boundary: input of layer 27 (residual stream) */
-#define X28                      4409639808 /*   67108864: boundary: input of layer 28 (residual stream) */
-#define X29                      4476748672 /*   67108864: boundary: input of layer 29 (residual stream) */
-#define X30                      4543857536 /*   67108864: boundary: input of layer 30 (residual stream) */
-#define X31                      4610966400 /*   67108864: boundary: input of layer 31 (residual stream) */
-#define X32                      4678075264 /*   67108864: boundary: input of layer 32 (residual stream) */
-#define X33                      4745184128 /*   67108864: boundary: input of layer 33 (residual stream) */
-#define X34                      4812292992 /*   67108864: boundary: input of layer 34 (residual stream) */
-#define X35                      4879401856 /*   67108864: boundary: input of layer 35 (residual stream) */
-#define X36                      4946510720 /*   67108864: boundary: input of layer 36 (residual stream) */
-#define X37                      5013619584 /*   67108864: boundary: input of layer 37 (residual stream) */
-#define X38                      5080728448 /*   67108864: boundary: input of layer 38 (residual stream) */
-#define X39                      5147837312 /*   67108864: boundary: input of layer 39 (residual stream) */
-#define X40                      5214946176 /*   67108864: boundary: input of layer 40 (residual stream) */
-#define X41                      5282055040 /*   67108864: boundary: input of layer 41 (residual stream) */
-#define X42                      5349163904 /*   67108864: boundary: input of layer 42 (residual stream) */
-#define X43                      5416272768 /*   67108864: boundary: input of layer 43 (residual stream) */
-#define X44                      5483381632 /*   67108864: boundary: input of layer 44 (residual stream) */
-#define X45                      5550490496 /*   67108864: boundary: input of layer 45 (residual stream) */
-#define X46                      5617599360 /*   67108864: boundary: input of layer 46 (residual stream) */
-#define X47                      5684708224 /*   67108864: boundary: input of layer 47 (residual stream) */
-#define X48                      5751817088 /*   67108864: output of the last layer */
-#define WS_LN1                   5818925952 /*   67108864: attention norm output */
-#define L0_Q                     5886034816 /*  134217728: queries (rotated) */
-#define L0_K                     6020252544 /*   16777216: keys (rotated) */
-#define L0_QR                    6037029760 /*  134217728: queries before qk-norm */
-#define L0_KR                    6171247488 /*   16777216: keys before qk-norm */
-#define L0_V                     6188024704 /*   16777216: values */
-#define L0_ATT                   6204801920 /*  134217728: attention output */
-#define WS_RES                   6339019648 /*   67108864: residual stream after attention */
-#define WS_LN2                   6406128512 /*   67108864: mlp norm output */
-#define WS_YP                    6473237376 /*  536870912: expert outputs in that order */
-#define WS_XP                    7010108288 /*  536870912: token copies in expert order, to send (all-to-all) */
-#define WS_XE                    7546979200 /*  671088640: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                    8218067840 /*  671088640: their outputs, before going back */
-#define WS_EG                    8889156480 /*  251658240: routed experts' gate */
-#define WS_EU                    9140814720 /*  251658240: routed experts' up */
-#define WS_EH                    9392472960 /*  251658240: routed experts' activation */
-#define L1_Q                     9644131200 /*  134217728: queries (rotated) */
-#define L1_K                     9778348928 /*   16777216: keys (rotated) */
-#define L1_QR                    9795126144 /*  134217728: queries before qk-norm */
-#define L1_KR                    9929343872 /*   16777216: keys before qk-norm */
-#define L1_V                     9946121088 /*   16777216: values */
-#define L1_ATT                   9962898304 /*  134217728: attention output */
-#define L2_Q                    10097116032 /*  134217728: queries (rotated) */
-#define L2_K                    10231333760 /*   16777216: keys (rotated) */
-#define L2_QR                   10248110976 /*  134217728: queries before qk-norm */
-#define L2_KR                   10382328704 /*   16777216: keys before qk-norm */
-#define L2_V                    10399105920 /*   16777216: values */
-#define L2_ATT                  10415883136 /*  134217728: attention output */
-#define L3_Q                    10550100864 /*  134217728: queries (rotated) */
-#define L3_K                    10684318592 /*   16777216: keys (rotated) */
-#define L3_QR                   10701095808 /*  134217728: queries before qk-norm */
-#define L3_KR                   10835313536 /*   16777216: keys before qk-norm */
-#define L3_V                    10852090752 /*   16777216: values */
-#define L3_ATT                  10868867968 /*  134217728: attention output */
-#define L4_Q                    11003085696 /*  134217728: queries (rotated) */
-#define L4_K                    11137303424 /*   16777216: keys (rotated) */
-#define L4_QR                   11154080640 /*  134217728: queries before qk-norm */
-#define L4_KR                   11288298368 /*   16777216: keys before qk-norm */
-#define L4_V                    11305075584 /*   16777216: values */
-#define L4_ATT                  11321852800 /*  134217728: attention output */
-#define L5_Q                    11456070528 /*  134217728: queries (rotated) */
-#define L5_K                    11590288256 /*   16777216: keys (rotated) */
-#define L5_QR                   11607065472 /*  134217728: queries before qk-norm */
-#define L5_KR                   11741283200 /*   16777216: keys before qk-norm */
-#define L5_V                    11758060416 /*   16777216: values */
-#define L5_ATT                  11774837632 /*  134217728: attention output */
-#define L6_Q                    11909055360 /*  134217728: queries (rotated) */
-#define L6_K                    12043273088 /*   16777216: keys (rotated) */
-#define L6_QR                   12060050304 /*  134217728: queries before qk-norm */
-#define L6_KR                   12194268032 /*   16777216: keys before qk-norm */
-#define L6_V                    12211045248 /*   16777216: values */
-#define L6_ATT                  12227822464 /*  134217728: attention output */
-#define L7_Q                    12362040192 /*  134217728: queries (rotated) */
-#define L7_K                    12496257920 /*   16777216: keys (rotated) */
-#define L7_QR                   12513035136 /*  134217728: queries before qk-norm */
-#define L7_KR                   12647252864 /*   16777216: keys before qk-norm */
-#define L7_V                    12664030080 /*   16777216: values */
-#define L7_ATT                  12680807296 /*  134217728: attention output */
-#define L8_Q                    12815025024 /*  134217728: queries (rotated) */
-#define L8_K                    12949242752 /*   16777216: keys (rotated) */
-#define L8_QR                   12966019968 /*  134217728: queries before qk-norm */
-#define L8_KR                   13100237696 /*   16777216: keys before qk-norm */
-#define L8_V                    13117014912 /*   16777216: values */
-#define L8_ATT                  13133792128 /*  134217728: attention output */
-#define L9_Q                    13268009856 /*  134217728: queries (rotated) */
-#define L9_K                    13402227584 /*   16777216: keys (rotated) */
-#define L9_QR                   13419004800 /*  134217728: queries before qk-norm */
-#define L9_KR                   13553222528 /*   16777216: keys before qk-norm */
-#define L9_V                    13569999744 /*   16777216: values */
-#define L9_ATT                  13586776960 /*  134217728: attention output */
-#define L10_Q                   13720994688 /*  134217728: queries (rotated) */
-#define L10_K                   13855212416 /*   16777216: keys (rotated) */
-#define L10_QR                  13871989632 /*  134217728: queries before qk-norm */
-#define L10_KR                  14006207360 /*   16777216: keys before qk-norm */
-#define L10_V                   14022984576 /*   16777216: values */
-#define L10_ATT                 14039761792 /*  134217728: attention output */
-#define L11_Q                   14173979520 /*  134217728: queries (rotated) */
-#define L11_K                   14308197248 /*   16777216: keys (rotated) */
-#define L11_QR                  14324974464 /*  134217728: queries before qk-norm */
-#define L11_KR                  14459192192 /*   16777216: keys before qk-norm */
-#define L11_V                   14475969408 /*   16777216: values */
-#define L11_ATT                 14492746624 /*  134217728: attention output */
-#define L12_Q                   14626964352 /*  134217728: queries (rotated) */
-#define L12_K                   14761182080 /*   16777216: keys (rotated) */
-#define L12_QR                  14777959296 /*  134217728: queries before qk-norm */
-#define L12_KR                  14912177024 /*   16777216: keys before qk-norm */
-#define L12_V                   14928954240 /*   16777216: values */
-#define L12_ATT                 14945731456 /*  134217728: attention output */
-#define L13_Q                   15079949184 /*  134217728: queries (rotated) */
-#define L13_K                   15214166912 /*   16777216: keys (rotated) */
-#define L13_QR                  15230944128 /*  134217728: queries before qk-norm */
-#define L13_KR                  15365161856 /*   16777216: keys before qk-norm */
-#define L13_V                   15381939072 /*   16777216: values */
-#define L13_ATT                 15398716288 /*  134217728: attention output */
-#define L14_Q                   15532934016 /*  134217728: queries (rotated) */
-#define L14_K                   15667151744 /*   16777216: keys (rotated) */
-#define L14_QR                  15683928960 /*  134217728: queries before qk-norm */
-#define L14_KR                  15818146688 /*   16777216: keys before qk-norm */
-#define L14_V                   15834923904 /*   16777216: values */
-#define L14_ATT                 15851701120 /*  134217728: attention output */
-#define L15_Q                   15985918848 /*  134217728: queries (rotated) */
-#define L15_K                   16120136576 /*   16777216: keys (rotated) */
-#define L15_QR                  16136913792 /*  134217728: queries before qk-norm */
-#define L15_KR                  16271131520 /*   16777216: keys before qk-norm */
-#define L15_V                   16287908736 /*   16777216: values */
-#define L15_ATT                 16304685952 /*  134217728: attention output */
-#define L16_Q                   16438903680 /*  134217728: queries (rotated) */
-#define L16_K                   16573121408 /*   16777216: keys (rotated) */
-#define L16_QR                  16589898624 /*  134217728: queries before qk-norm */
-#define L16_KR                  16724116352 /*   16777216: keys before qk-norm */
-#define L16_V                   16740893568 /*   16777216: values */
-#define L16_ATT                 16757670784 /*  134217728: attention output */
-#define L17_Q                   16891888512 /*  134217728: queries (rotated) */
-#define L17_K                   17026106240 /*   16777216: keys (rotated) */
-#define L17_QR                  17042883456 /*  134217728: queries before qk-norm */
-#define L17_KR                  17177101184 /*   16777216: keys before qk-norm */
-#define L17_V                   17193878400 /*   16777216: values */
-#define L17_ATT                 17210655616 /*  134217728: attention output */
-#define L18_Q                   17344873344 /*  134217728: queries (rotated) */
-#define L18_K                   17479091072 /*   16777216: keys (rotated) */
-#define L18_QR                  17495868288 /*  134217728: queries before qk-norm */
-#define L18_KR                  17630086016 /*   16777216: keys before qk-norm */
-#define L18_V                   17646863232 /*   16777216: values */
-#define L18_ATT                 17663640448 /*  134217728: attention output */
-#define L19_Q                   17797858176 /*  134217728: queries (rotated) */
-#define L19_K                   17932075904 /*   16777216: keys (rotated) */
-#define L19_QR                  17948853120 /*  134217728: queries before qk-norm */
-#define L19_KR                  18083070848 /*   16777216: keys before qk-norm */
-#define L19_V                   18099848064 /*   16777216: values */
-#define L19_ATT                 18116625280 /*  134217728: attention output */
-#define L20_Q                   18250843008 /*  134217728: queries (rotated) */
-#define L20_K                   18385060736 /*   16777216: keys (rotated) */
-#define L20_QR                  18401837952 /*  134217728: queries before qk-norm */
-#define L20_KR                  18536055680 /*   16777216: keys before qk-norm */
-#define L20_V                   18552832896 /*   16777216: values */
-#define L20_ATT                 18569610112 /*  134217728: attention output */
-#define L21_Q                   18703827840 /*  134217728: queries (rotated) */
-#define L21_K                   18838045568 /*   16777216: keys (rotated) */
-#define L21_QR                  18854822784 /*  134217728: queries before qk-norm */
-#define L21_KR                  18989040512 /*   16777216: keys before qk-norm */
-#define L21_V                   19005817728 /*   16777216: values */
-#define L21_ATT                 19022594944 /*  134217728: attention output */
-#define L22_Q                   19156812672 /*  134217728: queries (rotated) */
-#define L22_K                   19291030400 /*   16777216: keys (rotated) */
-#define L22_QR                  19307807616 /*  134217728: queries before qk-norm */
-#define L22_KR                  19442025344 /*   16777216: keys before qk-norm */
-#define L22_V                   19458802560 /*   16777216: values */
-#define L22_ATT                 19475579776 /*  134217728: attention output */
-#define L23_Q                   19609797504 /*  134217728: queries (rotated) */
-#define L23_K                   19744015232 /*   16777216: keys (rotated) */
-#define L23_QR                  19760792448 /*  134217728: queries before qk-norm */
-#define L23_KR                  19895010176 /*   16777216: keys before qk-norm */
-#define L23_V                   19911787392 /*   16777216: values */
-#define L23_ATT                 19928564608 /*  134217728: attention output */
-#define L24_Q                   20062782336 /*  134217728: queries (rotated) */
-#define L24_K                   20197000064 /*   16777216: keys (rotated) */
-#define L24_QR                  20213777280 /*  134217728: queries before qk-norm */
-#define L24_KR                  20347995008 /*   16777216: keys before qk-norm */
-#define L24_V                   20364772224 /*   16777216: values */
-#define L24_ATT                 20381549440 /*  134217728: attention output */
-#define L25_Q                   20515767168 /*  134217728: queries (rotated) */
-#define L25_K                   20649984896 /*   16777216: keys (rotated) */
-#define L25_QR                  20666762112 /*  134217728: queries before qk-norm */
-#define L25_KR                  20800979840 /*   16777216: keys before qk-norm */
-#define L25_V                   20817757056 /*   16777216: values */
-#define L25_ATT                 20834534272 /*  134217728: attention output */
-#define L26_Q                   20968752000 /*  134217728: queries (rotated) */
-#define L26_K                   21102969728 /*   16777216: keys (rotated) */
-#define L26_QR                  21119746944 /*  134217728: queries before qk-norm */
-#define L26_KR                  21253964672 /*   16777216: keys before qk-norm */
-#define L26_V                   21270741888 /*   16777216: values */
-#define L26_ATT                 21287519104 /*  134217728: attention output */
-#define L27_Q                   21421736832 /*  134217728: queries (rotated) */
-#define L27_K                   21555954560 /*   16777216: keys (rotated) */
-#define L27_QR                  21572731776 /*  134217728: queries before qk-norm */
-#define L27_KR                  21706949504 /*   16777216: keys before qk-norm */
-#define L27_V                   21723726720 /*   16777216: values */
-#define L27_ATT                 21740503936 /*  134217728: attention output */
-#define L28_Q                   21874721664 /*  134217728: queries (rotated) */
-#define L28_K                   22008939392 /*   16777216: keys (rotated) */
-#define L28_QR                  22025716608 /*  134217728: queries before qk-norm */
-#define L28_KR                  22159934336 /*   16777216: keys before qk-norm */
-#define L28_V                   22176711552 /*   16777216: values */
-#define L28_ATT                 22193488768 /*  134217728: attention output */
-#define L29_Q                   22327706496 /*  134217728: queries (rotated) */
-#define L29_K                   22461924224 /*   16777216: keys (rotated) */
-#define L29_QR                  22478701440 /*  134217728: queries before qk-norm */
-#define L29_KR                  22612919168 /*   16777216: keys before qk-norm */
-#define L29_V                   22629696384 /*   16777216: values */
-#define L29_ATT                 22646473600 /*  134217728: attention output */
-#define L30_Q                   22780691328 /*  134217728: queries (rotated) */
-#define L30_K                   22914909056 /*   16777216: keys (rotated) */
-#define L30_QR                  22931686272 /*  134217728: queries before qk-norm */
-#define L30_KR                  23065904000 /*   16777216: keys before qk-norm */
-#define L30_V                   23082681216 /*   16777216: values */
-#define L30_ATT                 23099458432 /*  134217728: attention output */
-#define L31_Q                   23233676160 /*  134217728: queries (rotated) */
-#define L31_K                   23367893888 /*   16777216: keys (rotated) */
-#define L31_QR                  23384671104 /*  134217728: queries before qk-norm */
-#define L31_KR                  23518888832 /*   16777216: keys before qk-norm */
-#define L31_V                   23535666048 /*   16777216: values */
-#define L31_ATT                 23552443264 /*  134217728: attention output */
-#define L32_Q                   23686660992 /*  134217728: queries (rotated) */
-#define L32_K                   23820878720 /*   16777216: keys (rotated) */
-#define L32_QR                  23837655936 /*  134217728: queries before qk-norm */
-#define L32_KR                  23971873664 /*   16777216: keys before qk-norm */
-#define L32_V                   23988650880 /*   16777216: values */
-#define L32_ATT                 24005428096 /*  134217728: attention output */
-#define L33_Q                   24139645824 /*  134217728: queries (rotated) */
-#define L33_K                   24273863552 /*   16777216: keys (rotated) */
-#define L33_QR                  24290640768 /*  134217728: queries before qk-norm */
-#define L33_KR                  24424858496 /*   16777216: keys before qk-norm */
-#define L33_V                   24441635712 /*   16777216: values */
-#define L33_ATT                 24458412928 /*  134217728: attention output */
-#define L34_Q                   24592630656 /*  134217728: queries (rotated) */
-#define L34_K                   24726848384 /*   16777216: keys (rotated) */
-#define L34_QR                  24743625600 /*  134217728: queries before qk-norm */
-#define L34_KR                  24877843328 /*   16777216: keys before qk-norm */
-#define L34_V                   24894620544 /*   16777216: values */
-#define L34_ATT                 24911397760 /*  134217728: attention output */
-#define L35_Q                   25045615488 /*  134217728: queries (rotated) */
-#define L35_K                   25179833216 /*   16777216: keys (rotated) */
-#define L35_QR                  25196610432 /*  134217728: queries before qk-norm */
-#define L35_KR                  25330828160 /*   16777216: keys before qk-norm */
-#define L35_V                   25347605376 /*   16777216: values */
-#define L35_ATT                 25364382592 /*  134217728: attention output */
-#define L36_Q                   25498600320 /*  134217728: queries (rotated) */
-#define L36_K                   25632818048 /*   16777216: keys (rotated) */
-#define L36_QR                  25649595264 /*  134217728: queries before qk-norm */
-#define L36_KR                  25783812992 /*   16777216: keys before qk-norm */
-#define L36_V                   25800590208 /*   16777216: values */
-#define L36_ATT                 25817367424 /*  134217728: attention output */
-#define L37_Q                   25951585152 /*  134217728: queries (rotated) */
-#define L37_K                   26085802880 /*   16777216: keys (rotated) */
-#define L37_QR                  26102580096 /*  134217728: queries before qk-norm */
-#define L37_KR                  26236797824 /*   16777216: keys before qk-norm */
-#define L37_V                   26253575040 /*   16777216: values */
-#define L37_ATT                 26270352256 /*  134217728: attention output */
-#define L38_Q                   26404569984 /*  134217728: queries (rotated) */
-#define L38_K                   26538787712 /*   16777216: keys (rotated) */
-#define L38_QR                  26555564928 /*  134217728: queries before qk-norm */
-#define L38_KR                  26689782656 /*   16777216: keys before qk-norm */
-#define L38_V                   26706559872 /*   16777216: values */
-#define L38_ATT                 26723337088 /*  134217728: attention output */
-#define L39_Q                   26857554816 /*  134217728: queries (rotated) */
-#define L39_K                   26991772544 /*   16777216: keys (rotated) */
-#define L39_QR                  27008549760 /*  134217728: queries before qk-norm */
-#define L39_KR                  27142767488 /*   16777216: keys before qk-norm */
-#define L39_V                   27159544704 /*   16777216: values */
-#define L39_ATT                 27176321920 /*  134217728: attention output */
-#define L40_Q                   27310539648 /*  134217728: queries (rotated) */
-#define L40_K                   27444757376 /*   16777216: keys (rotated) */
-#define L40_QR                  27461534592 /*  134217728: queries before qk-norm */
-#define L40_KR                  27595752320 /*   16777216: keys before qk-norm */
-#define L40_V                   27612529536 /*   16777216: values */
-#define L40_ATT                 27629306752 /*  134217728: attention output */
-#define L41_Q                   27763524480 /*  134217728: queries (rotated) */
-#define L41_K                   27897742208 /*   16777216: keys (rotated) */
-#define L41_QR                  27914519424 /*  134217728: queries before qk-norm */
-#define L41_KR                  28048737152 /*   16777216: keys before qk-norm */
-#define L41_V                   28065514368 /*   16777216: values */
-#define L41_ATT                 28082291584 /*  134217728: attention output */
-#define L42_Q                   28216509312 /*  134217728: queries (rotated) */
-#define L42_K                   28350727040 /*   16777216: keys (rotated) */
-#define L42_QR                  28367504256 /*  134217728: queries before qk-norm */
-#define L42_KR                  28501721984 /*   16777216: keys before qk-norm */
-#define L42_V                   28518499200 /*   16777216: values */
-#define L42_ATT                 28535276416 /*  134217728: attention output */
-#define L43_Q                   28669494144 /*  134217728: queries (rotated) */
-#define L43_K                   28803711872 /*   16777216: keys (rotated) */
-#define L43_QR                  28820489088 /*  134217728: queries before qk-norm */
-#define L43_KR                  28954706816 /*   16777216: keys before qk-norm */
-#define L43_V                   28971484032 /*   16777216: values */
-#define L43_ATT                 28988261248 /*  134217728: attention output */
-#define L44_Q                   29122478976 /*  134217728: queries (rotated) */
-#define L44_K                   29256696704 /*   16777216: keys (rotated) */
-#define L44_QR                  29273473920 /*  134217728: queries before qk-norm */
-#define L44_KR                  29407691648 /*   16777216: keys before qk-norm */
-#define L44_V                   29424468864 /*   16777216: values */
-#define L44_ATT                 29441246080 /*  134217728: attention output */
-#define L45_Q                   29575463808 /*  134217728: queries (rotated) */
-#define L45_K                   29709681536 /*   16777216: keys (rotated) */
-#define L45_QR                  29726458752 /*  134217728: queries before qk-norm */
-#define L45_KR                  29860676480 /*   16777216: keys before qk-norm */
-#define L45_V                   29877453696 /*   16777216: values */
-#define L45_ATT                 29894230912 /*  134217728: attention output */
-#define L46_Q                   30028448640 /*  134217728: queries (rotated) */
-#define L46_K                   30162666368 /*   16777216: keys (rotated) */
-#define L46_QR                  30179443584 /*  134217728: queries before qk-norm */
-#define L46_KR                  30313661312 /*   16777216: keys before qk-norm */
-#define L46_V                   30330438528 /*   16777216: values */
-#define L46_ATT                 30347215744 /*  134217728: attention output */
-#define L47_Q                   30481433472 /*  134217728: queries (rotated) */
-#define L47_K                   30615651200 /*   16777216: keys (rotated) */
-#define L47_QR                  30632428416 /*  134217728: queries before qk-norm */
-#define L47_KR                  30766646144 /*   16777216: keys before qk-norm */
-#define L47_V                   30783423360 /*   16777216: values */
-#define L47_ATT                 30800200576 /*  134217728: attention output */
-#define WS_Y                    30934418304 /*   67108864: a block's output before the residual add */
-#define WS_Y2                   31001527168 /*   67108864: shared experts' output */
-#define DX_A                    31068636032 /*   67108864: gradient of the residual stream (even layers' output) */
-#define DX_B                    31135744896 /*   67108864: gradient of the residual stream (odd layers' output) */
-#define DLN                     31202853760 /*   67108864: gradient of a norm's output */
-#define DATT                    31269962624 /*  134217728: gradient of the attention output */
-#define DQ                      31404180352 /*  134217728: gradient of the queries */
-#define DK                      31538398080 /*   16777216: gradient of the keys */
-#define DV                      31555175296 /*   16777216: gradient of the values */
-#define DQR                     31571952512 /*  134217728: gradient of the queries before qk-norm */
-#define DKR                     31706170240 /*   16777216: gradient of the keys before qk-norm */
-#define DYP                     31722947456 /*  536870912: gradient of the expert outputs */
-#define DXP                     32259818368 /*  536870912: gradient of the token copies */
-#define DYE                     32796689280 /*  671088640: gradient of the received rows' outputs */
-#define DXE                     33467777920 /*  671088640: gradient of the received rows */
-#define A2A                     34138866560 /*  671088640: all-to-all staging of one round (source-rank order) */
-#define EDG                     34809955200 /*  251658240: routed experts' gate gradient */
-#define EDU                     35061613440 /*  251658240: routed experts' up gradient */
-#define EDH                     35313271680 /*  251658240: routed experts' activation gradient */
-#define LNF                     35564929920 /*   67108864: final norm output */
+#define GRAD0                    2530591616 /*  311166976: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                    2841758592 /*  311166976: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                       3152925568 /*   67108864: boundary: input of layer 0 (residual stream) */
+#define X1                       3220034432 /*   67108864: boundary: input of layer 1 (residual stream) */
+#define X2                       3287143296 /*   67108864: boundary: input of layer 2 (residual stream) */
+#define X3                       3354252160 /*   67108864: boundary: input of layer 3 (residual stream) */
+#define X4                       3421361024 /*   67108864: boundary: input of layer 4 (residual stream) */
+#define X5                       3488469888 /*   67108864: boundary: input of layer 5 (residual stream) */
+#define X6                       3555578752 /*   67108864: boundary: input of layer 6 (residual stream) */
+#define X7                       3622687616 /*   67108864: boundary: input of layer 7 (residual stream) */
+#define X8                       3689796480 /*   67108864: boundary: input of layer 8 (residual stream) */
+#define X9                       3756905344 /*   67108864: boundary: input of layer 9 (residual stream) */
+#define X10                      3824014208 /*   67108864: boundary: input of layer 10 (residual stream) */
+#define X11                      3891123072 /*   67108864: boundary: input of layer 11 (residual stream) */
+#define X12                      3958231936 /*   67108864: boundary: input of layer 12 (residual stream) */
+#define X13                      4025340800 /*   67108864: boundary: input of layer 13 (residual stream) */
+#define X14                      4092449664 /*   67108864: boundary: input of layer 14 (residual stream) */
+#define X15                      4159558528 /*   67108864: boundary: input of layer 15 (residual stream) */
+#define X16                      4226667392 /*   67108864: boundary: input of layer 16 (residual stream) */
+#define X17                      4293776256 /*   67108864: boundary: input of layer 17 (residual stream) */
+#define X18                      4360885120 /*   67108864: boundary: input of layer 18 (residual stream) */
+#define X19                      4427993984 /*   67108864: boundary: input of layer 19 (residual stream) */
+#define X20                      4495102848 /*   67108864: boundary: input of layer 20 (residual stream) */
+#define X21                      4562211712 /*   67108864: boundary: input of layer 21 (residual stream) */
+#define X22                      4629320576 /*   67108864: boundary: input of layer 22 (residual stream) */
+#define X23                      4696429440 /*   67108864: boundary: input of layer 23 (residual stream) */
+#define X24                      4763538304 /*   67108864: boundary: input of layer 24 (residual stream) */
+#define X25                      4830647168 /*   67108864: boundary: input of layer 25 (residual stream) */
+#define X26                      4897756032 /*   67108864: boundary: input of layer 26 (residual stream) */
+#define X27                      4964864896 /*   67108864: boundary: input of layer 27 (residual stream) */
+#define X28                      5031973760 /*   67108864: boundary: input of layer 28 (residual stream) */
+#define X29                      5099082624 /*   67108864: boundary: input of layer 29 (residual stream) */
+#define X30                      5166191488 /*   67108864: boundary: input of layer 30 (residual stream) */
+#define X31                      5233300352 /*   67108864: boundary: input of layer 31 (residual stream) */
+#define X32                      5300409216 /*   67108864: boundary: input of layer 32 (residual stream) */
+#define X33                      5367518080 /*   67108864: boundary: input of layer 33 (residual stream) */
+#define X34                      5434626944 /*   67108864: boundary: input of layer 34 (residual stream) */
+#define X35                      5501735808 /*   67108864: boundary: input of layer 35 (residual stream) */
+#define X36                      5568844672 /*   67108864: boundary: input of layer 36 (residual stream) */
+#define X37                      5635953536 /*   67108864: boundary: input of layer 37 (residual stream) */
+#define X38                      5703062400 /*   67108864: boundary: input of layer 38 (residual stream) */
+#define X39                      5770171264 /*   67108864: boundary: input of layer 39 (residual stream) */
+#define X40                      5837280128 /*   67108864: boundary: input of layer 40 (residual stream) */
+#define X41                      5904388992 /*   67108864: boundary: input of layer 41 (residual stream) */
+#define X42                      5971497856 /*   67108864: boundary: input of layer 42 (residual stream) */
+#define X43                      6038606720 /*   67108864: boundary: input of layer 43 (residual stream) */
+#define X44                      6105715584 /*   67108864: boundary: input of layer 44 (residual stream) */
+#define X45                      6172824448 /*   67108864: boundary: input of layer 45 (residual stream) */
+#define X46                      6239933312 /*   67108864: boundary: input of layer 46 (residual stream) */
+#define X47                      6307042176 /*   67108864: boundary: input of layer 47 (residual stream) */
+#define X48                      6374151040 /*   67108864: output of the last layer */
+#define WS_LN1                   6441259904 /*   67108864: attention norm output */
+#define L0_Q                     6508368768 /*  134217728: queries (rotated) */
+#define L0_K                     6642586496 /*   16777216: keys (rotated) */
+#define L0_QR                    6659363712 /*  134217728: queries before qk-norm */
+#define L0_KR                    6793581440 /*   16777216: keys before qk-norm */
+#define L0_V                     6810358656 /*   16777216: values */
+#define L0_ATT                   6827135872 /*  134217728: attention output */
+#define WS_RES                   6961353600 /*   67108864: residual stream after attention */
+#define WS_LN2                   7028462464 /*   67108864: mlp norm output */
+#define DXE                      7095571328 /*  671088640: gradient of the received rows (backward); in the forward, WS_XP */
+#define WS_XP                           DXE /*  536870912: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
+#define WS_YP                         WS_XP /*  536870912: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
+#define WS_XE                    7766659968 /*  671088640: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                    8437748608 /*  671088640: their outputs, before going back */
+#define WS_EG                    9108837248 /*  251658240: routed experts' gate */
+#define WS_EU                    9360495488 /*  251658240: routed experts' up */
+#define WS_EH                    9612153728 /*  251658240: routed experts' activation */
+#define L1_Q                     9863811968 /*  134217728: queries (rotated) */
+#define L1_K                     9998029696 /*   16777216: keys (rotated) */
+#define L1_QR                   10014806912 /*  134217728: queries before qk-norm */
+#define L1_KR                   10149024640 /*   16777216: keys before qk-norm */
+#define L1_V                    10165801856 /*   16777216: values */
+#define L1_ATT                  10182579072 /*  134217728: attention output */
+#define L2_Q                    10316796800 /*  134217728: queries (rotated) */
+#define L2_K                    10451014528 /*   16777216: keys (rotated) */
+#define L2_QR                   10467791744 /*  134217728: queries before qk-norm */
+#define L2_KR                   10602009472 /*   16777216: keys before qk-norm */
+#define L2_V                    10618786688 /*   16777216: values */
+#define L2_ATT                  10635563904 /*  134217728: attention output */
+#define L3_Q                    10769781632 /*  134217728: queries (rotated) */
+#define L3_K                    10903999360 /*   16777216: keys (rotated) */
+#define L3_QR                   10920776576 /*  134217728: queries before qk-norm */
+#define L3_KR                   11054994304 /*   16777216: keys before qk-norm */
+#define L3_V                    11071771520 /*   16777216: values */
+#define L3_ATT                  11088548736 /*  134217728: attention output */
+#define L4_Q                    11222766464 /*  134217728: queries (rotated) */
+#define L4_K                    11356984192 /*   16777216: keys (rotated) */
+#define L4_QR                   11373761408 /*  134217728: queries before qk-norm */
+#define L4_KR                   11507979136 /*   16777216: keys before qk-norm */
+#define L4_V                    11524756352 /*   16777216: values */
+#define L4_ATT                  11541533568 /*  134217728: attention output */
+#define L5_Q                    11675751296 /*  134217728: queries (rotated) */
+#define L5_K                    11809969024 /*   16777216: keys (rotated) */
+#define L5_QR                   11826746240 /*  134217728: queries before qk-norm */
+#define L5_KR                   11960963968 /*   16777216: keys before qk-norm */
+#define L5_V                    11977741184 /*   16777216: values */
+#define L5_ATT                  11994518400 /*  134217728: attention output */
+#define L6_Q                    12128736128 /*  134217728: queries (rotated) */
+#define L6_K                    12262953856 /*   16777216: keys (rotated) */
+#define L6_QR                   12279731072 /*  134217728: queries before qk-norm */
+#define L6_KR                   12413948800 /*   16777216: keys before qk-norm */
+#define L6_V                    12430726016 /*   16777216: values */
+#define L6_ATT                  12447503232 /*  134217728: attention output */
+#define L7_Q                    12581720960 /*  134217728: queries (rotated) */
+#define L7_K                    12715938688 /*   16777216: keys (rotated) */
+#define L7_QR                   12732715904 /*  134217728: queries before qk-norm */
+#define L7_KR                   12866933632 /*   16777216: keys before qk-norm */
+#define L7_V                    12883710848 /*   16777216: values */
+#define L7_ATT                  12900488064 /*  134217728: attention output */
+#define L8_Q                    13034705792 /*  134217728: queries (rotated) */
+#define L8_K                    13168923520 /*   16777216: keys (rotated) */
+#define L8_QR                   13185700736 /*  134217728: queries before qk-norm */
+#define L8_KR                   13319918464 /*   16777216: keys before qk-norm */
+#define L8_V                    13336695680 /*   16777216: values */
+#define L8_ATT                  13353472896 /*  134217728: attention output */
+#define L9_Q                    13487690624 /*  134217728: queries (rotated) */
+#define L9_K                    13621908352 /*   16777216: keys (rotated) */
+#define L9_QR                   13638685568 /*  134217728: queries before qk-norm */
+#define L9_KR                   13772903296 /*   16777216: keys before qk-norm */
+#define L9_V                    13789680512 /*   16777216: values */
+#define L9_ATT                  13806457728 /*  134217728: attention output */
+#define L10_Q                   13940675456 /*  134217728: queries (rotated) */
+#define L10_K                   14074893184 /*   16777216: keys (rotated) */
+#define L10_QR                  14091670400 /*  134217728: queries before qk-norm */
+#define L10_KR                  14225888128 /*   16777216: keys before qk-norm */
+#define L10_V                   14242665344 /*   16777216: values */
+#define L10_ATT                 14259442560 /*  134217728: attention output */
+#define L11_Q                   14393660288 /*  134217728: queries (rotated) */
+#define L11_K                   14527878016 /*   16777216: keys (rotated) */
+#define L11_QR                  14544655232 /*  134217728: queries before qk-norm */
+#define L11_KR                  14678872960 /*   16777216: keys before qk-norm */
+#define L11_V                   14695650176 /*   16777216: values */
+#define L11_ATT                 14712427392 /*  134217728: attention output */
+#define L12_Q                   14846645120 /*  134217728: queries (rotated) */
+#define L12_K                   14980862848 /*   16777216: keys (rotated) */
+#define L12_QR                  14997640064 /*  134217728: queries before qk-norm */
+#define L12_KR                  15131857792 /*   16777216: keys before qk-norm */
+#define L12_V                   15148635008 /*   16777216: values */
+#define L12_ATT                 15165412224 /*  134217728: attention output */
+#define L13_Q                   15299629952 /*  134217728: queries (rotated) */
+#define L13_K                   15433847680 /*   16777216: keys (rotated) */
+#define L13_QR                  15450624896 /*  134217728: queries before qk-norm */
+#define L13_KR                  15584842624 /*   16777216: keys before qk-norm */
+#define L13_V                   15601619840 /*   16777216: values */
+#define L13_ATT                 15618397056 /*  134217728: attention output */
+#define L14_Q                   15752614784 /*  134217728: queries (rotated) */
+#define L14_K                   15886832512 /*   16777216: keys (rotated) */
+#define L14_QR                  15903609728 /*  134217728: queries before qk-norm */
+#define L14_KR                  16037827456 /*   16777216: keys before qk-norm */
+#define L14_V                   16054604672 /*   16777216: values */
+#define L14_ATT                 16071381888 /*  134217728: attention output */
+#define L15_Q                   16205599616 /*  134217728: queries (rotated) */
+#define L15_K                   16339817344 /*   16777216: keys (rotated) */
+#define L15_QR                  16356594560 /*  134217728: queries before qk-norm */
+#define L15_KR                  16490812288 /*   16777216: keys before qk-norm */
+#define L15_V                   16507589504 /*   16777216: values */
+#define L15_ATT                 16524366720 /*  134217728: attention output */
+#define L16_Q                   16658584448 /*  134217728: queries (rotated) */
+#define L16_K                   16792802176 /*   16777216: keys (rotated) */
+#define L16_QR                  16809579392 /*  134217728: queries before qk-norm */
+#define L16_KR                  16943797120 /*   16777216: keys before qk-norm */
+#define L16_V                   16960574336 /*   16777216: values */
+#define L16_ATT                 16977351552 /*  134217728: attention output */
+#define L17_Q                   17111569280 /*  134217728: queries (rotated) */
+#define L17_K                   17245787008 /*   16777216: keys (rotated) */
+#define L17_QR                  17262564224 /*  134217728: queries before qk-norm */
+#define L17_KR                  17396781952 /*   16777216: keys before qk-norm */
+#define L17_V                   17413559168 /*   16777216: values */
+#define L17_ATT                 17430336384 /*  134217728: attention output */
+#define L18_Q                   17564554112 /*  134217728: queries (rotated) */
+#define L18_K                   17698771840 /*   16777216: keys (rotated) */
+#define L18_QR                  17715549056 /*  134217728: queries before qk-norm */
+#define L18_KR                  17849766784 /*   16777216: keys before qk-norm */
+#define L18_V                   17866544000 /*   16777216: values */
+#define L18_ATT                 17883321216 /*  134217728: attention output */
+#define L19_Q                   18017538944 /*  134217728: queries (rotated) */
+#define L19_K                   18151756672 /*   16777216: keys (rotated) */
+#define L19_QR                  18168533888 /*  134217728: queries before qk-norm */
+#define L19_KR                  18302751616 /*   16777216: keys before qk-norm */
+#define L19_V                   18319528832 /*   16777216: values */
+#define L19_ATT                 18336306048 /*  134217728: attention output */
+#define L20_Q                   18470523776 /*  134217728: queries (rotated) */
+#define L20_K                   18604741504 /*   16777216: keys (rotated) */
+#define L20_QR                  18621518720 /*  134217728: queries before qk-norm */
+#define L20_KR                  18755736448 /*   16777216: keys before qk-norm */
+#define L20_V                   18772513664 /*   16777216: values */
+#define L20_ATT                 18789290880 /*  134217728: attention output */
+#define L21_Q                   18923508608 /*  134217728: queries (rotated) */
+#define L21_K                   19057726336 /*   16777216: keys (rotated) */
+#define L21_QR                  19074503552 /*  134217728: queries before qk-norm */
+#define L21_KR                  19208721280 /*   16777216: keys before qk-norm */
+#define L21_V                   19225498496 /*   16777216: values */
+#define L21_ATT                 19242275712 /*  134217728: attention output */
+#define L22_Q                   19376493440 /*  134217728: queries (rotated) */
+#define L22_K                   19510711168 /*   16777216: keys (rotated) */
+#define L22_QR                  19527488384 /*  134217728: queries before qk-norm */
+#define L22_KR                  19661706112 /*   16777216: keys before qk-norm */
+#define L22_V                   19678483328 /*   16777216: values */
+#define L22_ATT                 19695260544 /*  134217728: attention output */
+#define L23_Q                   19829478272 /*  134217728: queries (rotated) */
+#define L23_K                   19963696000 /*   16777216: keys (rotated) */
+#define L23_QR                  19980473216 /*  134217728: queries before qk-norm */
+#define L23_KR                  20114690944 /*   16777216: keys before qk-norm */
+#define L23_V                   20131468160 /*   16777216: values */
+#define L23_ATT                 20148245376 /*  134217728: attention output */
+#define L24_Q                   20282463104 /*  134217728: queries (rotated) */
+#define L24_K                   20416680832 /*   16777216: keys (rotated) */
+#define L24_QR                  20433458048 /*  134217728: queries before qk-norm */
+#define L24_KR                  20567675776 /*   16777216: keys before qk-norm */
+#define L24_V                   20584452992 /*   16777216: values */
+#define L24_ATT                 20601230208 /*  134217728: attention output */
+#define L25_Q                   20735447936 /*  134217728: queries (rotated) */
+#define L25_K                   20869665664 /*   16777216: keys (rotated) */
+#define L25_QR                  20886442880 /*  134217728: queries before qk-norm */
+#define L25_KR                  21020660608 /*   16777216: keys before qk-norm */
+#define L25_V                   21037437824 /*   16777216: values */
+#define L25_ATT                 21054215040 /*  134217728: attention output */
+#define L26_Q                   21188432768 /*  134217728: queries (rotated) */
+#define L26_K                   21322650496 /*   16777216: keys (rotated) */
+#define L26_QR                  21339427712 /*  134217728: queries before qk-norm */
+#define L26_KR                  21473645440 /*   16777216: keys before qk-norm */
+#define L26_V                   21490422656 /*   16777216: values */
+#define L26_ATT                 21507199872 /*  134217728: attention output */
+#define L27_Q                   21641417600 /*  134217728: queries (rotated) */
+#define L27_K                   21775635328 /*   16777216: keys (rotated) */
+#define L27_QR                  21792412544 /*  134217728: queries before qk-norm */
+#define L27_KR                  21926630272 /*   16777216: keys before qk-norm */
+#define L27_V                   21943407488 /*   16777216: values */
+#define L27_ATT                 21960184704 /*  134217728: attention output */
+#define L28_Q                   22094402432 /*  134217728: queries (rotated) */
+#define L28_K                   22228620160 /*   16777216: keys (rotated) */
+#define L28_QR                  22245397376 /*  134217728: queries before qk-norm */
+#define L28_KR                  22379615104 /*   16777216: keys before qk-norm */
+#define L28_V                   22396392320 /*   16777216: values */
+#define L28_ATT                 22413169536 /*  134217728: attention output */
+#define L29_Q                   22547387264 /*  134217728: queries (rotated) */
+#define L29_K                   22681604992 /*   16777216: keys (rotated) */
+#define L29_QR                  22698382208 /*  134217728: queries before qk-norm */
+#define L29_KR                  22832599936 /*   16777216: keys before qk-norm */
+#define L29_V                   22849377152 /*   16777216: values */
+#define L29_ATT                 22866154368 /*  134217728: attention output */
+#define L30_Q                   23000372096 /*  134217728: queries (rotated) */
+#define L30_K                   23134589824 /*   16777216: keys (rotated) */
+#define L30_QR                  23151367040 /*  134217728: queries before qk-norm */
+#define L30_KR                  23285584768 /*   16777216: keys before qk-norm */
+#define L30_V                   23302361984 /*   16777216: values */
+#define L30_ATT                 23319139200 /*  134217728: attention output */
+#define L31_Q                   23453356928 /*  134217728: queries (rotated) */
+#define L31_K                   23587574656 /*   16777216: keys (rotated) */
+#define L31_QR                  23604351872 /*  134217728: queries before qk-norm */
+#define L31_KR                  23738569600 /*   16777216: keys before qk-norm */
+#define L31_V                   23755346816 /*   16777216: values */
+#define L31_ATT                 23772124032 /*  134217728: attention output */
+#define L32_Q                   23906341760 /*  134217728: queries (rotated) */
+#define L32_K                   24040559488 /*   16777216: keys (rotated) */
+#define L32_QR                  24057336704 /*  134217728: queries before qk-norm */
+#define L32_KR                  24191554432 /*   16777216: keys before qk-norm */
+#define L32_V                   24208331648 /*   16777216: values */
+#define L32_ATT                 24225108864 /*  134217728: attention output */
+#define L33_Q                   24359326592 /*  134217728: queries (rotated) */
+#define L33_K                   24493544320 /*   16777216: keys (rotated) */
+#define L33_QR                  24510321536 /*  134217728: queries before qk-norm */
+#define L33_KR                  24644539264 /*   16777216: keys before qk-norm */
+#define L33_V                   24661316480 /*   16777216: values */
+#define L33_ATT                 24678093696 /*  134217728: attention output */
+#define L34_Q                   24812311424 /*  134217728: queries (rotated) */
+#define L34_K                   24946529152 /*   16777216: keys (rotated) */
+#define L34_QR                  24963306368 /*  134217728: queries before qk-norm */
+#define L34_KR                  25097524096 /*   16777216: keys before qk-norm */
+#define L34_V                   25114301312 /*   16777216: values */
+#define L34_ATT                 25131078528 /*  134217728: attention output */
+#define L35_Q                   25265296256 /*  134217728: queries (rotated) */
+#define L35_K                   25399513984 /*   16777216: keys (rotated) */
+#define L35_QR                  25416291200 /*  134217728: queries before qk-norm */
+#define L35_KR                  25550508928 /*   16777216: keys before qk-norm */
+#define L35_V                   25567286144 /*   16777216: values */
+#define L35_ATT                 25584063360 /*  134217728: attention output */
+#define L36_Q                   25718281088 /*  134217728: queries (rotated) */
+#define L36_K                   25852498816 /*   16777216: keys (rotated) */
+#define L36_QR                  25869276032 /*  134217728: queries before qk-norm */
+#define L36_KR                  26003493760 /*   16777216: keys before qk-norm */
+#define L36_V                   26020270976 /*   16777216: values */
+#define L36_ATT                 26037048192 /*  134217728: attention output */
+#define L37_Q                   26171265920 /*  134217728: queries (rotated) */
+#define L37_K                   26305483648 /*   16777216: keys (rotated) */
+#define L37_QR                  26322260864 /*  134217728: queries before qk-norm */
+#define L37_KR                  26456478592 /*   16777216: keys before qk-norm */
+#define L37_V                   26473255808 /*   16777216: values */
+#define L37_ATT                 26490033024 /*  134217728: attention output */
+#define L38_Q                   26624250752 /*  134217728: queries (rotated) */
+#define L38_K                   26758468480 /*   16777216: keys (rotated) */
+#define L38_QR                  26775245696 /*  134217728: queries before qk-norm */
+#define L38_KR                  26909463424 /*   16777216: keys before qk-norm */
+#define L38_V                   26926240640 /*   16777216: values */
+#define L38_ATT                 26943017856 /*  134217728: attention output */
+#define L39_Q                   27077235584 /*  134217728: queries (rotated) */
+#define L39_K                   27211453312 /*   16777216: keys (rotated) */
+#define L39_QR                  27228230528 /*  134217728: queries before qk-norm */
+#define L39_KR                  27362448256 /*   16777216: keys before qk-norm */
+#define L39_V                   27379225472 /*   16777216: values */
+#define L39_ATT                 27396002688 /*  134217728: attention output */
+#define L40_Q                   27530220416 /*  134217728: queries (rotated) */
+#define L40_K                   27664438144 /*   16777216: keys (rotated) */
+#define L40_QR                  27681215360 /*  134217728: queries before qk-norm */
+#define L40_KR                  27815433088 /*   16777216: keys before qk-norm */
+#define L40_V                   27832210304 /*   16777216: values */
+#define L40_ATT                 27848987520 /*  134217728: attention output */
+#define L41_Q                   27983205248 /*  134217728: queries (rotated) */
+#define L41_K                   28117422976 /*   16777216: keys (rotated) */
+#define L41_QR                  28134200192 /*  134217728: queries before qk-norm */
+#define L41_KR                  28268417920 /*   16777216: keys before qk-norm */
+#define L41_V                   28285195136 /*   16777216: values */
+#define L41_ATT                 28301972352 /*  134217728: attention output */
+#define L42_Q                   28436190080 /*  134217728: queries (rotated) */
+#define L42_K                   28570407808 /*   16777216: keys (rotated) */
+#define L42_QR                  28587185024 /*  134217728: queries before qk-norm */
+#define L42_KR                  28721402752 /*   16777216: keys before qk-norm */
+#define L42_V                   28738179968 /*   16777216: values */
+#define L42_ATT                 28754957184 /*  134217728: attention output */
+#define L43_Q                   28889174912 /*  134217728: queries (rotated) */
+#define L43_K                   29023392640 /*   16777216: keys (rotated) */
+#define L43_QR                  29040169856 /*  134217728: queries before qk-norm */
+#define L43_KR                  29174387584 /*   16777216: keys before qk-norm */
+#define L43_V                   29191164800 /*   16777216: values */
+#define L43_ATT                 29207942016 /*  134217728: attention output */
+#define L44_Q                   29342159744 /*  134217728: queries (rotated) */
+#define L44_K                   29476377472 /*   16777216: keys (rotated) */
+#define L44_QR                  29493154688 /*  134217728: queries before qk-norm */
+#define L44_KR                  29627372416 /*   16777216: keys before qk-norm */
+#define L44_V                   29644149632 /*   16777216: values */
+#define L44_ATT                 29660926848 /*  134217728: attention output */
+#define L45_Q                   29795144576 /*  134217728: queries (rotated) */
+#define L45_K                   29929362304 /*   16777216: keys (rotated) */
+#define L45_QR                  29946139520 /*  134217728: queries before qk-norm */
+#define L45_KR                  30080357248 /*   16777216: keys before qk-norm */
+#define L45_V                   30097134464 /*   16777216: values */
+#define L45_ATT                 30113911680 /*  134217728: attention output */
+#define L46_Q                   30248129408 /*  134217728: queries (rotated) */
+#define L46_K                   30382347136 /*   16777216: keys (rotated) */
+#define L46_QR                  30399124352 /*  134217728: queries before qk-norm */
+#define L46_KR                  30533342080 /*   16777216: keys before qk-norm */
+#define L46_V                   30550119296 /*   16777216: values */
+#define L46_ATT                 30566896512 /*  134217728: attention output */
+#define L47_Q                   30701114240 /*  134217728: queries (rotated) */
+#define L47_K                   30835331968 /*   16777216: keys (rotated) */
+#define L47_QR                  30852109184 /*  134217728: queries before qk-norm */
+#define L47_KR                  30986326912 /*   16777216: keys before qk-norm */
+#define L47_V                   31003104128 /*   16777216: values */
+#define L47_ATT                 31019881344 /*  134217728: attention output */
+#define WS_Y                    31154099072 /*   67108864: a block's output before the residual add */
+#define WS_Y2                   31221207936 /*   67108864: shared experts' output */
+#define DX_A                    31288316800 /*   67108864: gradient of the residual stream (even layers' output) */
+#define DX_B                    31355425664 /*   67108864: gradient of the residual stream (odd layers' output) */
+#define DLN                     31422534528 /*   67108864: gradient of a norm's output */
+#define DATT                    31489643392 /*  134217728: gradient of the attention output */
+#define DQ                      31623861120 /*  134217728: gradient of the queries */
+#define DK                      31758078848 /*   16777216: gradient of the keys */
+#define DV                      31774856064 /*   16777216: gradient of the values */
+#define DQR                     31791633280 /*  134217728: gradient of the queries before qk-norm */
+#define DKR                     31925851008 /*   16777216: gradient of the keys before qk-norm */
+#define A2A                     31942628224 /*  754974720: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the FFN gradients (the whole) */
+#define EDG                             A2A /*  251658240: routed experts' gate gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define EDU                    (A2A + 251658240) /*  251658240: routed experts' up gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define EDH                    (A2A + 503316480) /*  251658240: routed experts' activation gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DYP                     32697602944 /*  536870912: gradient of the expert outputs */
+#define DXP                             DYP /*  536870912: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
+#define DYE                           WS_YE /*  671088640: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
+#define LNF                     33234473856 /*   67108864: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (16 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -3529,10 +3521,10 @@ static void layer47_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3577,10 +3569,10 @@ static void layer46_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3625,10 +3617,10 @@ static void layer45_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3673,10 +3665,10 @@ static void layer44_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3721,10 +3713,10 @@ static void layer43_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3769,10 +3761,10 @@ static void layer42_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3817,10 +3809,10 @@ static void layer41_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3865,10 +3857,10 @@ static void layer40_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3913,10 +3905,10 @@ static void layer39_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -3961,10 +3953,10 @@ static void layer38_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4009,10 +4001,10 @@ static void layer37_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4057,10 +4049,10 @@ static void layer36_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4105,10 +4097,10 @@ static void layer35_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4153,10 +4145,10 @@ static void layer34_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4201,10 +4193,10 @@ static void layer33_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4249,10 +4241,10 @@ static void layer32_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4297,10 +4289,10 @@ static void layer31_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4345,10 +4337,10 @@ static void layer30_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4393,10 +4385,10 @@ static void layer29_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4441,10 +4433,10 @@ static void layer28_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4489,10 +4481,10 @@ static void layer27_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4537,10 +4529,10 @@ static void layer26_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4585,10 +4577,10 @@ static void layer25_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4633,10 +4625,10 @@ static void layer24_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4681,10 +4673,10 @@ static void layer23_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4729,10 +4721,10 @@ static void layer22_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4777,10 +4769,10 @@ static void layer21_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4825,10 +4817,10 @@ static void layer20_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4873,10 +4865,10 @@ static void layer19_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4921,10 +4913,10 @@ static void layer18_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -4969,10 +4961,10 @@ static void layer17_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5017,10 +5009,10 @@ static void layer16_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5065,10 +5057,10 @@ static void layer15_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5113,10 +5105,10 @@ static void layer14_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5161,10 +5153,10 @@ static void layer13_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5209,10 +5201,10 @@ static void layer12_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5257,10 +5249,10 @@ static void layer11_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5305,10 +5297,10 @@ static void layer10_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5353,10 +5345,10 @@ static void layer9_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5401,10 +5393,10 @@ static void layer8_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5449,10 +5441,10 @@ static void layer7_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5497,10 +5489,10 @@ static void layer6_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5545,10 +5537,10 @@ static void layer5_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5593,10 +5585,10 @@ static void layer4_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5641,10 +5633,10 @@ static void layer3_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5689,10 +5681,10 @@ static void layer2_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5737,10 +5729,10 @@ static void layer1_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -5785,10 +5777,10 @@ static void layer0_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 8, 2048);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
-  if (rounds > 1) /* the rows to send again, to rebuild each round's expert activations */
-    rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
   for (int r = 0; r < rounds; r++) {
-    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's */
+    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's
+                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
+      rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
@@ -6190,13 +6182,13 @@ void step_backward(RtCtx *c) {
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L47_DENSE_PARAM), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L47_EXPERTS_PARAM), 37748736, 1); /* layer 47 experts: 4 ranks x 37748736, prefetch */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 311166976);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 311166976);
   rt_zero(A(DLN), 67108864);
   rt_lm_head_ce_backward(A(DLN), DW(2048), A(LNF), W(2048), I(TARGETS), R(LSEF), 32768, 2048, 151936, 4096, R(CE), c->dloss);
   rt_zero(A(DX_A), 67108864);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X48), W(0), R(RSTDF), 32768, 2048);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 19447936, (uint16_t *)R(RS_WIRE2), 2); /* head: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 19447936, true, NULL, 2); /* head: 16 ranks, bf16 on the wire */
   /* layer 47 */
   rt_comm_label("layer 47 backward");
   rt_comm_all_gather_wait(0);
@@ -6205,11 +6197,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L46_DENSE_PARAM), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L46_EXPERTS_PARAM), 37748736, 3); /* layer 46 experts: 4 ranks x 37748736, prefetch */
   layer47_forward(c, true); /* recompute from X47 (selective checkpointing) */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer47_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L47_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 47 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 47 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L47_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 47 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 47 experts: 4 ranks, bf16 on the wire */
   /* layer 46 */
   rt_comm_label("layer 46 backward");
   rt_comm_all_gather_wait(2);
@@ -6219,11 +6211,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L45_EXPERTS_PARAM), 37748736, 1); /* layer 45 experts: 4 ranks x 37748736, prefetch */
   layer46_forward(c, true); /* recompute from X46 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 49's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer46_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L46_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 46 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 46 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L46_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 46 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 46 experts: 4 ranks, bf16 on the wire */
   /* layer 45 */
   rt_comm_label("layer 45 backward");
   rt_comm_all_gather_wait(0);
@@ -6233,11 +6225,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L44_EXPERTS_PARAM), 37748736, 3); /* layer 44 experts: 4 ranks x 37748736, prefetch */
   layer45_forward(c, true); /* recompute from X45 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 48's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer45_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L45_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 45 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 45 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L45_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 45 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 45 experts: 4 ranks, bf16 on the wire */
   /* layer 44 */
   rt_comm_label("layer 44 backward");
   rt_comm_all_gather_wait(2);
@@ -6247,11 +6239,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L43_EXPERTS_PARAM), 37748736, 1); /* layer 43 experts: 4 ranks x 37748736, prefetch */
   layer44_forward(c, true); /* recompute from X44 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 47's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer44_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L44_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 44 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 44 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L44_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 44 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 44 experts: 4 ranks, bf16 on the wire */
   /* layer 43 */
   rt_comm_label("layer 43 backward");
   rt_comm_all_gather_wait(0);
@@ -6261,11 +6253,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L42_EXPERTS_PARAM), 37748736, 3); /* layer 42 experts: 4 ranks x 37748736, prefetch */
   layer43_forward(c, true); /* recompute from X43 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 46's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer43_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L43_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 43 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 43 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L43_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 43 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 43 experts: 4 ranks, bf16 on the wire */
   /* layer 42 */
   rt_comm_label("layer 42 backward");
   rt_comm_all_gather_wait(2);
@@ -6275,11 +6267,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L41_EXPERTS_PARAM), 37748736, 1); /* layer 41 experts: 4 ranks x 37748736, prefetch */
   layer42_forward(c, true); /* recompute from X42 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 45's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer42_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L42_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 42 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 42 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L42_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 42 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 42 experts: 4 ranks, bf16 on the wire */
   /* layer 41 */
   rt_comm_label("layer 41 backward");
   rt_comm_all_gather_wait(0);
@@ -6289,11 +6281,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L40_EXPERTS_PARAM), 37748736, 3); /* layer 40 experts: 4 ranks x 37748736, prefetch */
   layer41_forward(c, true); /* recompute from X41 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 44's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer41_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L41_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 41 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 41 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L41_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 41 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 41 experts: 4 ranks, bf16 on the wire */
   /* layer 40 */
   rt_comm_label("layer 40 backward");
   rt_comm_all_gather_wait(2);
@@ -6303,11 +6295,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L39_EXPERTS_PARAM), 37748736, 1); /* layer 39 experts: 4 ranks x 37748736, prefetch */
   layer40_forward(c, true); /* recompute from X40 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 43's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer40_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L40_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 40 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 40 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L40_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 40 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 40 experts: 4 ranks, bf16 on the wire */
   /* layer 39 */
   rt_comm_label("layer 39 backward");
   rt_comm_all_gather_wait(0);
@@ -6317,11 +6309,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L38_EXPERTS_PARAM), 37748736, 3); /* layer 38 experts: 4 ranks x 37748736, prefetch */
   layer39_forward(c, true); /* recompute from X39 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 42's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer39_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L39_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 39 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 39 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L39_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 39 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 39 experts: 4 ranks, bf16 on the wire */
   /* layer 38 */
   rt_comm_label("layer 38 backward");
   rt_comm_all_gather_wait(2);
@@ -6331,11 +6323,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L37_EXPERTS_PARAM), 37748736, 1); /* layer 37 experts: 4 ranks x 37748736, prefetch */
   layer38_forward(c, true); /* recompute from X38 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 41's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer38_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L38_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 38 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 38 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L38_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 38 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 38 experts: 4 ranks, bf16 on the wire */
   /* layer 37 */
   rt_comm_label("layer 37 backward");
   rt_comm_all_gather_wait(0);
@@ -6345,11 +6337,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L36_EXPERTS_PARAM), 37748736, 3); /* layer 36 experts: 4 ranks x 37748736, prefetch */
   layer37_forward(c, true); /* recompute from X37 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 40's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer37_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L37_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 37 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 37 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L37_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 37 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 37 experts: 4 ranks, bf16 on the wire */
   /* layer 36 */
   rt_comm_label("layer 36 backward");
   rt_comm_all_gather_wait(2);
@@ -6359,11 +6351,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L35_EXPERTS_PARAM), 37748736, 1); /* layer 35 experts: 4 ranks x 37748736, prefetch */
   layer36_forward(c, true); /* recompute from X36 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 39's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer36_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L36_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 36 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 36 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L36_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 36 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 36 experts: 4 ranks, bf16 on the wire */
   /* layer 35 */
   rt_comm_label("layer 35 backward");
   rt_comm_all_gather_wait(0);
@@ -6373,11 +6365,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L34_EXPERTS_PARAM), 37748736, 3); /* layer 34 experts: 4 ranks x 37748736, prefetch */
   layer35_forward(c, true); /* recompute from X35 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 38's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer35_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L35_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 35 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 35 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L35_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 35 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 35 experts: 4 ranks, bf16 on the wire */
   /* layer 34 */
   rt_comm_label("layer 34 backward");
   rt_comm_all_gather_wait(2);
@@ -6387,11 +6379,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L33_EXPERTS_PARAM), 37748736, 1); /* layer 33 experts: 4 ranks x 37748736, prefetch */
   layer34_forward(c, true); /* recompute from X34 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 37's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer34_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L34_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 34 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 34 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L34_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 34 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 34 experts: 4 ranks, bf16 on the wire */
   /* layer 33 */
   rt_comm_label("layer 33 backward");
   rt_comm_all_gather_wait(0);
@@ -6401,11 +6393,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L32_EXPERTS_PARAM), 37748736, 3); /* layer 32 experts: 4 ranks x 37748736, prefetch */
   layer33_forward(c, true); /* recompute from X33 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 36's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer33_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L33_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 33 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 33 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L33_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 33 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 33 experts: 4 ranks, bf16 on the wire */
   /* layer 32 */
   rt_comm_label("layer 32 backward");
   rt_comm_all_gather_wait(2);
@@ -6415,11 +6407,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L31_EXPERTS_PARAM), 37748736, 1); /* layer 31 experts: 4 ranks x 37748736, prefetch */
   layer32_forward(c, true); /* recompute from X32 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 35's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer32_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L32_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 32 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 32 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L32_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 32 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 32 experts: 4 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
@@ -6429,11 +6421,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L30_EXPERTS_PARAM), 37748736, 3); /* layer 30 experts: 4 ranks x 37748736, prefetch */
   layer31_forward(c, true); /* recompute from X31 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 34's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer31_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 31 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 31 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 31 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 31 experts: 4 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
@@ -6443,11 +6435,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L29_EXPERTS_PARAM), 37748736, 1); /* layer 29 experts: 4 ranks x 37748736, prefetch */
   layer30_forward(c, true); /* recompute from X30 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer30_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 30 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 30 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 30 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 30 experts: 4 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
@@ -6457,11 +6449,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L28_EXPERTS_PARAM), 37748736, 3); /* layer 28 experts: 4 ranks x 37748736, prefetch */
   layer29_forward(c, true); /* recompute from X29 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer29_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 29 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 29 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 29 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 29 experts: 4 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
@@ -6471,11 +6463,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L27_EXPERTS_PARAM), 37748736, 1); /* layer 27 experts: 4 ranks x 37748736, prefetch */
   layer28_forward(c, true); /* recompute from X28 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer28_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 28 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 28 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 28 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 28 experts: 4 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
@@ -6485,11 +6477,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L26_EXPERTS_PARAM), 37748736, 3); /* layer 26 experts: 4 ranks x 37748736, prefetch */
   layer27_forward(c, true); /* recompute from X27 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer27_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 27 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 27 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 27 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 27 experts: 4 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
@@ -6499,11 +6491,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L25_EXPERTS_PARAM), 37748736, 1); /* layer 25 experts: 4 ranks x 37748736, prefetch */
   layer26_forward(c, true); /* recompute from X26 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer26_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 26 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 26 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 26 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 26 experts: 4 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
@@ -6513,11 +6505,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L24_EXPERTS_PARAM), 37748736, 3); /* layer 24 experts: 4 ranks x 37748736, prefetch */
   layer25_forward(c, true); /* recompute from X25 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer25_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 25 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 25 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 25 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 25 experts: 4 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
@@ -6527,11 +6519,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L23_EXPERTS_PARAM), 37748736, 1); /* layer 23 experts: 4 ranks x 37748736, prefetch */
   layer24_forward(c, true); /* recompute from X24 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer24_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 24 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 24 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 24 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 24 experts: 4 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
@@ -6541,11 +6533,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L22_EXPERTS_PARAM), 37748736, 3); /* layer 22 experts: 4 ranks x 37748736, prefetch */
   layer23_forward(c, true); /* recompute from X23 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer23_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 23 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 23 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 23 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 23 experts: 4 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
@@ -6555,11 +6547,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L21_EXPERTS_PARAM), 37748736, 1); /* layer 21 experts: 4 ranks x 37748736, prefetch */
   layer22_forward(c, true); /* recompute from X22 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer22_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 22 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 22 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 22 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 22 experts: 4 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
@@ -6569,11 +6561,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L20_EXPERTS_PARAM), 37748736, 3); /* layer 20 experts: 4 ranks x 37748736, prefetch */
   layer21_forward(c, true); /* recompute from X21 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer21_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 21 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 21 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 21 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 21 experts: 4 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
@@ -6583,11 +6575,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L19_EXPERTS_PARAM), 37748736, 1); /* layer 19 experts: 4 ranks x 37748736, prefetch */
   layer20_forward(c, true); /* recompute from X20 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer20_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 20 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 20 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 20 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 20 experts: 4 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
@@ -6597,11 +6589,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L18_EXPERTS_PARAM), 37748736, 3); /* layer 18 experts: 4 ranks x 37748736, prefetch */
   layer19_forward(c, true); /* recompute from X19 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer19_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 19 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 19 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 19 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 19 experts: 4 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
@@ -6611,11 +6603,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L17_EXPERTS_PARAM), 37748736, 1); /* layer 17 experts: 4 ranks x 37748736, prefetch */
   layer18_forward(c, true); /* recompute from X18 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer18_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 18 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 18 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 18 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 18 experts: 4 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
@@ -6625,11 +6617,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L16_EXPERTS_PARAM), 37748736, 3); /* layer 16 experts: 4 ranks x 37748736, prefetch */
   layer17_forward(c, true); /* recompute from X17 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer17_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 17 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 17 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 17 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 17 experts: 4 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
@@ -6639,11 +6631,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L15_EXPERTS_PARAM), 37748736, 1); /* layer 15 experts: 4 ranks x 37748736, prefetch */
   layer16_forward(c, true); /* recompute from X16 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer16_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 16 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 16 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 16 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 16 experts: 4 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
@@ -6653,11 +6645,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L14_EXPERTS_PARAM), 37748736, 3); /* layer 14 experts: 4 ranks x 37748736, prefetch */
   layer15_forward(c, true); /* recompute from X15 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer15_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 15 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 15 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 15 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 15 experts: 4 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
@@ -6667,11 +6659,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L13_EXPERTS_PARAM), 37748736, 1); /* layer 13 experts: 4 ranks x 37748736, prefetch */
   layer14_forward(c, true); /* recompute from X14 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer14_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 14 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 14 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 14 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 14 experts: 4 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
@@ -6681,11 +6673,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L12_EXPERTS_PARAM), 37748736, 3); /* layer 12 experts: 4 ranks x 37748736, prefetch */
   layer13_forward(c, true); /* recompute from X13 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer13_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 13 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 13 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 13 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 13 experts: 4 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
@@ -6695,11 +6687,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L11_EXPERTS_PARAM), 37748736, 1); /* layer 11 experts: 4 ranks x 37748736, prefetch */
   layer12_forward(c, true); /* recompute from X12 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer12_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 12 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 12 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 12 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 12 experts: 4 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
@@ -6709,11 +6701,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L10_EXPERTS_PARAM), 37748736, 3); /* layer 10 experts: 4 ranks x 37748736, prefetch */
   layer11_forward(c, true); /* recompute from X11 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer11_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 11 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 11 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 11 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 11 experts: 4 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
@@ -6723,11 +6715,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L9_EXPERTS_PARAM), 37748736, 1); /* layer 9 experts: 4 ranks x 37748736, prefetch */
   layer10_forward(c, true); /* recompute from X10 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer10_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 10 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 10 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 10 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 10 experts: 4 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
@@ -6737,11 +6729,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L8_EXPERTS_PARAM), 37748736, 3); /* layer 8 experts: 4 ranks x 37748736, prefetch */
   layer9_forward(c, true); /* recompute from X9 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer9_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 9 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 9 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 9 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 9 experts: 4 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
@@ -6751,11 +6743,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L7_EXPERTS_PARAM), 37748736, 1); /* layer 7 experts: 4 ranks x 37748736, prefetch */
   layer8_forward(c, true); /* recompute from X8 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer8_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 8 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 8 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 8 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 8 experts: 4 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
@@ -6765,11 +6757,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L6_EXPERTS_PARAM), 37748736, 3); /* layer 6 experts: 4 ranks x 37748736, prefetch */
   layer7_forward(c, true); /* recompute from X7 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer7_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 7 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 7 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 7 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 7 experts: 4 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
@@ -6779,11 +6771,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L5_EXPERTS_PARAM), 37748736, 1); /* layer 5 experts: 4 ranks x 37748736, prefetch */
   layer6_forward(c, true); /* recompute from X6 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer6_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 6 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 6 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 6 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 6 experts: 4 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
@@ -6793,11 +6785,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L4_EXPERTS_PARAM), 37748736, 3); /* layer 4 experts: 4 ranks x 37748736, prefetch */
   layer5_forward(c, true); /* recompute from X5 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer5_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 5 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 5 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 5 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 5 experts: 4 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
@@ -6807,11 +6799,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L3_EXPERTS_PARAM), 37748736, 1); /* layer 3 experts: 4 ranks x 37748736, prefetch */
   layer4_forward(c, true); /* recompute from X4 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer4_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 4 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 4 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 4 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 4 experts: 4 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
@@ -6821,11 +6813,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L2_EXPERTS_PARAM), 37748736, 3); /* layer 2 experts: 4 ranks x 37748736, prefetch */
   layer3_forward(c, true); /* recompute from X3 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 3 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 3 experts: 4 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
@@ -6835,11 +6827,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L1_EXPERTS_PARAM), 37748736, 1); /* layer 1 experts: 4 ranks x 37748736, prefetch */
   layer2_forward(c, true); /* recompute from X2 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 2 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 2 experts: 4 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
@@ -6849,11 +6841,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L0_EXPERTS_PARAM), 37748736, 3); /* layer 0 experts: 4 ranks x 37748736, prefetch */
   layer1_forward(c, true); /* recompute from X1 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 19140864;
-  rt_zero_real(R(GRAD0), 170135808);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
+  rt_zero(A(GRAD0), 170135808);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 1196304, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 19140864, 37748736, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), A(GRAD0), 1196304, true, NULL, 0); /* layer 1 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 1 experts: 4 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
@@ -6861,18 +6853,18 @@ void step_backward(RtCtx *c) {
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
   layer0_forward(c, true); /* recompute from X0 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 19140864;
-  rt_zero_real(R(GRAD1), 170135808);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
+  rt_zero(A(GRAD1), 170135808);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 1196304, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 16 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 19140864, 37748736, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 4 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), A(GRAD1), 1196304, true, NULL, 2); /* layer 0 dense: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 0 experts: 4 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 311164928);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 311164928);
   rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 32768, 2048);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 19447808, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 16 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), A(GRAD0), 19447808, true, NULL, 0); /* embedding: 16 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

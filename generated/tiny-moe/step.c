@@ -65,54 +65,44 @@
 #define HEAD_ADAM_V                 7596224 /*      16448: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define GRAD0                          1024 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input */
-#define GRAD1                        936192 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
-#define RS_OUT0                     1871360 /*     393216: reduce-scatter slot 0 (even units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE0                    2264576 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT1                     2338944 /*     393216: reduce-scatter slot 1 (even units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE1                    2732160 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT2                     3125376 /*     393216: reduce-scatter slot 2 (odd units, dense): its result, until added to the shard's gradient */
-#define RS_WIRE2                    3518592 /*      74368: its bf16 send buffer (2 bytes per gathered value) */
-#define RS_OUT3                     3592960 /*     393216: reduce-scatter slot 3 (odd units, experts): its result, until added to the shard's gradient */
-#define RS_WIRE3                    3986176 /*     393216: its bf16 send buffer (2 bytes per gathered value) */
-#define L0_RSTD1                    4379392 /*        512: its 1/rms per token */
-#define L0_LSE                      4379904 /*       2048: attention log-sum-exp per head and query */
-#define L0_RSTD2                    4381952 /*        512: its 1/rms per token */
-#define L0_LOGITS                   4382464 /*       4096: router logits */
-#define L0_IDX                      4386560 /*       1024: selected experts (int32) */
-#define L0_WTS                      4387584 /*       1024: their weights */
-#define L0_POS                      4388608 /*       1024: row of each assignment in expert order (int32) */
-#define L0_OFFSETS                  4389632 /*          9: first row of each expert (int32) */
-#define L1_RSTD1                    4389648 /*        512: its 1/rms per token */
-#define L1_LSE                      4390160 /*       2048: attention log-sum-exp per head and query */
-#define L1_RSTD2                    4392208 /*        512: its 1/rms per token */
-#define L1_LOGITS                   4392720 /*       4096: router logits */
-#define L1_IDX                      4396816 /*       1024: selected experts (int32) */
-#define L1_WTS                      4397840 /*       1024: their weights */
-#define L1_POS                      4398864 /*       1024: row of each assignment in expert order (int32) */
-#define L1_OFFSETS                  4399888 /*          9: first row of each expert (int32) */
-#define L2_RSTD1                    4399904 /*        512: its 1/rms per token */
-#define L2_LSE                      4400416 /*       2048: attention log-sum-exp per head and query */
-#define L2_RSTD2                    4402464 /*        512: its 1/rms per token */
-#define L2_LOGITS                   4402976 /*       4096: router logits */
-#define L2_IDX                      4407072 /*       1024: selected experts (int32) */
-#define L2_WTS                      4408096 /*       1024: their weights */
-#define L2_POS                      4409120 /*       1024: row of each assignment in expert order (int32) */
-#define L2_OFFSETS                  4410144 /*          9: first row of each expert (int32) */
-#define L3_RSTD1                    4410160 /*        512: its 1/rms per token */
-#define L3_LSE                      4410672 /*       2048: attention log-sum-exp per head and query */
-#define L3_RSTD2                    4412720 /*        512: its 1/rms per token */
-#define L3_LOGITS                   4413232 /*       4096: router logits */
-#define L3_IDX                      4417328 /*       1024: selected experts (int32) */
-#define L3_WTS                      4418352 /*       1024: their weights */
-#define L3_POS                      4419376 /*       1024: row of each assignment in expert order (int32) */
-#define L3_OFFSETS                  4420400 /*          9: first row of each expert (int32) */
-#define DLOGITS                     4420416 /*       4096: gradient of the router logits */
-#define DWTS                        4424512 /*       1024: gradient of the routing weights */
-#define AUX                         4425536 /*         24: load-balancing loss scratch */
-#define RSTDF                       4425568 /*        512: its 1/rms per token */
-#define LSEF                        4426080 /*        512: log-sum-exp of each token's logits */
-#define CE                          4426592 /*     262144: logits of one vocabulary chunk and their gradient */
+#define L0_RSTD1                       1024 /*        512: its 1/rms per token */
+#define L0_LSE                         1536 /*       2048: attention log-sum-exp per head and query */
+#define L0_RSTD2                       3584 /*        512: its 1/rms per token */
+#define L0_LOGITS                      4096 /*       4096: router logits */
+#define L0_IDX                         8192 /*       1024: selected experts (int32) */
+#define L0_WTS                         9216 /*       1024: their weights */
+#define L0_POS                        10240 /*       1024: row of each assignment in expert order (int32) */
+#define L0_OFFSETS                    11264 /*          9: first row of each expert (int32) */
+#define L1_RSTD1                      11280 /*        512: its 1/rms per token */
+#define L1_LSE                        11792 /*       2048: attention log-sum-exp per head and query */
+#define L1_RSTD2                      13840 /*        512: its 1/rms per token */
+#define L1_LOGITS                     14352 /*       4096: router logits */
+#define L1_IDX                        18448 /*       1024: selected experts (int32) */
+#define L1_WTS                        19472 /*       1024: their weights */
+#define L1_POS                        20496 /*       1024: row of each assignment in expert order (int32) */
+#define L1_OFFSETS                    21520 /*          9: first row of each expert (int32) */
+#define L2_RSTD1                      21536 /*        512: its 1/rms per token */
+#define L2_LSE                        22048 /*       2048: attention log-sum-exp per head and query */
+#define L2_RSTD2                      24096 /*        512: its 1/rms per token */
+#define L2_LOGITS                     24608 /*       4096: router logits */
+#define L2_IDX                        28704 /*       1024: selected experts (int32) */
+#define L2_WTS                        29728 /*       1024: their weights */
+#define L2_POS                        30752 /*       1024: row of each assignment in expert order (int32) */
+#define L2_OFFSETS                    31776 /*          9: first row of each expert (int32) */
+#define L3_RSTD1                      31792 /*        512: its 1/rms per token */
+#define L3_LSE                        32304 /*       2048: attention log-sum-exp per head and query */
+#define L3_RSTD2                      34352 /*        512: its 1/rms per token */
+#define L3_LOGITS                     34864 /*       4096: router logits */
+#define L3_IDX                        38960 /*       1024: selected experts (int32) */
+#define L3_WTS                        39984 /*       1024: their weights */
+#define L3_POS                        41008 /*       1024: row of each assignment in expert order (int32) */
+#define L3_OFFSETS                    42032 /*          9: first row of each expert (int32) */
+#define DLOGITS                       42048 /*       4096: gradient of the router logits */
+#define DWTS                          46144 /*       1024: gradient of the routing weights */
+#define AUX                           47168 /*         24: load-balancing loss scratch */
+#define RSTDF                         47200 /*        512: its 1/rms per token */
+#define LSEF                          47712 /*        512: log-sum-exp of each token's logits */
+#define CE                            48224 /*     262144: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*      16384: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -127,89 +117,90 @@
 #define HEAD_PARAM                  1886720 /*      16448: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define GATHERED0                   1903168 /*     935168: units u with u % 2 = 0: parameters all-gathered, dense then experts */
 #define GATHERED1                   2838336 /*     935168: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define X0                          3773504 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                          3839040 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                          3904576 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                          3970112 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                          4035648 /*      65536: output of the last layer */
-#define L0_LN1                      4101184 /*      65536: attention norm output */
-#define L0_Q                        4166720 /*      65536: queries (rotated) */
-#define L0_K                        4232256 /*      32768: keys (rotated) */
-#define L0_V                        4265024 /*      32768: values */
-#define L0_ATT                      4297792 /*      65536: attention output */
-#define L0_RES                      4363328 /*      65536: residual stream after attention */
-#define L0_LN2                      4428864 /*      65536: mlp norm output */
-#define L0_XP                       4494400 /*     131072: token copies in expert order: the experts' input */
-#define L0_YP                       4625472 /*     131072: expert outputs in that order */
-#define L0_EG                       4756544 /*     262144: routed experts' gate */
-#define L0_EU                       5018688 /*     262144: routed experts' up */
-#define L0_EH                       5280832 /*     262144: routed experts' activation */
-#define L0_SG                       5542976 /*     131072: shared experts' gate */
-#define L0_SU                       5674048 /*     131072: shared experts' up */
-#define L0_SH                       5805120 /*     131072: shared experts' activation */
-#define L1_LN1                      5936192 /*      65536: attention norm output */
-#define L1_Q                        6001728 /*      65536: queries (rotated) */
-#define L1_K                        6067264 /*      32768: keys (rotated) */
-#define L1_V                        6100032 /*      32768: values */
-#define L1_ATT                      6132800 /*      65536: attention output */
-#define L1_RES                      6198336 /*      65536: residual stream after attention */
-#define L1_LN2                      6263872 /*      65536: mlp norm output */
-#define L1_XP                       6329408 /*     131072: token copies in expert order: the experts' input */
-#define L1_YP                       6460480 /*     131072: expert outputs in that order */
-#define L1_EG                       6591552 /*     262144: routed experts' gate */
-#define L1_EU                       6853696 /*     262144: routed experts' up */
-#define L1_EH                       7115840 /*     262144: routed experts' activation */
-#define L1_SG                       7377984 /*     131072: shared experts' gate */
-#define L1_SU                       7509056 /*     131072: shared experts' up */
-#define L1_SH                       7640128 /*     131072: shared experts' activation */
-#define L2_LN1                      7771200 /*      65536: attention norm output */
-#define L2_Q                        7836736 /*      65536: queries (rotated) */
-#define L2_K                        7902272 /*      32768: keys (rotated) */
-#define L2_V                        7935040 /*      32768: values */
-#define L2_ATT                      7967808 /*      65536: attention output */
-#define L2_RES                      8033344 /*      65536: residual stream after attention */
-#define L2_LN2                      8098880 /*      65536: mlp norm output */
-#define L2_XP                       8164416 /*     131072: token copies in expert order: the experts' input */
-#define L2_YP                       8295488 /*     131072: expert outputs in that order */
-#define L2_EG                       8426560 /*     262144: routed experts' gate */
-#define L2_EU                       8688704 /*     262144: routed experts' up */
-#define L2_EH                       8950848 /*     262144: routed experts' activation */
-#define L2_SG                       9212992 /*     131072: shared experts' gate */
-#define L2_SU                       9344064 /*     131072: shared experts' up */
-#define L2_SH                       9475136 /*     131072: shared experts' activation */
-#define L3_LN1                      9606208 /*      65536: attention norm output */
-#define L3_Q                        9671744 /*      65536: queries (rotated) */
-#define L3_K                        9737280 /*      32768: keys (rotated) */
-#define L3_V                        9770048 /*      32768: values */
-#define L3_ATT                      9802816 /*      65536: attention output */
-#define L3_RES                      9868352 /*      65536: residual stream after attention */
-#define L3_LN2                      9933888 /*      65536: mlp norm output */
-#define L3_XP                       9999424 /*     131072: token copies in expert order: the experts' input */
-#define L3_YP                      10130496 /*     131072: expert outputs in that order */
-#define L3_EG                      10261568 /*     262144: routed experts' gate */
-#define L3_EU                      10523712 /*     262144: routed experts' up */
-#define L3_EH                      10785856 /*     262144: routed experts' activation */
-#define L3_SG                      11048000 /*     131072: shared experts' gate */
-#define L3_SU                      11179072 /*     131072: shared experts' up */
-#define L3_SH                      11310144 /*     131072: shared experts' activation */
-#define WS_Y                       11441216 /*      65536: a block's output before the residual add */
-#define WS_Y2                      11506752 /*      65536: shared experts' output */
-#define DX_A                       11572288 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                       11637824 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                        11703360 /*      65536: gradient of a norm's output */
-#define DATT                       11768896 /*      65536: gradient of the attention output */
-#define DQ                         11834432 /*      65536: gradient of the queries */
-#define DK                         11899968 /*      32768: gradient of the keys */
-#define DV                         11932736 /*      32768: gradient of the values */
-#define DYP                        11965504 /*     131072: gradient of the expert outputs */
-#define DXP                        12096576 /*     131072: gradient of the token copies */
-#define EDG                        12227648 /*     262144: routed experts' gate gradient */
-#define EDU                        12489792 /*     262144: routed experts' up gradient */
-#define EDH                        12751936 /*     262144: routed experts' activation gradient */
-#define DSG                        13014080 /*     131072: shared experts' gate gradient */
-#define DSU                        13145152 /*     131072: shared experts' up gradient */
-#define DSH                        13276224 /*     131072: shared experts' activation gradient */
-#define LNF                        13407296 /*      65536: final norm output */
+#define GRAD0                       3773504 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                       4708672 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                          5643840 /*      65536: boundary: input of layer 0 (residual stream) */
+#define X1                          5709376 /*      65536: boundary: input of layer 1 (residual stream) */
+#define X2                          5774912 /*      65536: boundary: input of layer 2 (residual stream) */
+#define X3                          5840448 /*      65536: boundary: input of layer 3 (residual stream) */
+#define X4                          5905984 /*      65536: output of the last layer */
+#define L0_LN1                      5971520 /*      65536: attention norm output */
+#define L0_Q                        6037056 /*      65536: queries (rotated) */
+#define L0_K                        6102592 /*      32768: keys (rotated) */
+#define L0_V                        6135360 /*      32768: values */
+#define L0_ATT                      6168128 /*      65536: attention output */
+#define L0_RES                      6233664 /*      65536: residual stream after attention */
+#define L0_LN2                      6299200 /*      65536: mlp norm output */
+#define L0_XP                       6364736 /*     131072: token copies in expert order: the experts' input */
+#define L0_YP                       6495808 /*     131072: expert outputs in that order */
+#define L0_EG                       6626880 /*     262144: routed experts' gate */
+#define L0_EU                       6889024 /*     262144: routed experts' up */
+#define L0_EH                       7151168 /*     262144: routed experts' activation */
+#define L0_SG                       7413312 /*     131072: shared experts' gate */
+#define L0_SU                       7544384 /*     131072: shared experts' up */
+#define L0_SH                       7675456 /*     131072: shared experts' activation */
+#define L1_LN1                      7806528 /*      65536: attention norm output */
+#define L1_Q                        7872064 /*      65536: queries (rotated) */
+#define L1_K                        7937600 /*      32768: keys (rotated) */
+#define L1_V                        7970368 /*      32768: values */
+#define L1_ATT                      8003136 /*      65536: attention output */
+#define L1_RES                      8068672 /*      65536: residual stream after attention */
+#define L1_LN2                      8134208 /*      65536: mlp norm output */
+#define L1_XP                       8199744 /*     131072: token copies in expert order: the experts' input */
+#define L1_YP                       8330816 /*     131072: expert outputs in that order */
+#define L1_EG                       8461888 /*     262144: routed experts' gate */
+#define L1_EU                       8724032 /*     262144: routed experts' up */
+#define L1_EH                       8986176 /*     262144: routed experts' activation */
+#define L1_SG                       9248320 /*     131072: shared experts' gate */
+#define L1_SU                       9379392 /*     131072: shared experts' up */
+#define L1_SH                       9510464 /*     131072: shared experts' activation */
+#define L2_LN1                      9641536 /*      65536: attention norm output */
+#define L2_Q                        9707072 /*      65536: queries (rotated) */
+#define L2_K                        9772608 /*      32768: keys (rotated) */
+#define L2_V                        9805376 /*      32768: values */
+#define L2_ATT                      9838144 /*      65536: attention output */
+#define L2_RES                      9903680 /*      65536: residual stream after attention */
+#define L2_LN2                      9969216 /*      65536: mlp norm output */
+#define L2_XP                      10034752 /*     131072: token copies in expert order: the experts' input */
+#define L2_YP                      10165824 /*     131072: expert outputs in that order */
+#define L2_EG                      10296896 /*     262144: routed experts' gate */
+#define L2_EU                      10559040 /*     262144: routed experts' up */
+#define L2_EH                      10821184 /*     262144: routed experts' activation */
+#define L2_SG                      11083328 /*     131072: shared experts' gate */
+#define L2_SU                      11214400 /*     131072: shared experts' up */
+#define L2_SH                      11345472 /*     131072: shared experts' activation */
+#define L3_LN1                     11476544 /*      65536: attention norm output */
+#define L3_Q                       11542080 /*      65536: queries (rotated) */
+#define L3_K                       11607616 /*      32768: keys (rotated) */
+#define L3_V                       11640384 /*      32768: values */
+#define L3_ATT                     11673152 /*      65536: attention output */
+#define L3_RES                     11738688 /*      65536: residual stream after attention */
+#define L3_LN2                     11804224 /*      65536: mlp norm output */
+#define L3_XP                      11869760 /*     131072: token copies in expert order: the experts' input */
+#define L3_YP                      12000832 /*     131072: expert outputs in that order */
+#define L3_EG                      12131904 /*     262144: routed experts' gate */
+#define L3_EU                      12394048 /*     262144: routed experts' up */
+#define L3_EH                      12656192 /*     262144: routed experts' activation */
+#define L3_SG                      12918336 /*     131072: shared experts' gate */
+#define L3_SU                      13049408 /*     131072: shared experts' up */
+#define L3_SH                      13180480 /*     131072: shared experts' activation */
+#define WS_Y                       13311552 /*      65536: a block's output before the residual add */
+#define WS_Y2                      13377088 /*      65536: shared experts' output */
+#define DX_A                       13442624 /*      65536: gradient of the residual stream (even layers' output) */
+#define DX_B                       13508160 /*      65536: gradient of the residual stream (odd layers' output) */
+#define DLN                        13573696 /*      65536: gradient of a norm's output */
+#define DATT                       13639232 /*      65536: gradient of the attention output */
+#define DQ                         13704768 /*      65536: gradient of the queries */
+#define DK                         13770304 /*      32768: gradient of the keys */
+#define DV                         13803072 /*      32768: gradient of the values */
+#define EDG                        13835840 /*     262144: routed experts' gate gradient */
+#define DSG                             EDG /*     131072: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
+#define EDU                        14097984 /*     262144: routed experts' up gradient */
+#define DSU                             EDU /*     131072: shared experts' up gradient: in EDU (one FFN's backward at a time) */
+#define EDH                        14360128 /*     262144: routed experts' activation gradient */
+#define DSH                             EDH /*     131072: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DYP                        14622272 /*     131072: gradient of the expert outputs */
+#define LNF                        14753344 /*      65536: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -423,10 +414,10 @@ static void layer3_backward(RtCtx *c) {
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L3_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
-  rt_zero(A(DXP), 131072);
+  rt_zero(A(L3_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(L3_POS), 512, 2, 128);
+      rt_experts_backward(A(L3_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(L3_YP), I(L3_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
@@ -462,10 +453,10 @@ static void layer2_backward(RtCtx *c) {
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L2_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
-  rt_zero(A(DXP), 131072);
+  rt_zero(A(L2_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(L2_POS), 512, 2, 128);
+      rt_experts_backward(A(L2_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(L2_YP), I(L2_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
@@ -501,10 +492,10 @@ static void layer1_backward(RtCtx *c) {
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L1_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
-  rt_zero(A(DXP), 131072);
+  rt_zero(A(L1_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(L1_POS), 512, 2, 128);
+      rt_experts_backward(A(L1_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(L1_YP), I(L1_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
@@ -540,10 +531,10 @@ static void layer0_backward(RtCtx *c) {
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L0_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
-  rt_zero(A(DXP), 131072);
+  rt_zero(A(L0_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
-  rt_moe_gather_backward(A(DLN), A(DXP), I(L0_POS), 512, 2, 128);
+      rt_experts_backward(A(L0_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_moe_gather_backward(A(DLN), A(L0_YP), I(L0_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(R(DLOGITS), R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
@@ -622,13 +613,13 @@ void step_backward(RtCtx *c) {
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L3_EXPERTS_PARAM), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
-  c->dwd = R(GRAD1);
-  rt_zero_real(R(GRAD1), 32896);
+  c->dwd = A(GRAD1);
+  rt_zero(A(GRAD1), 32896);
   rt_zero(A(DLN), 65536);
   rt_lm_head_ce_backward(A(DLN), DW(128), A(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, R(CE), c->dloss);
   rt_zero(A(DX_A), 65536);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(RSTDF), 512, 128);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), R(RS_OUT2), R(GRAD1), 16448, (uint16_t *)R(RS_WIRE2), 2); /* head: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 16448, true, NULL, 2); /* head: 2 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
@@ -636,11 +627,11 @@ void step_backward(RtCtx *c) {
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L2_EXPERTS_PARAM), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 148736;
-  rt_zero_real(R(GRAD0), 935168);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 148736;
+  rt_zero(A(GRAD0), 935168);
   layer3_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 3 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 148736, 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 3 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), A(GRAD0), 74368, true, NULL, 0); /* layer 3 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 148736, 393216, true, NULL, 1); /* layer 3 experts: 2 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
@@ -649,11 +640,11 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L1_EXPERTS_PARAM), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 148736;
-  rt_zero_real(R(GRAD1), 935168);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 148736;
+  rt_zero(A(GRAD1), 935168);
   layer2_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 2 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 148736, 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 2 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), A(GRAD1), 74368, true, NULL, 2); /* layer 2 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), A(GRAD1) + 148736, 393216, true, NULL, 3); /* layer 2 experts: 2 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
@@ -662,29 +653,29 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L0_EXPERTS_PARAM), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
-  c->dwd = R(GRAD0), c->dwe = R(GRAD0) + 148736;
-  rt_zero_real(R(GRAD0), 935168);
+  c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 148736;
+  rt_zero(A(GRAD0), 935168);
   layer1_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), R(RS_OUT0), R(GRAD0), 74368, (uint16_t *)R(RS_WIRE0), 0); /* layer 1 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), R(RS_OUT1), R(GRAD0) + 148736, 393216, (uint16_t *)R(RS_WIRE1), 1); /* layer 1 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), A(GRAD0), 74368, true, NULL, 0); /* layer 1 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), A(GRAD0) + 148736, 393216, true, NULL, 1); /* layer 1 experts: 2 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
-  c->dwd = R(GRAD1), c->dwe = R(GRAD1) + 148736;
-  rt_zero_real(R(GRAD1), 935168);
+  c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 148736;
+  rt_zero(A(GRAD1), 935168);
   layer0_backward(c);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), R(RS_OUT2), R(GRAD1), 74368, (uint16_t *)R(RS_WIRE2), 2); /* layer 0 dense: 2 ranks, bf16 on the wire */
-  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), R(RS_OUT3), R(GRAD1) + 148736, 393216, (uint16_t *)R(RS_WIRE3), 3); /* layer 0 experts: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L0_DENSE_GRAD), A(GRAD1), 74368, true, NULL, 2); /* layer 0 dense: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L0_EXPERTS_GRAD), A(GRAD1) + 148736, 393216, true, NULL, 3); /* layer 0 experts: 2 ranks, bf16 on the wire */
   /* embedding */
   rt_comm_label("embedding backward");
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 2's: the buffer is free */
-  c->dwd = R(GRAD0);
-  rt_zero_real(R(GRAD0), 32768);
+  c->dwd = A(GRAD0);
+  rt_zero(A(GRAD0), 32768);
   rt_embedding_backward(DW(0), A(DX_A), I(INPUTS), 512, 128);
-  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), R(RS_OUT0), R(GRAD0), 16384, (uint16_t *)R(RS_WIRE0), 0); /* embedding: 2 ranks, bf16 on the wire */
+  rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(EMBED_GRAD), A(GRAD0), 16384, true, NULL, 0); /* embedding: 2 ranks, bf16 on the wire */
   /* the last reduce-scatters: every shard has this micro-batch's gradient */
   for (int slot = 0; slot < 4; slot++) rt_comm_reduce_scatter_wait(slot);
 }

@@ -8,7 +8,7 @@
 #define MODEL_NAME "tiny-moe"
 #define SPEC_FILE "tiny-moe.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "99e54da1027b4970"
+#define PLAN_HASH "62a775e1ae591557"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 2
 #define PLAN_FSDP 2
@@ -58,13 +58,15 @@
 #define OPT_STEP_ON_HOST 0
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 4688736
+#define ARENA_ELEMS 310368
 #define ARENA_SCRATCH 1024
-#define ACT_ELEMS 13472832
+#define ACT_ELEMS 14818880
 #define ACT_SCRATCH 1903168
 #define INPUTS 0
 #define TARGETS 512
-#define STATE_STAGING 1871360 /* a device buffer of the largest shard (RS_OUT0), free between steps */
+#define STATE_STAGING 3773504 /* GRAD0 (activation arena), free between steps: a state arena on the host
+                             goes through it to NCCL in pieces of its bytes */
+#define STATE_STAGING_ELEMS 935168
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 10

@@ -45,30 +45,54 @@ void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_
   reduce_scatter_bf16(comm, out, in, count, wire, wire + (size_t)g * count);
 }
 
-/* The reduce-scatters started and not yet added (rt_comm_reduce_scatter_wait). */
-static struct {
-  real *acc;
-  const real *out;
-  size_t count;
-} rs_slot[4];
+/* The slots started and not yet waited for (rt_comm_reduce_scatter_wait): start adds already. */
+static bool rs_busy[4];
 
-void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, real *out, real *in, size_t count, uint16_t *wire,
-                                  int slot) {
-  if (slot < 0 || slot >= 4 || rs_slot[slot].acc) {
+/* bf16 on the wire with in's own bytes as the buffers (act is real here, >= 4 bytes a value):
+ * in rounded to bf16 into bytes [0, 2 g count) (in order: value i's bf16 never overwrites a value
+ * not yet read), the all-to-all into bytes [2 g count, 4 g count), then acc += each part's fp32
+ * sum of its g pieces in rank order. */
+static void reduce_scatter_bf16_in_place(MPI_Comm comm, int g, real *acc, act *in, size_t count) {
+  char *bytes = (char *)in;
+  size_t total = (size_t)g * count;
+  for (size_t i = 0; i < total; i++) {
+    real v;
+    memcpy(&v, bytes + i * sizeof(real), sizeof v);
+    uint16_t h = rt_bf16_from_float((float)v);
+    memcpy(bytes + 2 * i, &h, sizeof h);
+  }
+  uint16_t *recv = (uint16_t *)(bytes + 2 * total);
+  int n = rt_mpi_count(count, "reduce-scatter (bf16) values per rank");
+  MPI_CHECK(MPI_Alltoall(bytes, n, MPI_UINT16_T, recv, n, MPI_UINT16_T, comm));
+  for (size_t i = 0; i < count; i++) {
+    float sum = 0;
+    for (int r = 0; r < g; r++) sum += rt_float_from_bf16(recv[(size_t)r * count + i]);
+    acc[i] += (real)sum;
+  }
+}
+
+void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, act *in, size_t count, bool bf16, real *wire, int slot) {
+  (void)wire; /* act is real: every sum happens in in's own bytes */
+  if (slot < 0 || slot >= 4 || rs_busy[slot]) {
     fprintf(stderr, "mtrt: reduce-scatter slot %d out of range or still in use (at %s)\n", slot, rt_comm_where());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  if (wire) reduce_scatter_bf16(comm, out, in, count, wire, (uint16_t *)in); /* in is consumed by the cast */
-  else rt_comm_reduce_scatter(comm, out, in, count);
-  rs_slot[slot].acc = acc, rs_slot[slot].out = out, rs_slot[slot].count = count;
+  int g;
+  MPI_CHECK(MPI_Comm_size(comm, &g));
+  if (g > 1 && bf16) {
+    reduce_scatter_bf16_in_place(comm, g, acc, in, count);
+  } else {
+    if (g > 1) {
+      int n = rt_mpi_count(count, "reduce-scatter values per rank");
+      MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, in, n, MTRT_MPI_REAL, MPI_SUM, comm)); /* into in[0, count) */
+    }
+    for (size_t i = 0; i < count; i++) acc[i] += in[i];
+  }
+  rs_busy[slot] = true;
 }
 
 void rt_comm_reduce_scatter_wait(int slot) {
-  if (slot < 0 || slot >= 4 || !rs_slot[slot].acc) return; /* nothing in flight */
-  real *acc = rs_slot[slot].acc;
-  const real *out = rs_slot[slot].out;
-  for (size_t i = 0; i < rs_slot[slot].count; i++) acc[i] += out[i];
-  rs_slot[slot].acc = NULL;
+  if (slot >= 0 && slot < 4) rs_busy[slot] = false; /* (start added the sum) */
 }
 
 /* Counts and displacements in rows: one row is a contiguous datatype of `row` reals. */

@@ -24,7 +24,7 @@ void rt_router_logits_forward(real *logits, const act *x, const act *w, int N, i
   rt_matmul_forward(logits, x, w, NULL, N, IC, E);
 }
 
-void rt_router_logits_backward(act *dx, real *dw, const real *dlogits, const act *x, const act *w, int N, int IC,
+void rt_router_logits_backward(act *dx, act *dw, const real *dlogits, const act *x, const act *w, int N, int IC,
                                int E) {
   rt_matmul_backward(dx, dw, NULL, dlogits, x, w, N, IC, E);
 }
@@ -37,7 +37,7 @@ void rt_embedding_forward(act *out, const int32_t *tok, const act *wte, int N, i
   for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)tok[n] * C, sizeof(real) * (size_t)C);
 }
 
-void rt_embedding_backward(real *dwte, const act *dout, const int32_t *tok, int N, int C) {
+void rt_embedding_backward(act *dwte, const act *dout, const int32_t *tok, int N, int C) {
   for (int n = 0; n < N; n++) {
     real *d = dwte + (size_t)tok[n] * C;
     const real *g = dout + (size_t)n * C;
@@ -50,7 +50,7 @@ void rt_position_forward(act *x, const act *wpe, int B, int T, int C) {
     for (int t = 0; t < T; t++) rt_accumulate(x + ((size_t)b * T + t) * C, wpe + (size_t)t * C, (size_t)C);
 }
 
-void rt_position_backward(real *dwpe, const act *dx, int B, int T, int C) {
+void rt_position_backward(act *dwpe, const act *dx, int B, int T, int C) {
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) rt_accumulate(dwpe + (size_t)t * C, dx + ((size_t)b * T + t) * C, (size_t)C);
 }
@@ -67,7 +67,7 @@ void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N,
 }
 
 /* y = x r w, r = (mean x² + eps)^(-1/2): dx = r (dy w) − x r³ / C · Σ (dy w x). */
-void rt_rmsnorm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd, int N,
+void rt_rmsnorm_backward(act *dx, act *dw, const act *dout, const act *x, const act *w, const real *rstd, int N,
                          int C) {
   for (int n = 0; n < N; n++) {
     const real *xn = x + (size_t)n * C, *dy = dout + (size_t)n * C;
@@ -87,7 +87,7 @@ void rt_qk_norm_forward(act *out, real *rstd, const act *x, const act *w, int64_
     rt_rmsnorm_forward(out + r * width, rstd + r, x + r * width, w, 1, width, eps);
 }
 
-void rt_qk_norm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd,
+void rt_qk_norm_backward(act *dx, act *dw, const act *dout, const act *x, const act *w, const real *rstd,
                          int64_t rows, int width) {
   for (int64_t r = 0; r < rows; r++)
     rt_rmsnorm_backward(dx ? dx + r * width : NULL, dw, dout + r * width, x + r * width, w, rstd + r, 1, width);
@@ -107,7 +107,7 @@ void rt_layernorm_forward(act *out, real *mean, real *rstd, const act *x, const 
   }
 }
 
-void rt_layernorm_backward(act *dx, real *dw, real *db, const act *dout, const act *x, const act *w, const real *mean,
+void rt_layernorm_backward(act *dx, act *dw, act *db, const act *dout, const act *x, const act *w, const real *mean,
                            const real *rstd, int N, int C) {
   for (int n = 0; n < N; n++) {
     const real *xn = x + (size_t)n * C, *dy = dout + (size_t)n * C;
@@ -128,7 +128,7 @@ void rt_bias_forward(act *out, const act *b, int N, int C) {
   for (int n = 0; n < N; n++) rt_accumulate(out + (size_t)n * C, b, (size_t)C);
 }
 
-void rt_bias_backward(real *db, const act *dout, int N, int C) {
+void rt_bias_backward(act *db, const act *dout, int N, int C) {
   for (int n = 0; n < N; n++) rt_accumulate(db, dout + (size_t)n * C, (size_t)C);
 }
 
@@ -139,7 +139,7 @@ void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, in
       for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
 }
 
-void rt_matmul_backward(act *dx, real *dw, real *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
                         int OC) {
   if (dx) GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1, dout, OC, w, IC, 1, dx, IC);
   if (dw) GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1, dout, OC, x, IC, 1, dw, IC);
@@ -387,7 +387,7 @@ real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t 
   return loss / (real)N;
 }
 
-void rt_lm_head_ce_backward(act *dx, real *dw, const act *x, const act *w, const int32_t *targets, const real *lse,
+void rt_lm_head_ce_backward(act *dx, act *dw, const act *x, const act *w, const int32_t *targets, const real *lse,
                             int N, int C, int V, int chunk, real *scratch, real dloss) {
   real scale = dloss / (real)N;
   for (int v0 = 0; v0 < V; v0 += chunk) {

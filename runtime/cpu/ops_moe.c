@@ -283,7 +283,7 @@ void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const ac
   }
 }
 
-void rt_experts_backward(act *dxp, real *dwg, real *dwu, real *dwd, const act *dyp, const act *xp, const act *g,
+void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp, const act *xp, const act *g,
                          const act *u, const act *h, const act *wg, const act *wu, const act *wd, const int *offsets,
                          int E, int C, int F, act *dh, act *dg, act *du) {
   for (int e = 0; e < E; e++) {

@@ -241,36 +241,56 @@ void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_
 }
 
 /* The reduce-scatters in flight: the collective on the group's stream, ended by ev_rs[slot]; the
- * bf16 pieces' sum and the add into the shard run on the compute stream in the wait. */
+ * add of this rank's piece into the shard runs on the compute stream in the wait. */
 static cudaEvent_t ev_rs[4];
 static struct {
-  const Group *g; /* NULL: the slot is free */
-  real *acc, *out;
-  uint16_t *recv; /* bf16 wire: the pieces to sum into out; NULL: fp32 */
+  const Group *g;    /* NULL: the slot is free */
+  real *acc;
+  const void *piece; /* this rank's summed piece (count values): act, or real (fp32 wire from bf16) */
+  int piece_real;
   size_t count;
-  int pending;    /* an NCCL collective to wait for */
+  int pending;       /* an NCCL collective to wait for */
 } rs_info[4];
 
-void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, real *out, real *in, size_t count, uint16_t *wire,
-                                  int slot) {
+void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, act *in, size_t count, bool bf16, real *wire, int slot) {
   Group *g = group_of(comm, "reduce-scatter (overlapped)");
-  if (slot < 0 || slot >= 4 || rs_info[slot].g) rt_cuda_fail("reduce-scatter (overlapped)", "slot out of range or in use");
+  const char *op = "reduce-scatter (overlapped)";
+  if (slot < 0 || slot >= 4 || rs_info[slot].g) rt_cuda_fail(op, "slot out of range or in use");
   if (!ev_rs[slot]) cu_check(cudaEventCreateWithFlags(&ev_rs[slot], cudaEventDisableTiming), "reduce-scatter events");
-  /* bf16: the pieces arrive in in's own bytes, which the cast has consumed */
-  uint16_t *recv = wire ? (g->nccl ? (uint16_t *)in : wire) : NULL;
-  rs_info[slot].g = g, rs_info[slot].acc = acc, rs_info[slot].out = out, rs_info[slot].count = count;
-  rs_info[slot].recv = recv;
-  rs_info[slot].pending = rs_issue(g, out, in, count, wire, recv, "reduce-scatter (overlapped)");
-  if (rs_info[slot].pending) cu_check(cudaEventRecord(ev_rs[slot], g->s), "reduce-scatter (overlapped)");
+  rs_info[slot].g = g, rs_info[slot].acc = acc, rs_info[slot].count = count;
+  rs_info[slot].piece = in, rs_info[slot].piece_real = 0, rs_info[slot].pending = 0;
+  if (!g->nccl) return; /* one rank: its piece is in */
+  long total = (long)g->size * (long)count;
+  size_t at = (size_t)g->rank * count; /* in place: this rank's piece is its part of the buffer */
+  if (bf16 && MTRT_ACT_IS_BF16) {
+    begin(g, op);
+    nccl_check(ncclReduceScatter(in, in + at, count, ncclBfloat16, ncclSum, g->nccl, g->s), "ncclReduceScatter");
+    rs_info[slot].piece = in + at;
+  } else if (!MTRT_ACT_IS_BF16) { /* fp32 act: in place in in, its values rounded to bf16 first for a bf16 wire */
+    if (bf16) cu_launch(K_ROUND_BF16, cu_blocks(total, 256), 256, (void *[]){&in, &total});
+    begin(g, op);
+    nccl_check(ncclReduceScatter(in, in + at, count, ncclFloat32, ncclSum, g->nccl, g->s), "ncclReduceScatter");
+    rs_info[slot].piece = in + at;
+  } else { /* fp32 wire from bf16 storage: in's values into wire, summed there in place */
+    if (!wire) rt_cuda_fail(op, "an fp32 reduce-scatter of bf16 gradients needs the plan's fp32 wire buffer");
+    cu_launch(K_CAST_ACT_F32, cu_blocks(total, 256), 256, (void *[]){&wire, &in, &total});
+    begin(g, op);
+    nccl_check(ncclReduceScatter(wire, wire + at, count, ncclFloat32, ncclSum, g->nccl, g->s), "ncclReduceScatter");
+    rs_info[slot].piece = wire + at, rs_info[slot].piece_real = 1;
+  }
+  rs_info[slot].pending = 1;
+  cu_check(cudaEventRecord(ev_rs[slot], g->s), op);
 }
 
 void rt_comm_reduce_scatter_wait(int slot) {
   if (slot < 0 || slot >= 4 || !rs_info[slot].g) return; /* nothing in flight */
   if (rs_info[slot].pending) cu_check(cudaStreamWaitEvent(cu.stream, ev_rs[slot], 0), "reduce-scatter (overlapped)");
-  if (rs_info[slot].recv) rs_sum(rs_info[slot].g, rs_info[slot].out, rs_info[slot].recv, rs_info[slot].count);
-  real *acc = rs_info[slot].acc, *out = rs_info[slot].out;
+  real *acc = rs_info[slot].acc;
+  const void *piece = rs_info[slot].piece;
   long n = (long)rs_info[slot].count;
-  if (n) cu_launch(K_ACCUMULATE_F32, cu_blocks(n, 256), 256, (void *[]){&acc, &out, &n});
+  if (n)
+    cu_launch(rs_info[slot].piece_real ? K_ACCUMULATE_F32 : K_ACCUMULATE_ACT_F32, cu_blocks(n, 256), 256,
+              (void *[]){&acc, &piece, &n});
   rs_info[slot].g = NULL;
 }
 

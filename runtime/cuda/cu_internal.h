@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "mtrt_cuda.h"
+#include "mtrt_profile.h"
 
 /* Whether act is bf16 (MTRT_ACT_BF16), and its cuBLAS type. */
 #ifdef MTRT_ACT_BF16
@@ -32,17 +33,15 @@ enum {
   K_ROUTER_WEIGHTS, K_ROUTER_WEIGHTS_BACKWARD, K_QK_NORM_FORWARD, K_QK_NORM_BACKWARD,
   K_ROPE_LLAMA3, K_SIGMOID_GATE_FORWARD, K_SIGMOID_GATE_BACKWARD,
   K_ROUTER_TOPK_GROUPED, K_ROPE_YARN,
-  K_POSITION_FORWARD, K_POSITION_BACKWARD, K_LAYERNORM_FORWARD, K_LAYERNORM_BACKWARD, K_BIAS_FORWARD,
-  K_BIAS_BACKWARD, K_ACCUMULATE_F32, K_MUON_MOMENTUM, K_MUON_APPLY, K_NS_INV_NORM, K_NS_PREP, K_NS_FINISH,
-  K_MOE_COUNT, K_MOE_POSITIONS, K_MOE_REGROUP,
-  K_COUNT
+  K_POSITION_FORWARD, K_COLSUM_ADD, K_LAYERNORM_FORWARD, K_LAYERNORM_BACKWARD, K_BIAS_FORWARD,
+  K_ACCUMULATE_ACT_F32, K_ACCUMULATE_F32, K_MUON_MOMENTUM, K_MUON_APPLY, K_NS_INV_NORM, K_NS_PREP, K_NS_FINISH,
+  K_CAST_ACT_F32, K_ROUND_BF16, K_MOE_COUNT, K_MOE_POSITIONS, K_MOE_REGROUP, K_COUNT
 };
 
 enum { CU_OFF_CACHE = 64 };     /* offsets arrays whose host copies cu_offsets keeps */
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
 enum { CU_RMS_BWD_ROWS = 16 };   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
 enum { CU_QK_BWD_ROWS = 16 };    /* rows per block of qk_norm_backward: kernels.cu's QK_BWD_ROWS */
-enum { CU_BIAS_ROWS = 256 };     /* rows per block of bias_backward: kernels.cu's BIAS_ROWS */
 
 typedef struct {
   int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */
@@ -87,12 +86,16 @@ static inline size_t cu_moe_layout(size_t E, size_t *cnt, size_t *tab, size_t *e
 }
 
 /* MTC_PROFILE (profile.c): cu_prof_init reads it (rt_cuda_setup); CU_PROF_BEGIN/END time one
- * op between device synchronizations into a per-name table printed at exit. */
+ * op between device synchronizations into a per-name table printed at exit. The same timings
+ * feed `train --profile FILE` (mtrt_profile.h) while rt_prof_on: each op's class from its name,
+ * with cu_prof_flops, the FLOPs the GEMM about to end did (set by cu_gemm and the grouped GEMM). */
 void cu_prof_init(void);
 double cu_prof_begin(void);
 void cu_prof_end(const char *name, double t0);
-#define CU_PROF_BEGIN() double cu_prof_t0 = cu.profile ? cu_prof_begin() : 0
-#define CU_PROF_END(name) (cu.profile ? cu_prof_end((name), cu_prof_t0) : (void)0)
+extern double cu_prof_flops;
+#define CU_PROF_ON (cu.profile || rt_prof_on)
+#define CU_PROF_BEGIN() double cu_prof_t0 = CU_PROF_ON ? cu_prof_begin() : 0
+#define CU_PROF_END(name) (CU_PROF_ON ? cu_prof_end((name), cu_prof_t0) : (void)0)
 
 /* Launches kernel k with grid × block threads (1-D) on the stream; a launch error (or, with
  * MTC_CUDA_SYNC, an execution error) aborts naming the kernel. A grid of 0 launches nothing. */

@@ -1,6 +1,6 @@
 /* ops.c — the cuda backend's device runtime: set-up (GPU, stream, cuBLAS, the plan's kernels
  * through NVRTC), and the dense ops of mtrt_ops.h over device pointers (activations in `act`:
- * bf16, or fp32 in mtrt_cuda_f32act; statistics and weight gradients fp32). The MoE
+ * bf16, or fp32 in mtrt_cuda_f32act, as are the unsharded weight gradients; statistics fp32). The MoE
  * ops are in ops_moe.c. Semantics are the cpu ops': forward overwrites, backward adds. */
 #include <math.h>
 #include <mpi.h>
@@ -23,9 +23,9 @@ static const char *const kernel_names[K_COUNT] = {
     "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv",
     "router_weights", "router_weights_backward", "qk_norm_forward", "qk_norm_backward", "rope_llama3",
     "sigmoid_gate_forward", "sigmoid_gate_backward", "router_topk_grouped",
-    "rope_yarn", "position_forward", "position_backward", "layernorm_forward", "layernorm_backward",
-    "bias_forward", "bias_backward", "accumulate_f32", "muon_momentum", "muon_apply", "ns_inv_norm", "ns_prep",
-    "ns_finish", "moe_count", "moe_positions", "moe_regroup"};
+    "rope_yarn", "position_forward", "colsum_add", "layernorm_forward", "layernorm_backward",
+    "bias_forward", "accumulate_act_f32", "accumulate_f32", "muon_momentum", "muon_apply", "ns_inv_norm", "ns_prep",
+    "ns_finish", "cast_act_f32", "round_bf16", "moe_count", "moe_positions", "moe_regroup"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -69,6 +69,7 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
   if (!m || !n) return;
   cublasComputeType_t math = at == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : cu.compute;
   CU_PROF_BEGIN();
+  cu_prof_flops = 2.0 * m * n * k;
   cu_blas_check(cublasGemmEx(cu.blas, ta, tb, m, n, k, &one, A, at, lda, B, bt, ldb, &beta, C, ct, ldc, math,
                              CUBLAS_GEMM_DEFAULT),
                 op);
@@ -241,12 +242,13 @@ void rt_copy_real(real *dst, const real *src, size_t n) {
 
 /* The router's logits stay fp32: a GEMM of act operands with an fp32 result. Its backward casts
  * the logits' gradient to the activation type first (cuBLAS multiplies operands of one type):
- * the runtime's scratch cu.rl of tokens × experts. */
+ * the runtime's scratch cu.rl of tokens × experts; dw is added into the act gradient (fp32
+ * accumulation, beta 1). */
 void rt_router_logits_forward(real *logits, const act *x, const act *w, int N, int IC, int E) {
   cu_gemm("router forward", CUBLAS_OP_T, CUBLAS_OP_N, E, N, IC, w, CU_ACT, IC, x, CU_ACT, IC, 0, logits, CUDA_R_32F, E);
 }
 
-void rt_router_logits_backward(act *dx, real *dw, const real *dlogits, const act *x, const act *w, int N, int IC,
+void rt_router_logits_backward(act *dx, act *dw, const real *dlogits, const act *x, const act *w, int N, int IC,
                                int E) {
   const void *d = dlogits;
   if (MTRT_ACT_IS_BF16) {
@@ -258,7 +260,7 @@ void rt_router_logits_backward(act *dx, real *dw, const real *dlogits, const act
     d = cu.rl;
   }
   if (dx) cu_gemm("router backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, E, w, CU_ACT, IC, d, CU_ACT, E, 1, dx, CU_ACT, IC);
-  if (dw) cu_gemm("router backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, E, N, x, CU_ACT, IC, d, CU_ACT, E, 1, dw, CUDA_R_32F, IC);
+  if (dw) cu_gemm("router backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, E, N, x, CU_ACT, IC, d, CU_ACT, E, 1, dw, CU_ACT, IC);
 }
 
 /* bf16: round to nearest even (cast_bf16); src may be pinned host memory the kernel reads */
@@ -271,11 +273,20 @@ void rt_cast_to_act(act *dst, const real *src, size_t n) {
   }
 }
 
+/* The weight gradients of the norms, biases and positions: dw (cols) += Σ over rows of a term
+ * (kernels.cu's colsum_add: mode 0 a, 1 a b s, 2 a (b − m) s), summed in fp32 over every row and
+ * added once into the act gradient; a, b (rows, cols) act, s, m (rows) fp32. */
+static void colsum_add(act *dw, const act *a, const act *b, const float *s, const float *m, long long rows, int cols,
+                       int mode) {
+  if (rows > 0 && cols > 0)
+    cu_launch(K_COLSUM_ADD, cu_blocks(cols, 32), 256, (void *[]){&dw, &a, &b, &s, &m, &rows, &cols, &mode});
+}
+
 void rt_embedding_forward(act *out, const int32_t *tok, const act *wte, int N, int C) {
   cu_launch(K_EMBEDDING_FORWARD, (unsigned)N, 128, (void *[]){&out, &tok, &wte});
 }
 
-void rt_embedding_backward(real *dwte, const act *dout, const int32_t *tok, int N, int C) {
+void rt_embedding_backward(act *dwte, const act *dout, const int32_t *tok, int N, int C) {
   cu_launch(K_EMBEDDING_BACKWARD, (unsigned)N, 128, (void *[]){&dwte, &dout, &tok});
 }
 
@@ -284,8 +295,9 @@ void rt_position_forward(act *x, const act *wpe, int B, int T, int C) {
   cu_launch(K_POSITION_FORWARD, (unsigned)(B * T), 128, (void *[]){&x, &wpe});
 }
 
-void rt_position_backward(real *dwpe, const act *dx, int B, int T, int C) {
-  cu_launch(K_POSITION_BACKWARD, (unsigned)(B * T), 128, (void *[]){&dwpe, &dx});
+/* dwpe's first T rows += Σ over the B sequences of dx (B, T × C): a column sum in fp32. */
+void rt_position_backward(act *dwpe, const act *dx, int B, int T, int C) {
+  colsum_add(dwpe, dx, NULL, NULL, NULL, B, T * C, 0);
 }
 
 /* eps: kernels.cu's RMS_EPS (1e-5, as step.c's EPS) */
@@ -293,10 +305,11 @@ void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N,
   cu_launch(K_RMSNORM_FORWARD, (unsigned)N, 128, (void *[]){&out, &rstd, &x, &w});
 }
 
-void rt_rmsnorm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd, int N,
+void rt_rmsnorm_backward(act *dx, act *dw, const act *dout, const act *x, const act *w, const real *rstd, int N,
                          int C) {
   need(dx && dw, "rt_rmsnorm_backward", "dx and dw are required on the cuda backend");
-  cu_launch(K_RMSNORM_BACKWARD, cu_blocks(N, CU_RMS_BWD_ROWS), 128, (void *[]){&dx, &dw, &dout, &x, &w, &rstd});
+  cu_launch(K_RMSNORM_BACKWARD, cu_blocks(N, CU_RMS_BWD_ROWS), 128, (void *[]){&dx, &dout, &x, &w, &rstd});
+  colsum_add(dw, dout, x, rstd, NULL, N, C, 1);
 }
 
 void rt_qk_norm_forward(act *out, real *rstd, const act *x, const act *w, int64_t rows, int width, real eps) {
@@ -305,12 +318,13 @@ void rt_qk_norm_forward(act *out, real *rstd, const act *x, const act *w, int64_
   cu_launch(K_QK_NORM_FORWARD, (unsigned)rows, 128, (void *[]){&out, &rstd, &x, &w, &width, &e});
 }
 
-void rt_qk_norm_backward(act *dx, real *dw, const act *dout, const act *x, const act *w, const real *rstd,
+void rt_qk_norm_backward(act *dx, act *dw, const act *dout, const act *x, const act *w, const real *rstd,
                          int64_t rows, int width) {
   need(dx && dw, "rt_qk_norm_backward", "dx and dw are required on the cuda backend");
   long long n = rows;
   cu_launch(K_QK_NORM_BACKWARD, (unsigned)((rows + CU_QK_BWD_ROWS - 1) / CU_QK_BWD_ROWS), 128,
-            (void *[]){&dx, &dw, &dout, &x, &w, &rstd, &n, &width});
+            (void *[]){&dx, &dout, &x, &w, &rstd, &n, &width});
+  colsum_add(dw, dout, x, rstd, NULL, n, width, 1);
 }
 
 /* eps: kernels.cu's RMS_EPS; C: its HIDDEN. */
@@ -319,11 +333,13 @@ void rt_layernorm_forward(act *out, real *mean, real *rstd, const act *x, const 
   cu_launch(K_LAYERNORM_FORWARD, (unsigned)N, 128, (void *[]){&out, &mean, &rstd, &x, &w, &b});
 }
 
-void rt_layernorm_backward(act *dx, real *dw, real *db, const act *dout, const act *x, const act *w, const real *mean,
+void rt_layernorm_backward(act *dx, act *dw, act *db, const act *dout, const act *x, const act *w, const real *mean,
                            const real *rstd, int N, int C) {
   need(dx && dw, "rt_layernorm_backward", "dx and dw are required on the cuda backend");
   cu_launch(K_LAYERNORM_BACKWARD, cu_blocks(N, CU_RMS_BWD_ROWS), 128,
-            (void *[]){&dx, &dw, &db, &dout, &x, &w, &mean, &rstd});
+            (void *[]){&dx, &dout, &x, &w, &mean, &rstd});
+  colsum_add(dw, dout, x, rstd, mean, N, C, 2);
+  if (db) colsum_add(db, dout, NULL, NULL, NULL, N, C, 0);
 }
 
 void rt_bias_forward(act *out, const act *b, int N, int C) {
@@ -331,9 +347,7 @@ void rt_bias_forward(act *out, const act *b, int N, int C) {
   if (n) cu_launch(K_BIAS_FORWARD, cu_blocks(n, 256), 256, (void *[]){&out, &b, &n, &C});
 }
 
-void rt_bias_backward(real *db, const act *dout, int N, int C) {
-  if (N && C) cu_launch3(K_BIAS_BACKWARD, cu_blocks(C, 128), cu_blocks(N, CU_BIAS_ROWS), 1, 128, (void *[]){&db, &dout, &N, &C});
-}
+void rt_bias_backward(act *db, const act *dout, int N, int C) { colsum_add(db, dout, NULL, NULL, NULL, N, C, 0); }
 
 /* Row-major out (N, OC) = x (N, IC) · wᵀ is column-major outᵀ = w · xᵀ, w read transposed; the
  * bias, if any, is added by bias_forward. */
@@ -342,11 +356,11 @@ void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, in
   if (bias) rt_bias_forward(out, bias, N, OC);
 }
 
-void rt_matmul_backward(act *dx, real *dw, real *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
                         int OC) {
   if (dbias) rt_bias_backward(dbias, dout, N, OC);
   if (dx) cu_gemm("matmul backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, CU_ACT, IC, dout, CU_ACT, OC, 1, dx, CU_ACT, IC);
-  if (dw) cu_gemm("matmul backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, CU_ACT, IC, dout, CU_ACT, OC, 1, dw, CUDA_R_32F, IC);
+  if (dw) cu_gemm("matmul backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, CU_ACT, IC, dout, CU_ACT, OC, 1, dw, CU_ACT, IC);
 }
 
 static void rope(act *x, int B, int T, int H, float sign) {
@@ -482,7 +496,7 @@ real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t 
   return total / (real)N;
 }
 
-void rt_lm_head_ce_backward(act *dx, real *dw, const act *x, const act *w, const int32_t *targets, const real *lse,
+void rt_lm_head_ce_backward(act *dx, act *dw, const act *x, const act *w, const int32_t *targets, const real *lse,
                             int N, int C, int V, int chunk, real *scratch, real dloss) {
   float scale = dloss / (float)N;
   /* the chunk's logit gradient, in the activation type, beside its logits (not in place) */

@@ -202,9 +202,9 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
   static float alpha[MAXG], beta[MAXG];
   static const void *host[3 * MAXG];
   if (E > MAXG || E > cu.cfg.experts) rt_cuda_fail(op, "more experts than the grouped GEMM was sized for");
-  /* C is the activation type, or fp32 for the weight gradients (G_DW) */
-  cudaDataType_t ct = kind == G_DW ? CUDA_R_32F : CU_ACT;
-  size_t cs = kind == G_DW ? sizeof(real) : sizeof(act);
+  /* C is the activation type, the weight gradients (G_DW) too: fp32 accumulation added into it (beta 1) */
+  cudaDataType_t ct = CU_ACT;
+  size_t cs = sizeof(act);
   int g = 0;
   for (int e = 0; e < E; e++) {
     int rows = off[e + 1] - off[e];
@@ -227,13 +227,9 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
     g++;
   }
   if (!g) return;
-  if (MTRT_ACT_IS_BF16 && kind == G_DW) { /* bf16 operands into fp32 gradients: one GEMM per expert */
-    for (int i = 0; i < g; i++)
-      cu_gemm(op, ta[i], tb[i], m[i], n[i], k[i], host[i], CU_ACT, lda[i], host[MAXG + i], CU_ACT, ldb[i], beta[i],
-              (void *)host[2 * MAXG + i], ct, ldc[i]);
-    return;
-  }
   CU_PROF_BEGIN();
+  cu_prof_flops = 0;
+  for (int i = 0; i < g; i++) cu_prof_flops += 2.0 * m[i] * n[i] * k[i];
   size_t E3 = (size_t)cu.cfg.experts;
   void **d = cu.gptr + (size_t)slot * 3 * E3; /* this call's slot: A, B, C pointer arrays */
   for (int i = 0; i < 3; i++)
@@ -278,7 +274,7 @@ void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const ac
   grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, E, F, C);
 }
 
-void rt_experts_backward(act *dxp, real *dwg, real *dwu, real *dwd, const act *dyp, const act *xp, const act *g,
+void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp, const act *xp, const act *g,
                          const act *u, const act *h, const act *wg, const act *wu, const act *wd, const int *offsets,
                          int E, int C, int F, act *dh, act *dg, act *du) {
   const int *off = cu_offsets(offsets, (size_t)E + 1);

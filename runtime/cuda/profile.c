@@ -7,6 +7,8 @@
  * a serialized step, longer than a normal one: read the shares, not the sum. The table goes to
  * stderr at exit from the process that rank 0 of MPI_COMM_WORLD runs (every step, the first
  * with cuBLAS's and NVRTC's warm-up, included).
+ * `train --profile FILE` (mtrt_profile.h) uses the same timings, per op class; NCCL's
+ * collectives are not timed here, so the cuda profile has no collective classes.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 #include <time.h>
 
 #include "cu_internal.h"
+#include "mtrt_profile.h"
 
 enum { PROF_ROWS = 256 };
 typedef struct {
@@ -22,6 +25,30 @@ typedef struct {
   double s;         /* seconds, summed */
   long n;           /* calls */
 } ProfRow;
+
+double cu_prof_flops;
+
+/* `train --profile`: an op's class from its name (kernels.cu's kernel names, cu_gemm's op
+ * names). GEMMs carry their FLOPs; the kernels' FLOPs and bytes are not known here, so the
+ * other classes have seconds and calls only (mtc calibrate fits what has work). */
+static RtProfClass class_of(const char *name) {
+  static const struct {
+    const char *prefix;
+    RtProfClass c;
+  } map[] = {{"experts", RT_PROF_GROUPED_GEMM},     {"matmul", RT_PROF_GEMM},
+             {"router forward", RT_PROF_GEMM},      {"router backward d", RT_PROF_GEMM},
+             {"lm head", RT_PROF_GEMM},             {"flash_attention_forward", RT_PROF_ATTENTION_FWD},
+             {"attention_forward", RT_PROF_ATTENTION_FWD}, {"flash_attention_backward", RT_PROF_ATTENTION_BWD},
+             {"attention_backward", RT_PROF_ATTENTION_BWD}, {"rmsnorm", RT_PROF_NORM},
+             {"layernorm", RT_PROF_NORM},           {"qk_norm", RT_PROF_NORM},
+             {"rope", RT_PROF_ROPE},                {"swiglu", RT_PROF_ACTIVATION},
+             {"gelu", RT_PROF_ACTIVATION},          {"cross_entropy", RT_PROF_LOSS},
+             {"moe_", RT_PROF_PERMUTE},             {"adamw", RT_PROF_OPTIMIZER},
+             {"muon", RT_PROF_OPTIMIZER},           {"ns_", RT_PROF_OPTIMIZER}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strncmp(name, map[i].prefix, strlen(map[i].prefix)) == 0) return map[i].c;
+  return RT_PROF_ELEMENTWISE;
+}
 
 static ProfRow rows[PROF_ROWS + 1]; /* the last row gathers names past PROF_ROWS */
 static int nrows;
@@ -67,6 +94,9 @@ static void report(void) {
           "", "", 100 * host_s / all);
 }
 
+/* train --profile's barrier before a clock read (mtrt_profile.h): the device's work done */
+void rt_prof_fence(void) { cu_check(cudaDeviceSynchronize(), "train --profile synchronization"); }
+
 void cu_prof_init(void) {
   const char *p = getenv("MTC_PROFILE");
   cu.profile = p && strcmp(p, "1") == 0;
@@ -83,6 +113,9 @@ double cu_prof_begin(void) {
 void cu_prof_end(const char *name, double t0) {
   cu_check(cudaDeviceSynchronize(), name);
   double t = now();
+  if (rt_prof_on) rt_prof_add(class_of(name), t - t0, cu_prof_flops, 0);
+  cu_prof_flops = 0;
+  if (!cu.profile) return;
   ProfRow *r = row(name);
   r->s += t - t0, r->n++;
   last_end = t;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -294,4 +295,21 @@ int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *
   if (!bad) *step = k.step, *seed = k.seed;
   rt_ckpt_close(&k);
   return agree(bad, err, errlen);
+}
+
+int rt_ckpt_lock(const char *dir, char *err, size_t errlen) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/lock", dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", path, strerror(errno)), -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    close(fd);
+    if (e == EWOULDBLOCK)
+      return snprintf(err, errlen, "--checkpoint-dir %s is in use by another training run (it holds %s locked): two "
+                      "runs saving into one directory would overwrite each other's shards; expected one run per "
+                      "checkpoint directory (wait for the other to end, or use another directory)", dir, path), -1;
+    return snprintf(err, errlen, "%s: cannot lock it: %s", path, strerror(e)), -1;
+  }
+  return 0; /* fd stays open: the lock is held until the process ends (a kill releases it) */
 }

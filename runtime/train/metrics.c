@@ -43,6 +43,11 @@ static int trim(RtMetrics *m, int64_t resume_step, char *err, size_t errlen) {
   if (fstat(m->fd, &st) != 0) return snprintf(err, errlen, "%s: %s", m->path, strerror(errno)), -1;
   m->bytes = st.st_size;
   if (!S_ISREG(st.st_mode)) return 0; /* a character device (/dev/null): nothing to trim */
+  char head[9] = {0}; /* only a metrics file of mtc's is emptied or trimmed: never a user's data, a manifest, code */
+  if (st.st_size > 0 && (pread(m->fd, head, 8, 0) != 8 || memcmp(head, "{\"step\":", 8) != 0))
+    return snprintf(err, errlen, "%s holds %lld bytes that are not a metrics file of mtc's (its first line is not "
+                    "{\"step\":...}); expected a new path, or the metrics file of an earlier run (the only files "
+                    "train empties or trims)", m->path, (long long)st.st_size), -1;
   if (resume_step < 0) { /* a new run: the lines there are an earlier run's */
     if (st.st_size > 0 && ftruncate(m->fd, 0) != 0)
       return snprintf(err, errlen, "%s: cannot empty it for a new run: %s", m->path, strerror(errno)), -1;

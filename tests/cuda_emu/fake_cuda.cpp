@@ -151,9 +151,11 @@ static const char *where_name(const void *p) {
 }
 // [p, p + bytes) must lie in one allocation the device can read (device or pinned host).
 // EMU_ARENA_MAP=DIR/step.c: the buffers of the arena and of the activation arena (step.c's maps:
-// `#define NAME offset /* count: what */`), so that a device range must also stay inside one
-// buffer of either (the allocations of step.h's ARENA_ELEMS reals and ACT_ELEMS activations,
-// 2 or 4 bytes each): a GEMM, copy, memset or collective that runs into the next buffer is reported.
+// `#define NAME offset /* count: what */`, and aliases in another buffer's bytes, `#define NAME
+// OTHER /* count: ... */` or `#define NAME (OTHER + k) /* count: ... */`), so that a device range
+// must also stay inside one buffer or alias of either (the allocations of step.h's ARENA_ELEMS
+// reals and ACT_ELEMS activations, 2 or 4 bytes each): a GEMM, copy, memset or collective that
+// runs into the next buffer is reported.
 struct Named {
   std::string name;
   long off, n;
@@ -170,15 +172,27 @@ static void load_map(void) {
   const char *path = getenv("EMU_ARENA_MAP");
   FILE *f = path ? fopen(path, "r") : nullptr;
   if (!f) return;
-  char line[512], name[128];
+  char line[1024], name[128], of[128];
   long off, n;
   int in = -1; // the map being read: step.c's state arena map is no device arena's
+  auto offset_of = [](const ArenaMap &m, const char *nm, long *o) { // an alias's buffer (listed before it)
+    for (const Named &b : m.bufs)
+      if (b.name == nm) return *o = b.off, true;
+    return false;
+  };
   while (fgets(line, sizeof line, f))
     if (strstr(line, "---- the state arena map")) in = -1;
     else if (strstr(line, "---- the arena map")) in = 0;
     else if (strstr(line, "---- the activation arena map")) in = 1;
     else if (in >= 0 && sscanf(line, "#define %127s %ld /* %ld:", name, &off, &n) == 3)
       maps[in].bufs.push_back({name, off, n});
+    else if (in >= 0 && sscanf(line, "#define %127s (%127[A-Za-z0-9_] + %ld) /* %ld:", name, of, &off, &n) == 4) {
+      long base;
+      if (offset_of(maps[in], of, &base)) maps[in].bufs.push_back({name, base + off, n});
+    } else if (in >= 0 && sscanf(line, "#define %127s %127[A-Za-z0-9_] /* %ld:", name, of, &n) == 3) {
+      long base;
+      if (offset_of(maps[in], of, &base)) maps[in].bufs.push_back({name, base, n});
+    }
   fclose(f);
   for (ArenaMap &m : maps)
     std::sort(m.bufs.begin(), m.bufs.end(), [](const Named &a, const Named &b) { return a.off < b.off; });
@@ -200,6 +214,12 @@ static const Named *buffer_at(const ArenaMap &m, long e) {
     if (b.off <= e && e < b.off + b.n) best = &b;
   return best;
 }
+// Whether [first, last] lies inside one buffer or alias.
+static bool inside_one(const ArenaMap &m, long first, long last) {
+  for (const Named &b : m.bufs)
+    if (b.off <= first && last < b.off + b.n) return true;
+  return false;
+}
 static void check_arena_range(uintptr_t base, const Alloc *a, const void *p, size_t bytes, const char *what) {
   load_map();
   if (!arena_checks || a->kind != K_DEVICE) return;
@@ -210,7 +230,7 @@ static void check_arena_range(uintptr_t base, const Alloc *a, const void *p, siz
     if (m.bufs.empty() || m.elems <= 0 || (es != 2 && es != 4) || a->bytes != (size_t)m.elems * es) continue;
     long first = (long)(((uintptr_t)p - base) / es), last = (long)(((uintptr_t)p + bytes - 1 - base) / es);
     const Named *b = buffer_at(m, first), *e = buffer_at(m, last);
-    if (b && e && b != e && !(last < b->off + b->n))
+    if (b && e && b != e && !inside_one(m, first, last))
       emu_warn("%s: elements [%ld, %ld] of the %s run from %s (%ld + %ld) into %s", what, first, last,
                k ? "activation arena" : "arena", b->name.c_str(), b->off, b->n, e->name.c_str());
     return;
@@ -1293,12 +1313,25 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
   if (!c) return ncclInvalidArgument;
   size_t es;
   MPI_Datatype mt = mpi_type(t, &es);
-  if (op != ncclSum || (t != ncclFloat32 && t != ncclFloat64)) {
-    emu_error("ncclReduceScatter: only sums of fp32 or fp64 are emulated");
+  if (op != ncclSum || (t != ncclFloat32 && t != ncclFloat64 && t != ncclBfloat16)) {
+    emu_error("ncclReduceScatter: only sums of fp32, fp64 or bf16 are emulated");
     return ncclInvalidArgument;
   }
   check_coll("ncclReduceScatter", send, count * es * c->size, recv, count * es, (size_t)0 - count * es * c->rank);
   trace("ncclReduceScatter %zu values x %d ranks", count, c->size);
+  if (t == ncclBfloat16) { // the g pieces of this rank's part summed in fp32 in rank order, rounded once
+    collective(s, "ncclReduceScatter", [=] {
+      size_t g = (size_t)c->size;
+      std::vector<uint16_t> tmp((const uint16_t *)send, (const uint16_t *)send + count * g), got(count * g);
+      MPI_Alltoall(tmp.data(), (int)count, MPI_UINT16_T, got.data(), (int)count, MPI_UINT16_T, c->mpi);
+      for (size_t i = 0; i < count; i++) {
+        float sum = 0;
+        for (size_t r = 0; r < g; r++) sum += from_bf16(got[r * count + i]);
+        ((uint16_t *)recv)[i] = to_bf16(sum);
+      }
+    });
+    return ncclSuccess;
+  }
   collective(s, "ncclReduceScatter", [=] {
     std::vector<char> tmp((const char *)send, (const char *)send + count * es * c->size); // in place or not
     MPI_Reduce_scatter_block(tmp.data(), recv, (int)count, mt, MPI_SUM, c->mpi);

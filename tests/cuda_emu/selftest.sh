@@ -53,7 +53,7 @@ if [ -n "$got" ] && [ "$got" != "$ref" ]; then echo "ok    stale-offload: grad n
 else echo "FAIL  stale-offload: grad norm '$got' (expected a difference from $ref)"; fail=1; fi
 
 prog gemm-overflow
-sed -i 's|rt_matmul_forward(R(L0_K), R(L0_LN1), W(16512), NULL, 512, 128, 64)|rt_matmul_forward(R(L0_K), R(L0_LN1), W(16512), NULL, 512, 128, 128)|' \
+sed -i 's|rt_matmul_forward(A(L0_K), A(L0_LN1), W(16512), NULL, 512, 128, 64)|rt_matmul_forward(A(L0_K), A(L0_LN1), W(16512), NULL, 512, 128, 128)|' \
   "$work/gemm-overflow/step.c"
 run gemm-overflow
 expect gemm-overflow "a GEMM writing past its arena buffer" "run from L0_K .* into L0_V"
@@ -64,7 +64,7 @@ run host-deref EMU_PROTECT=1
 expect host-deref "a host read of device memory" "host code dereferenced device memory"
 
 prog host-pointer
-sed -i 's|^  rt_accumulate(R(WS_Y), R(WS_Y2), 65536);|  { static real host_buf[65536]; rt_accumulate(R(WS_Y), host_buf, 65536); } /* mutation */|' \
+sed -i 's|^  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);|  { static act host_buf[65536]; rt_accumulate(A(WS_Y), host_buf, 65536); } /* mutation */|' \
   "$work/host-pointer/step.c"
 run host-pointer
 expect host-pointer "a pageable host pointer given to a kernel" "kernel accumulate, parameter 1: .* pageable host memory"

@@ -38,4 +38,19 @@ inline float __bfloat162float(__nv_bfloat16 h) {
   memcpy(&f, &u, 4);
   return f;
 }
+
+#endif
+
+// atomicAdd of bf16 (sm_80+ in CUDA): a compare-and-swap of the value, the sum rounded to bf16
+#ifdef EMU_BF16_EXACT
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16 *p, __nv_bfloat16 v) { return {atomicAdd(&p->f, v.f)}; }
+#else
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16 *p, __nv_bfloat16 v) {
+  uint16_t old = __atomic_load_n(&p->b, __ATOMIC_RELAXED);
+  for (;;) {
+    __nv_bfloat16 o = {old};
+    uint16_t nw = __float2bfloat16(__bfloat162float(o) + __bfloat162float(v)).b;
+    if (__atomic_compare_exchange_n(&p->b, &old, nw, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return o;
+  }
+}
 #endif

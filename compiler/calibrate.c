@@ -1,0 +1,285 @@
+/* calibrate.c — `mtc calibrate PROFILE... --preset NAME -o PRESET.yaml`: fits a cluster preset's
+ * cost-model factors to what `train --profile` measured, and writes the preset with them.
+ *
+ * Each factor prices one op class of the profile (runtime/mtrt_profile.h) in the cost model
+ * (cost_kernel.c): its time is work / (rate × factor), work the class's FLOPs or bytes and rate
+ * the preset's figure (gpu.bf16_flops × efficiency.sustained for GEMMs and attention,
+ * gpu.hbm_bandwidth for the memory-bound classes). Over the profiles i, least squares of the
+ * measured seconds m_i against that model, in 1/factor:
+ *     factor = Σ w_i² / (rate · Σ w_i m_i)
+ * (one profile: factor = w / (rate · m)). The memory-bound classes (norm, rope, activation,
+ * loss, permute, elementwise) share efficiency.elementwise: their bytes and seconds are summed
+ * per profile first. Factors with no measurement in any profile keep the preset's value.
+ *
+ * The output is the base preset's text with the fitted keys of its efficiency section
+ * rewritten, each with a comment citing the profiles and the figures it came from instead of
+ * its old comment (the comment lines right before it and its continuation lines); everything
+ * else is kept. It is named by its file: put it in $MTC_PRESET_DIR and say cluster.preset: STEM. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "mtc.h"
+
+enum { MAX_PROFILES = 64 };
+
+typedef struct {
+  const char *key;        /* efficiency.KEY */
+  const char *classes[5]; /* profile classes whose work and seconds are summed into it */
+  const char *unpriced[6]; /* classes whose seconds are added but not their work (below) */
+  const char *what;       /* "flops" or "bytes" */
+  bool peak;              /* rate: bf16_flops × sustained (else hbm_bandwidth) */
+} Factor;
+
+/* The cost model prices the norms, RoPE, the activations and the loss by their bytes, and not
+ * the MoE permute or the residual adds, copies and zeroing (cost_kernel.c): their seconds go
+ * into elementwise, their bytes do not, so that the fitted factor prices that time with the
+ * bytes the model counts. So do the collectives of a 1-rank profile: with one rank they are
+ * local copies (the all-gather's of the shard, the reduce-scatter's add), which the model does
+ * not price either. */
+static const char *const one_rank_copies[] = {"all_gather", "reduce_scatter", "all_reduce", NULL};
+static const Factor factors[] = {
+    {"dense_gemm", {"gemm"}, {NULL}, "flops", true},
+    {"grouped_gemm", {"grouped_gemm"}, {NULL}, "flops", true},
+    {"attention", {"attention_fwd"}, {NULL}, "flops", true},
+    {"attention_bwd", {"attention_bwd"}, {NULL}, "flops", true},
+    {"elementwise", {"norm", "rope", "activation", "loss"}, {"permute", "elementwise"}, "bytes", false},
+};
+enum { NFACTORS = sizeof factors / sizeof factors[0] };
+
+typedef struct {
+  const char *path;
+  double w[NFACTORS], s[NFACTORS]; /* work and seconds per step, per factor */
+  char desc[200];
+} Profile;
+
+static bool bad(Diag *d, const char *path, const char *fmt, const char *field, const char *expected) {
+  return diag_error(d, (Loc){0}, "%s: %s: %s; expected %s", path, field, fmt, expected);
+}
+
+static bool load_profile(Mem *m, Diag *d, const char *path, Profile *p) {
+  json_error_t je;
+  json_t *root = json_load_file(path, 0, &je);
+  if (!root && je.line < 1)
+    return diag_error(d, (Loc){0}, "%s: %s; expected a profile that `train --profile FILE` wrote", path, je.text);
+  if (!root)
+    return diag_error(d, (Loc){0}, "%s:%d:%d: %s; expected the JSON that `train --profile FILE` writes", path,
+                      je.line, je.column, je.text);
+  bool ok = false;
+  *p = (Profile){.path = path};
+  json_t *fmt = json_object_get(root, "format"), *cls = json_object_get(root, "classes");
+  if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "mtc-profile-1") != 0) {
+    bad(d, path, "missing or not \"mtc-profile-1\"", "format", "a profile from `train --profile FILE`");
+    goto done;
+  }
+  if (!json_is_object(cls)) {
+    bad(d, path, "missing or not an object", "classes", "an object of op classes");
+    goto done;
+  }
+  json_t *world = json_object_get(root, "world");
+  for (int f = 0; f < NFACTORS; f++)
+    for (int c = 0; c < 5 && factors[f].classes[c]; c++) {
+      const char *name = factors[f].classes[c];
+      json_t *o = json_object_get(cls, name);
+      if (!o) continue;
+      json_t *s = json_object_get(o, "seconds"), *w = json_object_get(o, factors[f].what);
+      const char *field = mem_printf(m, "classes.%s.%s", name, !json_is_number(s) ? "seconds" : factors[f].what);
+      if (!json_is_number(s) || !json_is_number(w) || json_number_value(s) < 0 || json_number_value(w) < 0 ||
+          !isfinite(json_number_value(s)) || !isfinite(json_number_value(w))) {
+        bad(d, path, "missing or not a number >= 0", field, "seconds and the class's FLOPs or bytes per step");
+        goto done;
+      }
+      p->w[f] += json_number_value(w), p->s[f] += json_number_value(s);
+    }
+  for (int f = 0; f < NFACTORS; f++) {
+    const char *names[12];
+    int n = 0;
+    for (int c = 0; c < 6 && factors[f].unpriced[c]; c++) names[n++] = factors[f].unpriced[c];
+    if (!factors[f].peak && json_integer_value(world) == 1)
+      for (int c = 0; one_rank_copies[c]; c++) names[n++] = one_rank_copies[c];
+    for (int c = 0; c < n; c++) {
+      json_t *o = json_object_get(cls, names[c]), *s = json_object_get(o, "seconds");
+      if (!o) continue;
+      if (!json_is_number(s) || json_number_value(s) < 0 || !isfinite(json_number_value(s))) {
+        bad(d, path, "missing or not a number >= 0", mem_printf(m, "classes.%s.seconds", names[c]), "seconds per step");
+        goto done;
+      }
+      p->s[f] += json_number_value(s);
+    }
+  }
+  json_t *model = json_object_get(root, "model"), *backend = json_object_get(root, "backend"), *steps = json_object_get(root, "steps");
+  snprintf(p->desc, sizeof p->desc, "%s, %s backend, %lld rank(s), %lld steps",
+           json_is_string(model) ? json_string_value(model) : "?",
+           json_is_string(backend) ? json_string_value(backend) : "?",
+           json_is_integer(world) ? (long long)json_integer_value(world) : 0,
+           json_is_integer(steps) ? (long long)json_integer_value(steps) : 0);
+  ok = true;
+done:
+  json_decref(root);
+  return ok;
+}
+
+/* A rate of the base preset, in base units: the preset's value, or 0 with a diagnostic. */
+static double rate(Diag *d, const YNode *root, const char *path, Quantity q, const char *name) {
+  YNode *n = yaml_path(root, path);
+  char err[200];
+  double v = 0;
+  if (!n || n->kind != Y_SCALAR)
+    return diag_error(d, root->loc, "preset %s has no %s; expected one to calibrate against", name, path), 0;
+  if (!units_parse(n->str, q, &v, err, sizeof err)) return diag_error(d, n->loc, "%s: %s", path, err), 0;
+  return v;
+}
+
+static double fraction(const YNode *root, const char *path, double dflt) {
+  YNode *n = yaml_path(root, path);
+  char *end;
+  if (!n || n->kind != Y_SCALAR) return dflt;
+  double v = strtod(n->str, &end);
+  return *end || v <= 0 ? dflt : v;
+}
+
+/* The efficiency section of text: [*lo, *hi) byte range of its indented lines; false if none. */
+static bool find_section(const char *text, size_t *lo, size_t *hi) {
+  const char *p = text;
+  while (*p) {
+    const char *eol = strchr(p, '\n');
+    size_t n = eol ? (size_t)(eol - p) : strlen(p);
+    if (strncmp(p, "efficiency:", 11) == 0) {
+      const char *q = eol ? eol + 1 : p + n;
+      *lo = (size_t)(q - text);
+      while (*q && (*q == ' ' || *q == '#' || *q == '\n')) {
+        if (*q == '#' ) break; /* a comment at column 0 ends it */
+        const char *e = strchr(q, '\n');
+        q = e ? e + 1 : q + strlen(q);
+      }
+      *hi = (size_t)(q - text);
+      return true;
+    }
+    p = eol ? eol + 1 : p + n;
+  }
+  return false;
+}
+
+int calibrate_run(const char *const *paths, int npaths, const char *preset, const char *out) {
+  Mem m = {0};
+  Diag d = {.mem = &m};
+  int status = EXIT_BAD_INPUT;
+  Profile *pr = mem_alloc(&m, sizeof *pr * (size_t)(npaths ? npaths : 1));
+  YNode *root = NULL;
+  for (int i = 0; i < npaths; i++)
+    if (!load_profile(&m, &d, paths[i], &pr[i])) goto done;
+  root = preset_load(&m, &d, preset, NULL, (Loc){0});
+  if (!root) goto done;
+  double peak = rate(&d, root, "gpu.bf16_flops", Q_FLOPS, preset), hbm = rate(&d, root, "gpu.hbm_bandwidth", Q_RATE, preset);
+  if (!peak || !hbm) goto done;
+  double sustained = fraction(root, "efficiency.sustained", 1);
+
+  /* the fit */
+  double fit[NFACTORS];
+  bool have[NFACTORS];
+  char *why[NFACTORS];
+  for (int f = 0; f < NFACTORS; f++) {
+    double ww = 0, wm = 0, w = 0, s = 0, n = 0; /* w, s: the mean work and seconds (the comment's) */
+    for (int i = 0; i < npaths; i++)
+      if (pr[i].s[f] > 0 && pr[i].w[f] > 0)
+        ww += pr[i].w[f] * pr[i].w[f], wm += pr[i].w[f] * pr[i].s[f], w += pr[i].w[f], s += pr[i].s[f], n++;
+    if (n) w /= n, s /= n;
+    have[f] = wm > 0;
+    if (!have[f]) continue;
+    double r = factors[f].peak ? peak * sustained : hbm;
+    fit[f] = ww / (r * wm);
+    bool flops = factors[f].peak;
+    char *cite = "";
+    for (int i = 0; i < npaths; i++)
+      if (pr[i].s[f] > 0 && pr[i].w[f] > 0) cite = mem_printf(&m, "%s%s%s", cite, *cite ? ", " : "", paths[i]);
+    why[f] = mem_printf(&m, "%.4g %s in %.4g s per step and rank%s = %.4g %s, / %s %.4g%s", flops ? w / 1e9 : w / 1e6,
+                        flops ? "GFLOP" : "MB", s, n > 1 ? " (mean)" : "", w / s / 1e9, flops ? "GFLOP/s" : "GB/s",
+                        flops ? "bf16_flops" : "hbm_bandwidth", flops ? peak / 1e9 : hbm / 1e9,
+                        flops ? (sustained != 1 ? " GFLOP/s x sustained" : " GFLOP/s") : " GB/s");
+    why[f] = mem_printf(&m, "fitted from %s: %s", cite, why[f]);
+    if (fit[f] > 1) {
+      diag_error(&d, (Loc){0}, "%s: efficiency.%s would be %.3g, above 1: the measured rate (%.4g %s/s) beats the "
+                 "preset's %s; expected a preset whose peak rates are at least what the machine does (raise "
+                 "gpu.%s in %s)", paths[0], factors[f].key, fit[f], w / s / 1e9,
+                 flops ? "GFLOP" : "GB", flops ? "bf16_flops" : "hbm_bandwidth",
+                 flops ? "bf16_flops" : "hbm_bandwidth", preset);
+      goto done;
+    }
+  }
+  bool any = false;
+  for (int f = 0; f < NFACTORS; f++) any |= have[f];
+  if (!any) {
+    diag_error(&d, (Loc){0}, "%s: no op class with seconds and FLOPs or bytes; expected a profile of at least one "
+               "step (train --steps 2 or more: the first step is not profiled)", paths[0]);
+    goto done;
+  }
+
+  /* the new text: the header, then the base text with the efficiency section rewritten */
+  const char *text = root->loc.src->text;
+  char *files = "";
+  for (int i = 0; i < npaths; i++) files = mem_printf(&m, "%s%s%s (%s)", files, i ? ", " : "", paths[i], pr[i].desc);
+  time_t now = time(NULL);
+  char date[32];
+  strftime(date, sizeof date, "%Y-%m-%d", gmtime(&now));
+  char *o = mem_printf(&m, "# Calibrated by `mtc calibrate` on %s from %s, with preset %s (%s) as the base:\n"
+                           "# the efficiency keys marked \"fitted\" are least-squares fits of the measured time per op\n"
+                           "# class against the cost model's; everything else is the base preset's.\n",
+                       date, files, preset, root->loc.src->name);
+  size_t lo, hi;
+  bool has = find_section(text, &lo, &hi);
+  if (!has) lo = hi = strlen(text);
+  o = mem_printf(&m, "%s%.*s%s", o, (int)lo, text, has ? "" : (lo && text[lo - 1] != '\n' ? "\nefficiency:\n" : "efficiency:\n"));
+  /* comment lines before a key describe it and go with it when it is fitted; those deeper
+   * than the keys right after a key continue its comment */
+  bool done_key[NFACTORS] = {0}, after_fitted = false;
+  const char *pending = NULL; /* comment lines not yet written */
+  size_t npending = 0;
+  for (const char *p = text + lo; p < text + hi;) {
+    const char *eol = memchr(p, '\n', (size_t)(text + hi - p));
+    size_t n = eol ? (size_t)(eol - p) + 1 : (size_t)(text + hi - p);
+    const char *k = p;
+    while (k < p + n && *k == ' ') k++;
+    if (*k == '#' || *k == '\n') {
+      bool continuation = *k == '#' && k - p > 2;
+      if (!(continuation && after_fitted)) {
+        if (!pending) pending = p;
+        npending = (size_t)(p + n - pending);
+      }
+      p += n;
+      continue;
+    }
+    int which = -1;
+    for (int f = 0; f < NFACTORS; f++) {
+      size_t kl = strlen(factors[f].key);
+      if (have[f] && strncmp(k, factors[f].key, kl) == 0 && k[kl] == ':') which = f;
+    }
+    if (which >= 0) {
+      o = mem_printf(&m, "%s  %s: %.4g   # %s\n", o, factors[which].key, fit[which], why[which]);
+      done_key[which] = true;
+    } else
+      o = mem_printf(&m, "%s%.*s%.*s", o, (int)npending, pending ? pending : "", (int)n, p);
+    after_fitted = which >= 0, pending = NULL, npending = 0;
+    p += n;
+  }
+  if (pending) o = mem_printf(&m, "%s%.*s", o, (int)npending, pending);
+  for (int f = 0; f < NFACTORS; f++)
+    if (have[f] && !done_key[f]) o = mem_printf(&m, "%s  %s: %.4g   # %s\n", o, factors[f].key, fit[f], why[f]);
+  o = mem_printf(&m, "%s%s", o, text + hi);
+  if (o[0] && o[strlen(o) - 1] != '\n') o = mem_printf(&m, "%s\n", o);
+
+  FILE *fp = fopen(out, "w");
+  if (!fp || fputs(o, fp) < 0 || fclose(fp) != 0) {
+    diag_error(&d, (Loc){0}, "-o %s: cannot write it; expected a writable path", out);
+    goto done;
+  }
+  printf("wrote %s: preset %s calibrated from %d profile(s)\n", out, preset, npaths);
+  for (int f = 0; f < NFACTORS; f++)
+    if (have[f]) printf("  efficiency.%-14s %.4g  (%s)\n", factors[f].key, fit[f], why[f]);
+  status = EXIT_DONE;
+done:
+  if (d.msg) fprintf(stderr, "%s", d.msg);
+  mem_free(&m);
+  return status;
+}
