@@ -85,7 +85,8 @@ void rt_a2a_plan_round(RtA2A *a, int r, int *eoff);
 
 /* Copies every block's rows (row_bytes bytes each) between the expert-major layout xe and the
  * source-major buffer buf: buf to xe when to_expert, else xe to buf. copy(dst, src, bytes) does
- * the copying (memcpy, or a device copy); empty blocks are skipped. */
+ * the copying (memcpy on the cpu backend; the cuda backend copies the blocks in one kernel,
+ * comm_nccl.c); empty blocks are skipped. */
 void rt_a2a_regroup(const RtA2A *a, void *xe, void *buf, size_t row_bytes, int to_expert,
                     void (*copy)(void *dst, const void *src, size_t bytes));
 

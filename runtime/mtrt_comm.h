@@ -110,7 +110,8 @@ void rt_comm_all_to_all_v(MPI_Comm comm, const real *send, const int *scount, co
  *     for r < rounds: rt_moe_dispatch(.., r, xe, ..); the experts on xe; rt_moe_undispatch(..)
  * Buffers xe, ye and tmp hold a->cap rows of C reals (not the dropless worst case). */
 /* Gathers every EP rank's counts per (destination, expert) from offsets (ep·El + 1 permuted-row
- * offsets of this rank, device memory on cuda: the pass's one host synchronization) into
+ * offsets of this rank, device memory on cuda: their host copy is the one the permutation's
+ * count copy made, so no synchronization here) into
  * a->cnt_all, then plans the rounds (rt_a2a_plan_rounds). Collective over ep_comm. Returns the
  * rounds, the same on every rank. */
 int rt_moe_route(MPI_Comm ep_comm, RtA2A *a, const int *offsets);

@@ -939,6 +939,74 @@ extern "C" __global__ void moe_gather_backward(act *dx, const act *dxp, const in
     dx[n * HIDDEN + i] = to_act(acc);
   }
 }
+
+// The permutation on the device (rt_moe_permute), in the cpu backend's order: by expert, then by
+// assignment a = token · TOP_K + k. moe_count: cnt[e] (EXPERTS ints, zeroed) += the assignments
+// to expert e; grid TOKENS · TOP_K / 256.
+extern "C" __global__ void moe_count(int *cnt, const int *idx) {
+  int a = blockIdx.x * blockDim.x + threadIdx.x;
+  // an expert out of range is not counted: the host finds the counts' sum short and aborts
+  if (a < TOKENS * TOP_K && (unsigned)idx[a] < (unsigned)EXPERTS) atomicAdd(&cnt[idx[a]], 1);
+}
+
+// moe_positions: offsets[e + 1] = Σ_{e' <= e} cnt[e'] (offsets[0] = 0) and, for each a with
+// idx[a] = e, pos[a] = offsets[e] + the assignments before a that chose e (stable). Grid EXPERTS,
+// MOE_PERM_THREADS threads: thread t counts its own run of assignments, a scan in shared memory
+// orders the runs, and a second pass writes the positions (no atomics: deterministic).
+#define MOE_PERM_THREADS 256
+extern "C" __global__ void __launch_bounds__(MOE_PERM_THREADS)
+    moe_positions(int *pos, int *offsets, const int *cnt, const int *idx) {
+  __shared__ int part[MOE_PERM_THREADS];
+  __shared__ int base;
+  const int n = TOKENS * TOP_K, seg = (n + MOE_PERM_THREADS - 1) / MOE_PERM_THREADS;
+  int e = blockIdx.x, t = threadIdx.x, lo = t * seg < n ? t * seg : n, hi = lo + seg < n ? lo + seg : n, b = 0;
+  for (int i = t; i < e; i += MOE_PERM_THREADS) b += cnt[i];
+  part[t] = b;
+  __syncthreads();
+  if (t == 0) {
+    int s = 0;
+    for (int i = 0; i < MOE_PERM_THREADS; i++) s += part[i];
+    base = s;
+  }
+  __syncthreads();
+  int m = 0;
+  for (int a = lo; a < hi; a++) m += idx[a] == e;
+  part[t] = m;
+  __syncthreads();
+  if (t == 0) {
+    int s = base;
+    for (int i = 0; i < MOE_PERM_THREADS; i++) {
+      int c = part[i];
+      part[i] = s, s += c;
+    }
+    if (e == 0) offsets[0] = 0;
+    offsets[e + 1] = s;
+  }
+  __syncthreads();
+  int p = part[t];
+  for (int a = lo; a < hi; a++)
+    if (idx[a] == e) pos[a] = p++;
+}
+
+// One all-to-all round's rows between the received order (buf: source-major) and the experts'
+// (xe: expert-major), as a2a_plan.c's blocks say: tab[i] is block i's first row in buf and
+// tab[stride + i] its first row in xe, for the nb non-empty blocks in buf's order. to_expert:
+// buf -> xe, else xe -> buf. Grid: the round's rows, one block each.
+extern "C" __global__ void moe_regroup(act *xe, act *buf, const long long *tab, int nb, int stride, int to_expert) {
+  long long r = blockIdx.x;
+  int lo = 0, hi = nb - 1;
+  while (lo < hi) { // the last block that starts at or before row r
+    int mid = (lo + hi + 1) / 2;
+    if (tab[mid] <= r) lo = mid;
+    else hi = mid - 1;
+  }
+  uint4 *e = (uint4 *)(xe + (size_t)(tab[stride + lo] + (r - tab[lo])) * HIDDEN);
+  uint4 *m = (uint4 *)(buf + (size_t)r * HIDDEN);
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+    if (to_expert) e[i] = m[i];
+    else m[i] = e[i];
+  }
+}
 #endif
 
 // ---- tiled causal GQA flash attention on tensor cores (FlashAttention-2, Dao 2023) ----------

@@ -302,33 +302,65 @@ void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count) {
   finish(g, "all-reduce", count);
 }
 
-/* ---- the MoE token exchange (mtrt_comm.h): counts over MPI, rows over NCCL ---- */
+/* ---- the MoE token exchange (mtrt_comm.h): counts over MPI, rows over NCCL ----
+ * No host synchronization: the counts are on the host since the permutation (cu_offsets), each
+ * all-to-all is waited for on the device (the compute stream waits for the EP stream's event), and
+ * the regroup between the received order and the experts' is one kernel (moe_regroup) over a table
+ * of the round's blocks uploaded with the round's eoff in one copy from pageable memory, which
+ * returns without waiting for the device. */
 
-static void copy_device(void *dst, const void *src, size_t bytes) {
-  cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu.stream), "moe regroup");
-}
-
-/* Rows sc/sd out, rc/rd in (rows of C values; element counts and offsets as size_t). */
+/* Rows sc/sd out, rc/rd in (rows of C values; element counts and offsets as size_t); the compute
+ * stream waits for it on the device. */
 static void exchange(Group *g, const act *send, const int64_t *sc, const int64_t *sd, act *recv, const int64_t *rc,
                      const int64_t *rd, int C, const char *op) {
-  size_t c = (size_t)C, total = 0;
+  size_t c = (size_t)C;
   begin(g, op);
   nccl_check(ncclGroupStart(), "ncclGroupStart");
   for (int p = 0; p < g->size; p++) {
     if (sc[p]) nccl_check(ncclSend(send + (size_t)sd[p] * c, (size_t)sc[p] * c, NCCL_ACT, p, g->nccl, g->s), "ncclSend");
     if (rc[p]) nccl_check(ncclRecv(recv + (size_t)rd[p] * c, (size_t)rc[p] * c, NCCL_ACT, p, g->nccl, g->s), "ncclRecv");
-    total += (size_t)rc[p] * c;
   }
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-  finish(g, op, total);
+  cu_check(cudaEventRecord(ev_done, g->s), op);
+  cu_check(cudaStreamWaitEvent(cu.stream, ev_done, 0), op);
+}
+
+/* Round a->round's blocks to the device (cu.moe's table, eoff after it): the non-empty blocks in
+ * the received (source-major) order; returns their count. With eoff, the round's first row per
+ * local expert too, copied into eoff (El + 1 ints). One copy up. */
+static int upload_blocks(const RtA2A *a, int *eoff, const int *e) {
+  size_t cnt, tab, eo, E = (size_t)cu.cfg.experts;
+  cu_moe_layout(E, &cnt, &tab, &eo);
+  long long *t = (long long *)((char *)cu.moe_host + tab);
+  int nb = 0;
+  for (int s = 0; s < a->ep; s++)
+    for (int k = 0; k < a->El; k++) {
+      const RtA2ABlock *b = &a->blocks[k * a->ep + s];
+      if (b->rows) t[nb] = b->source_row, t[E + nb] = b->expert_row, nb++;
+    }
+  size_t bytes = eo - tab;
+  if (e) memcpy((char *)cu.moe_host + eo, e, sizeof(int) * (size_t)(a->El + 1)), bytes += sizeof(int) * (size_t)(a->El + 1);
+  cu_check(cudaMemcpyAsync((char *)cu.moe + tab, t, bytes, cudaMemcpyHostToDevice, cu.stream), "moe regroup");
+  if (e)
+    cu_check(cudaMemcpyAsync(eoff, (char *)cu.moe + eo, sizeof(int) * (size_t)(a->El + 1), cudaMemcpyDeviceToDevice,
+                             cu.stream), "moe regroup");
+  return nb;
+}
+
+/* The round's rows between buf (received order) and xe (expert order), on the compute stream. */
+static void regroup(const RtA2A *a, int nb, act *xe, act *buf, int to_expert) {
+  size_t cnt, tab, eo;
+  cu_moe_layout((size_t)cu.cfg.experts, &cnt, &tab, &eo);
+  long long *t = (long long *)((char *)cu.moe + tab);
+  int stride = cu.cfg.experts;
+  if (nb) cu_launch(K_MOE_REGROUP, (unsigned)a->rows_recv, 128, (void *[]){&xe, &buf, &t, &nb, &stride, &to_expert});
 }
 
 int rt_moe_route(MPI_Comm ep_comm, RtA2A *a, const int *offsets) {
   Group *g = group_of(ep_comm, "moe route");
   int pe = a->ep * a->El;
   if (!g->nccl) rt_cuda_fail("moe route", "an EP group of one rank needs no route (step.c skips it)");
-  /* the offsets on the host: the permutation computed them there just before (cu_offsets), or
-   * else (the backward) one copy down, the pass's one host synchronization here */
+  /* the offsets on the host: the permutation learned them there (cu_offsets) */
   memcpy(a->off, cu_offsets(offsets, (size_t)pe + 1), sizeof(int) * (size_t)(pe + 1));
   rt_a2a_plan_counts(a);
   RT_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a->cnt_all, pe, MPI_INT, ep_comm));
@@ -337,19 +369,18 @@ int rt_moe_route(MPI_Comm ep_comm, RtA2A *a, const int *offsets) {
 
 void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, act *xe, int *eoff, act *tmp, const act *xp, int C) {
   Group *g = group_of(ep_comm, "moe dispatch");
-  int *e = cu.off_host; /* host staging for eoff (experts + 1 >= El + 1 ints) */
-  cu.off_of = NULL;     /* (it no longer holds what it held) */
+  int e[a->El + 1];
   if (!g->nccl) rt_cuda_fail("moe dispatch", "an EP group of one rank needs no dispatch (step.c skips it)");
   if (r < 0 || r >= a->rounds) rt_cuda_fail("moe dispatch", "round out of range of the last route");
+  if (a->El > cu.cfg.experts) rt_cuda_fail("moe dispatch", "more local experts than the runtime was sized for");
   rt_a2a_plan_round(a, r, e);
   exchange(g, xp, a->sc, a->sd, tmp, a->rc, a->rd, C, "moe dispatch (all-to-all-v)");
-  rt_a2a_regroup(a, xe, tmp, sizeof(act) * (size_t)C, 1, copy_device);
-  rt_cuda_upload(eoff, e, sizeof(int) * (size_t)(a->El + 1));
-  cu_offsets_uploaded(eoff, (size_t)a->El + 1);
+  regroup(a, upload_blocks(a, eoff, e), xe, tmp, 1);
+  cu_offsets_known(eoff, e, (size_t)a->El + 1);
 }
 
 void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, act *yp, act *tmp, const act *ye, int C) {
   Group *g = group_of(ep_comm, "moe undispatch");
-  rt_a2a_regroup(a, (act *)ye, tmp, sizeof(act) * (size_t)C, 0, copy_device);
+  regroup(a, upload_blocks(a, NULL, NULL), (act *)ye, tmp, 0);
   exchange(g, tmp, a->rc, a->rd, yp, a->sc, a->sd, C, "moe undispatch (all-to-all-v)");
 }

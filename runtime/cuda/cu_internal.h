@@ -35,9 +35,10 @@ enum {
   K_ROUTER_TOPK_GROUPED, K_ROPE_YARN,
   K_POSITION_FORWARD, K_COLSUM_ADD, K_LAYERNORM_FORWARD, K_LAYERNORM_BACKWARD, K_BIAS_FORWARD,
   K_ACCUMULATE_ACT_F32, K_ACCUMULATE_F32, K_MUON_MOMENTUM, K_MUON_APPLY, K_NS_INV_NORM, K_NS_PREP, K_NS_FINISH,
-  K_CAST_ACT_F32, K_ROUND_BF16, K_COUNT
+  K_CAST_ACT_F32, K_ROUND_BF16, K_MOE_COUNT, K_MOE_POSITIONS, K_MOE_REGROUP, K_COUNT
 };
 
+enum { CU_OFF_CACHE = 64 };     /* offsets arrays whose host copies cu_offsets keeps */
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
 enum { CU_RMS_BWD_ROWS = 16 };   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
 enum { CU_QK_BWD_ROWS = 16 };    /* rows per block of qk_norm_backward: kernels.cu's QK_BWD_ROWS */
@@ -58,16 +59,31 @@ typedef struct {
   double *red;    /* one reduction result (the gradient norm's sum of squares) */
   void **gptr;    /* device: CU_GROUPED_SLOTS × 3 × experts pointers */
   void *workspace; /* cuBLAS's (cublasSetWorkspace) */
-  int *idx_host, *pos_host, *off_host; /* host copies for the permutation and grouped GEMMs */
-  const void *off_of;  /* off_host holds the off_bytes that the host last uploaded to (or
-                          downloaded from) device buffer off_of: an offsets array that only those
-                          uploads write, so reading it back needs no copy (cu_offsets) */
-  size_t off_bytes;
-  float *stats_host;                   /* 2 × experts */
+  /* MoE (ops_moe.c, comm_nccl.c): device scratch moe and its host mirror moe_host, laid out by
+   * cu_moe_layout; off_host: the host copies of offsets arrays the device holds (cu_offsets) */
+  void *moe, *moe_host;
+  int *off_host;
+  const int *cnt_of; /* moe_host's counts are those of this router choice array (NULL: none) */
+  struct {
+    const int *dev; /* NULL: a free slot */
+    size_t n;
+  } oc[CU_OFF_CACHE]; /* oc[i]: off_host's i-th slot (experts + 1 ints) holds n ints of dev */
+  int oc_next;
   void *rl;       /* the router's logit gradient in the activation type (tokens × experts) */
 } CuState;
 
 extern CuState cu;
+
+/* The MoE scratch (device cu.moe, host cu.moe_host, the same layout) for E experts: the balancing
+ * loss's statistics (2E floats) and the assignments per expert (E ints) next to each other, so that
+ * one copy brings both to the host; an all-to-all round's regroup table (2 × E long long, stride E)
+ * and its per-expert first rows (E + 1 ints). Returns the bytes; sets the byte offsets. */
+static inline size_t cu_moe_layout(size_t E, size_t *cnt, size_t *tab, size_t *eoff) {
+  *cnt = sizeof(float) * 2 * E;
+  *tab = (*cnt + sizeof(int) * E + 7) / 8 * 8;
+  *eoff = *tab + sizeof(long long) * 2 * E;
+  return *eoff + sizeof(int) * (E + 1);
+}
 
 /* MTC_PROFILE (profile.c): cu_prof_init reads it (rt_cuda_setup); CU_PROF_BEGIN/END time one
  * op between device synchronizations into a per-name table printed at exit. The same timings
@@ -86,13 +102,16 @@ extern double cu_prof_flops;
 void cu_launch(int k, unsigned grid, unsigned block, void **args);
 /* The same with a 3-D grid (gx, gy, gz). */
 void cu_launch3(int k, unsigned gx, unsigned gy, unsigned gz, unsigned block, void **args);
-/* n ints of device offsets array dev (written only by the runtime's uploads: the permutation's
- * offsets, a round's eoff) on the host, in cu.off_host: copied down only when off_host does not
- * hold them already, whole or as a tail of what it holds (each copy down is a host
- * synchronization). */
+/* n ints of device offsets array dev (written only by the runtime: the permutation's offsets, a
+ * round's eoff) on the host: from the copy cu_offsets_known recorded, whole or a part of one, or
+ * else copied down (a host synchronization; CU_OFF_CACHE arrays are kept, the oldest dropped). */
 const int *cu_offsets(const int *dev, size_t n);
-/* off_host now holds n ints uploaded to dev (after the upload). */
-void cu_offsets_uploaded(const int *dev, size_t n);
+/* The device's offsets array dev now holds the n ints host (recorded; copies of arrays it overlaps
+ * are dropped). */
+void cu_offsets_known(const int *dev, const int *host, size_t n);
+/* bytes from device src into pageable host dst, on the stream: returns when the copy is done (one
+ * host synchronization). */
+void cu_download(void *dst, const void *src, size_t bytes);
 /* The attention kernels in use, for the start-up line. */
 const char *cu_attention_name(void);
 /* Checks a CUDA runtime or cuBLAS status of op. */

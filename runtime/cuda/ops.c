@@ -25,7 +25,7 @@ static const char *const kernel_names[K_COUNT] = {
     "sigmoid_gate_forward", "sigmoid_gate_backward", "router_topk_grouped",
     "rope_yarn", "position_forward", "colsum_add", "layernorm_forward", "layernorm_backward",
     "bias_forward", "accumulate_act_f32", "accumulate_f32", "muon_momentum", "muon_apply", "ns_inv_norm", "ns_prep",
-    "ns_finish", "cast_act_f32", "round_bf16"};
+    "ns_finish", "cast_act_f32", "round_bf16", "moe_count", "moe_positions", "moe_regroup"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -80,11 +80,11 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
 /* The runtime's own buffers for cfg, bytes: on the device cuBLAS's workspace (cfg's, as the plan sizes
  * it; 64 MiB when 0), attention's
  * delta (tokens × heads fp32), cross-entropy's sums (2 × tokens + 1 fp32), one double, the grouped GEMMs'
- * pointer arrays (CU_GROUPED_SLOTS × 3 × experts); on the host the permutation's and grouped GEMMs'
- * copies (2 × tokens × top_k + experts + 1 ints, 2 × experts floats). rt_cuda_setup allocates exactly
- * these; rt_cuda_scratch_bytes reports them. */
+ * pointer arrays (CU_GROUPED_SLOTS × 3 × experts), the MoE scratch (cu_moe_layout); on the host the
+ * MoE scratch's mirror and CU_OFF_CACHE offsets arrays (experts + 1 ints each). rt_cuda_setup
+ * allocates exactly these; rt_cuda_scratch_bytes reports them. */
 typedef struct {
-  size_t delta, ce, red, gptr, rl, idx, pos, off, stats;
+  size_t delta, ce, red, gptr, rl, moe, off;
 } Scratch;
 
 static size_t workspace_bytes(const RtCudaConfig *cfg) {
@@ -92,17 +92,16 @@ static size_t workspace_bytes(const RtCudaConfig *cfg) {
 }
 
 static Scratch scratch_of(const RtCudaConfig *cfg) {
-  size_t T = (size_t)cfg->tokens, E = (size_t)(cfg->experts > 0 ? cfg->experts : 1);
-  size_t NK = T * (size_t)(cfg->top_k > 0 ? cfg->top_k : 1);
+  size_t T = (size_t)cfg->tokens, E = (size_t)(cfg->experts > 0 ? cfg->experts : 1), a, b, c;
   return (Scratch){sizeof(float) * T * (size_t)cfg->heads, sizeof(float) * (2 * T + 1), sizeof(double),
                    sizeof(void *) * CU_GROUPED_SLOTS * 3 * E, MTRT_ACT_IS_BF16 ? sizeof(act) * T * E : 0,
-                   sizeof(int) * NK, sizeof(int) * NK, sizeof(int) * (E + 1), sizeof(float) * 2 * E};
+                   cu_moe_layout(E, &a, &b, &c), sizeof(int) * CU_OFF_CACHE * (E + 1)};
 }
 
 size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes) {
   Scratch s = scratch_of(cfg);
-  *host_bytes = s.idx + s.pos + s.off + s.stats;
-  return workspace_bytes(cfg) + s.delta + s.ce + s.red + s.gptr + s.rl;
+  *host_bytes = s.moe + s.off;
+  return workspace_bytes(cfg) + s.delta + s.ce + s.red + s.gptr + s.rl + s.moe;
 }
 
 int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t errlen) {
@@ -151,11 +150,10 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
   Scratch sc = scratch_of(cfg);
   if (cudaMalloc((void **)&cu.delta, sc.delta) != cudaSuccess || cudaMalloc((void **)&cu.ce, sc.ce) != cudaSuccess ||
       cudaMalloc((void **)&cu.red, sc.red) != cudaSuccess || cudaMalloc((void **)&cu.gptr, sc.gptr) != cudaSuccess ||
-      (sc.rl && cudaMalloc(&cu.rl, sc.rl) != cudaSuccess))
+      (sc.rl && cudaMalloc(&cu.rl, sc.rl) != cudaSuccess) || cudaMalloc(&cu.moe, sc.moe) != cudaSuccess)
     return snprintf(err, errlen, "cannot allocate the runtime's scratch on GPU %d", cu.device), -1;
-  cu.idx_host = malloc(sc.idx), cu.pos_host = malloc(sc.pos);
-  cu.off_host = malloc(sc.off), cu.stats_host = malloc(sc.stats);
-  if (!cu.idx_host || !cu.pos_host || !cu.off_host || !cu.stats_host) return snprintf(err, errlen, "out of host memory"), -1;
+  cu.moe_host = malloc(sc.moe), cu.off_host = malloc(sc.off);
+  if (!cu.moe_host || !cu.off_host) return snprintf(err, errlen, "out of host memory"), -1;
   cu.ready = 1;
   return 0;
 }
@@ -164,7 +162,7 @@ void rt_cuda_teardown(void) {
   if (!cu.ready) return;
   cudaStreamSynchronize(cu.stream);
   cudaFree(cu.delta), cudaFree(cu.ce), cudaFree(cu.red), cudaFree(cu.gptr), cudaFree(cu.rl), cudaFree(cu.workspace);
-  free(cu.idx_host), free(cu.pos_host), free(cu.off_host), free(cu.stats_host);
+  cudaFree(cu.moe), free(cu.moe_host), free(cu.off_host);
   cudaLibraryUnload(cu.lib);
   cublasDestroy(cu.blas);
   cudaStreamDestroy(cu.stream);

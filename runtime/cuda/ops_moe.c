@@ -4,9 +4,12 @@
  * per-expert launches).
  *
  * Dropless routing needs the tokens per expert on the host (the grouped GEMMs' shapes, the
- * all-to-all's counts): the permutation copies the top-k choices to the host, orders them there
- * exactly as the cpu backend does (by expert, then token: deterministic), and copies the rows
- * and offsets back. One synchronization per MoE layer and pass, as in Megatron's dropless MoE. */
+ * all-to-all's counts). The permutation runs on the device (kernels.cu's moe_count and
+ * moe_positions, in the cpu backend's order: by expert, then token), and one copy brings the
+ * counts to the host: the one host synchronization of a MoE layer pass, as in Megatron's dropless
+ * MoE. When the balancing loss ran just before on the same routing, its statistics and the counts
+ * come down in that one copy. The host keeps the offsets it learned (cu_offsets), so the route, the
+ * grouped GEMMs and the backward read them without another copy. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +20,7 @@
 void rt_router_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
                        bool sigmoid) {
   int sg = sigmoid;
+  cu.cnt_of = NULL; /* idx changes */
   cu_launch(K_ROUTER_TOPK, cu_blocks(N, 128), 128, (void *[]){&idx, &wts, &logits, &bias, &sg});
 }
 
@@ -29,6 +33,7 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
 void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
                              int n_group, int topk_group) {
   (void)E, (void)K;
+  cu.cnt_of = NULL;
   cu_launch(K_ROUTER_TOPK_GROUPED, cu_blocks(N, 128), 128, (void *[]){&idx, &wts, &logits, &bias, &n_group, &topk_group});
 }
 
@@ -66,11 +71,30 @@ static void aux_stats(real *stats, const real *logits, const int32_t *idx, int N
   cu_launch(K_AUX_LOSS_STATS, cu_blocks(N, 128), 128, (void *[]){&stats, &logits, &idx});
 }
 
+/* The assignments per expert of idx into cu.moe's counts (on the device). */
+static void count(const int32_t *idx, int N, int E, int K) {
+  size_t cnt, tab, eoff;
+  cu_moe_layout((size_t)cu.cfg.experts, &cnt, &tab, &eoff);
+  if (N != cu.cfg.tokens || K != cu.cfg.top_k || E != cu.cfg.experts)
+    rt_cuda_fail("moe permute", "the routing's shape is not the one kernels.cu was compiled for");
+  int *c = (int *)((char *)cu.moe + cnt);
+  cu_check(cudaMemsetAsync(c, 0, sizeof(int) * (size_t)E, cu.stream), "moe permute");
+  cu_launch(K_MOE_COUNT, cu_blocks((long long)N * K, 256), 256, (void *[]){&c, &idx});
+}
+
 real rt_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, int K, real alpha, real *scratch) {
+  size_t cnt, tab, eoff;
+  cu_moe_layout((size_t)cu.cfg.experts, &cnt, &tab, &eoff);
   aux_stats(scratch, logits, idx, N, E);
-  rt_cuda_download(cu.stats_host, scratch, sizeof(float) * 2 * (size_t)E);
+  /* the statistics next to the counts the permutation needs next: one copy down for both */
+  cu_check(cudaMemcpyAsync(cu.moe, scratch, sizeof(float) * 2 * (size_t)E, cudaMemcpyDeviceToDevice, cu.stream),
+           "balancing loss");
+  count(idx, N, E, K);
+  cu_download(cu.moe_host, cu.moe, cnt + sizeof(int) * (size_t)E);
+  cu.cnt_of = idx;
+  const float *st = cu.moe_host;
   double s = 0;
-  for (int e = 0; e < E; e++) s += (double)cu.stats_host[e] * cu.stats_host[E + e];
+  for (int e = 0; e < E; e++) s += (double)st[e] * st[E + e];
   return (real)(alpha * E * s);
 }
 
@@ -86,35 +110,60 @@ void rt_moe_count(real *load, const int32_t *idx, int64_t n) {
 }
 
 void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E, int K) {
-  int *o = cu.off_host, *p = cu.pos_host, *ix = cu.idx_host, n = N * K;
-  rt_cuda_download(ix, idx, sizeof(int) * (size_t)n);
-  for (int e = 0; e <= E; e++) o[e] = 0;
-  for (int a = 0; a < n; a++) {
-    if (ix[a] < 0 || ix[a] >= E) rt_cuda_fail("moe permute", "the router chose an expert out of range");
-    o[ix[a] + 1]++;
-  }
-  for (int e = 0; e < E; e++) o[e + 1] += o[e];
-  for (int a = 0; a < n; a++) p[a] = o[ix[a]]++; /* stable: token order within an expert */
-  for (int e = E; e > 0; e--) o[e] = o[e - 1];
+  size_t cnt, tab, eoff;
+  cu_moe_layout((size_t)cu.cfg.experts, &cnt, &tab, &eoff);
+  int fresh = cu.cnt_of != idx; /* else the balancing loss has counted idx and copied it down */
+  if (fresh) count(idx, N, E, K);
+  const int *c = (const int *)((char *)cu.moe + cnt);
+  cu_launch(K_MOE_POSITIONS, (unsigned)E, 256, (void *[]){&pos, &offsets, &c, &idx});
+  if (fresh) cu_download((char *)cu.moe_host + cnt, c, sizeof(int) * (size_t)E);
+  cu.cnt_of = idx;
+  /* the offsets as moe_positions writes them, on the host */
+  const int *h = (const int *)((const char *)cu.moe_host + cnt);
+  int *o = (int *)((char *)cu.moe_host + eoff); /* (staging: cu_offsets_known copies it) */
+  int64_t at = 0;
   o[0] = 0;
-  rt_cuda_upload(pos, p, sizeof(int) * (size_t)n);
-  rt_cuda_upload(offsets, o, sizeof(int) * (size_t)(E + 1));
-  cu_offsets_uploaded(offsets, (size_t)E + 1);
+  for (int e = 0; e < E; e++) {
+    at += h[e], o[e + 1] = (int)at;
+  }
+  if (at != (int64_t)N * K) rt_cuda_fail("moe permute", "the router chose an expert out of range");
+  /* (moe_positions wrote no position of such an assignment; the job ends here) */
+  cu_offsets_known(offsets, o, (size_t)E + 1);
 }
+
+static int *oc_host(int i) { return cu.off_host + (size_t)i * ((size_t)cu.cfg.experts + 1); }
 
 const int *cu_offsets(const int *dev, size_t n) {
-  /* a tail of the array held (whole-expert shards: one shard's experts at a time) needs no copy */
-  uintptr_t held = (uintptr_t)cu.off_of, at = (uintptr_t)dev;
-  if (held && at > held && (at - held) % sizeof(int) == 0 && at - held + n * sizeof(int) <= cu.off_bytes)
-    return cu.off_host + (at - held) / sizeof(int);
-  if (cu.off_of != dev || cu.off_bytes < n * sizeof(int)) {
-    rt_cuda_download(cu.off_host, dev, sizeof(int) * n);
-    cu_offsets_uploaded(dev, n);
-  }
-  return cu.off_host;
+  /* a part of an array held (whole-expert shards: one shard's experts at a time) needs no copy */
+  for (int i = 0; i < CU_OFF_CACHE; i++)
+    if (cu.oc[i].dev && dev >= cu.oc[i].dev && dev + n <= cu.oc[i].dev + cu.oc[i].n)
+      return oc_host(i) + (dev - cu.oc[i].dev);
+  size_t cnt, tab, eoff;
+  cu_moe_layout((size_t)cu.cfg.experts, &cnt, &tab, &eoff);
+  if (n > (size_t)cu.cfg.experts + 1) rt_cuda_fail("moe offsets", "more offsets than experts + 1");
+  int *h = (int *)((char *)cu.moe_host + eoff);
+  cu_download(h, dev, sizeof(int) * n);
+  cu_offsets_known(dev, h, n);
+  return cu_offsets(dev, n);
 }
 
-void cu_offsets_uploaded(const int *dev, size_t n) { cu.off_of = dev, cu.off_bytes = n * sizeof(int); }
+void cu_offsets_known(const int *dev, const int *host, size_t n) {
+  if (n > (size_t)cu.cfg.experts + 1) rt_cuda_fail("moe offsets", "more offsets than experts + 1");
+  int at = -1;
+  for (int i = 0; i < CU_OFF_CACHE; i++) /* copies of the bytes dev overwrites are stale */
+    if (cu.oc[i].dev && dev < cu.oc[i].dev + cu.oc[i].n && cu.oc[i].dev < dev + n) {
+      cu.oc[i].dev = NULL;
+      if (at < 0) at = i;
+    }
+  if (at < 0) at = cu.oc_next, cu.oc_next = (cu.oc_next + 1) % CU_OFF_CACHE;
+  memcpy(oc_host(at), host, sizeof(int) * n);
+  cu.oc[at].dev = dev, cu.oc[at].n = n;
+}
+
+void cu_download(void *dst, const void *src, size_t bytes) {
+  /* into pageable memory: cudaMemcpyAsync returns once the copy is done */
+  cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu.stream), "download");
+}
 
 void rt_moe_gather(act *xp, const act *x, const int32_t *pos, int N, int K, int C) {
   cu_launch(K_MOE_GATHER, (unsigned)(N * K), 128, (void *[]){&xp, &x, &pos});
