@@ -49,8 +49,10 @@ static json_t *mtc_manifest(int fd) {
   if (!regular_at(fd, "manifest.json")) return NULL;
   int mfd = openat(fd, "manifest.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (mfd < 0) return NULL;
-  json_t *j = json_loadfd(mfd, 0, NULL);
-  close(mfd);
+  FILE *f = fdopen(mfd, "r"); /* buffered: json_loadfd reads one byte per read() (minutes for a huge file) */
+  if (!f) return close(mfd), NULL;
+  json_t *j = json_loadf(f, 0, NULL);
+  fclose(f);
   const char *format = json_string_value(json_object_get(j, "format"));
   if (!format || strcmp(format, "mtc-checkpoint-1") != 0 || !json_is_array(json_object_get(j, "shards")))
     return json_decref(j), NULL;
