@@ -207,25 +207,6 @@ static int run(char *const argv[]) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-/* The build directory bdir/CMakeCache.txt was made for (its CMAKE_CACHEFILE_DIR): true with it
- * in out, false when there is no readable cache. */
-static bool build_tree_of(const char *bdir, char *out, size_t n) {
-  char path[4200], line[4400];
-  snprintf(path, sizeof path, "%s/CMakeCache.txt", bdir);
-  FILE *f = fopen(path, "r");
-  if (!f) return false;
-  bool found = false;
-  static const char key[] = "CMAKE_CACHEFILE_DIR:INTERNAL=";
-  while (!found && fgets(line, sizeof line, f))
-    if (strncmp(line, key, sizeof key - 1) == 0) {
-      line[strcspn(line, "\r\n")] = 0;
-      snprintf(out, n, "%.4095s", line + sizeof key - 1);
-      found = true;
-    }
-  fclose(f);
-  return found;
-}
-
 int build_run(const char *dir, const char *backend, const char *real, bool allow_edits) {
   struct stat st;
   char path[4096];
@@ -279,7 +260,7 @@ int build_run(const char *dir, const char *backend, const char *real, bool allow
   /* a build tree copied with its program (cp -r DIR elsewhere) names the old directory in its
    * cache, which cmake refuses: configure it afresh (--fresh, cmake >= 3.24), saying so */
   char cached[4096] = "", want[4096] = "", have[4096] = "";
-  bool fresh = build_tree_of(bdir, cached, sizeof cached) && realpath(bdir, want) &&
+  bool fresh = out_build_tree_of(bdir, cached, sizeof cached) && realpath(bdir, want) &&
                (!realpath(cached, have) || strcmp(have, want) != 0);
   if (fresh)
     printf("note: %s was configured for %s (a copied build tree): configuring it afresh\n", bdir, cached);

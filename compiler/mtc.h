@@ -848,6 +848,9 @@ bool out_batch_end(Diag *d, bool commit);
  * earlier compile); any other non-empty directory is refused (false, a diagnostic naming a
  * file in it) unless force. */
 bool out_dir_prepare(Diag *d, const char *dir, bool force);
+/* The directory build tree bdir's CMakeCache.txt was made for (its CMAKE_CACHEFILE_DIR): true
+ * with it in out (n bytes), false when there is no readable cache. */
+bool out_build_tree_of(const char *bdir, char *out, size_t n);
 /* Writes dir/program.sum (in the current batch): the FNV-1a hash of each program file's
  * dir/NAME.tmp, written by this compile. False after a diagnostic. */
 bool out_write_program_sum(Diag *d, const char *dir);

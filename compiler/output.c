@@ -171,23 +171,34 @@ static int remove_file(const char *dir, const char *name) {
   return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && mtc_program_file(dir, name) && unlink(path) == 0;
 }
 
+bool out_build_tree_of(const char *bdir, char *out, size_t n) {
+  char path[4200], line[4400];
+  snprintf(path, sizeof path, "%s/CMakeCache.txt", bdir);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  bool found = false;
+  static const char key[] = "CMAKE_CACHEFILE_DIR:INTERNAL=";
+  while (!found && fgets(line, sizeof line, f))
+    if (strncmp(line, key, sizeof key - 1) == 0) {
+      line[strcspn(line, "\r\n")] = 0;
+      snprintf(out, n, "%.4095s", line + sizeof key - 1);
+      found = true;
+    }
+  fclose(f);
+  return found;
+}
+
 /* Removes dir/b/train, the program mtc build made, when dir/b is a real directory (never a link)
  * holding a CMakeCache.txt made for dir/b itself and train is a regular file: 1 when removed. */
 static int remove_built(const char *dir, const char *b) {
-  char bdir[4400], path[4500], line[4600], real_b[4096], real_c[4096];
+  char bdir[4400], path[4500], real_b[4096], real_c[4096];
   struct stat st;
   snprintf(bdir, sizeof bdir, "%s/%s", dir, b);
   if (lstat(bdir, &st) != 0 || !S_ISDIR(st.st_mode) || !realpath(bdir, real_b)) return 0;
+  char cached[4096];
   snprintf(path, sizeof path, "%s/CMakeCache.txt", bdir);
-  FILE *f = lstat(path, &st) == 0 && S_ISREG(st.st_mode) ? fopen(path, "r") : NULL;
-  bool made_here = false;
-  static const char key[] = "CMAKE_CACHEFILE_DIR:INTERNAL=";
-  while (f && !made_here && fgets(line, sizeof line, f))
-    if (strncmp(line, key, sizeof key - 1) == 0) {
-      line[strcspn(line, "\r\n")] = 0;
-      made_here = realpath(line + sizeof key - 1, real_c) && strcmp(real_b, real_c) == 0;
-    }
-  if (f) fclose(f);
+  bool made_here = lstat(path, &st) == 0 && S_ISREG(st.st_mode) && out_build_tree_of(bdir, cached, sizeof cached) &&
+                   realpath(cached, real_c) && strcmp(real_b, real_c) == 0;
   snprintf(path, sizeof path, "%s/train", bdir);
   return made_here && lstat(path, &st) == 0 && S_ISREG(st.st_mode) && unlink(path) == 0;
 }
