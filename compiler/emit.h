@@ -1,6 +1,7 @@
 /*
  * emit.h — the program emitter's private state, shared by emit_layout.c (parameter groups and
- * the arena) and emit_step.c (the step code and its header). The public entry points are in
+ * the arena), emit_layer.c and emit_moe.c (one layer's code) and emit_step.c (the schedule,
+ * step.h and step.c). The public entry points are in
  * mtc.h (emit_program, build_run).
  */
 #ifndef MTC_EMIT_H
@@ -110,5 +111,37 @@ const char *em_act(Em *e, int l, const char *name, SaveClass cls);
 /* The arena of buffer name (registered by em_layout; the boundaries X<l> are activations), or
  * -1 for a name that is no buffer. */
 int em_arena_of(const Em *e, const char *name);
+
+/* ---- emit_layer.c and emit_moe.c: a layer's code in step.c ---------------------------------- */
+
+/* Writes printf-style text to e->f; every R(NAME) of an activation-arena buffer (em_arena_of)
+ * is written A(NAME), so that one spelling serves the code and the type follows the layout. */
+void em_printf(Em *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Offset (elements) of tensor key (model.c's name) in group g; aborts on a key the group lacks
+ * (an emitter bug: the emitter asks only for tensors the model graph has). */
+int64_t em_off(Em *e, int g, const char *key);
+/* The bias of the linear layer whose weight is wkey in group g as a call argument through
+ * macro m (W, or DW for its gradient): "NULL" without model.bias. */
+const char *em_bias_arg(Em *e, int g, const char *wkey, const char *m);
+/* A norm's forward (out, stats <- x) and backward (dx += through the norm, its weight's
+ * gradient) with group g's weights `name` (rmsnorm or layernorm as the spec says). */
+void em_norm_forward(Em *e, int g, const char *out, const char *stats, const char *x, const char *name);
+void em_norm_backward(Em *e, int g, const char *dx, const char *x, const char *stats, const char *name);
+/* The functions layer<l>_forward and layer<l>_backward of step.c (dy, dx: the arena names of
+ * the incoming and outgoing boundary gradients). */
+void em_layer_forward(Em *e, int l);
+void em_layer_backward(Em *e, int l, const char *dy, const char *dx);
+/* The MoE part of layer l, called inside the layer's functions. */
+void em_moe_forward(Em *e, int l);
+void em_moe_backward(Em *e, int l, const char *dy);
+
+/* Shorthands of the layer emitters (emit_layer.c, emit_moe.c, emit_step.c). */
+#define P em_printf
+#define off em_off
+#define bias_arg em_bias_arg
+#define A em_act
+#define OTH SAVE_OTHER
+#define ATT SAVE_ATTN
+#define EXP SAVE_EXPERT
 
 #endif

@@ -1,0 +1,313 @@
+/* emit_layer.c — one dense layer's forward and backward in step.c (norms, attention with its
+ * RoPE and qk-norm, the MLP, residuals) and the emitter's text helpers; the MoE part of a layer
+ * is emit_moe.c's, the schedule around the layers emit_step.c's. */
+#include <errno.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit.h"
+
+/* Writes text to e->f. The emitters write every arena buffer as R(NAME); for a buffer of the
+ * activation arena (em_arena_of) it is written A(NAME), so that one spelling serves code and
+ * the buffer's type follows the layout. */
+static void put_text(Em *e, const char *text) {
+  for (const char *p = text; *p;) {
+    const char *r = strstr(p, "R(");
+    if (!r) {
+      fputs(p, e->f);
+      break;
+    }
+    fwrite(p, 1, (size_t)(r - p), e->f);
+    bool word = r > text && (isalnum((unsigned char)r[-1]) || r[-1] == '_'); /* e.g. "STDERR(" */
+    size_t len = strspn(r + 2, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+    char name[128];
+    if (!word && len && len < sizeof name && r[2 + len] == ')') {
+      memcpy(name, r + 2, len), name[len] = 0;
+      fputs(em_arena_of(e, name) == EM_ACT ? "A(" : "R(", e->f);
+    } else {
+      fputs("R(", e->f);
+    }
+    p = r + 2;
+  }
+}
+
+void em_printf(Em *e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char small[4096], *text = (size_t)n < sizeof small ? small : malloc((size_t)n + 1);
+  if (!text) abort(); /* out of memory */
+  va_start(ap, fmt);
+  vsnprintf(text, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  put_text(e, text);
+  if (text != small) free(text);
+}
+
+/* Offset of tensor key (model.c's name) in group g; the emitter asks only for tensors the
+ * model graph has. Scans only the group's own range of tensors (one layer's). */
+int64_t em_off(Em *e, int g, const char *key) {
+  for (int i = e->groups[g].first; i <= e->groups[g].last; i++)
+    if (e->tensors[i].group == g && strcmp(e->tensors[i].key, key) == 0) return e->tensors[i].offset;
+  fprintf(stderr, "mtc: internal error: no tensor %s in group %d\n", key, g);
+  abort();
+}
+
+/* The bias of the linear layer whose weight is wkey in group g, as a call argument through
+ * macro m (W, or DW for its gradient): "NULL" without model.bias (mtrt_ops.h's rt_matmul_*). */
+const char *em_bias_arg(Em *e, int g, const char *wkey, const char *m) {
+  if (!e->s->model.bias) return "NULL";
+  size_t n = strlen(wkey) - strlen("weight");
+  return mem_printf(e->m, "%s(%lld)", m, (long long)off(e, g, mem_printf(e->m, "%.*sbias", (int)n, wkey)));
+}
+
+/* ---- norms -------------------------------------------------------------------------------- */
+
+/* Norm `name` (input_layernorm, post_attention_layernorm, norm: its weight name.weight in group g,
+ * its bias name.bias under model.bias) of buffer x into out; stats holds rstd (N), then the mean
+ * (N) for LayerNorm (emit_layout.c sizes it). RMSNorm with a bias adds it after the norm. */
+void em_norm_forward(Em *e, int g, const char *out, const char *stats, const char *x, const char *name) {
+  long long N = e->N, C = e->C, w = off(e, g, mem_printf(e->m, "%s.weight", name));
+  const char *b = e->s->model.bias ? mem_printf(e->m, "W(%lld)", (long long)off(e, g, mem_printf(e->m, "%s.bias", name))) : NULL;
+  const char *what = strcmp(name, "norm") == 0 ? "model.norm" : name;
+  if (e->s->model.norm == NORM_LAYERNORM) {
+    P(e, "  rt_layernorm_forward(R(%s), R(%s + %lld), R(%s), R(%s), W(%lld), %s, %lld, %lld, EPS); /* %s */\n", out, stats,
+      N, stats, x, w, b ? b : "NULL", N, C, what);
+    return;
+  }
+  P(e, "  rt_rmsnorm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* %s */\n", out, stats, x, w, N, C, what);
+  if (b) P(e, "  rt_bias_forward(R(%s), %s, %lld, %lld); /* %s.bias */\n", out, b, N, C, name);
+}
+
+/* Its backward: the gradient of out is in DLN; adds that of x into dx. */
+void em_norm_backward(Em *e, int g, const char *dx, const char *x, const char *stats, const char *name) {
+  long long N = e->N, C = e->C, w = off(e, g, mem_printf(e->m, "%s.weight", name));
+  const char *db = e->s->model.bias ? mem_printf(e->m, "DW(%lld)", (long long)off(e, g, mem_printf(e->m, "%s.bias", name))) : NULL;
+  if (e->s->model.norm == NORM_LAYERNORM) {
+    P(e, "  rt_layernorm_backward(R(%s), DW(%lld), %s, R(DLN), R(%s), W(%lld), R(%s + %lld), R(%s), %lld, %lld);\n", dx, w,
+      db ? db : "NULL", x, w, stats, N, stats, N, C);
+    return;
+  }
+  if (db) P(e, "  rt_bias_backward(%s, R(DLN), %lld, %lld); /* %s.bias */\n", db, N, C, name);
+  P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(%s), W(%lld), R(%s), %lld, %lld);\n", dx, w, x, w, stats, N, C);
+}
+
+/* ---- one layer ---------------------------------------------------------------------------- */
+
+/* Whether RoPE has Llama 3.1's frequency scaling (model.rope_scaling type llama3) or YaRN. */
+static bool llama3(const Em *e) {
+  return e->s->model.rope_scaling.present && e->s->model.rope_scaling.type != ROPE_SCALING_NONE;
+}
+
+/* YaRN's get_mscale (transformers' modeling_rope_utils.py): 0.1 m ln(s) + 1 for s > 1. */
+static double yarn_mscale(double s, double m) { return s <= 1 ? 1 : 0.1 * m * log(s) + 1; }
+
+/* rt_rope_yarn_<dir> on buffer x of h heads, with transformers' attention factor: the ratio of
+ * get_mscale(factor, mscale) to get_mscale(factor, mscale_all_dim) when both are set, else
+ * get_mscale(factor). */
+static void rope_yarn(Em *e, const char *ind, const char *x, int64_t h, const char *dir) {
+  const RopeScalingSpec *r = &e->s->model.rope_scaling;
+  double attn = r->mscale && r->mscale_all_dim ? yarn_mscale(r->factor, r->mscale) / yarn_mscale(r->factor, r->mscale_all_dim)
+                                               : yarn_mscale(r->factor, 1);
+  P(e, "%srt_rope_yarn_%s(R(%s), %lld, %lld, %lld, %lld, %.17g, %.17g, %lld, %.17g, %.17g, %.17g); /* B, T, heads, "
+       "head_dim, theta, rope_scaling factor, original_max_position, beta_fast, beta_slow, attention factor */\n",
+    ind, dir, x, (long long)e->B, (long long)e->T, (long long)h, (long long)e->hd, e->s->model.attention.rope_theta,
+    r->factor, (long long)r->original_max_position, r->beta_fast, r->beta_slow, attn);
+}
+
+/* rt_rope_llama3_<dir> on buffer x of h heads: RoPE with model.rope_scaling's factors. */
+static void rope_llama3(Em *e, const char *ind, const char *x, int64_t h, const char *dir) {
+  const RopeScalingSpec *r = &e->s->model.rope_scaling;
+  if (r->type == ROPE_SCALING_YARN) {
+    rope_yarn(e, ind, x, h, dir);
+    return;
+  }
+  P(e, "%srt_rope_llama3_%s(R(%s), %lld, %lld, %lld, %lld, %.17g, %.17g, %.17g, %.17g, %lld); /* B, T, heads, "
+       "head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */\n",
+    ind, dir, x, (long long)e->B, (long long)e->T, (long long)h, (long long)e->hd, e->s->model.attention.rope_theta,
+    r->factor, r->low_freq_factor, r->high_freq_factor, (long long)r->original_max_position);
+}
+
+/* qk-norm's rows and width for heads h (per_head: a row per token and head of head_dim; full:
+ * a row per token of every head's channels). */
+static void qk_rows(const Em *e, int64_t h, long long *rows, long long *width) {
+  bool full = e->qk_norm == QKN_FULL;
+  *rows = full ? e->N : e->N * h, *width = full ? h * e->hd : e->hd;
+}
+
+/* q and k normalized before RoPE: QR, KR (the projections) -> Q, K (Qwen3's q_norm / k_norm over
+ * head_dim, modeling_qwen3.py; OLMoE's over all heads, modeling_olmoe.py). */
+static void qk_norm_forward(Em *e, int l, const char *ind) {
+  int g = e->layer_dense[l];
+  for (int i = 0; i < 2; i++) {
+    long long rows, width;
+    qk_rows(e, i ? e->nkv : e->nh, &rows, &width);
+    P(e, "%srt_qk_norm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* %s_norm */\n", ind,
+      A(e, l, i ? "K" : "Q", ATT), A(e, l, i ? "RSTDK" : "RSTDQ", ATT), A(e, l, i ? "KR" : "QR", ATT),
+      (long long)off(e, g, i ? "attn.k_norm.weight" : "attn.q_norm.weight"), rows, width, i ? "k" : "q");
+  }
+}
+
+/* The backward of qk_norm_forward: DQ, DK (gradients of the normalized q, k) -> DQR, DKR. */
+static void qk_norm_backward(Em *e, int l) {
+  int g = e->layer_dense[l];
+  for (int i = 0; i < 2; i++) {
+    long long rows, width;
+    qk_rows(e, i ? e->nkv : e->nh, &rows, &width);
+    int64_t o = off(e, g, i ? "attn.k_norm.weight" : "attn.q_norm.weight");
+    P(e, "  rt_zero(R(%s), %lld);\n", i ? "DKR" : "DQR", rows * width);
+    P(e, "  rt_qk_norm_backward(R(%s), DW(%lld), R(%s), R(%s), W(%lld), R(%s), %lld, %lld); /* %s_norm */\n",
+      i ? "DKR" : "DQR", (long long)o, i ? "DK" : "DQ", A(e, l, i ? "KR" : "QR", ATT), (long long)o,
+      A(e, l, i ? "RSTDK" : "RSTDQ", ATT), rows, width, i ? "k" : "q");
+  }
+}
+
+static void attention_forward(Em *e, int l) {
+  int g = e->layer_dense[l];
+  const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT),
+             *v = A(e, l, "V", ATT), *att = A(e, l, "ATT", ATT), *lse = A(e, l, "LSE", ATT);
+  em_norm_forward(e, g, ln1, A(e, l, "RSTD1", OTH), mem_printf(e->m, "X%d", l), "input_layernorm");
+  const char *ind = "  ";
+  if (e->ac == AC_SELECTIVE) {
+    P(e, "  if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */\n");
+    ind = "    ";
+  }
+  const char *qr = e->qk_norm ? A(e, l, "QR", ATT) : q, *kr = e->qk_norm ? A(e, l, "KR", ATT) : k;
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* q_proj */\n", ind, qr, ln1,
+    (long long)off(e, g, "attn.q_proj.weight"), bias_arg(e, g, "attn.q_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->Q);
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* k_proj */\n", ind, kr, ln1,
+    (long long)off(e, g, "attn.k_proj.weight"), bias_arg(e, g, "attn.k_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->KV);
+  P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* v_proj */\n", ind, v, ln1,
+    (long long)off(e, g, "attn.v_proj.weight"), bias_arg(e, g, "attn.v_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->KV);
+  if (e->qk_norm) qk_norm_forward(e, l, ind);
+  double theta = e->s->model.attention.rope_theta;
+  if (e->rope && llama3(e)) {
+    rope_llama3(e, ind, q, e->nh, "forward");
+    rope_llama3(e, ind, k, e->nkv, "forward");
+  } else if (e->rope) {
+    P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, head_dim, theta */\n", ind, q, (long long)e->B, (long long)e->T,
+      (long long)e->nh, (long long)e->hd, theta);
+    P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, k, (long long)e->B, (long long)e->T,
+      (long long)e->nkv, (long long)e->hd, theta);
+  }
+  P(e, "%srt_attention_forward(R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld); /* B, T, heads, kv_heads, "
+       "head_dim */\n", ind, att,
+    lse, q, k, v, (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
+  if (e->ac == AC_SELECTIVE) P(e, "  }\n");
+  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* o_proj */\n", att,
+    (long long)off(e, g, "attn.o_proj.weight"), bias_arg(e, g, "attn.o_proj.weight", "W"), (long long)e->N, (long long)e->Q, (long long)e->C);
+  P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "RES", OTH), l, (long long)(e->N * e->C));
+  em_norm_forward(e, g, A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "RES", OTH), "post_attention_layernorm");
+}
+
+static void mlp_forward(Em *e, int l) {
+  int g = e->layer_dense[l];
+  int64_t N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
+  const char *ln2 = A(e, l, "LN2", OTH), *u = A(e, l, "U", OTH), *h = A(e, l, "H", OTH);
+  P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* up_proj */\n", u, ln2,
+    (long long)off(e, g, "mlp.up_proj.weight"), bias_arg(e, g, "mlp.up_proj.weight", "W"), (long long)N, (long long)C, (long long)F);
+  if (e->s->model.mlp.activation == ACT_SWIGLU) {
+    const char *gg = A(e, l, "G", OTH);
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* gate_proj */\n", gg, ln2,
+      (long long)off(e, g, "mlp.gate_proj.weight"), bias_arg(e, g, "mlp.gate_proj.weight", "W"), (long long)N, (long long)C, (long long)F);
+    P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", h, gg, u, (long long)(N * F));
+  } else {
+    P(e, "  rt_gelu_forward(R(%s), R(%s), %lld);\n", h, u, (long long)(N * F));
+  }
+  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* down_proj */\n", h,
+    (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "W"), (long long)N, (long long)F, (long long)C);
+}
+
+/* Whole-expert shards (plan_expert_per > 0: efsdp > 1 divides El): the gathered experts of a
+ * layer are efsdp shards one after another, each holding per experts of every routed tensor, so
+ * the experts' ops run once per shard on its experts (flat: once, on all El). EXW(o) is the weight (or gradient) at gathered offset o of the shard's
+ * first expert, EXO(offs) its offsets, EXN its experts; EXLOOP the loop over shards ("" when flat). */
+void em_layer_forward(Em *e, int l) {
+  bool moe = e->md->layers[l].kind == LAYER_MOE;
+  if (e->ac == AC_NONE)
+    P(e, "\n/* layer %d (%s), forward: X%d -> X%d; every activation stays for the backward (no\n"
+         " * checkpointing: recompute is always false). */\n", l, moe ? "MoE" : "dense", l, l + 1);
+  else
+    P(e, "\n/* layer %d (%s), forward: X%d -> X%d. With recompute, the backward re-runs it from the\n"
+         " * saved boundary X%d (%s checkpointing). */\n", l, moe ? "MoE" : "dense", l, l + 1, l, plan_ac_name(e->ac));
+  P(e, "static void layer%d_forward(RtCtx *c, bool recompute) {\n", l);
+  if (!moe && e->ac != AC_SELECTIVE) P(e, "  (void)recompute; /* a dense layer recomputes everything or nothing */\n");
+  attention_forward(e, l);
+  if (moe) em_moe_forward(e, l);
+  else mlp_forward(e, l);
+  P(e, "  %srt_add(R(X%d), R(%s), R(WS_Y), %lld); /* residual */\n}\n", e->ac == AC_NONE ? "" : "if (!recompute) ", l + 1, A(e, l, "RES", OTH),
+    (long long)(e->N * e->C));
+}
+
+static void mlp_backward(Em *e, int l, const char *dy) {
+  int g = e->layer_dense[l];
+  long long N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
+  const char *ln2 = A(e, l, "LN2", OTH), *u = A(e, l, "U", OTH), *h = A(e, l, "H", OTH);
+  P(e, "  rt_zero(R(DH), %lld);\n", N * F);
+  P(e, "  rt_matmul_backward(R(DH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
+    (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "DW"), dy, h, (long long)off(e, g, "mlp.down_proj.weight"), N, F, C);
+  P(e, "  rt_zero(R(DU), %lld);\n", N * F);
+  if (e->s->model.mlp.activation == ACT_SWIGLU) {
+    const char *gg = A(e, l, "G", OTH);
+    P(e, "  rt_zero(R(DG), %lld);\n", N * F);
+    P(e, "  rt_swiglu_backward(R(DG), R(DU), R(DH), R(%s), R(%s), %lld);\n", gg, u, N * F);
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n",
+      (long long)off(e, g, "mlp.gate_proj.weight"), bias_arg(e, g, "mlp.gate_proj.weight", "DW"), ln2, (long long)off(e, g, "mlp.gate_proj.weight"), N, C, F);
+  } else {
+    P(e, "  rt_gelu_backward(R(DU), R(DH), R(%s), %lld);\n", u, N * F);
+  }
+  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DU), R(%s), W(%lld), %lld, %lld, %lld); /* up_proj */\n",
+    (long long)off(e, g, "mlp.up_proj.weight"), bias_arg(e, g, "mlp.up_proj.weight", "DW"), ln2, (long long)off(e, g, "mlp.up_proj.weight"), N, C, F);
+}
+
+void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
+  bool moe = e->md->layers[l].kind == LAYER_MOE;
+  int g = e->layer_dense[l];
+  long long N = e->N, C = e->C, Q = e->Q, KV = e->KV;
+  P(e, "\n/* layer %d (%s), backward: %s (gradient of X%d) -> %s (gradient of X%d); weight gradients\n"
+       " * into DW%s. */\n",
+    l, moe ? "MoE" : "dense", dy, l + 1, dx, l, moe ? " and DWE" : "");
+  P(e, "static void layer%d_backward(RtCtx *c) {\n", l);
+  P(e, "  /* backward ops add into the gradients they are given: each is zeroed first */\n");
+  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
+  if (moe) em_moe_backward(e, l, dy);
+  else mlp_backward(e, l, dy);
+  P(e, "  rt_copy(R(%s), R(%s), %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
+  em_norm_backward(e, g, dx, A(e, l, "RES", OTH), A(e, l, "RSTD2", OTH), "post_attention_layernorm");
+  int64_t o = off(e, g, "attn.o_proj.weight");
+  P(e, "  rt_zero(R(DATT), %lld);\n", N * Q);
+  P(e, "  rt_matmul_backward(R(DATT), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
+    (long long)o, bias_arg(e, g, "attn.o_proj.weight", "DW"), dx, A(e, l, "ATT", ATT), (long long)o, N, Q, C);
+  P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * KV);
+  P(e, "  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, "
+       "%lld, %lld);\n",
+    A(e, l, "Q", ATT), A(e, l, "K", ATT), A(e, l, "V", ATT), A(e, l, "ATT", ATT), A(e, l, "LSE", ATT),
+    (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
+  double theta = e->s->model.attention.rope_theta;
+  if (e->rope && llama3(e)) {
+    rope_llama3(e, "  ", "DQ", e->nh, "backward");
+    rope_llama3(e, "  ", "DK", e->nkv, "backward");
+  } else if (e->rope) {
+    P(e, "  rt_rope_backward(R(DQ), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
+      (long long)e->nh, (long long)e->hd, theta);
+    P(e, "  rt_rope_backward(R(DK), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
+      (long long)e->nkv, (long long)e->hd, theta);
+  }
+  if (e->qk_norm) qk_norm_backward(e, l);
+  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
+  const char *ln1 = A(e, l, "LN1", OTH);
+  static const char *const qkv[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; i++) {
+    const char *key = i == 0 ? "attn.q_proj.weight" : i == 1 ? "attn.k_proj.weight" : "attn.v_proj.weight";
+    o = off(e, g, key);
+    const char *dproj = i == 2 || !e->qk_norm ? mem_printf(e->m, "D%c", "QKV"[i]) : i ? "DKR" : "DQR";
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
+      (long long)o, bias_arg(e, g, key, "DW"), dproj, ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
+  }
+  em_norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1", OTH), "input_layernorm");
+  P(e, "}\n");
+}
+

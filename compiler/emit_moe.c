@@ -1,0 +1,205 @@
+/* emit_moe.c — the MoE part of a layer in step.c: router, top-k, dispatch all-to-all (in
+ * rounds bounded by the plan's moe_imbalance), the routed experts as grouped GEMMs over whole-
+ * expert or flat shards, shared experts, combine; forward and backward. */
+#include <string.h>
+
+#include "emit.h"
+
+static bool blocked(const Em *e) { return plan_expert_per(e->El, e->efsdp) > 0; }
+static int64_t per_shard(const Em *e) { return plan_expert_per(e->El, e->efsdp); }
+static const char *exw(Em *e, const char *mac, long long o) {
+  return blocked(e) ? mem_printf(e->m, "%s(%lld + b * SHARD_EXPERTS_ELEMS)", mac, o) : mem_printf(e->m, "%s(%lld)", mac, o);
+}
+static const char *exo(Em *e, const char *offs) {
+  return blocked(e) ? mem_printf(e->m, "I(%s) + b * %lld", offs, (long long)per_shard(e)) : mem_printf(e->m, "I(%s)", offs);
+}
+static const char *exn(Em *e) {
+  long long per = per_shard(e);
+  return blocked(e) ? mem_printf(e->m, "n < %lld ? n : %lld", per, per) : mem_printf(e->m, "%lld", (long long)e->El);
+}
+static const char *exloop(Em *e) {
+  long long El = e->El, per = per_shard(e);
+  return blocked(e) ? mem_printf(e->m, "for (int b = 0, n; (n = %lld - b * %lld) > 0; b++) /* shards of whole experts */\n      ",
+                                 El, per) : "";
+}
+
+/* Whether the routing weights are not rt_router_forward's (renormalized top-k, unscaled): then
+ * rt_router_weights recomputes them (model.moe.norm_topk_prob false, routed_scaling_factor). */
+static bool reweight(const Em *e) {
+  return !e->s->model.moe.norm_topk_prob || e->s->model.moe.routed_scaling_factor != 1;
+}
+
+void em_moe_forward(Em *e, int l) {
+  int g = e->layer_dense[l], ge = e->layer_experts[l];
+  long long N = e->N, C = e->C, E = e->E, K = e->K;
+  const char *ln2 = A(e, l, "LN2", OTH), *lg = A(e, l, "LOGITS", OTH), *idx = A(e, l, "IDX", OTH),
+             *wts = A(e, l, "WTS", OTH), *pos = A(e, l, "POS", OTH), *offs = A(e, l, "OFFSETS", OTH),
+             *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
+  P(e, "  rt_router_logits_forward(R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
+    (long long)off(e, g, "moe.gate.weight"), N, C, E);
+  const MoeSpec *ms = &e->s->model.moe;
+  if (ms->topk_group < ms->n_group) /* group-limited (DeepSeek-V3) */
+    P(e, "  rt_router_group_forward(I(%s), R(%s), R(%s), %s, %lld, %lld, %lld, %lld, %lld); /* n_group, topk_group */\n",
+      idx, wts, lg, ms->router_bias ? mem_printf(e->m, "W(%lld)", (long long)off(e, g, "moe.gate.e_score_correction_bias")) : "NULL",
+      N, E, K, (long long)ms->n_group, (long long)ms->topk_group);
+  else if (e->s->model.moe.router_bias)
+    P(e, "  rt_router_forward(I(%s), R(%s), R(%s), W(%lld), %lld, %lld, %lld, %s); /* biased selection */\n", idx,
+      wts, lg, (long long)off(e, g, "moe.gate.e_score_correction_bias"), N, E, K, e->sigmoid ? "true" : "false");
+  else
+    P(e, "  rt_router_forward(I(%s), R(%s), R(%s), NULL, %lld, %lld, %lld, %s);\n", idx, wts, lg, N, E, K,
+      e->sigmoid ? "true" : "false");
+  if (reweight(e))
+    P(e, "  rt_router_weights(R(%s), R(%s), I(%s), %lld, %lld, %lld, %s, %s, %.9g); /* norm_topk_prob, "
+         "routed_scaling_factor */\n", wts, lg, idx, N, E, K, e->sigmoid ? "true" : "false",
+      e->s->model.moe.norm_topk_prob ? "true" : "false", e->s->model.moe.routed_scaling_factor);
+  if (e->aux_free)
+    P(e, "  if (!recompute) rt_moe_count(R(L%d_LOAD), I(%s), %lld); /* aux_free: tokens per expert */\n", l, idx, N * K);
+  else
+    P(e, "  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(%s), I(%s), %lld, %lld, %lld, %.9g, R(AUX));\n", lg,
+      idx, N, E, K, e->s->model.moe.aux_loss_coef);
+  P(e, "  rt_moe_permute(I(%s), I(%s), I(%s), %lld, %lld, %lld);\n", pos, offs, idx, N, E, K);
+  P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
+  long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
+  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
+             *eh = A(e, l, "EH", EXP), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", off(e, ge, "moe.experts.gate_proj.weight"));
+  if (e->ep == 1) {
+    P(e, "  %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld); "
+         "/* experts, hidden, expert width%s */\n",
+      exloop(e), yp, eg, eu, eh, xp, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C,
+      (long long)e->Fe, e->gelu_experts ? "; GELU: no gate" : "");
+  } else {
+    const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
+    P(e, "  /* expert parallelism over %lld ranks: this rank's experts take the rows routed to them, in rounds\n"
+         "   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */\n",
+      (long long)e->ep);
+    P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s));\n", offs);
+    P(e, "  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */\n");
+    P(e, "  for (int r = 0; r < rounds; r++) {\n");
+    P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld); /* all-to-all */\n", xe, eo,
+      xp, C);
+    P(e, "    %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld);\n", exloop(e), ye,
+      eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, eo), exn(e), C, (long long)e->Fe);
+    P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(%s), R(A2A), R(%s), %lld); /* back to the tokens' ranks */\n",
+      yp, ye, C);
+    P(e, "  }\n");
+  }
+  P(e, "  rt_zero(R(WS_Y), %lld);\n", N * C);
+  P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
+  if (e->Fs) {
+    long long Fs = e->Fs;
+    const char *su = A(e, l, "SU", EXP), *sh = A(e, l, "SH", EXP);
+    const char *sg = e->gelu_experts ? NULL : A(e, l, "SG", EXP);
+    if (sg)
+      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
+        ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "W"), N, C, Fs);
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
+      ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), bias_arg(e, g, "moe.shared_experts.up_proj.weight", "W"), N, C, Fs);
+    if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
+    else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
+    bool gate = e->s->model.moe.shared_expert_gate;
+    const char *so = gate ? A(e, l, "SO", EXP) : "WS_Y2";
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.down_proj */\n", so, sh,
+      (long long)off(e, g, "moe.shared_experts.down_proj.weight"), bias_arg(e, g, "moe.shared_experts.down_proj.weight", "W"), N, Fs, C);
+    if (gate) {
+      const char *sgl = A(e, l, "SGL", EXP);
+      P(e, "  rt_router_logits_forward(R(%s), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n", sgl, ln2,
+        (long long)off(e, g, "moe.shared_expert_gate.weight"), N, C);
+      P(e, "  rt_sigmoid_gate_forward(R(WS_Y), R(%s), R(%s), %lld, %lld); /* + sigmoid(gate) x shared output */\n", so,
+        sgl, N, C);
+    } else {
+      P(e, "  rt_accumulate(R(WS_Y), R(WS_Y2), %lld);\n", N * C);
+    }
+  }
+}
+
+void em_moe_backward(Em *e, int l, const char *dy) {
+  int g = e->layer_dense[l];
+  long long N = e->N, C = e->C, E = e->E, K = e->K;
+  const char *ln2 = A(e, l, "LN2", OTH), *lg = A(e, l, "LOGITS", OTH), *idx = A(e, l, "IDX", OTH),
+             *wts = A(e, l, "WTS", OTH), *pos = A(e, l, "POS", OTH), *offs = A(e, l, "OFFSETS", OTH),
+             *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
+  if (e->Fs) {
+    long long Fs = e->Fs;
+    const char *dso = dy;
+    if (e->s->model.moe.shared_expert_gate) { /* through the gate: DSO, and the gate's logits into DLN */
+      int64_t og = off(e, g, "moe.shared_expert_gate.weight");
+      P(e, "  rt_zero(R(DSO), %lld);\n  rt_zero_real(R(DSGL), %lld);\n", N * C, N);
+      P(e, "  rt_sigmoid_gate_backward(R(DSO), R(DSGL), R(%s), R(%s), R(%s), %lld, %lld);\n", dy, A(e, l, "SO", EXP),
+        A(e, l, "SGL", EXP), N, C);
+      P(e, "  rt_router_logits_backward(R(DLN), DW(%lld), R(DSGL), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n",
+        (long long)og, ln2, (long long)og, N, C);
+      dso = "DSO";
+    }
+    int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
+    P(e, "  rt_zero(R(DSH), %lld);\n", N * Fs);
+    P(e, "  rt_matmul_backward(R(DSH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
+      (long long)o, bias_arg(e, g, "moe.shared_experts.down_proj.weight", "DW"), dso, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
+    if (e->gelu_experts) {
+      P(e, "  rt_zero(R(DSU), %lld);\n", N * Fs);
+      P(e, "  rt_gelu_backward(R(DSU), R(DSH), R(%s), %lld);\n", A(e, l, "SU", EXP), N * Fs);
+    } else {
+      P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
+      P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG", EXP), A(e, l, "SU", EXP), N * Fs);
+      o = off(e, g, "moe.shared_experts.gate_proj.weight");
+      P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
+        (long long)o, bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
+    }
+    o = off(e, g, "moe.shared_experts.up_proj.weight");
+    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n",
+      (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
+  }
+  P(e, "  rt_zero_real(R(DWTS), %lld);\n", N * K);
+  P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
+    pos, N, K, C);
+  int ge = e->layer_experts[l];
+  long long wgo = e->gelu_experts ? 0 : off(e, ge, "moe.experts.gate_proj.weight"),
+            wu = off(e, ge, "moe.experts.up_proj.weight"),
+            wd = off(e, ge, "moe.experts.down_proj.weight");
+  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
+             *eh = A(e, l, "EH", EXP), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", wgo),
+             *dwg = e->gelu_experts ? "NULL" : exw(e, "DWE", wgo), *edg = e->gelu_experts ? "NULL" : "R(EDG)";
+  const char *bwd = "%srt_experts_backward(R(%s), %s, %s, %s, R(%s), R(%s), %s, R(%s), R(%s), "
+                    "%s, %s, %s, %s, %s, %lld, %lld, R(EDH), %s, R(EDU));\n";
+  /* one rank: the token copies' gradient goes into the experts' outputs in expert order, dead once
+   * combined (rt_experts_backward reads DYP, XP and the activations): step.c's DXP is WS_YP, or
+   * this layer's own saved YP */
+  const char *dxp = e->ep == 1 ? yp : "DXP";
+  if (e->ep == 1) {
+    P(e, "  rt_zero(R(%s), %lld); /* the gradient of the token copies, in YP's bytes */\n  ", dxp, N * K * C);
+    P(e, bwd, exloop(e), dxp, dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
+      exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C, (long long)e->Fe, edg);
+  } else {
+    const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
+    P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
+    P(e, "  for (int r = 0; r < rounds; r++) {\n");
+    P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's\n"
+         "                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */\n");
+    P(e, "      rt_moe_gather(R(WS_XP), R(%s), I(%s), %lld, %lld, %lld);\n", ln2, pos, N, K, C);
+    P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
+    P(e, "      %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, "
+         "%lld);\n    }\n", exloop(e), ye, eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd),
+      exo(e, eo), exn(e), C, (long long)e->Fe);
+    P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), %lld); /* all-to-all */\n", C);
+    P(e, "    rt_zero(R(DXE), %lld);\n    ", (long long)(e->R * e->C));
+    P(e, bwd, exloop(e), "DXE", dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYE", xe, eg, eu, eh, wg,
+      exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
+    P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
+  }
+  P(e, "  rt_moe_gather_backward(R(DLN), R(%s), I(%s), %lld, %lld, %lld);\n", dxp, pos, N, K, C);
+  P(e, "  rt_zero_real(R(DLOGITS), %lld);\n", N * E);
+  if (reweight(e))
+    P(e, "  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s, %s, %.9g);\n", lg,
+      idx, wts, N, E, K, e->sigmoid ? "true" : "false", e->s->model.moe.norm_topk_prob ? "true" : "false",
+      e->s->model.moe.routed_scaling_factor);
+  else
+    P(e, "  rt_router_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s);\n", lg, idx, wts, N,
+      E, K, e->sigmoid ? "true" : "false");
+  if (!e->aux_free)
+    P(e, "  rt_aux_loss_backward(R(DLOGITS), R(%s), I(%s), %lld, %lld, %lld, %.9g, c->dloss, R(AUX));\n", lg, idx, N,
+      E, K, e->s->model.moe.aux_loss_coef);
+  int64_t o = off(e, g, "moe.gate.weight");
+  P(e, "  rt_router_logits_backward(R(DLN), DW(%lld), R(DLOGITS), R(%s), W(%lld), %lld, %lld, %lld); /* router */\n",
+    (long long)o, ln2, (long long)o, N, C, E);
+}
+
+/* Backward of layer l: the gradient of its output X(l+1) is in dy; leaves that of X(l) in dx. */
