@@ -129,6 +129,11 @@ OpTime cost_op(const Spec *s, const Model *md, const Op *o, double T, double seq
     }
     if (!any) /* a tied LM head multiplies by the embedding: V × hidden */
       add(&t, gemm_fwd_bwd(s, T, (double)s->model.vocab, (double)s->model.hidden, 1, e->dense_gemm, 1));
+    /* the generated program keeps only each token's log-sum-exp from the forward and
+     * recomputes every vocabulary chunk's logits in the backward (rt_lm_head_ce_backward):
+     * a fourth V × hidden GEMM. PyTorch keeps the logits: three. */
+    if (o->kind == OP_LM_HEAD && st == STACK_MTC)
+      t.bwd += cost_gemm(s, T, (double)s->model.vocab, (double)s->model.hidden, 1, e->dense_gemm);
     const Layer *ly = o->layer >= 0 ? &md->layers[o->layer] : NULL;
     if (ly && (o->kind == OP_MLP || o->kind == OP_SHARED))
       add(&t, activation(s, T, (double)ly->ffn_width, o->kind == OP_MLP ? s->model.mlp.activation : s->model.moe.activation));

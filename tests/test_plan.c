@@ -458,6 +458,20 @@ static void kernels_by_hand(void) {
   t = cost_op(s, md, loss, 128, 128, 1, 1);
   CHECK_NEAR(t.fwd, 128.0 * 2 * 256 / 0.7e12, 1e-9);
 
+  /* the LM head (256 x 64, 128 tokens): the generated program recomputes the logits in the
+   * backward (4 GEMMs: forward, recompute, dX, dW); PyTorch keeps them (3) */
+  const Op *head = find_op(md, OP_LM_HEAD);
+  double de = s->cluster.efficiency.dense_gemm, hf = cost_gemm(s, 128, 256, 64, 1, de),
+         hx = cost_gemm(s, 128, 64, 256, 1, de),
+         hw = cost_gemm(s, 256, 64, 128, 1, de);
+  t = cost_op(s, md, head, 128, 128, 1, 1);
+  CHECK_NEAR(t.fwd, hf, 1e-12);
+  CHECK_NEAR(t.bwd, hf + hx + hw, 1e-12);
+  s->cluster.stack = STACK_PYTORCH_COMPILE;
+  t = cost_op(s, md, head, 128, 128, 1, 1);
+  CHECK_NEAR(t.bwd, hx + hw, 1e-12);
+  s->cluster.stack = STACK_MTC;
+
   /* attention: forward at attention, backward 2.5x the FLOPs at attention_bwd. Causal FLOPs
    * per token: 128 positions x 4 heads x (16 + 16) (head_dim 64 / 4) = 16384; x 128 tokens */
   const Op *at = find_op(md, OP_ATTN_CORE);

@@ -8,7 +8,7 @@
 #define MODEL_NAME "tiny-moe"
 #define SPEC_FILE "tiny-moe.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "62a775e1ae591557"
+#define PLAN_HASH "a5f4471a29120ad3"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 2
 #define PLAN_FSDP 2
@@ -42,7 +42,7 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 9.240576e+06 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 2014.35 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 2003.77 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 5.000000e+10 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 2 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 125800704 /* the plan's packed HBM arena per GPU (plan.json memory) */
