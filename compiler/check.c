@@ -94,6 +94,9 @@ static bool check_attention(Diag *d, Spec *s) {
   a->kv_heads = a->heads;
   if (a->qk_norm != QKN_NONE)
     FAIL("model.attention.qk_norm", "mla normalizes its latents itself; expected qk_norm: none");
+  if (a->bias != ABIAS_NONE)
+    FAIL("model.attention.bias", "mla has no q_proj/k_proj/v_proj; expected attention.bias: none (model.bias puts a "
+         "bias on every linear, mla's too)");
   if (md->position == POS_LEARNED)
     FAIL("model.position", "mla carries its positions in qk_rope_head_dim; expected position: rope");
   if (a->qk_rope_head_dim % 2 != 0)

@@ -121,7 +121,8 @@ void em_printf(Em *e, const char *fmt, ...) __attribute__((format(printf, 2, 3))
  * (an emitter bug: the emitter asks only for tensors the model graph has). */
 int64_t em_off(Em *e, int g, const char *key);
 /* The bias of the linear layer whose weight is wkey in group g as a call argument through
- * macro m (W, or DW for its gradient): "NULL" without model.bias. */
+ * macro m (W, or DW for its gradient): "NULL" when the model graph gives it none (model.bias,
+ * model.attention.bias). */
 const char *em_bias_arg(Em *e, int g, const char *wkey, const char *m);
 /* A norm's forward (out, stats <- x) and backward (dx += through the norm, its weight's
  * gradient) with group g's weights `name` (rmsnorm or layernorm as the spec says). */

@@ -57,11 +57,14 @@ int64_t em_off(Em *e, int g, const char *key) {
 }
 
 /* The bias of the linear layer whose weight is wkey in group g, as a call argument through
- * macro m (W, or DW for its gradient): "NULL" without model.bias (mtrt_ops.h's rt_matmul_*). */
+ * macro m (W, or DW for its gradient): "NULL" when the model graph has none (mtrt_ops.h's rt_matmul_*). */
 const char *em_bias_arg(Em *e, int g, const char *wkey, const char *m) {
-  if (!e->s->model.bias) return "NULL";
   size_t n = strlen(wkey) - strlen("weight");
-  return mem_printf(e->m, "%s(%lld)", m, (long long)off(e, g, mem_printf(e->m, "%.*sbias", (int)n, wkey)));
+  const char *key = mem_printf(e->m, "%.*sbias", (int)n, wkey);
+  for (int i = e->groups[g].first; i <= e->groups[g].last; i++)
+    if (e->tensors[i].group == g && strcmp(e->tensors[i].key, key) == 0)
+      return mem_printf(e->m, "%s(%lld)", m, (long long)e->tensors[i].offset);
+  return "NULL";
 }
 
 /* ---- norms -------------------------------------------------------------------------------- */

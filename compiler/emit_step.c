@@ -186,7 +186,7 @@ static void schedule(Em *e) {
   for (int l = 0; e->aux_free && l < L; l++) {
     if (e->layer_experts[l] < 0) continue;
     int g = e->layer_dense[l];
-    P(e, "  rt_comm_all_reduce(MPI_COMM_WORLD, R(L%d_LOAD), %lld);\n", l, (long long)e->E);
+    P(e, "  rt_moe_load_all_reduce(R(L%d_LOAD), %lld);\n", l, (long long)e->E);
     P(e, "  if (apply) rt_router_bias_update(S(%s_MASTER), shard_lo(c, %d), %lld, %lld, R(L%d_LOAD), %lld, %.9g);\n",
       e->groups[g].cname, g, (long long)e->groups[g].shard, (long long)off(e, g, "moe.gate.e_score_correction_bias"),
       l, (long long)e->E, e->s->model.moe.bias_update_rate);

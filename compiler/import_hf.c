@@ -1,11 +1,11 @@
 /* import_hf.c — `mtc import-hf config.json`: a Hugging Face transformers config becomes a
  * spec (its model section from the config; cluster and training sections to edit).
- * Families: llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, gpt2. Field names
- * are those of transformers' configuration_<family>.py. Every field that changes the math is kept
- * (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, qk-norm,
- * rope_scaling llama3 and yarn, Qwen2-MoE's shared_expert_gate, n_group/topk_group) or, when the
- * spec cannot say it yet (other rope types, Qwen2-MoE's q/k/v biases, attention_bias and mlp_bias,
- * clip_qkv, sliding windows), refused with an error naming the field; so is an invalid value
+ * Families: llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, gpt2. Field
+ * names are those of transformers' configuration_<family>.py. Every field that changes the math is
+ * kept (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, qk-norm,
+ * rope_scaling llama3 and yarn, Qwen2-MoE's shared_expert_gate, n_group/topk_group, the attention
+ * biases: attention_bias, Qwen2's and Qwen2-MoE's q/k/v biases) or, when the spec cannot say it
+ * yet (other rope types, mlp_bias, clip_qkv, sliding windows), refused with an error naming the field; so is an invalid value
  * (num_experts_per_tok above the experts, topk_group above n_group). */
 #include <jansson.h>
 #include <math.h>
@@ -149,13 +149,12 @@ static bool set_field(Hf *h, const char *key) {
 
 /* The fields every family shares whose math the spec cannot say: sliding windows (Qwen's
  * use_sliding_window; Mixtral's sliding_window, which its attention applies whenever it is set;
- * layer_types naming another kind than full_attention), clip_qkv, biases on the attention or MLP
- * projections only (attention_bias, mlp_bias: mtc's model.bias puts one on every linear and
- * norm, another model). */
+ * layer_types naming another kind than full_attention), clip_qkv, biases on the MLP projections
+ * only (mlp_bias: mtc's model.bias puts one on every linear and norm, another model). The
+ * attention's biases (attention_bias, qkv_bias) are model.attention.bias: attention_gqa's. */
 static bool refuse_common(Hf *h) {
-  bool sliding, abias, mbias;
-  if (!get_bool(h, "use_sliding_window", &sliding) || !get_bool(h, "attention_bias", &abias) ||
-      !get_bool(h, "mlp_bias", &mbias))
+  bool sliding, mbias;
+  if (!get_bool(h, "use_sliding_window", &sliding) || !get_bool(h, "mlp_bias", &mbias))
     return false;
   if (sliding) return unsupported(h, "use_sliding_window", "is true (sliding-window attention)");
   json_t *w = json_object_get(h->cfg, "sliding_window");
@@ -171,9 +170,6 @@ static bool refuse_common(Hf *h) {
         return unsupported(h, "layer_types", mem_printf(h->m, "has '%s' at layer %zu (only full_attention layers can "
                            "be said in a spec)", json_is_string(t) ? json_string_value(t) : "?", i));
   if (set_field(h, "clip_qkv")) return unsupported(h, "clip_qkv", "is set (q, k, v clamped)");
-  if (abias)
-    return unsupported(h, "attention_bias", "is true (biases on q_proj, k_proj, v_proj and o_proj only; mtc's "
-                       "model.bias puts biases on every linear and norm, another model)");
   if (mbias)
     return unsupported(h, "mlp_bias", "is true (biases on gate_proj, up_proj and down_proj only; mtc's model.bias "
                        "puts biases on every linear and norm, another model)");
@@ -226,10 +222,15 @@ static bool moe_conventions(Hf *h, bool norm_default) {
   return true;
 }
 
-static bool attention_gqa(Hf *h, int64_t hidden, const char *qk_norm) {
+/* The attention section of a gqa/mha family. bias: the family's fixed projection biases
+ * (model.attention.bias: "qkv" for Qwen2's and Qwen2-MoE's q/k/v_proj), or NULL for the
+ * families whose attention_bias (transformers' LlamaAttention and its copies: q, k, v and o_proj)
+ * says it. */
+static bool attention_gqa(Hf *h, int64_t hidden, const char *qk_norm, const char *bias) {
   int64_t heads = 0, kv, hd;
+  bool abias = false;
   if (!get_int(h, "num_attention_heads", true, 1, &heads) || !opt_int(h, "num_key_value_heads", 1, heads, &kv) ||
-      !opt_int(h, "head_dim", 1, 0, &hd))
+      !opt_int(h, "head_dim", 1, 0, &hd) || (!bias && !get_bool(h, "attention_bias", &abias)))
     return false;
   if (heads % kv != 0)
     return diag_error(h->d, key_loc(h, "num_key_value_heads"), "\"num_key_value_heads\" is %lld, which does not "
@@ -244,6 +245,7 @@ static bool attention_gqa(Hf *h, int64_t hidden, const char *qk_norm) {
   if (hd && hd * heads != hidden) emit(h, "    head_dim: %lld\n", (long long)hd);
   if (!rope(h)) return false;
   if (qk_norm) emit(h, "    qk_norm: %s\n", qk_norm);
+  if ((bias && strcmp(bias, "none") != 0) || abias) emit(h, "    bias: %s\n", bias ? bias : "qkvo");
   return true;
 }
 
@@ -261,10 +263,12 @@ static bool common(Hf *h, int64_t *hidden, int64_t *layers) {
   return refuse_common(h) && rope_scaling(h);
 }
 
-/* Llama, and Qwen3 (dense): Llama's layout with q and k normalized per head (modeling_qwen3.py). */
-static bool llama(Hf *h, bool qwen3) {
+/* Llama; Qwen2 (dense: Llama's layout with biases on q_proj, k_proj and v_proj, Qwen2Attention in
+ * modeling_qwen2.py); Qwen3 (dense: q and k normalized per head, modeling_qwen3.py). */
+static bool llama(Hf *h, const char *family) {
   int64_t hidden, layers, inter;
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL) ||
+  bool qwen2 = !strcmp(family, "qwen2"), qwen3 = !strcmp(family, "qwen3");
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL, qwen2 ? "qkv" : NULL) ||
       !get_int(h, "intermediate_size", true, 1, &inter))
     return false;
   emit(h, "  mlp:\n    intermediate: %lld\n    activation: swiglu\n", (long long)inter);
@@ -273,7 +277,7 @@ static bool llama(Hf *h, bool qwen3) {
 
 static bool mixtral(Hf *h) {
   int64_t hidden, layers, inter, experts, topk;
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, NULL) ||
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, NULL, NULL) ||
       !get_int(h, "intermediate_size", true, 1, &inter) || !get_int(h, "num_local_experts", true, 1, &experts) ||
       !get_int(h, "num_experts_per_tok", true, 1, &topk) || !topk_fits(h, topk, experts, "num_local_experts"))
     return false;
@@ -286,7 +290,7 @@ static bool mixtral(Hf *h) {
  * (q_norm of hidden, k_norm of kv_heads x head_dim), softmax top-k not renormalized by default. */
 static bool olmoe(Hf *h) {
   int64_t hidden, layers, inter, experts, topk;
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, "full") ||
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, "full", NULL) ||
       !get_int(h, "intermediate_size", true, 1, &inter) || !get_int(h, "num_experts", true, 1, &experts) ||
       !get_int(h, "num_experts_per_tok", true, 1, &topk) || !topk_fits(h, topk, experts, "num_experts"))
     return false;
@@ -299,7 +303,10 @@ static bool olmoe(Hf *h) {
  * (a list of arbitrary dense layers has no spec form yet). Qwen3 normalizes q and k per head. */
 static bool qwen_moe(Hf *h, bool qwen3) {
   int64_t hidden, layers, experts, topk, inter, moe_inter, step, shared;
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL) ||
+  bool qkv_bias = false; /* Qwen2MoeAttention: bias=config.qkv_bias (default true) on q, k, v_proj */
+  if (!qwen3 && !opt_bool(h, "qkv_bias", true, &qkv_bias)) return false;
+  if (!common(h, &hidden, &layers) ||
+      !attention_gqa(h, hidden, qwen3 ? "per_head" : NULL, qwen3 ? NULL : qkv_bias ? "qkv" : "none") ||
       !get_int(h, "num_experts", true, 1, &experts) || !get_int(h, "num_experts_per_tok", true, 1, &topk) ||
       !get_int(h, "moe_intermediate_size", true, 1, &moe_inter) || !get_int(h, "intermediate_size", true, 1, &inter) ||
       !opt_int(h, "decoder_sparse_step", 1, 1, &step) || !opt_int(h, "shared_expert_intermediate_size", 0, 0, &shared) ||
@@ -312,10 +319,6 @@ static bool qwen_moe(Hf *h, bool qwen3) {
   if (step > 1) emit(h, "  mlp:\n    intermediate: %lld\n", (long long)inter);
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)moe_inter);
-  bool qkv_bias;
-  if (!qwen3 && !opt_bool(h, "qkv_bias", true, &qkv_bias)) return false;
-  if (!qwen3 && qkv_bias) /* Qwen2MoeAttention: bias=config.qkv_bias (default true) */
-    return unsupported(h, "qkv_bias", "is true (biases on q_proj, k_proj and v_proj only)");
   if (shared) emit(h, "    shared_experts: 1\n    shared_intermediate: %lld\n", (long long)shared);
   if (shared && !qwen3) /* Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) x the shared expert */
     emit(h, "    shared_expert_gate: true\n");
@@ -457,9 +460,8 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
   }
   emit(&h, "name: %s\n", safe);
   if (!ok) { /* model_type or _name_or_path was not text: reported */
-  } else if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2");
-  else if (!strcmp(type, "llama")) ok = llama(&h, false);
-  else if (!strcmp(type, "qwen3")) ok = llama(&h, true);
+  } else if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2");
+  else if (!strcmp(type, "llama") || !strcmp(type, "qwen2") || !strcmp(type, "qwen3")) ok = llama(&h, type);
   else if (!strcmp(type, "olmoe")) ok = olmoe(&h);
   else if (!strcmp(type, "mixtral")) ok = mixtral(&h);
   else if (!strcmp(type, "qwen3_moe")) ok = qwen_moe(&h, true);
@@ -467,7 +469,7 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
   else if (!strcmp(type, "deepseek_v3")) ok = deepseek_v3(&h);
   else if (!strcmp(type, "gpt2")) ok = gpt2(&h);
   else ok = diag_error(d, (Loc){src, 0, 0}, "\"model_type\" is '%s', which mtc cannot import yet; expected "
-                       "llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2", type);
+                       "llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2", type);
   if (ok)
     emit(&h, "cluster:                        # edit: your machines\n  preset: jupiter-booster\n  nodes: 1\n"
              "training:                       # edit: your run\n  seq_len: %lld\n  global_batch: 4\n"

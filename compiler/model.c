@@ -107,7 +107,7 @@ static void core_and_out(Cx *c, int l, int64_t q, int64_t k, int64_t v, int64_t 
   save(c, o, "lse", nh, DT_FP32, SAVE_ATTN);
   o = new_op(c, OP_ATTN_OUT, "attention.out", l, out, H); /* its input is the core's "out" */
   param(c, o, "attn.o_proj.weight", PK_ATTENTION, true, H, out, 0);
-  if (ms->bias) param(c, o, "attn.o_proj.bias", PK_ATTENTION, false, H, 0, 0);
+  if (ms->bias || ms->attention.bias == ABIAS_QKVO) param(c, o, "attn.o_proj.bias", PK_ATTENTION, false, H, 0, 0);
 }
 
 /* Attention for mha/gqa: q/k/v projections, optional qk-norm, RoPE, the causal core and
@@ -117,7 +117,7 @@ static void attention_gqa(Cx *c, int l) {
   const AttentionSpec *a = &ms->attention;
   int64_t H = ms->hidden, nh = a->heads, nkv = a->kv_heads, hd = a->head_dim;
   int64_t q = mul(c, nh, hd), kv = mul(c, nkv, hd), qkv = add(c, q, mul(c, 2, kv));
-  bool b = ms->bias;
+  bool b = ms->bias || a->bias != ABIAS_NONE;
   Op *o = new_op(c, OP_QKV, "attention.qkv", l, H, qkv);
   param(c, o, "attn.q_proj.weight", PK_ATTENTION, true, q, H, 0);
   param(c, o, "attn.k_proj.weight", PK_ATTENTION, true, kv, H, 0);

@@ -188,6 +188,10 @@ typedef enum { NORM_RMSNORM, NORM_LAYERNORM } NormKind;                 /* ORDER
 typedef enum { POS_ROPE, POS_LEARNED } PosKind;                         /* ORDER pos_names */
 typedef enum { ATTN_MHA, ATTN_GQA, ATTN_MLA } AttnKind;                 /* ORDER attn_names */
 typedef enum { QKN_NONE, QKN_PER_HEAD, QKN_FULL } QkNorm;               /* ORDER qkn_names */
+/* Biases on the attention projections alone (model.bias puts them on every linear and norm):
+ * qkv on q_proj, k_proj, v_proj (Qwen1.5/Qwen2/Qwen2-MoE's Qwen2Attention: bias=True there,
+ * none on o_proj); qkvo also on o_proj (transformers' LlamaAttention with attention_bias). */
+typedef enum { ABIAS_NONE, ABIAS_QKV, ABIAS_QKVO } AttnBias;           /* ORDER abias_names */
 typedef enum { ROPE_SCALING_NONE, ROPE_SCALING_LLAMA3, ROPE_SCALING_YARN } RopeScalingKind; /* ORDER rope_scaling_names */
 typedef enum { ACT_SWIGLU, ACT_GELU } Activation;                       /* ORDER act_names */
 typedef enum { ROUTER_SOFTMAX, ROUTER_SIGMOID } RouterKind;             /* ORDER router_names */
@@ -220,6 +224,7 @@ typedef struct {
   int64_t head_dim;         /* default hidden / heads */
   double rope_theta;
   QkNorm qk_norm;
+  AttnBias bias;            /* biases on the attention projections only (gqa, mha) */
   int64_t q_lora_rank;      /* mla: 0 = no q-LoRA (q projected from hidden directly) */
   int64_t kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim; /* mla only */
 } AttentionSpec;

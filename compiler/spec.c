@@ -40,6 +40,7 @@ static const char *const norm_names[] = {"rmsnorm", "layernorm", NULL};
 static const char *const pos_names[] = {"rope", "learned", NULL};
 static const char *const attn_names[] = {"mha", "gqa", "mla", NULL};
 static const char *const qkn_names[] = {"none", "per_head", "full", NULL};
+static const char *const abias_names[] = {"none", "qkv", "qkvo", NULL};
 static const char *const rope_scaling_names[] = {"none", "llama3", "yarn", NULL};
 static const char *const act_names[] = {"swiglu", "gelu", NULL};
 static const char *const router_names[] = {"softmax", "sigmoid", NULL};
@@ -75,6 +76,7 @@ static const Field attention_fields[] = {
     {"head_dim", F_INT, O(AttentionSpec, head_dim), "(hidden / heads)", 1, MAXDIM, NULL, NULL, "size of one head (mha, gqa)"},
     {"rope_theta", F_REAL, O(AttentionSpec, rope_theta), "10000", 0, 0, NULL, NULL, "RoPE base frequency", ABOVE_0},
     {"qk_norm", F_ENUM, O(AttentionSpec, qk_norm), "none", 0, 0, qkn_names, NULL, "norm on q and k: none, per_head (weight of head_dim) or full (over all heads)"},
+    {"bias", F_ENUM, O(AttentionSpec, bias), "none", 0, 0, abias_names, NULL, "biases on the attention projections only: none, qkv (q/k/v_proj: Qwen2, Qwen2-MoE) or qkvo (and o_proj: Llama's attention_bias); model.bias puts them everywhere"},
     {"q_lora_rank", F_INT, O(AttentionSpec, q_lora_rank), "(none)", 1, MAXDIM, NULL, NULL, "mla: rank of the query down-projection; absent = q projected from hidden"},
     {"kv_lora_rank", F_INT, O(AttentionSpec, kv_lora_rank), "(mla: required)", 1, MAXDIM, NULL, NULL, "mla: rank of the compressed KV latent"},
     {"qk_nope_head_dim", F_INT, O(AttentionSpec, qk_nope_head_dim), "(mla: required)", 1, MAXDIM, NULL, NULL, "mla: per-head q/k size without RoPE"},

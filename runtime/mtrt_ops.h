@@ -187,6 +187,14 @@ void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx,
 /* load (E) += the number of assignments to each expert among idx (n entries): the counts
  * behind auxiliary-loss-free balancing. */
 void rt_moe_count(real *load, const int32_t *idx, int64_t n);
+/* load (E) summed over every rank of MPI_COMM_WORLD, in place (the step's loads). */
+void rt_moe_load_all_reduce(real *load, int E);
+/* Auxiliary-loss-free balancing (DeepSeek-V3, sec. 2.1.2): bias_e += rate × sign(mean load −
+ * load_e) for the E bias values at gathered offset off of a group whose shard [lo, lo + n) this
+ * rank holds in shard (only the elements inside it change). load (E) summed over all ranks.
+ * shard may be device memory or the cuda backend's pinned host state arena. */
+void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, const real *load, int E,
+                           real rate);
 
 /* Token permutation for the experts: pos (N,K) is the row of assignment (n, j) in the permuted
  * order (by expert, then token); offsets (E+1) the first row of each expert. */

@@ -173,12 +173,6 @@ void rt_offload_store(RtCtx *c, int id, act *host, const act *dev, size_t n);
 void rt_offload_load(RtCtx *c, int id, act *dev, const act *host, size_t n);
 void rt_offload_wait(RtCtx *c, int id);
 
-/* Auxiliary-loss-free balancing (DeepSeek-V3, sec. 2.1.2): bias_e += rate × sign(mean load −
- * load_e) for the E bias values at gathered offset off of a group whose shard [lo, lo + n) this
- * rank holds in shard (only the elements inside it change). load (E) summed over all ranks. */
-void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, const real *load, int E,
-                           real rate);
-
 /* Saves the training state after `step` optimizer steps into dir/step-NNNNNNNN (format in
  * mtrt_ckpt.h): collective over the world; replica 0's ranks write their shards, rank 0 the
  * manifest, last. A complete checkpoint already at dir/step-NNNNNNNN is kept as it is (0). On a

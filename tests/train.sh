@@ -33,7 +33,7 @@
 #              step.h's; the start-up resident growth (VmHWM) of a real run matches it within 5%,
 #              on 1 rank (Muon, full checkpointing with host offload) and on 2 (ep 2)
 #   conventions  tests/specs/conventions.yaml (norm_eps, norm_topk_prob false, routed_scaling_factor)
-#              and its variants (sigmoid router; qk-norm per head with selective checkpointing, and
+#              and its variants (attention.bias qkv, qkvo; sigmoid router; qk-norm per head with selective checkpointing, and
 #              full with full checkpointing; llama3 and YaRN RoPE scaling; Qwen2-MoE's gated shared
 #              expert; DeepSeek-V3's group-limited routing): the double gradient check, and 1 vs 2 ranks (ep 2,
 #              fp32 wire) within 1e-4
@@ -527,7 +527,9 @@ conventions)
             "rope --set model.rope_scaling.type=llama3 --set model.rope_scaling.factor=8 --set model.rope_scaling.original_max_position=1024"
             "gate --set model.moe.shared_expert_gate=true"
             "yarn --set model.rope_scaling.type=yarn --set model.rope_scaling.factor=4 --set model.rope_scaling.original_max_position=64"
-            "group --set model.moe.router=sigmoid --set model.moe.load_balance=aux_free --set model.moe.router_bias=true --set model.moe.n_group=2 --set model.moe.topk_group=1")
+            "group --set model.moe.router=sigmoid --set model.moe.load_balance=aux_free --set model.moe.router_bias=true --set model.moe.n_group=2 --set model.moe.topk_group=1"
+            "abqkv --set model.attention.bias=qkv"
+            "abqkvo --set model.attention.bias=qkvo --set model.attention.qk_norm=per_head")
   for v in "${variants[@]}"; do
     read -r -a args <<<"$v"; name=cv-${args[0]}
     build "$name" "$cv" double "${args[@]:1}" || continue
@@ -538,7 +540,11 @@ conventions)
     cv-yarn) grep -q "rt_rope_yarn_backward" "$work/$name/step.c" || die "$name: no YaRN RoPE in step.c" ;;
     cv-gate) grep -q "rt_sigmoid_gate_backward" "$work/$name/step.c" && grep -q '"model.layers.1.mlp.shared_expert_gate.weight"' \
       "$work/$name/step.c" || die "$name: no shared_expert_gate in step.c" ;;
-    cv-group) grep -q "rt_router_group_forward" "$work/$name/step.c" || die "$name: no group-limited routing in step.c" ;; esac
+    cv-group) grep -q "rt_router_group_forward" "$work/$name/step.c" || die "$name: no group-limited routing in step.c" ;;
+    cv-abqkv*) grep -q '"model.layers.0.self_attn.v_proj.bias"' "$work/$name/step.c" || die "$name: no v_proj bias in step.c"
+      grep -q '"model.layers.0.mlp.down_proj.bias"\|input_layernorm.bias' "$work/$name/step.c" && die "$name: biases beyond attention"
+      [ "$name" = cv-abqkvo ] && { grep -q '"model.layers.0.self_attn.o_proj.bias"' "$work/$name/step.c" || die "$name: no o_proj bias"; }
+      [ "$name" = cv-abqkv ] && grep -q '"model.layers.0.self_attn.o_proj.bias"' "$work/$name/step.c" && die "$name: an o_proj bias" ;; esac
     out=$("$work/$name/build-double/train" --data "$text" --grad-check 2>&1); rc=$?
     echo "$name: $(echo "$out" | tail -1)"
     [ $rc -eq 0 ] || { echo "$out" | grep MISMATCH; die "$name: gradients differ from finite differences"; }

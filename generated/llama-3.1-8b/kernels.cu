@@ -964,6 +964,28 @@ extern "C" __global__ void moe_count(int *cnt, const int *idx) {
   if (a < TOKENS * TOP_K && (unsigned)idx[a] < (unsigned)EXPERTS) atomicAdd(&cnt[idx[a]], 1);
 }
 
+// Auxiliary-loss-free balancing's load (rt_moe_count): load[e] (fp32, EXPERTS) += the assignments
+// among idx[0..n) to expert e. Adding 1.0f is exact below 2^24 per expert, so the sum does not
+// depend on the order of the atomics.
+extern "C" __global__ void moe_load_add(float *load, const int *idx, long long n) {
+  long long a = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (a < n && (unsigned)idx[a] < (unsigned)EXPERTS) atomicAdd(&load[idx[a]], 1.0f);
+}
+
+// rt_router_bias_update: bias_e += rate x sign(mean load - load_e) for the biases at gathered
+// offset off of a group whose shard [lo, lo + n) this rank holds (only those change); one
+// thread per expert, each summing the mean in the cpu backend's order (the same float).
+extern "C" __global__ void router_bias_update(float *shard, long long lo, long long n, long long off,
+                                              const float *load, float rate) {
+  int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= EXPERTS) return;
+  float mean = 0;
+  for (int j = 0; j < EXPERTS; j++) mean += load[j] / (float)EXPERTS;
+  long long i = off + e - lo;
+  if (i < 0 || i >= n) return;
+  shard[i] += load[e] < mean ? rate : load[e] > mean ? -rate : 0.0f;
+}
+
 // moe_positions: offsets[e + 1] = Σ_{e' <= e} cnt[e'] (offsets[0] = 0) and, for each a with
 // idx[a] = e, pos[a] = offsets[e] + the assignments before a that chose e (stable). Grid EXPERTS,
 // MOE_PERM_THREADS threads: thread t counts its own run of assignments, a scan in shared memory

@@ -438,8 +438,7 @@ static int check_kernels(int argc, char **argv) {
 /* The GPU of this rank (local rank modulo the visible GPUs), the plan's kernels, NCCL. Features
  * the cuda runtime does not have yet are refused here, by name. Returns 0 or 2. */
 static int cuda_start(RtCtx *c, const Args *a) {
-  const char *missing = AUX_FREE ? "auxiliary-loss-free balancing (model.moe.aux_free)"
-                        : a->grad_check ? "--grad-check (the double build of the cpu backend)" : NULL;
+  const char *missing = a->grad_check ? "--grad-check (the double build of the cpu backend)" : NULL;
   if (missing) {
     if (c->comm.rank == 0)
       fprintf(stderr, "error: the cuda backend does not run %s yet; expected a cpu build for it (mtc build DIR "

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "mtrt_comm.h"
+#include "mtrt_ops.h"
 
 #define MPI_CHECK(call) RT_MPI_CHECK(call)
 
@@ -104,3 +105,6 @@ void rt_comm_all_to_all_v(MPI_Comm comm, const real *send, const int *scount, co
   MPI_CHECK(MPI_Alltoallv(send, scount, sdispl, t, recv, rcount, rdispl, t, comm));
   MPI_CHECK(MPI_Type_free(&t));
 }
+
+/* The step's expert loads of auxiliary-loss-free balancing (mtrt_ops.h), summed over the world. */
+void rt_moe_load_all_reduce(real *load, int E) { rt_comm_all_reduce(MPI_COMM_WORLD, load, (size_t)E); }

@@ -307,3 +307,13 @@ void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp,
 void rt_moe_count(real *load, const int32_t *idx, int64_t n) {
   for (int64_t i = 0; i < n; i++) load[idx[i]] += 1;
 }
+
+void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, const real *load, int E, real rate) {
+  real mean = 0;
+  for (int e = 0; e < E; e++) mean += load[e] / (real)E;
+  for (int e = 0; e < E; e++) {
+    int64_t i = off + e - lo;
+    if (i < 0 || i >= n) continue;
+    shard[i] += load[e] < mean ? rate : load[e] > mean ? -rate : 0;
+  }
+}

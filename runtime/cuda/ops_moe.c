@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cu_internal.h"
+#include "mtrt_comm.h"
 #include "mtrt_ops.h"
 
 void rt_router_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
@@ -106,7 +107,27 @@ void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx,
 }
 
 void rt_moe_count(real *load, const int32_t *idx, int64_t n) {
-  rt_cuda_fail("rt_moe_count", "auxiliary-loss-free balancing is not on the cuda backend yet");
+  long long nn = n;
+  if (n > 0) cu_launch(K_MOE_LOAD_ADD, cu_blocks(nn, 256), 256, (void *[]){&load, &idx, &nn});
+}
+
+/* The step's loads summed over the world on the host (E values: one small copy each way and a
+ * synchronization, once per MoE layer and step). */
+void rt_moe_load_all_reduce(real *load, int E) {
+  float host[4096];
+  if (E > (int)(sizeof host / sizeof host[0])) rt_cuda_fail("rt_moe_load_all_reduce", "more than 4096 experts");
+  rt_cuda_download(host, load, sizeof(float) * (size_t)E);
+  rt_comm_all_reduce(MPI_COMM_WORLD, host, (size_t)E);
+  rt_cuda_upload(load, host, sizeof(float) * (size_t)E);
+}
+
+/* shard may be device memory or the pinned host state arena (STATE_ON_HOST): the kernel writes
+ * either (unified addressing). */
+void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, const real *load, int E, real rate) {
+  if (E != cu.cfg.experts) rt_cuda_fail("rt_router_bias_update", "the experts are not the ones kernels.cu was compiled for");
+  long long l = lo, nn = n, o = off;
+  float r = rate;
+  cu_launch(K_ROUTER_BIAS_UPDATE, cu_blocks(E, 128), 128, (void *[]){&shard, &l, &nn, &o, &load, &r});
 }
 
 void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E, int K) {

@@ -104,17 +104,6 @@ void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtT
   })
 }
 
-void rt_router_bias_update(real *shard, int64_t lo, int64_t n, int64_t off, const real *load, int E,
-                           real rate) {
-  real mean = 0;
-  for (int e = 0; e < E; e++) mean += load[e] / (real)E;
-  for (int e = 0; e < E; e++) {
-    int64_t i = off + e - lo;
-    if (i < 0 || i >= n) continue;
-    shard[i] += load[e] < mean ? rate : load[e] > mean ? -rate : 0;
-  }
-}
-
 double rt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
