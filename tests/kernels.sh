@@ -32,9 +32,10 @@ if ! nvidia-smi >/dev/null 2>&1; then
   "$mtc" compile "$src/specs/tiny-moe.yaml" -o "$work/af" --set cluster.nodes=1 --set cluster.gpus_per_node=1 \
     --set model.moe.router_bias=true --set model.moe.load_balance=aux_free >/dev/null &&
     "$mtc" build "$work/af" --backend cuda >/dev/null 2>&1 || { echo "FAIL: cuda build with aux_free"; fail=1; }
+  grep -q "rt_moe_load_all_reduce" "$work/af/step.c" || { echo "FAIL: aux_free's loads are not summed by rt_moe_load_all_reduce"; fail=1; }
   "$work/af/build-cuda/train" --data "$src/README.md" --steps 1 >"$work/af.out" 2>&1; rc=$?
-  { [ $rc -eq 2 ] && grep -q "does not run auxiliary-loss-free balancing" "$work/af.out"; } || { cat "$work/af.out"; echo "FAIL: aux_free on cuda: exit $rc"; fail=1; }
-  [ $fail -eq 0 ] && echo "ok: without a GPU the cuda program stops at start with the reason; aux_free is refused by name"
+  { [ $rc -eq 2 ] && grep -q "no usable GPU" "$work/af.out"; } || { cat "$work/af.out"; echo "FAIL: aux_free on cuda without a GPU: exit $rc"; fail=1; }
+  [ $fail -eq 0 ] && echo "ok: without a GPU the cuda program stops at start with the reason (aux_free too: it runs on cuda)"
 fi
 [ $fail -eq 0 ] && [ $n -ge 3 ] && echo "ok: the kernels of $n example specs compile for sm_90a"
 exit $fail
