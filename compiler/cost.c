@@ -60,19 +60,39 @@ double cost_all_to_all(const Spec *s, double bytes, int64_t ep) {
  * each other node that holds at least one of its top_k experts — to the GPU with the sender's
  * local index there — and is forwarded over NVLink to the GPUs of that node holding its experts
  * (the combine sums inside the node before crossing back: the same bytes the other way).
- * With routing uniform over the ep ranks, a node holds none of a token's k experts with
- * probability (1 − 1/N)^k, so per token copy (bytes / k each) InfiniBand carries
- *   ib = bytes / k · (N − 1) · (1 − (1 − 1/N)^k)      (flat: bytes · (ep − g) / ep)
+ * Per token copy (bytes / k each) InfiniBand carries
+ *   ib = bytes / k · cost_remote_nodes(…)            (flat: bytes · (ep − g) / ep)
  * and NVLink the copies not for the receiving GPU itself, (g − 1)/g of the k, over g − 1 pair
  * links: nv = bytes · (g − 1) / g. The two stages are pipelined (NVLink forwards while
  * InfiniBand receives), so t = max(ib / (internode · eff), nv / ((g − 1) · nvlink · eff)). */
+double cost_remote_nodes(const Spec *s, int64_t ep, int64_t top_k) {
+  int64_t g = s->cluster.gpus_per_node, nodes = ep / g, ng = s->model.moe.n_group, tg = s->model.moe.topk_group;
+  double N = (double)nodes, k = (double)top_k;
+  if (ep <= g || top_k < 1) return 0;
+  double uniform = (N - 1) * (1 - pow(1 - 1 / N, k)), limited = uniform;
+  if (ng > 1 && tg < ng && ep % g == 0 && ng % nodes == 0) {
+    /* each node holds G = n_group / N whole groups: it is touched only if one of them is among
+     * the topk_group chosen, P = 1 − C(n_group − G, topk_group) / C(n_group, topk_group) */
+    int64_t G = ng / nodes;
+    double none = 1; /* C(ng − G, tg) / C(ng, tg) = Π_{i<tg} (ng − G − i) / (ng − i) */
+    for (int64_t i = 0; i < tg; i++) none *= ng - G - i > 0 ? (double)(ng - G - i) / (double)(ng - i) : 0;
+    limited = (N - 1) * (1 - none);
+  } else if (ng > 1 && tg < ng && ep % g == 0 && nodes % ng == 0) {
+    /* each group spans N / n_group nodes: the top_k experts fall on the M = topk_group · N /
+     * n_group nodes of the chosen groups (the sender's own among them with probability M / N) */
+    double M = (double)tg * N / (double)ng;
+    limited = M * (1 - 1 / N) * (1 - pow(1 - 1 / M, k));
+  }
+  return limited < uniform ? limited : uniform;
+}
+
 double cost_all_to_all_hier(const Spec *s, double bytes, int64_t ep, int64_t top_k) {
   const ClusterSpec *c = &s->cluster;
   int64_t g = c->gpus_per_node;
   if (ep <= g || top_k < 1) return cost_all_to_all(s, bytes, ep);
   double e = c->efficiency.all_to_all > 0 ? c->efficiency.all_to_all : c->efficiency.network;
-  double N = (double)ep / (double)g, k = (double)top_k;
-  double ib = bytes / k * (N - 1) * (1 - pow(1 - 1 / N, k));
+  double k = (double)top_k;
+  double ib = bytes / k * cost_remote_nodes(s, ep, top_k);
   double t_ib = ib / (c->links.internode * e);
   double t_nv = g > 1 ? bytes * (double)(g - 1) / (double)g / ((double)(g - 1) * c->links.nvlink * e) : 0;
   return t_ib > t_nv ? t_ib : t_nv;

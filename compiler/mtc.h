@@ -778,6 +778,14 @@ double cost_all_to_all(const Spec *s, double bytes, int64_t ep);
  * token and destination node, then NVLink inside the node; `bytes` holds top_k copies of each
  * token. Equals cost_all_to_all inside a node. */
 double cost_all_to_all_hier(const Spec *s, double bytes, int64_t ep, int64_t top_k);
+/* The other nodes a token's top_k expert copies reach, on average, in an EP group of ep ranks
+ * over ep / gpus_per_node whole nodes (0 inside one node). Routing uniform over the ranks: a node
+ * holds none of the k with probability (1 − 1/N)^k, so (N − 1)(1 − (1 − 1/N)^k). With group-
+ * limited routing (model.moe.n_group, topk_group: DeepSeek-V3's node-limited routing, at most
+ * M nodes per token, arXiv:2412.19437 §2.1.2) and the groups aligned with the nodes (n_group a
+ * multiple or a divisor of the node count; experts laid out in order) only the chosen groups'
+ * nodes can be reached: the smaller of the two. */
+double cost_remote_nodes(const Spec *s, int64_t ep, int64_t top_k);
 /* "auto", "flat", "hierarchical". */
 const char *plan_dispatch_name(DispatchPolicy d);
 const char *plan_tier_name(Tier t);

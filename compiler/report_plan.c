@@ -302,10 +302,10 @@ static void explain_ep(FILE *out, Mem *m, const Plan *p) {
                                "token copies goes over InfiniBand", (long long)(b->ch.ep - (int64_t)gpn),
                                (long long)(b->ch.ep - 1));
   if (b->ch.dispatch == DISPATCH_HIERARCHICAL) { /* copies per token over IB: cost_all_to_all_hier's */
-    double N = (double)b->ch.ep / gpn;
     how = mem_printf(m, "the all-to-all is hierarchical: a token crosses InfiniBand once per other node holding one "
-                     "of its experts, %.2f of its %.0f copies on average (flat: %.2f), then NVLink inside the node",
-                     (N - 1) * (1 - pow(1 - 1 / N, k)), k, k * ((double)b->ch.ep - gpn) / (double)b->ch.ep);
+                     "of its experts, %.2f of its %.0f copies on average (flat: %.2f)%s, then NVLink inside the node",
+                     cost_remote_nodes(s, b->ch.ep, s->model.moe.top_k), k, k * ((double)b->ch.ep - gpn) / (double)b->ch.ep,
+                     s->model.moe.n_group > 1 ? " with group-limited routing" : "");
   }
   /* bf16 bytes one rank gathers for its largest MoE layer: dense part + its experts / ep */
   double dense = 0, routed = 0;

@@ -631,6 +631,16 @@ static void all_to_all_hierarchical(void) {
   CHECK(s != NULL);
   if (!s) return;
   const double b = 1e9, nv = 150e9 * 0.8, ib = 25e9 * 0.8;
+  /* node-limited routing (the spec's n_group 8, topk_group 4): 2 nodes of 4 groups each, the
+   * other node holds none of the 4 chosen groups with probability C(4,4)/C(8,4) = 1/70 (uniform:
+   * 1/256); 16 nodes, each group on 2: the 8 experts fall on M = 8 nodes, 15/16 · 8 · (1 − (7/8)^8)
+   * = 4.923 other nodes (uniform: 6.049) */
+  CHECK_NEAR(cost_remote_nodes(s, 8, 8), 69.0 / 70, 1e-12);
+  CHECK_NEAR(cost_remote_nodes(s, 64, 8), 7.5 * (1 - pow(7.0 / 8, 8)), 1e-12);
+  CHECK_NEAR(cost_all_to_all_hier(s, b, 64, 8), b / 8 * 7.5 * (1 - pow(7.0 / 8, 8)) / ib, 1e-12);
+  CHECK_NEAR(cost_remote_nodes(s, 12, 8), 2 * (1 - pow(2.0 / 3, 8)), 1e-12); /* 3 nodes: no alignment, uniform */
+  CHECK_NEAR(cost_remote_nodes(s, 4, 8), 0, 0); /* one node */
+  s->model.moe.n_group = s->model.moe.topk_group = 1; /* uniform routing below */
   CHECK_NEAR(cost_all_to_all_hier(s, b, 4, 8), cost_all_to_all(s, b, 4), 1e-15);
   CHECK_NEAR(cost_all_to_all_hier(s, b, 2, 8), cost_all_to_all(s, b, 2), 1e-15);
   /* 2 nodes: the other node holds none of 8 experts with probability 1/256: 255/256 of a copy */
