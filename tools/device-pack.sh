@@ -42,7 +42,7 @@ gen() { # NAME SPEC [--set ...]: compile and build both backends, copy the cuda 
   cp "$d/build-cuda/train" "$kit/bin/$name"
   cp "$d/plan.json" "$kit/plans/$name.json"
   MTC_KERNEL_CACHE=$PWD/$kit/cache "$d/build-cuda/train" --check-kernels --arch sm_90a | head -1
-  case $name in tiny|tiny-muon|mid) # also with fp32 activations (MTC_ACT=fp32): the tight check against the cpu
+  case $name in tiny|tiny-muon|mid|feat) # also with fp32 activations (MTC_ACT=fp32): the tight check against the cpu
     cmake -S "$d" -B "$d/build-cuda-f32" -DMTC_ROOT="$PWD" -DMTC_BACKEND=cuda -DMTC_ACT=fp32 -DCMAKE_BUILD_TYPE=Release >/dev/null
     cmake --build "$d/build-cuda-f32" -j"$(nproc)" >/dev/null
     cp "$d/build-cuda-f32/train" "$kit/bin/$name-f32";;
@@ -51,10 +51,14 @@ gen() { # NAME SPEC [--set ...]: compile and build both backends, copy the cuda 
 gen tiny specs/tiny-moe.yaml $one
 gen tiny-muon specs/tiny-moe.yaml $one --set training.optimizer=muon
 gen bench specs/bench/moe-1b.yaml
+# the features first emulated on 2026-12-01: aux-free balancing (moe_load_add, router_bias_update),
+# attention biases with qk-norm (bias on q/k/v/o, colsum_add)
+gen feat specs/tiny-moe.yaml $one --set model.moe.router=sigmoid --set model.moe.router_bias=true \
+  --set model.moe.load_balance=aux_free --set model.attention.bias=qkvo --set model.attention.qk_norm=per_head
 gen mid specs/bench/moe-1b.yaml --set model.layers=2 --set training.global_batch=1 # moe-1b's shapes, cpu-checkable
 gen off-none specs/tiny-moe.yaml $one --set model.layers=8 --set plan.activation_checkpoint=full --set plan.offload_activations=none
 gen off-host specs/tiny-moe.yaml $one --set model.layers=8 --set plan.activation_checkpoint=full --set plan.offload_activations=host
-[ "$keep" = 1 ] || for r in tiny tiny-muon mid; do # the cpu reference, here (mid: 3 steps of 3 minutes each on 2 cores)
+[ "$keep" = 1 ] || for r in tiny tiny-muon mid feat; do # the cpu reference, here (mid: 3 steps of 3 minutes each on 2 cores)
   steps=20; [ $r = mid ] && steps=3
   OMP_NUM_THREADS=$(nproc) "$build/gen/$r/build/train" --data $kit/text.txt --steps $steps --seed 7 --metrics $kit/ref/$r.jsonl >$kit/ref/$r.log 2>&1
 done

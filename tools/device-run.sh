@@ -6,7 +6,8 @@
 #   simple attention, bf16 GEMMs, Muon); mid (moe-1b's shapes, 2 layers) 3 steps; tiny-moe 8 layers with activation offload none/host;
 #   then alone: moe-1b 6 steps (tokens/s) and PyTorch eager on the same plan (tools/torch_moe_bench.py)
 # usage (device tool): carry [".devpack"], command "bash tools/device-run.sh [CHECK...]"
-#   CHECK: kernels tiny mid offload bench benchdbg torch (default: every one)
+#   CHECK: kernels tiny mid feat offload bench benchdbg torch (default: every one; feat: tiny-moe
+#   with aux-free balancing, attention biases and qk-norm)
 set -u
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -39,6 +40,7 @@ want kernels && { timeout 150 "$K/bin/test_kernels" templates/kernels.cu >"$out/
 want tiny && { run tiny.bf16 120 MTC_GEMM=bf16 & run tiny-f32.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple &
   run tiny-muon-f32.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple & run tiny-muon.bf16 120 MTC_GEMM=bf16 & }
 want mid && { run mid-f32.fp32 150 MTC_GEMM=fp32 MTC_ATTENTION=simple & run mid.bf16 150 MTC_GEMM=bf16 & }
+want feat && { run feat-f32.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple & run feat.bf16 120 MTC_GEMM=bf16 & }
 want offload && { run off-none.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple & run off-host.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple & }
 wait
 cat "$out/exits.log" 2>/dev/null; tail -3 "$out/test_kernels.log" 2>/dev/null
