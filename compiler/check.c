@@ -176,9 +176,6 @@ static bool check_model(Diag *d, Spec *s) {
     if (moe->topk_group > moe->n_group)
       FAIL("model.moe.topk_group", "topk_group %lld is more than n_group %lld; expected at most n_group",
            (long long)moe->topk_group, (long long)moe->n_group);
-    if (moe->topk_group < moe->n_group && moe->router != ROUTER_SIGMOID)
-      FAIL("model.moe.topk_group", "group-limited routing follows DeepSeek-V3 (groups scored by their two best "
-           "sigmoid scores + bias); expected moe.router: sigmoid, or topk_group = n_group");
     if (moe->topk_group < moe->n_group && moe->experts / moe->n_group < 2)
       FAIL("model.moe.n_group", "n_group %lld leaves groups of one expert, but a group is scored by its two best "
            "experts; expected at most %lld groups", (long long)moe->n_group, (long long)(moe->experts / 2));

@@ -38,10 +38,10 @@ void em_moe_forward(Em *e, int l) {
   P(e, "  rt_router_logits_forward(R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
     (long long)off(e, g, "moe.gate.weight"), N, C, E);
   const MoeSpec *ms = &e->s->model.moe;
-  if (ms->topk_group < ms->n_group) /* group-limited (DeepSeek-V3) */
-    P(e, "  rt_router_group_forward(I(%s), R(%s), R(%s), %s, %lld, %lld, %lld, %lld, %lld); /* n_group, topk_group */\n",
+  if (ms->topk_group < ms->n_group) /* group-limited (DeepSeek-V3 with sigmoid, V2 with softmax) */
+    P(e, "  rt_router_group_forward(I(%s), R(%s), R(%s), %s, %lld, %lld, %lld, %lld, %lld, %s); /* n_group, topk_group */\n",
       idx, wts, lg, ms->router_bias ? mem_printf(e->m, "W(%lld)", (long long)off(e, g, "moe.gate.e_score_correction_bias")) : "NULL",
-      N, E, K, (long long)ms->n_group, (long long)ms->topk_group);
+      N, E, K, (long long)ms->n_group, (long long)ms->topk_group, e->sigmoid ? "true" : "false");
   else if (e->s->model.moe.router_bias)
     P(e, "  rt_router_forward(I(%s), R(%s), R(%s), W(%lld), %lld, %lld, %lld, %s); /* biased selection */\n", idx,
       wts, lg, (long long)off(e, g, "moe.gate.e_score_correction_bias"), N, E, K, e->sigmoid ? "true" : "false");

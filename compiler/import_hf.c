@@ -223,8 +223,9 @@ static bool moe_conventions(Hf *h, bool norm_default) {
 }
 
 /* The attention section of a gqa/mha family. bias: the family's fixed projection biases
- * (model.attention.bias: "qkv" for Qwen2's and Qwen2-MoE's q/k/v_proj), or NULL for the
- * families whose attention_bias (transformers' LlamaAttention and its copies: q, k, v and o_proj)
+ * (model.attention.bias: "qkv" for Qwen2's and Qwen2-MoE's q/k/v_proj, "none" for Mixtral, whose
+ * attention has none whatever the config says), or NULL for the families whose attention_bias
+ * (transformers' LlamaAttention and its copies in Qwen3, Qwen3-MoE, OLMoE: q, k, v and o_proj)
  * says it. */
 static bool attention_gqa(Hf *h, int64_t hidden, const char *qk_norm, const char *bias) {
   int64_t heads = 0, kv, hd;
@@ -277,7 +278,7 @@ static bool llama(Hf *h, const char *family) {
 
 static bool mixtral(Hf *h) {
   int64_t hidden, layers, inter, experts, topk;
-  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, NULL, NULL) ||
+  if (!common(h, &hidden, &layers) || !attention_gqa(h, hidden, NULL, "none") ||
       !get_int(h, "intermediate_size", true, 1, &inter) || !get_int(h, "num_local_experts", true, 1, &experts) ||
       !get_int(h, "num_experts_per_tok", true, 1, &topk) || !topk_fits(h, topk, experts, "num_local_experts"))
     return false;

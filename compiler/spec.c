@@ -105,8 +105,8 @@ static const Field moe_fields[] = {
     {"bias_update_rate", F_REAL, O(MoeSpec, bias_update_rate), "0.001", 0, 0, NULL, NULL, "router-bias step per optimizer step (aux_free; DeepSeek-V3's gamma)", 0, 1, false, true},
     {"norm_topk_prob", F_BOOL, O(MoeSpec, norm_topk_prob), "true", 0, 0, NULL, NULL, "top-k weights renormalized to sum 1 (Mixtral, Qwen3-MoE); false: the raw softmax or sigmoid scores (Qwen2-MoE)"},
     {"shared_expert_gate", F_BOOL, O(MoeSpec, shared_expert_gate), "false", 0, 0, NULL, NULL, "the shared experts' output scaled by sigmoid(x . w), w of hidden (Qwen2-MoE's shared_expert_gate)"},
-    {"n_group", F_INT, O(MoeSpec, n_group), "1", 1, 64, NULL, NULL, "group-limited routing: experts in this many equal groups (DeepSeek-V3: 8; needs router: sigmoid)"},
-    {"topk_group", F_INT, O(MoeSpec, topk_group), "(n_group)", 1, 1 << 20, NULL, NULL, "group-limited routing: the top_k experts come from this many best groups, a group scored by its two best score + bias (DeepSeek-V3: 4)"},
+    {"n_group", F_INT, O(MoeSpec, n_group), "1", 1, 64, NULL, NULL, "group-limited routing: experts in this many equal groups (DeepSeek-V2, V3: 8)"},
+    {"topk_group", F_INT, O(MoeSpec, topk_group), "(n_group)", 1, 1 << 20, NULL, NULL, "group-limited routing: the top_k experts come from this many best groups, a group scored by its two best sigmoid scores + bias (DeepSeek-V3: 4) or its best softmax probability (DeepSeek-V2: 3)"},
     {"routed_scaling_factor", F_REAL, O(MoeSpec, routed_scaling_factor), "1", 0, 0, NULL, NULL, "routed experts' weights are multiplied by this (DeepSeek-V3: 2.5)", 0, 1000, true, true},
     END};
 

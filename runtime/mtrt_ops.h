@@ -143,17 +143,19 @@ void rt_router_forward(int32_t *idx, real *wts, const real *logits, const act *b
 /* dlogits (N,E) += the gradient through the weights (selection is not differentiable). */
 void rt_router_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
                         const real *wts, int N, int E, int K, bool sigmoid);
-/* Group-limited routing (DeepSeek-V3: transformers' modeling_deepseek_v3.py,
- * DeepseekV3MoE.route_tokens_to_experts): with sigmoid scores s and selection keys s + bias
- * (bias (E) or NULL), the E experts in n_group equal groups, each group scored by the sum of
- * its two best keys; the topk_group best groups are kept, the other experts' keys set to 0,
- * and the K largest keys are selected. Weights as rt_router_forward's sigmoid ones (s / Σ
- * selected s). Ties go to the lower index. n_group <= RT_MAX_GROUPS, E / n_group >= 2. */
+/* Group-limited routing. Sigmoid (DeepSeek-V3: transformers' modeling_deepseek_v3.py,
+ * DeepseekV3MoE.route_tokens_to_experts, "noaux_tc"): scores s = σ(l), selection keys s + bias
+ * (bias (E) or NULL), the E experts in n_group equal groups, each group scored by the sum of its
+ * two best keys. Softmax (DeepSeek-V2's modeling_deepseek.py MoEGate, "group_limited_greedy"):
+ * keys the softmax's order exp(l − max l) (+ bias), each group scored by its best key. Then the
+ * topk_group best groups are kept, the other experts' keys set to 0, and the K largest keys are
+ * selected. Weights as rt_router_forward's (s / Σ selected s, or the softmax renormalized over
+ * the selected). Ties go to the lower index. n_group <= RT_MAX_GROUPS, E / n_group >= 2. */
 #ifndef RT_MAX_GROUPS /* (this header is read twice by tests/cuda's ref_ops.h) */
 #define RT_MAX_GROUPS 64
 #endif
 void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
-                             int n_group, int topk_group);
+                             int n_group, int topk_group, bool sigmoid);
 /* The routing weights of the selected experts idx (N,K), recomputed from logits (N,E) under the
  * conventions real models need, overwriting wts (N,K):
  *   a_j = exp(l_j − m) (softmax) or σ(l_j) (sigmoid);

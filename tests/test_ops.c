@@ -308,14 +308,23 @@ static void test_router_group(void) {
    * 1.46. Plain top-2 takes experts 0 and 2; with one group of the three kept, 2 and 3 */
   double l[6] = {5, -5, 2, 2, 1, 1}, w[2], w0[2];
   int32_t ix[2], ix0[2];
-  rt_router_group_forward(ix, w, l, NULL, 1, 6, 2, 3, 1);
+  rt_router_group_forward(ix, w, l, NULL, 1, 6, 2, 3, 1, true);
   rt_router_forward(ix0, w0, l, NULL, 1, 6, 2, true);
   CHECK(ix0[0] == 0 && ix0[1] == 2);
   CHECK(ix[0] == 2 && ix[1] == 3);
   CHECK(fabs(w[0] - 0.5) < 1e-12 && fabs(w[1] - 0.5) < 1e-12);
   /* every group kept: the plain selection */
-  rt_router_group_forward(ix, w, l, NULL, 1, 6, 2, 3, 3);
+  rt_router_group_forward(ix, w, l, NULL, 1, 6, 2, 3, 3, true);
   CHECK(ix[0] == ix0[0] && ix[1] == ix0[1] && fabs(w[0] - w0[0]) < 1e-12);
+  /* softmax (DeepSeek-V2's group_limited_greedy): a group scores its best probability, {0,1}
+   * e^0, {2,3} e^-3, {4,5} e^-4: one group kept is {0,1}, weights 1 and e^-10 renormalized */
+  rt_router_group_forward(ix, w, l, NULL, 1, 6, 2, 3, 1, false);
+  CHECK(ix[0] == 0 && ix[1] == 1);
+  CHECK(fabs(w[0] - 1 / (1 + exp(-10.0))) < 1e-12 && fabs(w[1] - exp(-10.0) / (1 + exp(-10.0))) < 1e-12);
+  /* two groups kept, {0,1} and {2,3}: the plain softmax top-2 (0 and 2), its weights */
+  rt_router_group_forward(ix, w, l, NULL, 1, 6, 2, 3, 2, false);
+  rt_router_forward(ix0, w0, l, NULL, 1, 6, 2, false);
+  CHECK(ix[0] == ix0[0] && ix[1] == ix0[1] && fabs(w[0] - w0[0]) < 1e-12 && fabs(w[1] - w0[1]) < 1e-12);
 }
 
 /* ---- Qwen2-MoE's gated shared expert: y += sigmoid(logit) x */

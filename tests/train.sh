@@ -528,6 +528,7 @@ conventions)
             "gate --set model.moe.shared_expert_gate=true"
             "yarn --set model.rope_scaling.type=yarn --set model.rope_scaling.factor=4 --set model.rope_scaling.original_max_position=64"
             "group --set model.moe.router=sigmoid --set model.moe.load_balance=aux_free --set model.moe.router_bias=true --set model.moe.n_group=2 --set model.moe.topk_group=1"
+            "groupsm --set model.moe.n_group=2 --set model.moe.topk_group=1"
             "abqkv --set model.attention.bias=qkv"
             "abqkvo --set model.attention.bias=qkvo --set model.attention.qk_norm=per_head")
   for v in "${variants[@]}"; do
@@ -540,7 +541,7 @@ conventions)
     cv-yarn) grep -q "rt_rope_yarn_backward" "$work/$name/step.c" || die "$name: no YaRN RoPE in step.c" ;;
     cv-gate) grep -q "rt_sigmoid_gate_backward" "$work/$name/step.c" && grep -q '"model.layers.1.mlp.shared_expert_gate.weight"' \
       "$work/$name/step.c" || die "$name: no shared_expert_gate in step.c" ;;
-    cv-group) grep -q "rt_router_group_forward" "$work/$name/step.c" || die "$name: no group-limited routing in step.c" ;;
+    cv-group*) grep -q "rt_router_group_forward" "$work/$name/step.c" || die "$name: no group-limited routing in step.c" ;;
     cv-abqkv*) grep -q '"model.layers.0.self_attn.v_proj.bias"' "$work/$name/step.c" || die "$name: no v_proj bias in step.c"
       grep -q '"model.layers.0.mlp.down_proj.bias"\|input_layernorm.bias' "$work/$name/step.c" && die "$name: biases beyond attention"
       [ "$name" = cv-abqkvo ] && { grep -q '"model.layers.0.self_attn.o_proj.bias"' "$work/$name/step.c" || die "$name: no o_proj bias"; }

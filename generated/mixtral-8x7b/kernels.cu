@@ -750,15 +750,20 @@ extern "C" __global__ void router_backward(float *dlogits, const float *dwts, co
   }
 }
 
-// Group-limited routing (DeepSeek-V3; the cpu's rt_router_group_forward): keys σ(l) + bias, the
-// EXPERTS in n_group groups scored by their two best keys, the topk_group best groups kept and
-// the others' keys 0, then the TOP_K largest keys; weights σ(l) / Σ selected σ. One thread per
-// token; n_group <= 64.
-extern "C" __global__ void router_topk_grouped(int *idx, float *wts, const float *logits, const float *bias,
-                                               int n_group, int topk_group) {
+// Group-limited routing (rt_router_group_forward), one thread per token: selection keys k_e =
+// σ(l_e) (sigmoid) or exp(l_e − max l) (softmax: the order of its probabilities) + bias_e; groups
+// scored by the sum of their two best keys (DeepSeek-V3's noaux_tc) or by their best key
+// (softmax: DeepSeek-V2's group_limited_greedy); the topk_group best kept, the other experts'
+// keys 0, the TOP_K largest selected (ties to the lower index); weights a_j / Σ selected a, a = σ(l)
+// or exp(l − max l).
+extern "C" __global__ void router_topk_grouped(int *idx, float *wts, const float *logits, const act *bias,
+                                               int n_group, int topk_group, int sigmoid) {
   int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= TOKENS) return;
   const float *l = logits + (size_t)n * EXPERTS;
+  float m = NEG_INF;
+  for (int e = 0; e < EXPERTS && !sigmoid; e++) m = fmaxf(m, l[e]);
+#define GROUP_SCORE(e) ((sigmoid ? 1.f / (1.f + __expf(-l[e])) : __expf(l[e] - m)) + (bias ? f32(bias[e]) : 0.f))
   int per = EXPERTS / n_group;
   unsigned long long keep = 0; // bit g: group g chosen
   for (int c = 0; c < topk_group; c++) {
@@ -768,11 +773,12 @@ extern "C" __global__ void router_topk_grouped(int *idx, float *wts, const float
       if (keep >> g & 1ull) continue;
       float a = NEG_INF, b = NEG_INF;
       for (int e = g * per; e < (g + 1) * per; e++) {
-        float k = 1.f / (1.f + __expf(-l[e])) + (bias ? bias[e] : 0.f);
+        float k = GROUP_SCORE(e);
         if (k > a) b = a, a = k;
         else if (k > b) b = k;
       }
-      if (best < 0 || a + b > bs) best = g, bs = a + b;
+      float s = sigmoid ? a + b : a;
+      if (best < 0 || s > bs) best = g, bs = s;
     }
     keep |= 1ull << best;
   }
@@ -781,16 +787,17 @@ extern "C" __global__ void router_topk_grouped(int *idx, float *wts, const float
 #pragma unroll
   for (int k = 0; k < TOP_K; k++) pick[k] = -1, val[k] = 0;
   for (int e = 0; e < EXPERTS; e++) {
-    float key = keep >> (e / per) & 1ull ? 1.f / (1.f + __expf(-l[e])) + (bias ? bias[e] : 0.f) : 0.f;
+    float key = keep >> (e / per) & 1ull ? GROUP_SCORE(e) : 0.f;
     int j = TOP_K;
     while (j > 0 && !(pick[j - 1] >= 0 && val[j - 1] >= key)) j--;
     if (j == TOP_K) continue;
     for (int i = TOP_K - 1; i > j; i--) val[i] = val[i - 1], pick[i] = pick[i - 1];
     val[j] = key, pick[j] = e;
   }
+#undef GROUP_SCORE
   float w[TOP_K], total = 0;
 #pragma unroll
-  for (int k = 0; k < TOP_K; k++) total += w[k] = 1.f / (1.f + __expf(-l[pick[k]]));
+  for (int k = 0; k < TOP_K; k++) total += w[k] = sigmoid ? 1.f / (1.f + __expf(-l[pick[k]])) : __expf(l[pick[k]] - m);
 #pragma unroll
   for (int k = 0; k < TOP_K; k++) idx[n * TOP_K + k] = pick[k], wts[n * TOP_K + k] = w[k] / total;
 }

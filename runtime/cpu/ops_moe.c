@@ -74,37 +74,40 @@ static void best_n(int32_t *out, const real *key, int m, int n) {
   }
 }
 
+/* A selection key of group-limited routing: σ(l_e) or exp(l_e − m) (softmax's order), + bias_e. */
+static real group_key(const real *l, const act *bias, int e, bool sig, real m) {
+  return (sig ? sigmoid(l[e]) : EXP(l[e] - m)) + (bias ? bias[e] : 0);
+}
+
 void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
-                             int n_group, int topk_group) {
+                             int n_group, int topk_group, bool sig) {
   int per = E / n_group;
   for (int n = 0; n < N; n++) {
     const real *l = logits + (size_t)n * E;
     int32_t *ix = idx + (size_t)n * K;
-    real *w = wts + (size_t)n * K;
+    real *w = wts + (size_t)n * K, m = -INFINITY;
+    for (int e = 0; e < E && !sig; e++) m = l[e] > m ? l[e] : m;
     real gscore[RT_MAX_GROUPS];
     int32_t chosen[RT_MAX_GROUPS];
-    for (int g = 0; g < n_group; g++) { /* the sum of the group's two best keys */
+    bool in[RT_MAX_GROUPS] = {0};
+    for (int g = 0; g < n_group; g++) { /* sigmoid: the sum of the group's two best keys; softmax: its best */
       real a = -INFINITY, b = -INFINITY;
       for (int e = g * per; e < (g + 1) * per; e++) {
-        real k = sigmoid(l[e]) + (bias ? bias[e] : 0);
+        real k = group_key(l, bias, e, sig, m);
         if (k > a) b = a, a = k;
         else if (k > b) b = k;
       }
-      gscore[g] = a + b;
+      gscore[g] = sig ? a + b : a;
     }
     best_n(chosen, gscore, n_group, topk_group);
+    for (int j = 0; j < topk_group; j++) in[chosen[j]] = true;
     for (int j = 0; j < K; j++) ix[j] = -1;
     for (int e = 0; e < E; e++) { /* insertion by key, 0 outside the chosen groups */
-      bool in = false;
-      for (int j = 0; j < topk_group; j++) in = in || chosen[j] == e / per;
-      real k = in ? sigmoid(l[e]) + (bias ? bias[e] : 0) : 0;
+      real k = in[e / per] ? group_key(l, bias, e, sig, m) : 0;
       int j = K;
       while (j > 0) {
         int32_t o = ix[j - 1];
-        bool oin = false;
-        for (int i = 0; o >= 0 && i < topk_group; i++) oin = oin || chosen[i] == o / per;
-        real ko = o >= 0 && oin ? sigmoid(l[o]) + (bias ? bias[o] : 0) : 0;
-        if (o >= 0 && ko >= k) break;
+        if (o >= 0 && (in[o / per] ? group_key(l, bias, o, sig, m) : 0) >= k) break;
         j--;
       }
       if (j == K) continue;
@@ -112,7 +115,7 @@ void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const 
       ix[j] = e;
     }
     real sum = 0;
-    for (int j = 0; j < K; j++) sum += w[j] = sigmoid(l[ix[j]]);
+    for (int j = 0; j < K; j++) sum += w[j] = sig ? sigmoid(l[ix[j]]) : EXP(l[ix[j]] - m);
     for (int j = 0; j < K; j++) w[j] /= sum;
   }
 }

@@ -32,10 +32,12 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
 }
 
 void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
-                             int n_group, int topk_group) {
+                             int n_group, int topk_group, bool sigmoid) {
   (void)E, (void)K;
+  int sg = sigmoid;
   cu.cnt_of = NULL;
-  cu_launch(K_ROUTER_TOPK_GROUPED, cu_blocks(N, 128), 128, (void *[]){&idx, &wts, &logits, &bias, &n_group, &topk_group});
+  cu_launch(K_ROUTER_TOPK_GROUPED, cu_blocks(N, 128), 128,
+            (void *[]){&idx, &wts, &logits, &bias, &n_group, &topk_group, &sg});
 }
 
 void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sigmoid,

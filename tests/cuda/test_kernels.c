@@ -304,8 +304,8 @@ static void moe(void) {
     if (sig) { /* group-limited routing: 4 groups of 2, the best 2 kept (with the bias) */
       int32_t *gidx = (int32_t *)host(na), *dgidx = devi(NULL, na);
       float *gw = host(na), *dgw = devf(NULL, na);
-      ref_router_group_forward(gidx, gw, logits, bias, N, E, K, 4, 2);
-      rt_router_group_forward(dgidx, dgw, dlog, dbias, N, E, K, 4, 2);
+      ref_router_group_forward(gidx, gw, logits, bias, N, E, K, 4, 2, true);
+      rt_router_group_forward(dgidx, dgw, dlog, dbias, N, E, K, 4, 2, true);
       check_ints("router_group_forward idx", dgidx, gidx, na);
       check_dev("router_group_forward wts", dgw, gw, na, TOL);
     }
