@@ -171,7 +171,7 @@ int export_run(const char *ckpt, const char *out, const char *spec, const char *
       tix = mem_array(&mem, 3 * (size_t)n + 3, sizeof *tix);
       status = match_spec(&k, path, spec, ts, n, tix);
       json_t *cj = export_config(s, family, k.real_bytes == 4 ? "float32" : "float64");
-      char *text = json_dumps(cj, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+      char *text = json_dumps(cj, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
       config = mem_printf(&mem, "%s\n", text);
       free(text), json_decref(cj);
     }
