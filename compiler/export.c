@@ -180,8 +180,9 @@ int export_run(const char *ckpt, const char *out, const char *spec, const char *
   }
   /* where: OUT itself, or OUT/model.safetensors and OUT/config.json (OUT made if missing) */
   const char *st_path = out, *cfg_path = NULL;
+  bool made = false; /* OUT made here: removed again when nothing is written into it */
   if (!status && spec) {
-    if (lstat(out, &st) != 0 && mkdir(out, 0777) != 0 && errno != EEXIST) {
+    if (lstat(out, &st) != 0 && !(made = mkdir(out, 0777) == 0) && errno != EEXIST) {
       fprintf(stderr, "error: %s: cannot make the directory: %s; expected a directory path to write model.safetensors "
               "and config.json into\n", out, strerror(errno));
       status = 2;
@@ -268,6 +269,7 @@ int export_run(const char *ckpt, const char *out, const char *spec, const char *
       status = 2;
     }
   }
+  if (status && made) rmdir(out);
   if (!status && family)
     printf("wrote %s and %s: %d tensors of %s step %lld (%s), model_type %s\n", st_path, cfg_path, n, k.model,
            (long long)k.step, dtype, family);
