@@ -8,6 +8,7 @@
  * names (LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM,
  * Qwen3MoeForCausalLM, OlmoeForCausalLM, DeepseekV3ForCausalLM, GPT2LMHeadModel). */
 #include <jansson.h>
+#include <math.h>
 #include <string.h>
 
 #include "mtc.h"
@@ -183,6 +184,11 @@ static void llama_common(json_t *c, const Spec *s) {
   const ModelSpec *ms = &s->model;
   const AttentionSpec *a = &ms->attention;
   int64_t pos = ms->max_position > s->training.seq_len ? ms->max_position : s->training.seq_len;
+  const RopeScalingSpec *r = &ms->rope_scaling;
+  /* YaRN: the context after scaling, factor x original_max_position (DeepSeek-V3: 40 x 4096):
+   * transformers' _compute_yarn_parameters takes the factor as max_position_embeddings /
+   * original_max_position_embeddings in some versions. Default and llama3 RoPE do not read it. */
+  if (r->present && r->type == ROPE_SCALING_YARN) pos = llround(r->factor * (double)r->original_max_position);
   set_int(c, "vocab_size", ms->vocab);
   set_int(c, "hidden_size", ms->hidden);
   set_int(c, "num_hidden_layers", ms->layers);
@@ -240,7 +246,8 @@ void *export_config(const Spec *s, const char *family, const char *dtype) {
     set_int(c, "n_embd", ms->hidden);
     set_int(c, "n_layer", ms->layers);
     set_int(c, "n_head", a->heads);
-    set_int(c, "n_inner", ms->mlp.intermediate);
+    if (ms->mlp.intermediate == 4 * ms->hidden) json_object_set_new(c, "n_inner", json_null()); /* GPT2MLP: 4 n_embd */
+    else set_int(c, "n_inner", ms->mlp.intermediate);
     set_str(c, "activation_function", "gelu_new"); /* mtc's GELU is the tanh form */
     set_real(c, "layer_norm_epsilon", ms->norm_eps);
     set_real(c, "resid_pdrop", 0), set_real(c, "embd_pdrop", 0), set_real(c, "attn_pdrop", 0);

@@ -179,6 +179,60 @@ static void refused(const char *spec, const char *const *sets, int n, const char
   mem_free(&m);
 }
 
+
+/* Whether two config values are the same (numbers within 1e-12 relative, objects key by key). */
+static bool same_value(json_t *a, json_t *b) {
+  if (json_is_number(a) && json_is_number(b)) {
+    double x = json_number_value(a), y = json_number_value(b);
+    return x == y || fabs(x - y) <= 1e-12 * fabs(y);
+  }
+  if (json_is_object(a) && json_is_object(b)) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(a, k, v) if (!json_object_get(b, k) || !same_value(v, json_object_get(b, k))) return false;
+    json_object_foreach(b, k, v) if (!json_object_get(a, k)) return false;
+    return true;
+  }
+  return json_equal(a, b);
+}
+
+/* The published config tests/hf/NAME.json, imported (import-hf) and exported again (export_config),
+ * gives the published value of every field both have (but those named in `differ`: fields export
+ * sets from the spec's training section or that do not change the math). */
+static void published(const char *name, const char *const *differ, int ndiffer) {
+  Mem m = {0};
+  Diag d = {.mem = &m};
+  const char *path = mem_printf(&m, "%s/tests/hf/%s.json", src_dir, name);
+  char *text = import_hf(&m, &d, path);
+  Spec *s = text ? spec_load(&m, &d, "(imported)", text, strlen(text), NULL, 0) : NULL;
+  const char *fam = s ? export_family(&d, s) : NULL;
+  json_error_t je;
+  json_t *pub = json_load_file(path, 0, &je);
+  CHECK(fam != NULL && pub != NULL);
+  if (!fam || !pub) {
+    fprintf(stderr, "%s: %s", name, d.msg ? d.msg : "not read\n");
+    json_decref(pub), mem_free(&m);
+    return;
+  }
+  json_t *c = export_config(s, fam, "bfloat16"), *v;
+  const char *k;
+  json_object_foreach(c, k, v) {
+    json_t *want = json_object_get(pub, k);
+    bool skip = !want;
+    for (int i = 0; i < ndiffer; i++) skip = skip || !strcmp(differ[i], k);
+    if (skip) continue;
+    check_count++;
+    if (!same_value(v, want)) {
+      check_failures++;
+      char *a = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT), *b = json_dumps(want, JSON_ENCODE_ANY | JSON_COMPACT);
+      fprintf(stderr, "tests/hf/%s.json: exported \"%s\" is %s, published %s\n", name, k, a, b);
+      free(a), free(b);
+    }
+  }
+  json_decref(c), json_decref(pub);
+  mem_free(&m);
+}
+
 #define N(a) (int)(sizeof(a) / sizeof *(a))
 
 int main(int argc, char **argv) {
@@ -213,6 +267,18 @@ int main(int argc, char **argv) {
   const char *qk_full[] = {"model.attention.qk_norm=full", "model.moe.norm_topk_prob=false", "model.norm_eps=1e-6"};
   round_trip("tests/specs/calib-moe.yaml", qk_full, N(qk_full), "olmoe");
   round_trip("specs/deepseek-v3.yaml", NULL, 0, "deepseek_v3"); /* MLA, yarn, groups, scaling */
+
+  /* ---- published configs: import, export, the same fields ---- */
+  /* not compared: what the spec does not hold and the math does not read (the model's name, its
+   * storage dtype; max_position_embeddings, which default and llama3 RoPE ignore: export writes
+   * training.seq_len there; the dense intermediate_size of a model without dense layers) */
+  const char *common[] = {"_name_or_path", "torch_dtype", "use_cache", "initializer_range", "max_position_embeddings"};
+  const char *hf_names[] = {"llama-3.1-8b", "mixtral-8x7b", "qwen3-8b", "olmoe-1b-7b", "gpt2"};
+  for (int i = 0; i < N(hf_names); i++) published(hf_names[i], common, N(common));
+  const char *q3moe[] = {"_name_or_path", "torch_dtype", "use_cache", "initializer_range", "max_position_embeddings",
+                         "intermediate_size"};
+  published("qwen3-30b-a3b", q3moe, N(q3moe));
+  published("deepseek-v3", common, N(common) - 1); /* YaRN: max_position_embeddings compared */
 
   /* ---- names, against each family's modeling file ---- */
   /* modeling_gpt2.py: GPT2Model (wte, wpe, h, ln_f), GPT2Block (ln_1, attn, ln_2, mlp),
