@@ -14,40 +14,54 @@ the modeling files: mixtral's block_sparse_moe.{gate, experts.E.w1 (gate_proj), 
 w3 (up_proj)}; qwen2_moe's mlp.shared_expert; gpt2's transformer.{wte, wpe, h.N.{ln_1, attn,
 ln_2, mlp}, ln_f} with Conv1D weights stored [in, out] (transposed) and attn.c_attn the q, k, v
 projections side by side (weights) or end to end (biases); the others keep the program's names.
-usage: safetensors_check.py CKPT_STEP_DIR FILE.safetensors [FAMILY]"""
+CKPT_STEP_DIR may instead be `mtc export`'s own-name file of the same checkpoint (any ep).
+usage: safetensors_check.py CKPT_STEP_DIR|REF.safetensors FILE.safetensors [FAMILY]"""
 import json
 import struct
 import sys
 
 ckpt, path = sys.argv[1], sys.argv[2]
 family = sys.argv[3] if len(sys.argv) > 3 else None
-man = json.load(open(f"{ckpt}/manifest.json"))
-assert man["layout"]["ep"] == 1, "this reader handles ep = 1 checkpoints"
-rb = man["real_bytes"]
-fmt = "f" if rb == 4 else "d"
-groups = man["groups"]
-gathered = [b"" for _ in groups]
-for r in range(man["layout"]["fsdp"]):
-    data = open(f"{ckpt}/rank-{r:05d}.bin", "rb").read()
-    assert data[:8] == b"MTCCKPT1"
-    at = 256
-    for i, g in enumerate(groups):
-        gathered[i] += data[at:at + g["shard"] * rb]
-        at += g["shard"] * (rb + 8)
 
-blob = open(path, "rb").read()
-(hlen,) = struct.unpack("<Q", blob[:8])
-header = json.loads(blob[8:8 + hlen])
-body = blob[8 + hlen:]
+
+def read_safetensors(p):
+    blob = open(p, "rb").read()
+    (hlen,) = struct.unpack("<Q", blob[:8])
+    return json.loads(blob[8:8 + hlen]), blob[8 + hlen:]
+
+
 want = {}
-for t in man["tensors"]:
-    g = gathered[t["group"]]
-    for k in range(max(t["experts"], 1)):
-        name = t["name"] % k if t["experts"] else t["name"]
-        per = t.get("per", 0)
-        at = t["offset"] + (k // per * t["block"] + k % per * t["count"] if per else k * t["count"])
-        off = at * rb
-        want[name] = (g[off:off + t["count"] * rb], [t["rows"], t["cols"]] if t["cols"] > 1 else [t["rows"]])
+if ckpt.endswith(".safetensors"):  # the reference is mtc's own-name export (of any layout)
+    ref, rbody = read_safetensors(ckpt)
+    rb = 4 if ref[next(n for n in ref if n != "__metadata__")]["dtype"] == "F32" else 8
+    fmt = "f" if rb == 4 else "d"
+    for n, h in ref.items():
+        if n != "__metadata__":
+            want[n] = (rbody[h["data_offsets"][0]:h["data_offsets"][1]], h["shape"])
+    man = {"step": ref["__metadata__"]["step"], "layout": {"fsdp": "?"}}
+else:
+    man = json.load(open(f"{ckpt}/manifest.json"))
+    assert man["layout"]["ep"] == 1, "this reader handles ep = 1 checkpoints"
+    rb = man["real_bytes"]
+    fmt = "f" if rb == 4 else "d"
+    groups = man["groups"]
+    gathered = [b"" for _ in groups]
+    for r in range(man["layout"]["fsdp"]):
+        data = open(f"{ckpt}/rank-{r:05d}.bin", "rb").read()
+        assert data[:8] == b"MTCCKPT1"
+        at = 256
+        for i, g in enumerate(groups):
+            gathered[i] += data[at:at + g["shard"] * rb]
+            at += g["shard"] * (rb + 8)
+    for t in man["tensors"]:
+        g = gathered[t["group"]]
+        for k in range(max(t["experts"], 1)):
+            name = t["name"] % k if t["experts"] else t["name"]
+            per = t.get("per", 0)
+            at = t["offset"] + (k // per * t["block"] + k % per * t["count"] if per else k * t["count"])
+            off = at * rb
+            want[name] = (g[off:off + t["count"] * rb], [t["rows"], t["cols"]] if t["cols"] > 1 else [t["rows"]])
+header, body = read_safetensors(path)
 
 
 def hf(name):

@@ -22,9 +22,10 @@
 #   export     mtc export of a 2-rank checkpoint, read back by tests/safetensors_check.py (its own
 #              safetensors and checkpoint readers): every tensor equals the master weights; with
 #              --spec, gpt2-style (gpt2: fused, transposed c_attn), calib-moe (mixtral) and tiny-moe
-#              with a gated shared expert (qwen2_moe) as Hugging Face directories: the family's
-#              names, the same values, a config.json that import-hf reads; a model no family
-#              expresses and another spec's checkpoint are refused, writing nothing
+#              with a gated shared expert (qwen2_moe, also from an EP 2 checkpoint) as Hugging Face
+#              directories: the family's names, the same values, a config.json that import-hf
+#              reads; a model no family expresses and another spec's checkpoint are refused,
+#              writing nothing
 #   errors     a launch with the wrong world size, a missing data file, bad arguments; a run of
 #              2^32 + 40 steps (its learning rate at step 2 is the peak, not the minimum) planned
 #              with its boundaries on NVMe (the program warns that it keeps them in host memory)
@@ -386,6 +387,17 @@ export)
   hf_spec hf-gpt2 "$src/tests/specs/gpt2-style.yaml" gpt2 --set training.seq_len=32
   hf_spec hf-mixtral "$src/tests/specs/calib-moe.yaml" mixtral --set model.layers=2 --set model.moe.experts=4
   hf_spec hf-qwen2 "$tiny" qwen2_moe --set model.moe.shared_expert_gate=true --set model.layers=2
+  # from a 2-rank checkpoint with its experts in EP 2: against mtc export's own-name file of it
+  ep2=("${small[@]}" --set training.steps=3 --set model.moe.shared_expert_gate=true --set model.layers=2
+       --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=2)
+  if build hf-ep2 "$tiny" float "${ep2[@]}"; then
+    (cd "$work" && "${mpirun[@]}" -np 2 ./hf-ep2/build/train --data "$text" --metrics ep2.jsonl --checkpoint-dir ck-ep2 \
+      >/dev/null) || die "hf-ep2: training run"
+    "$mtc" export "$work/ck-ep2" "$work/ep2.safetensors" >/dev/null &&
+      "$mtc" export "$work/ck-ep2" "$work/hf-ep2" --spec "$tiny" "${ep2[@]}" >/dev/null &&
+      python3 "$src/tests/safetensors_check.py" "$work/ep2.safetensors" "$work/hf-ep2/model.safetensors" qwen2_moe ||
+      die "hf-ep2: the qwen2_moe export of an EP 2 checkpoint differs from its own-name export"
+  fi
   out=$("$mtc" export "$work/ckX" "$work/hf-none" --spec "$tiny" 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q "tiny-moe.yaml:15:.*no Hugging Face family expresses this model: shared experts without a gate" &&
     [ ! -e "$work/hf-none" ] || die "export --spec of an unexpressible model: exit $rc, $out"
