@@ -164,7 +164,7 @@ int export_run(const char *ckpt, const char *out, const char *spec, const char *
     Model *md = s ? model_build(&mem, &d, s) : NULL;
     family = md ? export_family(&d, s) : NULL;
     if (!family) {
-      fputs(d.msg, stderr);
+      fputs(d.msg ? d.msg : "error: the spec's model could not be built\n", stderr);
       status = 2;
     } else {
       ts = export_tensors(&mem, md, family, &n);
@@ -243,8 +243,13 @@ int export_run(const char *ckpt, const char *out, const char *spec, const char *
   if (!status) { /* PATH may be replaced only if it is a regular file or missing */
     int fd = rt_replace_begin(st_path, tmp, sizeof tmp, err, sizeof err);
     if (fd >= 0 && !(f = fdopen(fd, "wb"))) snprintf(err, sizeof err, "%.500s: %s", tmp, strerror(errno)), close(fd), remove(tmp);
+    struct stat ost;
+    if (!f && !spec && stat(out, &ost) == 0 && S_ISDIR(ost.st_mode)) /* it names the path refused */
+      fprintf(stderr, "error: %s; or, with --spec SPEC, a directory for a Hugging Face model (config.json and "
+              "model.safetensors)\n", err);
+    else if (!f)
+      fprintf(stderr, "error: %s\n", err);
     if (!f) {
-      fprintf(stderr, "error: %s\n", err); /* it names the path refused */
       status = 2;
       if (cfg_path) remove(ctmp);
     }
