@@ -343,7 +343,6 @@ static bool qwen_moe(Hf *h, bool qwen3) {
   if (first > 0 || every > 1) emit(h, "  mlp:\n    intermediate: %lld\n", (long long)inter);
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)moe_inter);
-  if (first) emit(h, "    first_dense_layers: %lld\n", (long long)first);
   bool qkv_bias;
   if (!qwen3 && !opt_bool(h, "qkv_bias", true, &qkv_bias)) return false;
   if (!qwen3 && qkv_bias) /* Qwen2MoeAttention: bias=config.qkv_bias (default true) */
@@ -351,6 +350,7 @@ static bool qwen_moe(Hf *h, bool qwen3) {
   if (shared) emit(h, "    shared_experts: 1\n    shared_intermediate: %lld\n", (long long)shared);
   if (shared && !qwen3) /* Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) x the shared expert */
     emit(h, "    shared_expert_gate: true\n");
+  if (first) emit(h, "    first_dense_layers: %lld\n", (long long)first);
   if (every > 1) emit(h, "    interleave: %lld\n", (long long)every);
   return moe_conventions(h, false);
 }
