@@ -78,18 +78,10 @@ static void stat(Em *e, int l, const char *name, SaveClass cls, int64_t n, const
 }
 
 /* HF name of a model.c parameter of layer l ("attn.q_proj.weight" ->
- * "model.layers.2.self_attn.q_proj.weight"). */
+ * "model.layers.2.self_attn.q_proj.weight"): export_raw_name, which mtc export maps on. */
 static const char *hf_name(Em *e, int l, const char *p, bool expert) {
-  const char *rest = p;
-  const char *pre = "";
-  if (strncmp(p, "attn.", 5) == 0) pre = "self_attn.", rest = p + 5;
-  else if (strncmp(p, "moe.gate.", 9) == 0) pre = "mlp.gate.", rest = p + 9;
-  else if (strncmp(p, "moe.experts.", 12) == 0) pre = "mlp.experts.%d.", rest = p + 12;
-  else if (strncmp(p, "moe.shared_experts.", 19) == 0) pre = "mlp.shared_experts.", rest = p + 19;
-  else if (strncmp(p, "moe.shared_expert_gate.", 23) == 0) pre = "mlp.shared_expert_gate.", rest = p + 23;
   (void)expert;
-  if (l < 0) return strcmp(p, "lm_head.weight") == 0 ? p : mem_printf(e->m, "model.%s", p);
-  return mem_printf(e->m, "model.layers.%d.%s%s", l, pre, rest);
+  return export_raw_name(e->m, l, p);
 }
 
 static int add_group(Em *e, const char *name, const char *cname, int comm) {

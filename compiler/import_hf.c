@@ -300,6 +300,39 @@ static bool olmoe(Hf *h) {
   return moe_conventions(h, false);
 }
 
+/* Qwen2-MoE / Qwen3-MoE's dense layers (Qwen2MoeDecoderLayer: a layer is sparse when it is not
+ * in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0) as the spec's first_dense_layers
+ * and interleave (model.c: layer l >= first is MoE when (l - first + 1) % interleave == 0): the
+ * first pair that gives the same layers, or an error at mlp_only_layers when none does. */
+static bool qwen_dense_layers(Hf *h, int64_t layers, int64_t step, int64_t *first, int64_t *every) {
+  json_t *only = json_object_get(h->cfg, "mlp_only_layers"), *v;
+  size_t i;
+  if (only && !json_is_null(only) && !json_is_array(only))
+    return diag_error(h->d, key_loc(h, "mlp_only_layers"), "\"mlp_only_layers\" is not a list; expected a list "
+                      "of layer indices");
+  if (layers > 100000)
+    return diag_error(h->d, key_loc(h, "num_hidden_layers"), "\"num_hidden_layers\" is %lld; expected at most "
+                      "100000", (long long)layers);
+  bool *dense = mem_array(h->m, (size_t)layers, sizeof *dense);
+  for (int64_t l = 0; l < layers; l++) dense[l] = (l + 1) % step != 0;
+  if (only && json_is_array(only))
+    json_array_foreach(only, i, v) {
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= layers)
+        return diag_error(h->d, key_loc(h, "mlp_only_layers"), "\"mlp_only_layers\" has an entry that is not a "
+                          "layer index; expected integers 0 to %lld", (long long)layers - 1);
+      dense[json_integer_value(v)] = true;
+    }
+  for (int64_t f = 0; f <= layers; f++)
+    for (int64_t s = 1; s <= layers; s++) {
+      bool same = true;
+      for (int64_t l = 0; l < layers && same; l++) same = dense[l] == (l < f || (l - f + 1) % s != 0);
+      if (same) return *first = f, *every = s, true;
+    }
+  return diag_error(h->d, key_loc(h, only ? "mlp_only_layers" : "decoder_sparse_step"), "the dense layers "
+                    "(mlp_only_layers, decoder_sparse_step) follow no pattern a spec can say; expected the first N "
+                    "layers dense, then every K-th layer MoE (model.moe.first_dense_layers, interleave)");
+}
+
 /* Qwen2-MoE / Qwen3-MoE: MoE every decoder_sparse_step-th layer; mlp_only_layers must be empty
  * (a list of arbitrary dense layers has no spec form yet). Qwen3 normalizes q and k per head. */
 static bool qwen_moe(Hf *h, bool qwen3) {
@@ -313,17 +346,16 @@ static bool qwen_moe(Hf *h, bool qwen3) {
       !opt_int(h, "decoder_sparse_step", 1, 1, &step) || !opt_int(h, "shared_expert_intermediate_size", 0, 0, &shared) ||
       !topk_fits(h, topk, experts, "num_experts"))
     return false;
-  json_t *only = json_object_get(h->cfg, "mlp_only_layers");
-  if (only && json_is_array(only) && json_array_size(only) > 0)
-    return diag_error(h->d, key_loc(h, "mlp_only_layers"), "\"mlp_only_layers\" lists dense layers; expected an "
-                      "empty list (a spec gives dense layers as first_dense_layers and interleave)");
-  if (step > 1) emit(h, "  mlp:\n    intermediate: %lld\n", (long long)inter);
+  int64_t first = 0, every = step;
+  if (!qwen_dense_layers(h, layers, step, &first, &every)) return false;
+  if (first > 0 || every > 1) emit(h, "  mlp:\n    intermediate: %lld\n", (long long)inter);
   emit(h, "  moe:\n    experts: %lld\n    top_k: %lld\n    expert_intermediate: %lld\n", (long long)experts,
        (long long)topk, (long long)moe_inter);
   if (shared) emit(h, "    shared_experts: 1\n    shared_intermediate: %lld\n", (long long)shared);
   if (shared && !qwen3) /* Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) x the shared expert */
     emit(h, "    shared_expert_gate: true\n");
-  if (step > 1) emit(h, "    interleave: %lld\n", (long long)step);
+  if (first) emit(h, "    first_dense_layers: %lld\n", (long long)first);
+  if (every > 1) emit(h, "    interleave: %lld\n", (long long)every);
   return moe_conventions(h, false);
 }
 
@@ -399,8 +431,8 @@ static bool need_bool(Hf *h, const char *key, bool want, bool dflt, const char *
  * positions (n_positions), biases on every linear, multi-head attention, a 4·n_embd GELU MLP
  * (n_inner), tied embeddings (tie_word_embeddings, default true). What mtc's program cannot
  * compute is refused by field: dropout, another GELU than the tanh form (gelu_new,
- * gelu_pytorch_tanh), another layer_norm_epsilon than 1e-5, unscaled or layer-scaled attention,
- * cross-attention. */
+ * gelu_pytorch_tanh), unscaled or layer-scaled attention, cross-attention. layer_norm_epsilon is
+ * model.norm_eps (the epsilon of every norm, LayerNorm's too). */
 static bool gpt2(Hf *h) {
   int64_t hidden = 0, layers, vocab, heads = 0, positions, inner = 0;
   bool ok = true;
@@ -416,13 +448,15 @@ static bool gpt2(Hf *h) {
   static const char *const drops[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop"};
   for (int i = 0; i < 3; i++)
     if (!need_real(h, drops[i], 0, 0.1, "the program has no dropout")) return false;
-  if (!need_real(h, "layer_norm_epsilon", 1e-5, 1e-5, "its norm epsilon is 1e-5") ||
+  double eps;
+  if (!get_real(h, "layer_norm_epsilon", 1e-5, &eps) ||
       !need_bool(h, "scale_attn_weights", true, true, "attention scores are scaled by 1/sqrt(head_dim)") ||
       !need_bool(h, "scale_attn_by_inverse_layer_idx", false, false, "no per-layer score scaling") ||
       !need_bool(h, "add_cross_attention", false, false, "a decoder-only model"))
     return false;
   emit(h, "model:\n  layers: %lld\n  hidden: %lld\n  vocab: %lld\n", (long long)layers, (long long)hidden, (long long)vocab);
   if (raw_num(h, "tie_word_embeddings", 1) != 0) emit(h, "  tie_embeddings: true\n");
+  if (eps != 1e-5) emit(h, "  norm_eps: %.9g\n", eps);
   if (positions < h->seq_len) h->seq_len = positions;
   emit(h, "  norm: layernorm\n  position: learned\n  max_position: %lld\n  bias: true\n", (long long)positions);
   emit(h, "  attention:\n    kind: mha\n    heads: %lld\n    kv_heads: %lld\n", (long long)heads, (long long)heads);

@@ -27,7 +27,10 @@ static const char usage_main[] =
     "  build DIR [--backend cpu|cuda] [--real float|double] [--allow-edits]\n"
     "                        build DIR/build/train, or DIR/build-cuda/train for cuda (CMake)\n"
     "  export CKPT OUT.safetensors\n"
-    "                        a checkpoint's weights as one safetensors file (HF names)\n"
+    "                        a checkpoint's weights as one safetensors file (mtc's names)\n"
+    "  export CKPT OUTDIR --spec SPEC\n"
+    "                        ... as a Hugging Face model: config.json, model.safetensors in the\n"
+    "                        names of the family that expresses SPEC's model\n"
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
     "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
     "                        the best plan for every point of a grid, one row each\n"
@@ -42,7 +45,7 @@ static const char usage_main[] =
     "\n"
     "options of every command:\n"
     "  -s, --set KEY=VALUE   override a spec key before validation (repeatable; not for build,\n"
-    "                        export, calibrate or keys), e.g.\n"
+    "                        export without --spec, calibrate or keys), e.g.\n"
     "                        --set training.seq_len=32768 --set cluster.nodes=48\n"
     "  -h, --help            help for the command\n"
     "      --version         print the version\n"
@@ -80,10 +83,17 @@ static const char *const usage_cmd[][2] = {
               "NCCL; `train --check-kernels` compiles the kernels without a GPU) in\n"
               "DIR/build-cuda/train: each backend builds in its own directory. A thin wrapper\n"
               "over cmake -S DIR -B DIR/build -DMTC_ROOT=... && cmake --build.\n"},
-    {"export", "usage: mtc export CKPT OUT.safetensors\n\n"
+    {"export", "usage: mtc export CKPT OUT.safetensors\n"
+               "       mtc export CKPT OUTDIR --spec SPEC [--set KEY=VALUE]...\n\n"
                "Writes the fp32 master weights of checkpoint CKPT (a step-N directory, or the\n"
                "--checkpoint-dir holding them: the newest complete one) as one safetensors file\n"
-               "with Hugging Face tensor names, one tensor per expert. Any saved layout works.\n"},
+               "with the program's Llama-style tensor names, one tensor per expert. Any saved\n"
+               "layout works. With --spec (the spec the program was compiled from, and the same\n"
+               "--set overrides), writes OUTDIR/model.safetensors and OUTDIR/config.json for the\n"
+               "Hugging Face family that expresses the model (llama, qwen3, mixtral, qwen2_moe,\n"
+               "qwen3_moe, olmoe, deepseek_v3, gpt2) in that family's tensor names, so that its\n"
+               "from_pretrained(OUTDIR) loads every tensor; a model no family expresses is\n"
+               "refused, naming the spec key and why, and nothing is written.\n"},
     {"explain", "usage: mtc explain SPEC [--set KEY=VALUE]...\n\n"
                 "Prints the chosen plan in one line and the best alternatives: fitting ones with\n"
                 "their predicted step, rejected ones with the tier that overflowed and by how much.\n"},
@@ -337,7 +347,7 @@ int main(int argc, char **argv) {
       {"csv", no_argument, NULL, LONG + 'c'}, {"all", no_argument, NULL, LONG + 'a'},
       {"backend", required_argument, NULL, LONG + 'b'}, {"real", required_argument, NULL, LONG + 'r'},
       {"force", no_argument, NULL, LONG + 'f'}, {"allow-edits", no_argument, NULL, LONG + 'e'},
-      {"preset", required_argument, NULL, LONG + 'p'},
+      {"preset", required_argument, NULL, LONG + 'p'}, {"spec", required_argument, NULL, LONG + 'S'},
       {NULL, 0, NULL, 0}};
   Args a = {.cmd = cmd};
   a.sets = calloc((size_t)argc, sizeof *a.sets);
@@ -392,6 +402,10 @@ int main(int argc, char **argv) {
       if (strcmp(cmd, "calibrate") != 0) status = usage_error(cmd, "--preset applies to 'calibrate' only");
       a.preset = optarg;
       break;
+    case 'S':
+      if (strcmp(cmd, "export") != 0) status = usage_error(cmd, "--spec applies to 'export' only");
+      a.spec = optarg;
+      break;
     case 'h': fputs(help, stdout); status = EXIT_DONE; break;
     case 'V': printf("mtc %s\n", MTC_VERSION); status = EXIT_DONE; break;
     case ':':
@@ -413,8 +427,10 @@ int main(int argc, char **argv) {
       if (nargs != 0 || a.nsets) status = usage_error(cmd, "takes no SPEC and no --set");
       else spec_print_keys(stdout), status = EXIT_DONE;
     } else if (strcmp(cmd, "export") == 0) {
-      if (nargs != 2 || a.nsets) status = usage_error(cmd, "expected CKPT and OUT.safetensors (and no --set)");
-      else status = export_run(argv[1 + optind], argv[2 + optind]);
+      if (nargs != 2 || (a.nsets && !a.spec))
+        status = usage_error(cmd, nargs != 2 ? "expected CKPT and OUT.safetensors, or CKPT and OUTDIR with --spec SPEC"
+                                             : "--set applies with --spec only (the spec's overrides)");
+      else status = export_run(argv[1 + optind], argv[2 + optind], a.spec, a.sets, a.nsets);
     } else if (strcmp(cmd, "calibrate") == 0) {
       if (!nargs || a.nsets || !a.preset || !a.out)
         status = usage_error(cmd, !nargs ? "expected one or more PROFILE files (train --profile FILE)"

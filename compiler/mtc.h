@@ -27,7 +27,8 @@
  *   emit_moe.c    em_      the MoE part of a layer in step.c (emit.h)
  *   emit_prog.c   emit_    train.c, kernels.cu, CMakeLists.txt, launch.sbatch; mtc build
  *   output.c      out_     atomic compile outputs, output directories, plan identity, escaping
- *   export.c      export_  mtc export: a checkpoint as safetensors
+ *   export.c      export_  mtc export: a checkpoint as safetensors (and config.json)
+ *   export_hf.c   export_  the Hugging Face family of a spec: config.json and tensor names
  *   import_hf.c   import_  mtc import-hf: a spec from a Hugging Face config.json
  *   diff.c        diff_    mtc diff: what changes between two plans
  *   calibrate.c   calibrate_ mtc calibrate: a preset's factors fitted to train --profile files
@@ -916,9 +917,47 @@ const char *emit_program_note(Mem *m, const Plan *p);
 int build_run(const char *dir, const char *backend, const char *real, bool allow_edits);
 
 /* `mtc export CKPT OUT`: the master weights of checkpoint CKPT (a step directory, or the
- * directory holding them: the newest complete one) as a safetensors file (export.c). Returns
- * the exit status. */
-int export_run(const char *ckpt, const char *out);
+ * directory holding them: the newest complete one) as a safetensors file OUT with the program's
+ * tensor names (export.c). With spec (the spec the program was compiled from, with its --set
+ * overrides), OUT is a directory: OUT/model.safetensors in the Hugging Face family's names and
+ * OUT/config.json, both or neither (a model no family expresses, or a checkpoint whose tensors
+ * are not the spec's, writes nothing). Returns the exit status. */
+int export_run(const char *ckpt, const char *out, const char *spec, const char *const *sets, int nsets);
+
+/* ------------------------------------------------------------------ export_hf.c */
+
+/* The program's name for parameter p of model.c (layer < 0: outside the layers), as step.c's
+ * tensor table and the checkpoint manifest spell it: "attn.q_proj.weight" of layer 2 ->
+ * "model.layers.2.self_attn.q_proj.weight"; routed experts keep one "%d" for the expert. */
+const char *export_raw_name(Mem *m, int layer, const char *p);
+/* The transformers model_type that expresses s's model exactly (every tensor and every
+ * convention): llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2; NULL
+ * with a diagnostic at the spec key that no family can say (and why) otherwise. */
+const char *export_family(Diag *d, const Spec *s);
+/* family's config.json for s (transformers' configuration_<family>.py field names); dtype is
+ * torch_dtype ("float32"). A new jansson object (json_t *, as void * like report_json). */
+void *export_config(const Spec *s, const char *family, const char *dtype);
+
+/* One source tensor of an exported tensor: the program's name (routed: its "%d" pattern) and
+ * expert (-1: not routed), shape rows x cols (cols 0: a vector). */
+typedef struct {
+  const char *raw;
+  int expert;
+  int64_t rows, cols;
+} ExportPart;
+/* One tensor of model.safetensors: name in the family's naming, shape rows x cols (cols 0: a
+ * vector), made of 1 to 3 parts: concatenated along the rows (vectors and row blocks), or with
+ * transposed (GPT-2's Conv1D, weights stored [in, out]) each part transposed and the parts
+ * concatenated along the columns (c_attn = [q | k | v]). */
+typedef struct {
+  const char *name;
+  int64_t rows, cols;
+  bool transposed;
+  int nparts;
+  ExportPart parts[3];
+} ExportTensor;
+/* Every tensor family's model class loads for model md, in the model's order; *count of them. */
+ExportTensor *export_tensors(Mem *m, const Model *md, const char *family, int *count);
 
 extern const char template_train_c[], template_kernels_cu[];
 extern const size_t template_train_c_len, template_kernels_cu_len;

@@ -146,6 +146,9 @@ expect 0 'mpirun -np WORLD DIR/build/train --data FILE' "$mtc" compile --help
 expect 0 'Megatron' "$mtc" compile --help
 expect 0 '^usage: mtc COMMAND \[OPTIONS\] ARGUMENTS' "$mtc" --help
 expect 0 '^  export CKPT OUT.safetensors' "$mtc" --help
+expect 0 '^  export CKPT OUTDIR --spec SPEC' "$mtc" --help
+expect 2 'set applies with --spec only' "$mtc" export ck out --set model.layers=2
+expect 2 "spec applies to 'export' only" "$mtc" plan specs/tiny-moe.yaml --spec specs/tiny-moe.yaml
 expect 0 'memory per rank .* tokens/s per rank, MFU .* of the preset.s assumed rate per rank' \
   "$mtc" compile specs/tiny-moe.yaml -o "$tmp/tinylabels"
 grep -q 'a GPU is one MPI rank' "$tmp/tinylabels/plan.txt" || { echo "FAIL: the cpu preset's plan.txt says GPU unexplained"; fail=1; }

@@ -47,12 +47,19 @@ expect_err '{"model_type": "gpt9", "n_embd": 768}' "\"model_type\" is 'gpt9', wh
 # gpt2: what the program cannot compute is refused by field (stock GPT-2 configs have dropout 0.1)
 expect_err '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 100, "n_head": 4, "n_positions": 64}' '"resid_pdrop" is 0.1, which mtc cannot represent (the program has no dropout)'
 expect_err '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 100, "n_head": 4, "n_positions": 64, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0, "activation_function": "gelu"}' '"activation_function" is .gelu., which mtc cannot represent'
-expect_err '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 100, "n_head": 4, "n_positions": 64, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0, "layer_norm_epsilon": 1e-6}' '"layer_norm_epsilon" is 1e-06, which mtc cannot represent'
+# gpt2's layer_norm_epsilon is model.norm_eps (the program's LayerNorm takes it)
+printf '%s' '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 100, "n_head": 4, "n_positions": 64, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0, "layer_norm_epsilon": 1e-6}' >"$tmp/g.json"
+"$mtc" import-hf "$tmp/g.json" -o "$tmp/g.yaml" && "$mtc" check "$tmp/g.yaml" >/dev/null && grep -q "norm_eps: 1e-06" "$tmp/g.yaml" ||
+  { echo "FAIL: gpt2's layer_norm_epsilon 1e-6 not kept as norm_eps"; fail=1; }
 expect_err '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 100, "n_head": 4, "n_positions": 64, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0, "scale_attn_by_inverse_layer_idx": true}' '"scale_attn_by_inverse_layer_idx" is true'
 expect_err '{"model_type": "llama", "hidden_size": 64}' 'missing "num_hidden_layers", required for model_type .llama.'
 expect_err '{"model_type": "llama", "hidden_size": "64"}' '"hidden_size" is not an integer'
 expect_err '{"model_type": "llama",' 'bad.json:1:.*error: not JSON'
-expect_err '{"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 1, "moe_intermediate_size": 8, "intermediate_size": 8, "mlp_only_layers": [0]}' '"mlp_only_layers" lists dense layers'
+# Qwen's dense layers become first_dense_layers and interleave where they follow that pattern
+printf '%s' '{"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 10, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 1, "moe_intermediate_size": 8, "intermediate_size": 8, "mlp_only_layers": [0], "decoder_sparse_step": 1}' >"$tmp/q3.json"
+"$mtc" import-hf "$tmp/q3.json" -o "$tmp/q3.yaml" && "$mtc" check "$tmp/q3.yaml" >/dev/null && grep -q "first_dense_layers: 1" "$tmp/q3.yaml" &&
+  ! grep -q "interleave" "$tmp/q3.yaml" || { echo "FAIL: qwen3_moe's mlp_only_layers [0] is not first_dense_layers 1"; fail=1; }
+expect_err '{"model_type": "qwen3_moe", "hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 10, "num_attention_heads": 4, "num_experts": 4, "num_experts_per_tok": 1, "moe_intermediate_size": 8, "intermediate_size": 8, "mlp_only_layers": [1]}' 'bad.json:1:.*the dense layers .mlp_only_layers, decoder_sparse_step. follow no pattern a spec can say'
 expect_err '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "rope_scaling": {"rope_type": "dynamic", "factor": 8.0}}' '"rope_scaling" has rope_type dynamic, which mtc cannot represent yet'
 expect_err '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}' 'lacks a numeric factor or an integer original_max_position_embeddings'
 expect_err '{"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "use_sliding_window": true}' '"use_sliding_window" is true'

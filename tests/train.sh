@@ -20,7 +20,12 @@
 #              row stop the run with the last good state saved; SIGUSR1 mid-run saves and stops,
 #              and the resumed run equals the straight one (bitwise); --keep-checkpoints 2 keeps two
 #   export     mtc export of a 2-rank checkpoint, read back by tests/safetensors_check.py (its own
-#              safetensors and checkpoint readers): every tensor equals the master weights
+#              safetensors and checkpoint readers): every tensor equals the master weights; with
+#              --spec, gpt2-style (gpt2: fused, transposed c_attn), calib-moe (mixtral) and tiny-moe
+#              with a gated shared expert (qwen2_moe, also from an EP 2 checkpoint) as Hugging Face
+#              directories: the family's names, the same values, a config.json that import-hf
+#              reads; a model no family expresses and another spec's checkpoint are refused,
+#              writing nothing
 #   errors     a launch with the wrong world size, a missing data file, bad arguments; a run of
 #              2^32 + 40 steps (its learning rate at step 2 is the peak, not the minimum) planned
 #              with its boundaries on NVMe (the program warns that it keeps them in host memory)
@@ -363,6 +368,43 @@ export)
   [ $rc -eq 2 ] && echo "$out" | grep -q "inside a checkpoint directory" || die "export into the checkpoint: $out"
   out=$("$mtc" export "$work/no-such-dir" "$work/y.safetensors" 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q "no complete checkpoint here" || die "export of a missing checkpoint: $out"
+  # --spec: a Hugging Face model directory per family, read back in the family's names (mapped by
+  # safetensors_check.py's own tables); a model no family expresses, or another spec's, writes nothing
+  hf_spec() { # NAME SPEC FAMILY SETS...: 1 rank, 3 steps, export --spec, check names and values
+    local name=$1 spec=$2 family=$3; shift 3
+    build "$name" "$spec" float "${small[@]}" --set training.steps=3 --set cluster.gpus_per_node=1 --set plan.fsdp=1 \
+      "$@" || return 1
+    (cd "$work" && "./$name/build/train" --data "$text" --metrics "$name.jsonl" --checkpoint-dir "ck-$name" >/dev/null) ||
+      { die "$name: training run"; return 1; }
+    "$mtc" export "$work/ck-$name" "$work/hf-$name" --spec "$spec" "${small[@]}" --set training.steps=3 \
+      --set cluster.gpus_per_node=1 --set plan.fsdp=1 "$@" >/dev/null || { die "$name: mtc export --spec"; return 1; }
+    python3 "$src/tests/safetensors_check.py" "$work/ck-$name/step-00000003" "$work/hf-$name/model.safetensors" "$family" ||
+      die "$name: exported $family tensors differ from the checkpoint"
+    grep -q "\"model_type\": \"$family\"" "$work/hf-$name/config.json" || die "$name: config.json is not $family's"
+    "$mtc" import-hf "$work/hf-$name/config.json" -o "$work/hf-$name.yaml" && "$mtc" check "$work/hf-$name.yaml" >/dev/null ||
+      die "$name: the exported config.json does not import"
+  }
+  hf_spec hf-gpt2 "$src/tests/specs/gpt2-style.yaml" gpt2 --set training.seq_len=32
+  hf_spec hf-mixtral "$src/tests/specs/calib-moe.yaml" mixtral --set model.layers=2 --set model.moe.experts=4
+  hf_spec hf-qwen2 "$tiny" qwen2_moe --set model.moe.shared_expert_gate=true --set model.layers=2
+  # from a 2-rank checkpoint with its experts in EP 2: against mtc export's own-name file of it
+  ep2=("${small[@]}" --set training.steps=3 --set model.moe.shared_expert_gate=true --set model.layers=2
+       --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=2)
+  if build hf-ep2 "$tiny" float "${ep2[@]}"; then
+    (cd "$work" && "${mpirun[@]}" -np 2 ./hf-ep2/build/train --data "$text" --metrics ep2.jsonl --checkpoint-dir ck-ep2 \
+      >/dev/null) || die "hf-ep2: training run"
+    "$mtc" export "$work/ck-ep2" "$work/ep2.safetensors" >/dev/null &&
+      "$mtc" export "$work/ck-ep2" "$work/hf-ep2" --spec "$tiny" "${ep2[@]}" >/dev/null &&
+      python3 "$src/tests/safetensors_check.py" "$work/ep2.safetensors" "$work/hf-ep2/model.safetensors" qwen2_moe ||
+      die "hf-ep2: the qwen2_moe export of an EP 2 checkpoint differs from its own-name export"
+  fi
+  out=$("$mtc" export "$work/ckX" "$work/hf-none" --spec "$tiny" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "tiny-moe.yaml:15:.*no Hugging Face family expresses this model: shared experts without a gate" &&
+    [ ! -e "$work/hf-none" ] || die "export --spec of an unexpressible model: exit $rc, $out"
+  out=$("$mtc" export "$work/ck-hf-mixtral" "$work/hf-other" --spec "$src/tests/specs/gpt2-style.yaml" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "manifest.json: tensor model.embed_tokens.weight .*; expected the checkpoint of a program compiled from" &&
+    [ ! -e "$work/hf-other" ] ||
+    die "export --spec of another model's checkpoint: exit $rc, $out"
   printf '\x42' | dd of="$work/ckX/step-00000003/rank-00000.bin" bs=1 seek=400 conv=notrunc status=none
   echo precious >"$work/y.safetensors"
   out=$("$mtc" export "$work/ckX" "$work/y.safetensors" 2>&1); rc=$?

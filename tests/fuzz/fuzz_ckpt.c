@@ -191,7 +191,7 @@ static void fuzz_checkpoint(const uint8_t *data, size_t size) {
     /* export through the directory of step-N directories (rt_ckpt_latest), as a user may */
     snprintf(path, sizeof path, "%s/ck", root);
     snprintf(out, sizeof out, "%s/out.safetensors", root);
-    if (export_run(path, out) == 0) check_safetensors(out);
+    if (export_run(path, out, NULL, NULL, 0) == 0) check_safetensors(out);
     unlink(out);
   }
   for (int i = 0; i < MAX_SHARDS; i++) {

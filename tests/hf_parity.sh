@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# `mtc export --spec` against transformers itself: for a model of each family the program trains
+# (gpt2, llama with llama3 RoPE scaling and norm_eps 1e-6, mixtral, olmoe, qwen2_moe with a
+# first dense layer), 3 steps on one window of text (a file of seq_len + 1 bytes: every sample
+# is that window), a checkpoint, export --spec, then the 4th step resumed from it: its loss (the
+# checkpoint's weights on the window) equals the loss of transformers' class for the family
+# loaded from the export (tests/hf_parity.py, float64) within 1e-5 relative, and the class found
+# every tensor. Skipped (exit 77) where torch or transformers cannot be imported by $MTC_HF_PYTHON
+# (default python3); CI's machines have neither.   usage: hf_parity.sh MTC SOURCE_DIR
+set -u
+mtc=$(realpath "$1"); src=$(realpath "$2")
+py=${MTC_HF_PYTHON:-python3}
+"$py" -c "import torch, transformers" 2>/dev/null || { echo "skipped: $py cannot import torch and transformers"; exit 77; }
+export OPENBLAS_NUM_THREADS=1
+work=$(mktemp -d "${TMPDIR:-/tmp}/mtc-hf.XXXXXX"); trap 'rm -rf "$work"' EXIT
+text=/usr/share/games/fortunes/cookie
+[ -r "$text" ] || { echo "FAIL: $text is missing (apt-get install fortunes)"; exit 1; }
+head -c 2000 "$text" | tail -c 65 >"$work/win65" && head -c 33 "$work/win65" >"$work/win33"
+fail=0
+case_() { # NAME SPEC WINDOW SETS...
+  local name=$1 spec=$2 win=$work/$3; shift 3
+  local s=(--set training.steps=3 --set training.warmup_steps=1 --set cluster.gpus_per_node=1 --set plan.fsdp=1 "$@")
+  "$mtc" compile "$spec" -o "$work/$name" "${s[@]}" >/dev/null && "$mtc" build "$work/$name" >"$work/$name.log" 2>&1 ||
+    { echo "FAIL $name: compile or build"; fail=1; return; }
+  (cd "$work" && "./$name/build/train" --data "$win" --metrics "$name.jsonl" --checkpoint-dir "ck-$name" >/dev/null &&
+    "$mtc" export "ck-$name" "hf-$name" --spec "$spec" "${s[@]}" >/dev/null &&
+    "./$name/build/train" --data "$win" --metrics "$name.jsonl" --checkpoint-dir "ck-$name" --steps 4 >/dev/null) ||
+    { echo "FAIL $name: training, export or resume"; fail=1; return; }
+  local ours hf
+  ours=$(sed -n 's/^{"step":4,"loss":\([^,]*\),.*/\1/p' "$work/$name.jsonl")
+  hf=$("$py" "$src/tests/hf_parity.py" "$work/hf-$name" "$win" 2>"$work/$name.py.log" | tail -1) ||
+    { echo "FAIL $name: transformers did not load the export"; tail -3 "$work/$name.py.log"; fail=1; return; }
+  awk -v n="$name" -v a="$ours" -v b="$hf" -v f="$(sed -n 's/.*"model_type": "\(.*\)".*/\1/p' "$work/hf-$name/config.json")" \
+    'BEGIN { r = (a - b) / b; if (r < 0) r = -r; printf "%s (%s): mtc %s, transformers %s, relative %.2e\n", n, f, a, b, r
+             exit !(a != "" && r <= 1e-5) }' || fail=1
+}
+s64=(--set training.seq_len=64)
+case_ gpt2 "$src/tests/specs/gpt2-style.yaml" win33 --set training.seq_len=32
+case_ llama "$src/tests/specs/calib-dense.yaml" win65 "${s64[@]}" --set model.layers=2 --set model.norm_eps=1e-6 \
+  --set model.rope_scaling.type=llama3 --set model.rope_scaling.factor=8 --set model.rope_scaling.original_max_position=16
+case_ mixtral "$src/tests/specs/calib-moe.yaml" win65 "${s64[@]}" --set model.layers=2 --set model.moe.experts=4
+case_ olmoe "$src/tests/specs/calib-moe.yaml" win65 "${s64[@]}" --set model.layers=2 --set model.moe.experts=4 \
+  --set model.attention.qk_norm=full --set model.moe.norm_topk_prob=false
+case_ qwen2_moe "$src/tests/specs/conventions.yaml" win65 "${s64[@]}" --set model.moe.shared_expert_gate=true \
+  --set model.moe.routed_scaling_factor=1
+exit $fail
