@@ -5,7 +5,7 @@
  *
  * Sources: transformers' src/transformers/models/<family>/configuration_<family>.py for the
  * config fields and defaults, modeling_<family>.py for the module tree, hence the state-dict
- * names (LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM,
+ * names (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM,
  * Qwen3MoeForCausalLM, OlmoeForCausalLM, DeepseekV3ForCausalLM, GPT2LMHeadModel). */
 #include <jansson.h>
 #include <math.h>
@@ -106,7 +106,32 @@ static const char *moe_family(Diag *d, const Spec *s) {
   return "mixtral";
 }
 
+/* model.attention.bias in family fam (transformers' attention classes): llama, qwen3, qwen3_moe
+ * and olmoe have attention_bias (q, k, v and o_proj, or none); qwen2 has q/k/v biases always,
+ * qwen2_moe has them with qkv_bias; mixtral and deepseek_v3 have none. A dense llama-shaped model
+ * with q/k/v biases is Qwen2's. fam, or NULL with a diagnostic at model.attention.bias. */
+static const char *with_attention_bias(Diag *d, const Spec *s, const char *fam) {
+  AttnBias b = s->model.attention.bias;
+  if (b == ABIAS_NONE || !strcmp(fam, "gpt2")) return fam;
+  if (b == ABIAS_QKV && !strcmp(fam, "llama")) return "qwen2";
+  bool qkvo_ok = !strcmp(fam, "llama") || !strcmp(fam, "qwen3") || !strcmp(fam, "qwen3_moe") || !strcmp(fam, "olmoe");
+  if ((b == ABIAS_QKVO && qkvo_ok) || (b == ABIAS_QKV && !strcmp(fam, "qwen2_moe"))) return fam;
+  return refuse(d, s, "model.attention.bias", mem_printf(d->mem, "attention bias %s in a %s-shaped model (%s)",
+                b == ABIAS_QKV ? "qkv" : "qkvo", fam, !strcmp(fam, "qwen2_moe") ? "Qwen2MoeAttention's o_proj has no "
+                "bias" : b == ABIAS_QKV && qkvo_ok ? "its attention_bias puts biases on q, k, v and o_proj" : "its "
+                "attention has no biases"), "model.attention.bias qkvo (llama, qwen3, qwen3_moe, olmoe), qkv (qwen2, "
+                "qwen2_moe) or none");
+}
+
+static const char *family_of(Diag *d, const Spec *s);
+
 const char *export_family(Diag *d, const Spec *s) {
+  const char *fam = family_of(d, s);
+  return fam ? with_attention_bias(d, s, fam) : NULL;
+}
+
+/* The family by every feature but the attention biases. */
+static const char *family_of(Diag *d, const Spec *s) {
   const ModelSpec *ms = &s->model;
   const MoeSpec *moe = &ms->moe;
   const AttentionSpec *a = &ms->attention;
@@ -201,7 +226,7 @@ static void llama_common(json_t *c, const Spec *s) {
   set_real(c, "rope_theta", a->rope_theta);
   json_object_set_new(c, "rope_scaling", rope_scaling(&ms->rope_scaling));
   set_bool(c, "tie_word_embeddings", ms->tie_embeddings);
-  set_bool(c, "attention_bias", false);
+  set_bool(c, "attention_bias", a->bias == ABIAS_QKVO); /* LlamaAttention: q, k, v and o_proj */
   set_real(c, "attention_dropout", 0);
 }
 
@@ -228,7 +253,7 @@ void *export_config(const Spec *s, const char *family, const char *dtype) {
   const ModelSpec *ms = &s->model;
   const MoeSpec *moe = &ms->moe;
   const AttentionSpec *a = &ms->attention;
-  static const char *const arch[][2] = {{"llama", "LlamaForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
+  static const char *const arch[][2] = {{"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"},
       {"mixtral", "MixtralForCausalLM"}, {"qwen2_moe", "Qwen2MoeForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"},
       {"olmoe", "OlmoeForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"}, {"gpt2", "GPT2LMHeadModel"}};
   json_t *c = json_object();
@@ -261,7 +286,9 @@ void *export_config(const Spec *s, const char *family, const char *dtype) {
   llama_common(c, s);
   set_int(c, "intermediate_size", dense_inter);
   if (!strcmp(family, "llama")) set_bool(c, "mlp_bias", false);
-  if (!strcmp(family, "qwen3") || !strcmp(family, "qwen3_moe") || !strcmp(family, "qwen2_moe")) {
+  if (!strcmp(family, "qwen2")) json_object_del(c, "attention_bias"); /* Qwen2Attention: q/k/v biases always */
+  if (!strcmp(family, "qwen2") || !strcmp(family, "qwen3") || !strcmp(family, "qwen3_moe") ||
+      !strcmp(family, "qwen2_moe")) {
     set_bool(c, "use_sliding_window", false);
     json_object_set_new(c, "sliding_window", json_null());
   }
@@ -281,7 +308,8 @@ void *export_config(const Spec *s, const char *family, const char *dtype) {
     set_int(c, "moe_intermediate_size", moe->expert_intermediate);
     if (!strcmp(family, "qwen2_moe")) {
       set_int(c, "shared_expert_intermediate_size", moe->shared_experts * moe->shared_intermediate);
-      set_bool(c, "qkv_bias", false); /* Qwen2MoeAttention: bias=config.qkv_bias */
+      set_bool(c, "qkv_bias", a->bias == ABIAS_QKV); /* Qwen2MoeAttention: bias=config.qkv_bias */
+      json_object_del(c, "attention_bias");
     }
     qwen_layers(c, ms);
     moe_common(c, moe);

@@ -90,8 +90,8 @@ static const char *const usage_cmd[][2] = {
                "with the program's Llama-style tensor names, one tensor per expert. Any saved\n"
                "layout works. With --spec (the spec the program was compiled from, and the same\n"
                "--set overrides), writes OUTDIR/model.safetensors and OUTDIR/config.json for the\n"
-               "Hugging Face family that expresses the model (llama, qwen3, mixtral, qwen2_moe,\n"
-               "qwen3_moe, olmoe, deepseek_v3, gpt2) in that family's tensor names, so that its\n"
+               "Hugging Face family that expresses the model (llama, qwen2, qwen3, mixtral,\n"
+               "qwen2_moe, qwen3_moe, olmoe, deepseek_v3, gpt2) in that family's tensor names, so that its\n"
                "from_pretrained(OUTDIR) loads every tensor; a model no family expresses is\n"
                "refused, naming the spec key and why, and nothing is written.\n"},
     {"explain", "usage: mtc explain SPEC [--set KEY=VALUE]...\n\n"

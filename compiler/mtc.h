@@ -931,7 +931,7 @@ int export_run(const char *ckpt, const char *out, const char *spec, const char *
  * "model.layers.2.self_attn.q_proj.weight"; routed experts keep one "%d" for the expert. */
 const char *export_raw_name(Mem *m, int layer, const char *p);
 /* The transformers model_type that expresses s's model exactly (every tensor and every
- * convention): llama, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2; NULL
+ * convention): llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2; NULL
  * with a diagnostic at the spec key that no family can say (and why) otherwise. */
 const char *export_family(Diag *d, const Spec *s);
 /* family's config.json for s (transformers' configuration_<family>.py field names); dtype is

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `mtc export --spec` against transformers itself: for a model of each family the program trains
 # (gpt2, llama with llama3 RoPE scaling and norm_eps 1e-6, mixtral, olmoe, qwen2_moe with a
-# first dense layer), 3 steps on one window of text (a file of seq_len + 1 bytes: every sample
+# first dense layer; llama with attention_bias, qwen2, qwen2_moe with q/k/v biases), 3 steps on one window of text (a file of seq_len + 1 bytes: every sample
 # is that window), a checkpoint, export --spec, then the 4th step resumed from it: its loss (the
 # checkpoint's weights on the window) equals the loss of transformers' class for the family
 # loaded from the export (tests/hf_parity.py, float64) within 1e-5 relative, and the class found
@@ -43,4 +43,9 @@ case_ olmoe "$src/tests/specs/calib-moe.yaml" win65 "${s64[@]}" --set model.laye
   --set model.attention.qk_norm=full --set model.moe.norm_topk_prob=false
 case_ qwen2_moe "$src/tests/specs/conventions.yaml" win65 "${s64[@]}" --set model.moe.shared_expert_gate=true \
   --set model.moe.routed_scaling_factor=1
+# model.attention.bias: Llama's attention_bias (qkvo), Qwen2's q/k/v biases, Qwen2-MoE's qkv_bias
+case_ llama-qkvo "$src/tests/specs/calib-dense.yaml" win65 "${s64[@]}" --set model.layers=2 --set model.attention.bias=qkvo
+case_ qwen2 "$src/tests/specs/calib-dense.yaml" win65 "${s64[@]}" --set model.layers=2 --set model.attention.bias=qkv
+case_ qwen2_moe-qkv "$src/specs/tiny-moe.yaml" win65 "${s64[@]}" --set model.layers=2 --set model.moe.shared_expert_gate=true \
+  --set model.attention.bias=qkv
 exit $fail

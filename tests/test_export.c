@@ -82,6 +82,7 @@ static void round_trip(const char *spec, const char *const *sets, int n, const c
   CHECK_EQ(md2->v_head_dim, md->v_head_dim);
   if (a->attention.kind != ATTN_MLA) CHECK_EQ(b->attention.kv_heads, a->attention.kv_heads);
   CHECK_EQ(b->attention.qk_norm, a->attention.qk_norm);
+  CHECK_EQ(b->attention.bias, a->attention.bias);
   if (a->position == POS_ROPE) CHECK_NEAR(b->attention.rope_theta, a->attention.rope_theta, 1e-12);
   CHECK_EQ(b->rope_scaling.type, a->rope_scaling.type);
   if (a->rope_scaling.type != ROPE_SCALING_NONE) {
@@ -267,6 +268,18 @@ int main(int argc, char **argv) {
   const char *qk_full[] = {"model.attention.qk_norm=full", "model.moe.norm_topk_prob=false", "model.norm_eps=1e-6"};
   round_trip("tests/specs/calib-moe.yaml", qk_full, N(qk_full), "olmoe");
   round_trip("specs/deepseek-v3.yaml", NULL, 0, "deepseek_v3"); /* MLA, yarn, groups, scaling */
+  /* model.attention.bias: Llama's attention_bias (qkvo), Qwen2's q/k/v biases, Qwen2-MoE's qkv_bias */
+  const char *llama_qkvo[] = {"model.attention.bias=qkvo"};
+  round_trip("tests/specs/calib-dense.yaml", llama_qkvo, 1, "llama");
+  const char *qwen2_qkv[] = {"model.attention.bias=qkv"};
+  round_trip("tests/specs/calib-dense.yaml", qwen2_qkv, 1, "qwen2");
+  const char *qwen3_qkvo[] = {"model.attention.bias=qkvo", "model.attention.qk_norm=per_head"};
+  round_trip("tests/specs/calib-dense.yaml", qwen3_qkvo, N(qwen3_qkvo), "qwen3");
+  const char *gate_qkv[] = {"model.moe.shared_expert_gate=true", "model.moe.routed_scaling_factor=1",
+                            "model.attention.bias=qkv"};
+  round_trip("tests/specs/conventions.yaml", gate_qkv, N(gate_qkv), "qwen2_moe");
+  const char *olmoe_qkvo[] = {"model.attention.qk_norm=full", "model.attention.bias=qkvo"};
+  round_trip("tests/specs/calib-moe.yaml", olmoe_qkvo, N(olmoe_qkvo), "olmoe");
 
   /* ---- published configs: import, export, the same fields ---- */
   /* not compared: what the spec does not hold and the math does not read (the model's name, its
@@ -276,9 +289,13 @@ int main(int argc, char **argv) {
   const char *hf_names[] = {"llama-3.1-8b", "mixtral-8x7b", "qwen3-8b", "olmoe-1b-7b", "gpt2"};
   for (int i = 0; i < N(hf_names); i++) published(hf_names[i], common, N(common));
   const char *q3moe[] = {"_name_or_path", "torch_dtype", "use_cache", "initializer_range", "max_position_embeddings",
-                         "intermediate_size"};
+                         "intermediate_size", "sliding_window"}; /* sliding_window: set but off (use_sliding_window) */
   published("qwen3-30b-a3b", q3moe, N(q3moe));
   published("deepseek-v3", common, N(common) - 1); /* YaRN: max_position_embeddings compared */
+  const char *qwen2_pub[] = {"_name_or_path", "torch_dtype", "use_cache", "initializer_range", "max_position_embeddings",
+                             "sliding_window"}; /* Qwen2.5's is set but off: use_sliding_window false */
+  published("qwen2.5-7b", qwen2_pub, N(qwen2_pub));
+  published("qwen1.5-moe-a2.7b", q3moe, N(q3moe));
 
   /* ---- names, against each family's modeling file ---- */
   /* modeling_gpt2.py: GPT2Model (wte, wpe, h, ln_f), GPT2Block (ln_1, attn, ln_2, mlp),
@@ -307,6 +324,15 @@ int main(int argc, char **argv) {
       "model.layers.0.mlp.up_proj.weight 512 192", "model.layers.0.mlp.down_proj.weight 192 512",
       "model.norm.weight 192", "lm_head.weight 256 192"};
   names("tests/specs/calib-dense.yaml", one_layer, 1, "llama", llama_want, N(llama_want));
+  /* modeling_qwen2.py: Llama's tree; Qwen2Attention's q_proj, k_proj, v_proj with bias=True, o_proj
+   * without. */
+  const char *qwen2_sets[] = {"model.layers=1", "model.attention.bias=qkv"};
+  const char *qwen2_want[N(llama_want) + 3];
+  for (int i = 0; i < N(llama_want); i++) qwen2_want[i] = llama_want[i];
+  qwen2_want[N(llama_want)] = "model.layers.0.self_attn.q_proj.bias 192";
+  qwen2_want[N(llama_want) + 1] = "model.layers.0.self_attn.k_proj.bias 64";
+  qwen2_want[N(llama_want) + 2] = "model.layers.0.self_attn.v_proj.bias 64";
+  names("tests/specs/calib-dense.yaml", qwen2_sets, N(qwen2_sets), "qwen2", qwen2_want, N(qwen2_want));
   /* modeling_qwen3.py: Llama's tree, Qwen3Attention adds q_norm, k_norm = Qwen3RMSNorm(head_dim). */
   const char *qwen3_sets[] = {"model.layers=1", "model.attention.qk_norm=per_head", "model.tie_embeddings=true"};
   const char *qwen3_want[] = {"model.embed_tokens.weight 256 192", "model.layers.0.input_layernorm.weight 192",
@@ -441,6 +467,13 @@ int main(int argc, char **argv) {
   refused("tests/specs/calib-moe.yaml", mixtral_raw, 1, "norm_topk_prob false without qk-norm or a shared expert");
   const char *dense_full[] = {"model.attention.qk_norm=full"};
   refused("tests/specs/calib-dense.yaml", dense_full, 1, "qk-norm over all heads in a dense model");
+  const char *mix_bias[] = {"model.attention.bias=qkvo"};
+  refused("tests/specs/calib-moe.yaml", mix_bias, 1, "attention bias qkvo in a mixtral-shaped model");
+  const char *q2_qkvo[] = {"model.moe.shared_expert_gate=true", "model.moe.routed_scaling_factor=1",
+                           "model.attention.bias=qkvo"};
+  refused("tests/specs/conventions.yaml", q2_qkvo, N(q2_qkvo), "Qwen2MoeAttention's o_proj has no bias");
+  const char *q3_qkv[] = {"model.attention.bias=qkv", "model.attention.qk_norm=per_head"};
+  refused("tests/specs/calib-dense.yaml", q3_qkv, N(q3_qkv), "its attention_bias puts biases on q, k, v and o_proj");
   const char *mla_dense[] = {"model.attention.kind=mla", "model.attention.kv_heads=6", "model.attention.kv_lora_rank=8",
       "model.attention.qk_nope_head_dim=8", "model.attention.qk_rope_head_dim=4", "model.attention.v_head_dim=8"};
   refused("tests/specs/calib-dense.yaml", mla_dense, N(mla_dense), "MLA in a dense model");
