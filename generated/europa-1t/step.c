@@ -2052,7 +2052,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X0), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2090,7 +2090,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X1), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2128,7 +2128,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X2), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2166,7 +2166,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X3), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2204,7 +2204,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X4), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2242,7 +2242,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X5), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2280,7 +2280,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X6), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2318,7 +2318,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X7), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2356,7 +2356,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X8), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2394,7 +2394,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X9), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2432,7 +2432,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X10), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2470,7 +2470,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X11), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2508,7 +2508,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X12), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2546,7 +2546,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X13), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2584,7 +2584,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X14), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2622,7 +2622,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X15), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2660,7 +2660,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X16), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2698,7 +2698,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X17), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2736,7 +2736,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X18), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2774,7 +2774,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X19), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2812,7 +2812,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X20), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2850,7 +2850,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X21), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2888,7 +2888,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X22), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2926,7 +2926,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X23), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2964,7 +2964,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X24), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3002,7 +3002,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X25), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3040,7 +3040,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X26), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3078,7 +3078,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X27), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3116,7 +3116,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X28), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3154,7 +3154,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X29), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3192,7 +3192,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X30), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3230,7 +3230,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X31), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3268,7 +3268,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X32), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3306,7 +3306,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X33), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3344,7 +3344,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X34), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3382,7 +3382,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X35), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3420,7 +3420,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X36), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3458,7 +3458,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X37), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3496,7 +3496,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X38), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3534,7 +3534,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X39), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3572,7 +3572,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X40), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3610,7 +3610,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X41), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3648,7 +3648,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X42), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3686,7 +3686,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X43), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3724,7 +3724,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X44), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3762,7 +3762,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X45), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3800,7 +3800,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X46), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3838,7 +3838,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X47), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3876,7 +3876,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X48), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3914,7 +3914,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X49), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3952,7 +3952,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X50), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3990,7 +3990,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X51), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4028,7 +4028,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X52), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4066,7 +4066,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X53), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4104,7 +4104,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X54), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4142,7 +4142,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X55), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4180,7 +4180,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X56), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4218,7 +4218,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X57), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4256,7 +4256,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X58), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4294,7 +4294,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X59), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4332,7 +4332,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X60), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4370,7 +4370,7 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X61), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4408,7 +4408,7 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X62), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4446,7 +4446,7 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X63), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4484,7 +4484,7 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X64), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4522,7 +4522,7 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X65), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4560,7 +4560,7 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X66), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4598,7 +4598,7 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X67), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4636,7 +4636,7 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X68), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4674,7 +4674,7 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X69), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4712,7 +4712,7 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X70), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4750,7 +4750,7 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X71), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4788,7 +4788,7 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X72), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4826,7 +4826,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X73), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4896,7 +4896,7 @@ static void layer73_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -4947,7 +4947,7 @@ static void layer72_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -4998,7 +4998,7 @@ static void layer71_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5049,7 +5049,7 @@ static void layer70_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5100,7 +5100,7 @@ static void layer69_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5151,7 +5151,7 @@ static void layer68_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5202,7 +5202,7 @@ static void layer67_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5253,7 +5253,7 @@ static void layer66_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5304,7 +5304,7 @@ static void layer65_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5355,7 +5355,7 @@ static void layer64_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5406,7 +5406,7 @@ static void layer63_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5457,7 +5457,7 @@ static void layer62_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5508,7 +5508,7 @@ static void layer61_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5559,7 +5559,7 @@ static void layer60_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5610,7 +5610,7 @@ static void layer59_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5661,7 +5661,7 @@ static void layer58_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5712,7 +5712,7 @@ static void layer57_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5763,7 +5763,7 @@ static void layer56_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5814,7 +5814,7 @@ static void layer55_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5865,7 +5865,7 @@ static void layer54_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5916,7 +5916,7 @@ static void layer53_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5967,7 +5967,7 @@ static void layer52_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6018,7 +6018,7 @@ static void layer51_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6069,7 +6069,7 @@ static void layer50_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6120,7 +6120,7 @@ static void layer49_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6171,7 +6171,7 @@ static void layer48_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6222,7 +6222,7 @@ static void layer47_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6273,7 +6273,7 @@ static void layer46_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6324,7 +6324,7 @@ static void layer45_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6375,7 +6375,7 @@ static void layer44_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6426,7 +6426,7 @@ static void layer43_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6477,7 +6477,7 @@ static void layer42_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6528,7 +6528,7 @@ static void layer41_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6579,7 +6579,7 @@ static void layer40_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6630,7 +6630,7 @@ static void layer39_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6681,7 +6681,7 @@ static void layer38_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6732,7 +6732,7 @@ static void layer37_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6783,7 +6783,7 @@ static void layer36_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6834,7 +6834,7 @@ static void layer35_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6885,7 +6885,7 @@ static void layer34_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6936,7 +6936,7 @@ static void layer33_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6987,7 +6987,7 @@ static void layer32_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7038,7 +7038,7 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7089,7 +7089,7 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7140,7 +7140,7 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7191,7 +7191,7 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7242,7 +7242,7 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7293,7 +7293,7 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7344,7 +7344,7 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7395,7 +7395,7 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7446,7 +7446,7 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7497,7 +7497,7 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7548,7 +7548,7 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7599,7 +7599,7 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7650,7 +7650,7 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7701,7 +7701,7 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7752,7 +7752,7 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7803,7 +7803,7 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7854,7 +7854,7 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7905,7 +7905,7 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7956,7 +7956,7 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8007,7 +8007,7 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8058,7 +8058,7 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8109,7 +8109,7 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8160,7 +8160,7 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8211,7 +8211,7 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8262,7 +8262,7 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8313,7 +8313,7 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8364,7 +8364,7 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8415,7 +8415,7 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8466,7 +8466,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8517,7 +8517,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8568,7 +8568,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8619,7 +8619,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);

@@ -289,7 +289,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L0_V), A(L0_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
   rt_rope_forward(A(L0_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(L0_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L0_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L0_RES), A(X0), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L0_LN2), R(L0_RSTD2), A(L0_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -319,7 +319,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L1_V), A(L1_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
   rt_rope_forward(A(L1_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(L1_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L1_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L1_RES), A(X1), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L1_LN2), R(L1_RSTD2), A(L1_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -349,7 +349,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L2_V), A(L2_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
   rt_rope_forward(A(L2_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(L2_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L2_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L2_RES), A(X2), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L2_LN2), R(L2_RSTD2), A(L2_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -379,7 +379,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L3_V), A(L3_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
   rt_rope_forward(A(L3_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(L3_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L3_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L3_RES), A(X3), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L3_LN2), R(L3_RSTD2), A(L3_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -429,7 +429,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DQ), 65536);
   rt_zero(A(DK), 32768);
   rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 2, 256, 4, 2, 32);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
   rt_zero(A(DLN), 65536);
@@ -468,7 +468,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DQ), 65536);
   rt_zero(A(DK), 32768);
   rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 2, 256, 4, 2, 32);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
   rt_zero(A(DLN), 65536);
@@ -507,7 +507,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DQ), 65536);
   rt_zero(A(DK), 32768);
   rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 2, 256, 4, 2, 32);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
   rt_zero(A(DLN), 65536);
@@ -546,7 +546,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DQ), 65536);
   rt_zero(A(DK), 32768);
   rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 2, 256, 4, 2, 32);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
   rt_zero(A(DLN), 65536);
