@@ -119,6 +119,11 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners
   t->rows = routed ? p->shape[1] : p->shape[0];
   t->cols = routed ? p->shape[2] : (p->ndim > 1 ? p->shape[1] : 1);
   t->count = t->rows * t->cols;
+  /* a dense tensor starts at a multiple of 8 elements (16 bytes of bf16: the cuda kernels read
+   * norm weights and rows 16 bytes at a time); every tensor of a model with hidden a multiple of 8
+   * is, but MLA's latent norms (q_lora_rank, kv_lora_rank values) and small biases need not be: the
+   * gap before such a tensor stays zero (no tensor's, never initialized or exported) */
+  if (!routed) e->groups[g].elems = round_up(e->groups[g].elems, 8);
   t->offset = e->groups[g].elems;
   /* whole-expert shards (plan_expert_per: efsdp divides El): a shard holds per = El / efsdp
    * whole experts of every routed tensor; otherwise (per 0) the group is sharded flat */
