@@ -2168,7 +2168,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2211,7 +2211,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2254,7 +2254,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2297,7 +2297,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2340,7 +2340,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2383,7 +2383,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2426,7 +2426,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2469,7 +2469,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2512,7 +2512,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2555,7 +2555,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2598,7 +2598,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2641,7 +2641,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2684,7 +2684,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2727,7 +2727,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2770,7 +2770,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2813,7 +2813,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2856,7 +2856,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2899,7 +2899,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2942,7 +2942,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2985,7 +2985,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3028,7 +3028,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3071,7 +3071,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3114,7 +3114,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3157,7 +3157,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3200,7 +3200,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3243,7 +3243,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3286,7 +3286,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3329,7 +3329,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3372,7 +3372,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3415,7 +3415,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3458,7 +3458,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3501,7 +3501,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3544,7 +3544,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3587,7 +3587,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3630,7 +3630,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3673,7 +3673,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3716,7 +3716,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3759,7 +3759,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3802,7 +3802,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3845,7 +3845,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3888,7 +3888,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3931,7 +3931,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3974,7 +3974,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4017,7 +4017,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4060,7 +4060,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4103,7 +4103,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4146,7 +4146,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4189,7 +4189,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4232,7 +4232,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4275,7 +4275,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4318,7 +4318,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4361,7 +4361,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4404,7 +4404,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4447,7 +4447,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4490,7 +4490,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4533,7 +4533,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4576,7 +4576,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4619,7 +4619,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4653,12 +4653,12 @@ static void layer60_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -4716,12 +4716,12 @@ static void layer59_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -4779,12 +4779,12 @@ static void layer58_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -4842,12 +4842,12 @@ static void layer57_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -4905,12 +4905,12 @@ static void layer56_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -4968,12 +4968,12 @@ static void layer55_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5031,12 +5031,12 @@ static void layer54_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5094,12 +5094,12 @@ static void layer53_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5157,12 +5157,12 @@ static void layer52_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5220,12 +5220,12 @@ static void layer51_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5283,12 +5283,12 @@ static void layer50_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5346,12 +5346,12 @@ static void layer49_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5409,12 +5409,12 @@ static void layer48_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5472,12 +5472,12 @@ static void layer47_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5535,12 +5535,12 @@ static void layer46_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5598,12 +5598,12 @@ static void layer45_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5661,12 +5661,12 @@ static void layer44_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5724,12 +5724,12 @@ static void layer43_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5787,12 +5787,12 @@ static void layer42_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5850,12 +5850,12 @@ static void layer41_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5913,12 +5913,12 @@ static void layer40_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5976,12 +5976,12 @@ static void layer39_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6039,12 +6039,12 @@ static void layer38_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6102,12 +6102,12 @@ static void layer37_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6165,12 +6165,12 @@ static void layer36_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6228,12 +6228,12 @@ static void layer35_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6291,12 +6291,12 @@ static void layer34_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6354,12 +6354,12 @@ static void layer33_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6417,12 +6417,12 @@ static void layer32_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6480,12 +6480,12 @@ static void layer31_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6543,12 +6543,12 @@ static void layer30_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6606,12 +6606,12 @@ static void layer29_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6669,12 +6669,12 @@ static void layer28_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6732,12 +6732,12 @@ static void layer27_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6795,12 +6795,12 @@ static void layer26_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6858,12 +6858,12 @@ static void layer25_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6921,12 +6921,12 @@ static void layer24_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6984,12 +6984,12 @@ static void layer23_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7047,12 +7047,12 @@ static void layer22_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7110,12 +7110,12 @@ static void layer21_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7173,12 +7173,12 @@ static void layer20_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7236,12 +7236,12 @@ static void layer19_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7299,12 +7299,12 @@ static void layer18_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7362,12 +7362,12 @@ static void layer17_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7425,12 +7425,12 @@ static void layer16_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7488,12 +7488,12 @@ static void layer15_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7551,12 +7551,12 @@ static void layer14_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7614,12 +7614,12 @@ static void layer13_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7677,12 +7677,12 @@ static void layer12_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7740,12 +7740,12 @@ static void layer11_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7803,12 +7803,12 @@ static void layer10_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7866,12 +7866,12 @@ static void layer9_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7929,12 +7929,12 @@ static void layer8_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7992,12 +7992,12 @@ static void layer7_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8055,12 +8055,12 @@ static void layer6_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8118,12 +8118,12 @@ static void layer5_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8181,12 +8181,12 @@ static void layer4_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8244,12 +8244,12 @@ static void layer3_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
       for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
     for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(14680064 + b * SHARD_EXPERTS_ELEMS), DWE(29360128 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(14680064 + b * SHARD_EXPERTS_ELEMS), WE(29360128 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);

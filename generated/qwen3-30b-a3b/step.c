@@ -1766,7 +1766,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1803,7 +1803,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1840,7 +1840,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1877,7 +1877,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1914,7 +1914,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1951,7 +1951,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1988,7 +1988,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2025,7 +2025,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2062,7 +2062,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2099,7 +2099,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2136,7 +2136,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2173,7 +2173,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2210,7 +2210,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2247,7 +2247,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2284,7 +2284,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2321,7 +2321,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2358,7 +2358,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2395,7 +2395,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2432,7 +2432,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2469,7 +2469,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2506,7 +2506,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2543,7 +2543,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2580,7 +2580,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2617,7 +2617,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2654,7 +2654,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2691,7 +2691,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2728,7 +2728,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2765,7 +2765,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2802,7 +2802,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2839,7 +2839,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2876,7 +2876,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2913,7 +2913,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2950,7 +2950,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2987,7 +2987,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3024,7 +3024,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3061,7 +3061,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3098,7 +3098,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3135,7 +3135,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3172,7 +3172,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3209,7 +3209,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3246,7 +3246,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3283,7 +3283,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3320,7 +3320,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3357,7 +3357,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3394,7 +3394,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3431,7 +3431,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3468,7 +3468,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3505,7 +3505,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3527,12 +3527,12 @@ static void layer47_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3575,12 +3575,12 @@ static void layer46_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3623,12 +3623,12 @@ static void layer45_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3671,12 +3671,12 @@ static void layer44_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3719,12 +3719,12 @@ static void layer43_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3767,12 +3767,12 @@ static void layer42_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3815,12 +3815,12 @@ static void layer41_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3863,12 +3863,12 @@ static void layer40_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3911,12 +3911,12 @@ static void layer39_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3959,12 +3959,12 @@ static void layer38_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4007,12 +4007,12 @@ static void layer37_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4055,12 +4055,12 @@ static void layer36_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4103,12 +4103,12 @@ static void layer35_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4151,12 +4151,12 @@ static void layer34_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4199,12 +4199,12 @@ static void layer33_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4247,12 +4247,12 @@ static void layer32_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4295,12 +4295,12 @@ static void layer31_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4343,12 +4343,12 @@ static void layer30_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4391,12 +4391,12 @@ static void layer29_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4439,12 +4439,12 @@ static void layer28_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4487,12 +4487,12 @@ static void layer27_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4535,12 +4535,12 @@ static void layer26_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4583,12 +4583,12 @@ static void layer25_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4631,12 +4631,12 @@ static void layer24_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4679,12 +4679,12 @@ static void layer23_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4727,12 +4727,12 @@ static void layer22_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4775,12 +4775,12 @@ static void layer21_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4823,12 +4823,12 @@ static void layer20_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4871,12 +4871,12 @@ static void layer19_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4919,12 +4919,12 @@ static void layer18_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4967,12 +4967,12 @@ static void layer17_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5015,12 +5015,12 @@ static void layer16_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5063,12 +5063,12 @@ static void layer15_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5111,12 +5111,12 @@ static void layer14_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5159,12 +5159,12 @@ static void layer13_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5207,12 +5207,12 @@ static void layer12_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5255,12 +5255,12 @@ static void layer11_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5303,12 +5303,12 @@ static void layer10_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5351,12 +5351,12 @@ static void layer9_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5399,12 +5399,12 @@ static void layer8_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5447,12 +5447,12 @@ static void layer7_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5495,12 +5495,12 @@ static void layer6_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5543,12 +5543,12 @@ static void layer5_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5591,12 +5591,12 @@ static void layer4_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5639,12 +5639,12 @@ static void layer3_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5687,12 +5687,12 @@ static void layer2_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5735,12 +5735,12 @@ static void layer1_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5783,12 +5783,12 @@ static void layer0_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
