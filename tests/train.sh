@@ -35,7 +35,7 @@
 #   mla        tests/specs/mla.yaml (DeepSeek's multi-head latent attention) without and with
 #              q-LoRA and under each checkpoint policy: every tensor's gradient against finite
 #              differences (double), 1 vs 2 ranks (fsdp 2, ep 2) with fp32 on the wire, export
-#              names
+#              names; with q-LoRA 1 vs 4 ranks (fsdp 4, ep 4)
 #   conventions  tests/specs/conventions.yaml (norm_eps, norm_topk_prob false, routed_scaling_factor)
 #              and its variants (sigmoid router; qk-norm per head with selective checkpointing, and
 #              full with full checkpointing; llama3 and YaRN RoPE scaling; Qwen2-MoE's gated shared
@@ -602,7 +602,19 @@ mla)
     for t in $want; do
       echo "$names" | grep -qx "model.layers.1.self_attn.$t" || die "$name: no model.layers.1.self_attn.$t in the export"
     done
-  done ;;
+  done
+  # q-LoRA on 4 ranks (fsdp 4, ep 4) against 1, 4 sequences per step
+  sh=("${small[@]}" --set training.grad_reduce_dtype=fp32 --set model.attention.q_lora_rank=16 --set training.global_batch=4)
+  if build mla-4r-1 "$ml" float "${sh[@]}" &&
+     build mla-4r-4 "$ml" float "${sh[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=4; then
+    grep -q "^#define PLAN_EP 4$" "$work/mla-4r-4/step.h" || die "mla-4r-4: the plan did not take ep 4"
+    (cd "$work" && ./mla-4r-1/build/train --data "$text" --metrics mla-4r-1.jsonl >/dev/null &&
+      "${mpirun[@]}" -np 4 ./mla-4r-4/build/train --data "$text" --metrics mla-4r-4.jsonl >/dev/null) || die "mla-4r: runs"
+    paste <(losses "$work/mla-4r-1.jsonl") <(losses "$work/mla-4r-4.jsonl") | awk '
+      { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r }
+      END { printf "mla-4r: 1 vs 4 ranks (fsdp 4, ep 4, fp32 wire): %d steps, worst relative difference %.2e\n", n, worst
+            exit (worst > 1e-4 || n != 10) }' || die "mla-4r: losses differ between 1 and 4 ranks"
+  fi ;;
 calibrate)
   cal=(--set training.seq_len=64 --set training.warmup_steps=2 --set cluster.gpus_per_node=1 --set plan.fsdp=1)
   build cal "$tiny" float "${cal[@]}" || exit 1
