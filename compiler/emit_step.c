@@ -407,8 +407,8 @@ static bool supported(Diag *d, const Spec *s) {
   bool mla = m->attention.kind == ATTN_MLA;
   if (mla && m->bias) key = "model.bias", what = "mla with biases (DeepSeek's attention_bias)";
   else if (mla && m->norm != NORM_RMSNORM) key = "model.norm", what = "mla with layernorm";
-  else if (mla && m->rope_scaling.present && m->rope_scaling.type != ROPE_SCALING_NONE)
-    key = "model.rope_scaling", what = "mla with rope_scaling (its RoPE on the qk_rope part and YaRN's softmax mscale)";
+  else if (mla && m->rope_scaling.present && m->rope_scaling.type == ROPE_SCALING_LLAMA3)
+    key = "model.rope_scaling", what = "mla with llama3 rope_scaling (mla takes yarn, DeepSeek's)";
   else if (m->bias && m->moe.present) key = "model.bias", what = "biases on routed experts";
   else if (m->attention.qk_norm != QKN_NONE && (m->norm != NORM_RMSNORM || m->bias))
     key = "model.attention.qk_norm", what = "qk-norm with layernorm or biases";

@@ -553,12 +553,12 @@ extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *d
 // head); kr (n, rope) the RoPE key every head shares. k (n, nh, nope + rope), v (n, nh, vd).
 // One thread per value of k, then per value of v; grid ceil(n nh (nope + rope + vd) / 128).
 extern "C" __global__ void mla_kv_forward(act *k, act *v, const act *kvb, const act *kr, long long n, int nh,
-                                          int nope, int rope, int vd) {
+                                          int nope, int rope, int vd, float kscale) {
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, nk = n * nh * (nope + rope);
   if (i < nk) {
     long long row = i / (nope + rope);
     int c = (int)(i % (nope + rope));
-    k[i] = c < nope ? kvb[row * (nope + vd) + c] : kr[row / nh * rope + (c - nope)];
+    k[i] = to_act(kscale * f32(c < nope ? kvb[row * (nope + vd) + c] : kr[row / nh * rope + (c - nope)]));
   } else if (i < nk + n * nh * vd) {
     i -= nk;
     long long row = i / vd;
@@ -569,12 +569,12 @@ extern "C" __global__ void mla_kv_forward(act *k, act *v, const act *kvb, const 
 // dkvb += [dk's nope part, dv] (one thread per value of dkvb), then dkr += Σ_h dk's rope part
 // (one thread per (token, rope channel)); grid ceil((n nh (nope + vd) + n rope) / 128).
 extern "C" __global__ void mla_kv_backward(act *dkvb, act *dkr, const act *dk, const act *dv, long long n, int nh,
-                                           int nope, int rope, int vd) {
+                                           int nope, int rope, int vd, float kscale) {
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, nb = n * nh * (nope + vd);
   if (i < nb) {
     long long row = i / (nope + vd);
     int c = (int)(i % (nope + vd));
-    float g = c < nope ? f32(dk[row * (nope + rope) + c]) : f32(dv[row * vd + (c - nope)]);
+    float g = c < nope ? kscale * f32(dk[row * (nope + rope) + c]) : f32(dv[row * vd + (c - nope)]);
     dkvb[i] = to_act(f32(dkvb[i]) + g);
   } else if (i < nb + n * rope) {
     i -= nb;
@@ -582,20 +582,29 @@ extern "C" __global__ void mla_kv_backward(act *dkvb, act *dkr, const act *dk, c
     int c = (int)(i % rope);
     float s = 0;
     for (int h = 0; h < nh; h++) s += f32(dk[(t * nh + h) * (nope + rope) + nope + c]);
-    dkr[i] = to_act(f32(dkr[i]) + s);
+    dkr[i] = to_act(f32(dkr[i]) + kscale * s);
   }
 }
 
 // RoPE on the first rd channels of each of `heads` heads `stride` values apart, x at the first
 // rotated channel (MLA's qk_rope_head_dim part), half-split pairs (i, i + rd/2), angle pos ·
-// θ^(−2i/rd) in double as rope's; sign −1 rotates back. grid TOKENS, block 128.
-extern "C" __global__ void rope_strided(act *x, int heads, int stride, int rd, float sign) {
+// θ^(−2i/rd) in double as rope's; sign −1 rotates back. With factor > 1, YaRN over rd as
+// rope_yarn (ramp between pairs lo and hi, rotation scaled by attn); factor 1, attn 1: plain.
+// grid TOKENS, block 128.
+extern "C" __global__ void rope_strided(act *x, int heads, int stride, int rd, float sign, float factor, float lo,
+                                        float hi, float attn) {
   int t = blockIdx.x, pos = t % SEQ_LEN, half = rd / 2;
   for (int k = threadIdx.x; k < heads * half; k += blockDim.x) {
     int h = k / half, i = k % half;
+    double f = exp2(-2.0 * i / rd * log2((double)ROPE_THETA));
+    if (factor > 1) {
+      double ramp = ((double)i - lo) / ((double)hi - lo);
+      ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+      f = f / factor * ramp + f * (1 - ramp);
+    }
     double sd, cd;
-    sincos((double)pos * exp2(-2.0 * i / rd * log2((double)ROPE_THETA)), &sd, &cd);
-    float c = (float)cd, s = sign * (float)sd;
+    sincos((double)pos * f, &sd, &cd);
+    float c = attn * (float)cd, s = sign * attn * (float)sd;
     act *p = x + ((size_t)t * heads + h) * stride;
     float a = f32(p[i]), b = f32(p[i + half]);
     p[i] = to_act(a * c - b * s);

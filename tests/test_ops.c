@@ -222,15 +222,15 @@ static void test_attention(void) {
  * equals rt_rope_forward on those channels copied out, the rest untouched; rt_mla_kv_* against
  * its definition and the gradient check */
 enum { MH = 3, MNOPE = 3, MROPE = 4, MVD = 2, MST = MNOPE + MROPE, MTOK = QB * QT };
-static double *mk_kvb, *mk_kr, *mk_Rk, *mk_Rv, mk_k[MTOK * MH * MST], mk_v[MTOK * MH * MVD];
+static double mk_s = 1, *mk_kvb, *mk_kr, *mk_Rk, *mk_Rv, mk_k[MTOK * MH * MST], mk_v[MTOK * MH * MVD];
 static double mk_loss(void) {
-  rt_mla_kv_forward(mk_k, mk_v, mk_kvb, mk_kr, MTOK, MH, MNOPE, MROPE, MVD);
+  rt_mla_kv_forward(mk_k, mk_v, mk_kvb, mk_kr, MTOK, MH, MNOPE, MROPE, MVD, mk_s);
   return sum_prod(mk_k, mk_Rk, MTOK * MH * MST) + sum_prod(mk_v, mk_Rv, MTOK * MH * MVD);
 }
-static double *rs_x, *rs_R, rs_tmp[MTOK * MH * MST];
+static double *rs_x, *rs_R, rs_tmp[MTOK * MH * MST], rs_f = 1, rs_attn = 1;
 static double rs_loss(void) {
   memcpy(rs_tmp, rs_x, sizeof rs_tmp);
-  rt_rope_strided_forward(rs_tmp + MNOPE, QB, QT, MH, MST, MROPE, 10);
+  rt_rope_strided_forward(rs_tmp + MNOPE, QB, QT, MH, MST, MROPE, 10, rs_f, 8, 2, 1, rs_attn);
   return sum_prod(rs_tmp, rs_R, MTOK * MH * MST);
 }
 static void test_mla(void) {
@@ -238,17 +238,20 @@ static void test_mla(void) {
   rs_x = arr(n), rs_R = arr(n);
   double a[MTOK * MH * MST], b[MTOK * MH * MROPE];
   memcpy(a, rs_x, sizeof a);
-  rt_rope_strided_forward(a + MNOPE, QB, QT, MH, MST, MROPE, 10);
+  rt_rope_strided_forward(a + MNOPE, QB, QT, MH, MST, MROPE, 10, 1, 1, 1, 1, 1);
   for (int r = 0; r < MTOK * MH; r++) memcpy(b + r * MROPE, rs_x + r * MST + MNOPE, sizeof(double) * MROPE);
   rt_rope_forward(b, QB, QT, MH, MROPE, 10);
   for (int r = 0; r < MTOK * MH; r++)
     for (int i = 0; i < MST; i++)
       CHECK(fabs(a[r * MST + i] - (i < MNOPE ? rs_x[r * MST + i] : b[r * MROPE + i - MNOPE])) < 1e-12);
-  double *dx = zeros(n);
-  memcpy(dx, rs_R, sizeof(double) * (size_t)n);
-  rt_rope_strided_backward(dx + MNOPE, QB, QT, MH, MST, MROPE, 10);
-  loss_fn = rs_loss;
-  GRAD_OK(rs_x, dx, n);
+  for (int y = 0; y < 2; y++) { /* plain, then YaRN (factor 4 over orig 8, attention factor 1.2) */
+    rs_f = y ? 4 : 1, rs_attn = y ? 1.2 : 1;
+    double *dx = zeros(n);
+    memcpy(dx, rs_R, sizeof(double) * (size_t)n);
+    rt_rope_strided_backward(dx + MNOPE, QB, QT, MH, MST, MROPE, 10, rs_f, 8, 2, 1, rs_attn);
+    loss_fn = rs_loss;
+    GRAD_OK(rs_x, dx, n);
+  }
 
   int nb = MTOK * MH * (MNOPE + MVD);
   mk_kvb = arr(nb), mk_kr = arr(MTOK * MROPE), mk_Rk = arr(MTOK * MH * MST), mk_Rv = arr(MTOK * MH * MVD);
@@ -260,11 +263,14 @@ static void test_mla(void) {
         CHECK(mk_k[(t * MH + h) * MST + i] == (i < MNOPE ? src[i] : mk_kr[t * MROPE + i - MNOPE]));
       for (int i = 0; i < MVD; i++) CHECK(mk_v[(t * MH + h) * MVD + i] == src[MNOPE + i]);
     }
-  double *dkvb = zeros(nb), *dkr = zeros(MTOK * MROPE);
-  rt_mla_kv_backward(dkvb, dkr, mk_Rk, mk_Rv, MTOK, MH, MNOPE, MROPE, MVD);
-  loss_fn = mk_loss;
-  GRAD_OK(mk_kvb, dkvb, nb);
-  GRAD_OK(mk_kr, dkr, MTOK * MROPE);
+  for (int y = 0; y < 2; y++) { /* k scaled by 1, then by 1.7 (YaRN's softmax factor) */
+    mk_s = y ? 1.7 : 1;
+    double *dkvb = zeros(nb), *dkr = zeros(MTOK * MROPE);
+    rt_mla_kv_backward(dkvb, dkr, mk_Rk, mk_Rv, MTOK, MH, MNOPE, MROPE, MVD, mk_s);
+    loss_fn = mk_loss;
+    GRAD_OK(mk_kvb, dkvb, nb);
+    GRAD_OK(mk_kr, dkr, MTOK * MROPE);
+  }
 }
 
 /* ---- activations */

@@ -35,7 +35,7 @@
 #   mla        tests/specs/mla.yaml (DeepSeek's multi-head latent attention) without and with
 #              q-LoRA and under each checkpoint policy: every tensor's gradient against finite
 #              differences (double), 1 vs 2 ranks (fsdp 2, ep 2) with fp32 on the wire, export
-#              names; with q-LoRA 1 vs 4 ranks (fsdp 4, ep 4)
+#              names; with q-LoRA 1 vs 4 ranks (fsdp 4, ep 4); and with YaRN (its softmax mscale²)
 #   conventions  tests/specs/conventions.yaml (norm_eps, norm_topk_prob false, routed_scaling_factor)
 #              and its variants (sigmoid router; qk-norm per head with selective checkpointing, and
 #              full with full checkpointing; llama3 and YaRN RoPE scaling; Qwen2-MoE's gated shared
@@ -569,12 +569,15 @@ mla)
   ml=$src/tests/specs/mla.yaml
   variants=("plain" "qlora --set model.attention.q_lora_rank=12"
             "qlora-sel --set model.attention.q_lora_rank=12 --set plan.activation_checkpoint=selective"
-            "qlora-full --set model.attention.q_lora_rank=12 --set plan.activation_checkpoint=full")
+            "qlora-full --set model.attention.q_lora_rank=12 --set plan.activation_checkpoint=full"
+            "yarn --set model.rope_scaling.type=yarn --set model.rope_scaling.factor=4 --set model.rope_scaling.original_max_position=8 --set model.rope_scaling.mscale=0.8 --set model.rope_scaling.mscale_all_dim=1")
   for v in "${variants[@]}"; do
     read -r -a args <<<"$v"; name=mla-${args[0]}
     build "$name" "$ml" double "${args[@]:1}" || continue
     grep -q "rt_mla_kv_backward" "$work/$name/step.c" && grep -q "rt_rope_strided_backward" "$work/$name/step.c" ||
       die "$name: no MLA in step.c"
+    [ $name = mla-yarn ] && { grep -q "rt_mla_kv_backward(.*, 1\.[0-9]*);" "$work/$name/step.c" ||
+      die "$name: no YaRN softmax factor on k in step.c"; }
     out=$("$work/$name/build-double/train" --data "$text" --grad-check --seed 3 2>&1); rc=$?
     echo "$name: $(echo "$out" | tail -1)"
     [ $rc -eq 0 ] || { echo "$out" | grep MISMATCH; die "$name: gradients differ from finite differences"; }

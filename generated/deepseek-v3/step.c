@@ -2072,9 +2072,9 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X0), A(WS_Y), 352321536); /* residual */
@@ -2098,9 +2098,9 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X1), A(WS_Y), 352321536); /* residual */
@@ -2124,9 +2124,9 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X2), A(WS_Y), 352321536); /* residual */
@@ -2149,9 +2149,9 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X3), A(WS_Y), 352321536); /* residual */
@@ -2192,9 +2192,9 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X4), A(WS_Y), 352321536); /* residual */
@@ -2235,9 +2235,9 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X5), A(WS_Y), 352321536); /* residual */
@@ -2278,9 +2278,9 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X6), A(WS_Y), 352321536); /* residual */
@@ -2321,9 +2321,9 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X7), A(WS_Y), 352321536); /* residual */
@@ -2364,9 +2364,9 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X8), A(WS_Y), 352321536); /* residual */
@@ -2407,9 +2407,9 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X9), A(WS_Y), 352321536); /* residual */
@@ -2450,9 +2450,9 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X10), A(WS_Y), 352321536); /* residual */
@@ -2493,9 +2493,9 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X11), A(WS_Y), 352321536); /* residual */
@@ -2536,9 +2536,9 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X12), A(WS_Y), 352321536); /* residual */
@@ -2579,9 +2579,9 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X13), A(WS_Y), 352321536); /* residual */
@@ -2622,9 +2622,9 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X14), A(WS_Y), 352321536); /* residual */
@@ -2665,9 +2665,9 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X15), A(WS_Y), 352321536); /* residual */
@@ -2708,9 +2708,9 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X16), A(WS_Y), 352321536); /* residual */
@@ -2751,9 +2751,9 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X17), A(WS_Y), 352321536); /* residual */
@@ -2794,9 +2794,9 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X18), A(WS_Y), 352321536); /* residual */
@@ -2837,9 +2837,9 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X19), A(WS_Y), 352321536); /* residual */
@@ -2880,9 +2880,9 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X20), A(WS_Y), 352321536); /* residual */
@@ -2923,9 +2923,9 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X21), A(WS_Y), 352321536); /* residual */
@@ -2966,9 +2966,9 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X22), A(WS_Y), 352321536); /* residual */
@@ -3009,9 +3009,9 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X23), A(WS_Y), 352321536); /* residual */
@@ -3052,9 +3052,9 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X24), A(WS_Y), 352321536); /* residual */
@@ -3095,9 +3095,9 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X25), A(WS_Y), 352321536); /* residual */
@@ -3138,9 +3138,9 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X26), A(WS_Y), 352321536); /* residual */
@@ -3181,9 +3181,9 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X27), A(WS_Y), 352321536); /* residual */
@@ -3224,9 +3224,9 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X28), A(WS_Y), 352321536); /* residual */
@@ -3267,9 +3267,9 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X29), A(WS_Y), 352321536); /* residual */
@@ -3310,9 +3310,9 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X30), A(WS_Y), 352321536); /* residual */
@@ -3353,9 +3353,9 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X31), A(WS_Y), 352321536); /* residual */
@@ -3396,9 +3396,9 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X32), A(WS_Y), 352321536); /* residual */
@@ -3439,9 +3439,9 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X33), A(WS_Y), 352321536); /* residual */
@@ -3482,9 +3482,9 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X34), A(WS_Y), 352321536); /* residual */
@@ -3525,9 +3525,9 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X35), A(WS_Y), 352321536); /* residual */
@@ -3568,9 +3568,9 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X36), A(WS_Y), 352321536); /* residual */
@@ -3611,9 +3611,9 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X37), A(WS_Y), 352321536); /* residual */
@@ -3654,9 +3654,9 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X38), A(WS_Y), 352321536); /* residual */
@@ -3697,9 +3697,9 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X39), A(WS_Y), 352321536); /* residual */
@@ -3740,9 +3740,9 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X40), A(WS_Y), 352321536); /* residual */
@@ -3783,9 +3783,9 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X41), A(WS_Y), 352321536); /* residual */
@@ -3826,9 +3826,9 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X42), A(WS_Y), 352321536); /* residual */
@@ -3869,9 +3869,9 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X43), A(WS_Y), 352321536); /* residual */
@@ -3912,9 +3912,9 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X44), A(WS_Y), 352321536); /* residual */
@@ -3955,9 +3955,9 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X45), A(WS_Y), 352321536); /* residual */
@@ -3998,9 +3998,9 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X46), A(WS_Y), 352321536); /* residual */
@@ -4041,9 +4041,9 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X47), A(WS_Y), 352321536); /* residual */
@@ -4084,9 +4084,9 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X48), A(WS_Y), 352321536); /* residual */
@@ -4127,9 +4127,9 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X49), A(WS_Y), 352321536); /* residual */
@@ -4170,9 +4170,9 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X50), A(WS_Y), 352321536); /* residual */
@@ -4213,9 +4213,9 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X51), A(WS_Y), 352321536); /* residual */
@@ -4256,9 +4256,9 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X52), A(WS_Y), 352321536); /* residual */
@@ -4299,9 +4299,9 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X53), A(WS_Y), 352321536); /* residual */
@@ -4342,9 +4342,9 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X54), A(WS_Y), 352321536); /* residual */
@@ -4385,9 +4385,9 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X55), A(WS_Y), 352321536); /* residual */
@@ -4428,9 +4428,9 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X56), A(WS_Y), 352321536); /* residual */
@@ -4471,9 +4471,9 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X57), A(WS_Y), 352321536); /* residual */
@@ -4514,9 +4514,9 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X58), A(WS_Y), 352321536); /* residual */
@@ -4557,9 +4557,9 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X59), A(WS_Y), 352321536); /* residual */
@@ -4600,9 +4600,9 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_Q), A(WS_QAN), W(11018752), NULL, 49152, 1536, 24576); /* q_b_proj */
   rt_matmul_forward(A(WS_KRP), A(WS_LN1), W(52437504), NULL, 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_matmul_forward(A(WS_KVB), A(WS_KVN), W(52896768), NULL, 49152, 512, 32768); /* kv_b_proj */
-  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000); /* B, T, heads, stride, rope dims, theta */
-  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
-  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128); /* N, heads, nope, rope, v_head_dim */
+  rt_rope_strided_forward(A(WS_KRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1); /* B, T, heads, stride, rope dims, theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */
+  rt_rope_strided_forward(A(WS_Q + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
   rt_add(A(WS_RES), A(X60), A(WS_Y), 352321536); /* residual */
@@ -4673,11 +4673,11 @@ static void layer60_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -4736,11 +4736,11 @@ static void layer59_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -4799,11 +4799,11 @@ static void layer58_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -4862,11 +4862,11 @@ static void layer57_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -4925,11 +4925,11 @@ static void layer56_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -4988,11 +4988,11 @@ static void layer55_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5051,11 +5051,11 @@ static void layer54_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5114,11 +5114,11 @@ static void layer53_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5177,11 +5177,11 @@ static void layer52_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5240,11 +5240,11 @@ static void layer51_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5303,11 +5303,11 @@ static void layer50_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5366,11 +5366,11 @@ static void layer49_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5429,11 +5429,11 @@ static void layer48_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5492,11 +5492,11 @@ static void layer47_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5555,11 +5555,11 @@ static void layer46_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5618,11 +5618,11 @@ static void layer45_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5681,11 +5681,11 @@ static void layer44_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5744,11 +5744,11 @@ static void layer43_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5807,11 +5807,11 @@ static void layer42_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5870,11 +5870,11 @@ static void layer41_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5933,11 +5933,11 @@ static void layer40_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -5996,11 +5996,11 @@ static void layer39_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6059,11 +6059,11 @@ static void layer38_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6122,11 +6122,11 @@ static void layer37_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6185,11 +6185,11 @@ static void layer36_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6248,11 +6248,11 @@ static void layer35_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6311,11 +6311,11 @@ static void layer34_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6374,11 +6374,11 @@ static void layer33_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6437,11 +6437,11 @@ static void layer32_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6500,11 +6500,11 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6563,11 +6563,11 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6626,11 +6626,11 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6689,11 +6689,11 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6752,11 +6752,11 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6815,11 +6815,11 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6878,11 +6878,11 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -6941,11 +6941,11 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7004,11 +7004,11 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7067,11 +7067,11 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7130,11 +7130,11 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7193,11 +7193,11 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7256,11 +7256,11 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7319,11 +7319,11 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7382,11 +7382,11 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7445,11 +7445,11 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7508,11 +7508,11 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7571,11 +7571,11 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7634,11 +7634,11 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7697,11 +7697,11 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7760,11 +7760,11 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7823,11 +7823,11 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7886,11 +7886,11 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -7949,11 +7949,11 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -8012,11 +8012,11 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -8075,11 +8075,11 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -8138,11 +8138,11 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -8201,11 +8201,11 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -8264,11 +8264,11 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -8306,11 +8306,11 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -8348,11 +8348,11 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
@@ -8390,11 +8390,11 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DK), 1207959552);
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
-  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000); /* q's rope part */
+  rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
-  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128);
-  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000);
+  rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
+  rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
   rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */

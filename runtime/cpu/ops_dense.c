@@ -170,11 +170,18 @@ static void rope(real *x, int B, int T, int H, int hd, real theta, real sign) {
   rope_strided(x, B, T, H, hd, hd, theta, sign);
 }
 
-void rt_rope_strided_forward(act *x, int B, int T, int H, int stride, int rd, real theta) {
-  rope_strided(x, B, T, H, stride, rd, theta, 1);
+static void rope_yarn(real *x, int B, int T, int H, int stride, int hd, real theta, real factor, real orig,
+                      real beta_fast, real beta_slow, real attn, double sign);
+
+void rt_rope_strided_forward(act *x, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                             real beta_fast, real beta_slow, real attn) {
+  if (factor > 1) rope_yarn(x, B, T, H, stride, rd, theta, factor, orig, beta_fast, beta_slow, attn, 1);
+  else rope_strided(x, B, T, H, stride, rd, theta, 1);
 }
-void rt_rope_strided_backward(act *dx, int B, int T, int H, int stride, int rd, real theta) {
-  rope_strided(dx, B, T, H, stride, rd, theta, -1);
+void rt_rope_strided_backward(act *dx, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                              real beta_fast, real beta_slow, real attn) {
+  if (factor > 1) rope_yarn(dx, B, T, H, stride, rd, theta, factor, orig, beta_fast, beta_slow, attn, -1);
+  else rope_strided(dx, B, T, H, stride, rd, theta, -1);
 }
 void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, hd, theta, 1); }
 void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, hd, theta, -1); }
@@ -220,8 +227,9 @@ static double yarn_inv_freq(int i, int hd, double theta, double factor, double o
   return f / factor * (1 - extrapolate) + f * extrapolate;
 }
 
-static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
-                      real beta_slow, real attn, double sign) {
+/* (heads `stride` values apart, hd channels of each rotated) */
+static void rope_yarn(real *x, int B, int T, int H, int stride, int hd, real theta, real factor, real orig,
+                      real beta_fast, real beta_slow, real attn, double sign) {
   int half = hd / 2;
   for (int i = 0; i < half; i++) {
     double f = yarn_inv_freq(i, hd, theta, factor, orig, beta_fast, beta_slow);
@@ -230,7 +238,7 @@ static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real fac
         double angle = sign * t * f;
         real cs = (real)(attn * cos(angle)), sn = (real)(attn * sin(angle));
         for (int h = 0; h < H; h++) {
-          real *p = x + (((size_t)b * T + t) * H + h) * hd;
+          real *p = x + (((size_t)b * T + t) * H + h) * stride;
           real a = p[i], c = p[i + half];
           p[i] = a * cs - c * sn;
           p[i + half] = a * sn + c * cs;
@@ -241,12 +249,12 @@ static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real fac
 
 void rt_rope_yarn_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
                           real beta_slow, real attn) {
-  rope_yarn(x, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, 1);
+  rope_yarn(x, B, T, H, hd, hd, theta, factor, orig, beta_fast, beta_slow, attn, 1);
 }
 
 void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
                            real beta_slow, real attn) {
-  rope_yarn(dx, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, -1);
+  rope_yarn(dx, B, T, H, hd, hd, theta, factor, orig, beta_fast, beta_slow, attn, -1);
 }
 
 void rt_rope_llama3_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
@@ -344,28 +352,29 @@ void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act
 }
 
 /* MLA's keys and values from kv_b_proj's output (see mtrt_ops.h). */
-void rt_mla_kv_forward(act *k, act *v, const act *kvb, const act *kr, int64_t N, int nh, int nope, int rope, int vd) {
+void rt_mla_kv_forward(act *k, act *v, const act *kvb, const act *kr, int64_t N, int nh, int nope, int rope, int vd,
+                       real kscale) {
   int hd = nope + rope, w = nope + vd;
   for (int64_t n = 0; n < N; n++)
     for (int h = 0; h < nh; h++) {
       const act *src = kvb + ((size_t)n * nh + h) * w;
       act *kk = k + ((size_t)n * nh + h) * hd, *vv = v + ((size_t)n * nh + h) * vd;
-      memcpy(kk, src, sizeof(act) * (size_t)nope);
-      memcpy(kk + nope, kr + (size_t)n * rope, sizeof(act) * (size_t)rope);
+      for (int i = 0; i < nope; i++) kk[i] = kscale * src[i];
+      for (int i = 0; i < rope; i++) kk[nope + i] = kscale * kr[(size_t)n * rope + i];
       memcpy(vv, src + nope, sizeof(act) * (size_t)vd);
     }
 }
 
 void rt_mla_kv_backward(act *dkvb, act *dkr, const act *dk, const act *dv, int64_t N, int nh, int nope, int rope,
-                        int vd) {
+                        int vd, real kscale) {
   int hd = nope + rope, w = nope + vd;
   for (int64_t n = 0; n < N; n++)
     for (int h = 0; h < nh; h++) {
       act *dst = dkvb + ((size_t)n * nh + h) * w;
       const act *dkk = dk + ((size_t)n * nh + h) * hd, *dvv = dv + ((size_t)n * nh + h) * vd;
-      for (int i = 0; i < nope; i++) dst[i] += dkk[i];
+      for (int i = 0; i < nope; i++) dst[i] += kscale * dkk[i];
       for (int i = 0; i < vd; i++) dst[nope + i] += dvv[i];
-      for (int i = 0; i < rope; i++) dkr[(size_t)n * rope + i] += dkk[nope + i];
+      for (int i = 0; i < rope; i++) dkr[(size_t)n * rope + i] += kscale * dkk[nope + i];
     }
 }
 

@@ -370,32 +370,48 @@ static void rope(act *x, int B, int T, int H, float sign) {
 void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
 void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, -1.f); }
 
-/* RoPE on rd channels of each head (MLA's rope part): kernels.cu's rope_strided (θ the plan's). */
-static void rope_strided(act *x, int B, int T, int H, int stride, int rd, float sign) {
-  cu_launch(K_ROPE_STRIDED, (unsigned)(B * T), 128, (void *[]){&x, &H, &stride, &rd, &sign});
+/* RoPE on rd channels of each head (MLA's rope part): kernels.cu's rope_strided (θ the plan's);
+ * YaRN (factor > 1) with the ramp's ends as rope_yarn computes them, over rd. */
+static void rope_strided(act *x, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                         real beta_fast, real beta_slow, real attn, float sign) {
+  double lo = 0, hi = 1;
+  if (factor > 1) {
+    lo = floor(rd * log(orig / (beta_fast * 6.283185307179586)) / (2 * log(theta)));
+    hi = ceil(rd * log(orig / (beta_slow * 6.283185307179586)) / (2 * log(theta)));
+    if (lo < 0) lo = 0;
+    if (hi > rd - 1) hi = rd - 1;
+    if (lo == hi) hi += 0.001;
+  } else {
+    factor = 1, attn = 1;
+  }
+  float f = factor, l = (float)lo, h = (float)hi, a = attn;
+  cu_launch(K_ROPE_STRIDED, (unsigned)(B * T), 128, (void *[]){&x, &H, &stride, &rd, &sign, &f, &l, &h, &a});
 }
-void rt_rope_strided_forward(act *x, int B, int T, int H, int stride, int rd, real theta) {
-  (void)theta;
-  rope_strided(x, B, T, H, stride, rd, 1.f);
+void rt_rope_strided_forward(act *x, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                             real beta_fast, real beta_slow, real attn) {
+  rope_strided(x, B, T, H, stride, rd, theta, factor, orig, beta_fast, beta_slow, attn, 1.f);
 }
-void rt_rope_strided_backward(act *dx, int B, int T, int H, int stride, int rd, real theta) {
-  (void)theta;
-  rope_strided(dx, B, T, H, stride, rd, -1.f);
+void rt_rope_strided_backward(act *dx, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                              real beta_fast, real beta_slow, real attn) {
+  rope_strided(dx, B, T, H, stride, rd, theta, factor, orig, beta_fast, beta_slow, attn, -1.f);
 }
 
 /* MLA's keys and values: one thread per value of k, then of v. */
-void rt_mla_kv_forward(act *k, act *v, const act *kvb, const act *kr, int64_t N, int nh, int nope, int rope, int vd) {
+void rt_mla_kv_forward(act *k, act *v, const act *kvb, const act *kr, int64_t N, int nh, int nope, int rope, int vd,
+                       real kscale) {
   long long n = N;
+  float ks = kscale;
   cu_launch(K_MLA_KV_FORWARD, cu_blocks(n * nh * (nope + rope + vd), 128), 128,
-            (void *[]){&k, &v, &kvb, &kr, &n, &nh, &nope, &rope, &vd});
+            (void *[]){&k, &v, &kvb, &kr, &n, &nh, &nope, &rope, &vd, &ks});
 }
 /* The backward: one thread per value of dkvb, then per (token, rope channel) of dkr (summing the
  * heads). */
 void rt_mla_kv_backward(act *dkvb, act *dkr, const act *dk, const act *dv, int64_t N, int nh, int nope, int rope,
-                        int vd) {
+                        int vd, real kscale) {
   long long n = N;
+  float ks = kscale;
   cu_launch(K_MLA_KV_BACKWARD, cu_blocks(n * nh * (nope + vd) + n * rope, 128), 128,
-            (void *[]){&dkvb, &dkr, &dk, &dv, &n, &nh, &nope, &rope, &vd});
+            (void *[]){&dkvb, &dkr, &dk, &dv, &n, &nh, &nope, &rope, &vd, &ks});
 }
 
 /* RoPE with YaRN: the ramp's ends (pairs) as the cpu's yarn_inv_freq computes them, then
