@@ -601,7 +601,7 @@ mla)
     "$mtc" export "$work/ck-$name" "$work/$name.safetensors" >/dev/null || { die "$name: mtc export"; continue; }
     names=$(head -c 100000 "$work/$name.safetensors" | tr ',{' '\n\n' | sed -n 's/^"\([^"]*\)":.*/\1/p')
     want="kv_a_proj_with_mqa.weight kv_a_layernorm.weight kv_b_proj.weight o_proj.weight"
-    case $name in mla-plain) want="$want q_proj.weight" ;; *) want="$want q_a_proj.weight q_a_layernorm.weight q_b_proj.weight" ;; esac
+    case $name in mla-plain|mla-yarn) want="$want q_proj.weight" ;; *) want="$want q_a_proj.weight q_a_layernorm.weight q_b_proj.weight" ;; esac
     for t in $want; do
       echo "$names" | grep -qx "model.layers.1.self_attn.$t" || die "$name: no model.layers.1.self_attn.$t in the export"
     done
