@@ -139,10 +139,11 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx);
 /* The MoE part of layer l, called inside the layer's functions. */
 void em_moe_forward(Em *e, int l);
 void em_moe_backward(Em *e, int l, const char *dy);
-/* emit_mla.c: multi-head latent attention's q, k, v (forward, from LN1 into Q, K, V; ind the
- * indent, selective: whether the part the attention core saves is inside `if (!recompute)`) and
- * its backward (DQ, DK, DV into DLN, zeroed first, and the weight gradients); its buffers
- * (em_layout). */
+/* emit_mla.c: multi-head latent attention's q, k, v of layer l: the forward from LN1 into Q, K,
+ * V (under selective checkpointing it opens `if (!recompute) {` after the latents, and the
+ * caller writes the attention core and closes it); the backward from DQ, DK, DV into DLN
+ * (zeroed first) and the weight gradients. emit_layout.c: em_mla_layout registers layer l's
+ * saved latents and their 1/rms, em_mla_workspace the buffers the layers share. */
 void em_mla_forward(Em *e, int l);
 void em_mla_backward(Em *e, int l);
 void em_mla_layout(Em *e, int l);
