@@ -72,6 +72,11 @@ typedef struct {
    * Q = nh·hd, KV = nkv·hd, E experts (El per EP rank), K top_k, Fe expert width, Fs shared
    * width (all shared experts), R rows an EP rank's experts may receive, chunk of the vocab */
   int64_t B, T, N, C, V, nh, nkv, hd, Q, KV, E, El, K, Fe, Fs, R, chunk, L;
+  /* values: vd per head (hd; MLA's v_head_dim), VW = nkv·vd per token, AO = nh·vd the attention
+   * output. MLA (mla true; nkv = nh, hd = nope + rope): q_lora_rank qr (0: none), kv_lora_rank
+   * kvr, qk_nope_head_dim nope, qk_rope_head_dim rope */
+  int64_t vd, VW, AO, qr, kvr, nope, rope_dim;
+  bool mla;
   int64_t fsdp, ep, efsdp, dpr, accum, world;
   int prefetch; /* the plan's prefetch depth P: units u+1..u+P are gathered while u computes */
   CheckpointPolicy ac;
@@ -135,6 +140,15 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx);
 /* The MoE part of layer l, called inside the layer's functions. */
 void em_moe_forward(Em *e, int l);
 void em_moe_backward(Em *e, int l, const char *dy);
+/* emit_mla.c: multi-head latent attention's q, k, v of layer l: the forward from LN1 into Q, K,
+ * V (under selective checkpointing it opens `if (!recompute) {` after the latents, and the
+ * caller writes the attention core and closes it); the backward from DQ, DK, DV into DLN
+ * (zeroed first) and the weight gradients. emit_layout.c: em_mla_layout registers layer l's
+ * saved latents and their 1/rms, em_mla_workspace the buffers the layers share. */
+void em_mla_forward(Em *e, int l);
+void em_mla_backward(Em *e, int l);
+void em_mla_layout(Em *e, int l);
+void em_mla_workspace(Em *e);
 
 /* Shorthands of the layer emitters (emit_layer.c, emit_moe.c, emit_step.c). */
 #define P em_printf

@@ -168,16 +168,32 @@ static void qk_norm_backward(Em *e, int l) {
   }
 }
 
+static void attention_qkv(Em *e, int l, const char *ind);
+
 static void attention_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT),
              *v = A(e, l, "V", ATT), *att = A(e, l, "ATT", ATT), *lse = A(e, l, "LSE", ATT);
   em_norm_forward(e, g, ln1, A(e, l, "RSTD1", OTH), mem_printf(e->m, "X%d", l), "input_layernorm");
-  const char *ind = "  ";
-  if (e->ac == AC_SELECTIVE) {
+  const char *ind = e->ac == AC_SELECTIVE ? "    " : "  ";
+  if (e->mla) em_mla_forward(e, l); /* opens the selective block itself */
+  else attention_qkv(e, l, ind);
+  P(e, "%srt_attention_forward(R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld, %lld); /* B, T, heads, "
+       "kv_heads, head_dim, v_head_dim */\n", ind, att,
+    lse, q, k, v, (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd, (long long)e->vd);
+  if (e->ac == AC_SELECTIVE) P(e, "  }\n");
+  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* o_proj */\n", att,
+    (long long)off(e, g, "attn.o_proj.weight"), bias_arg(e, g, "attn.o_proj.weight", "W"), (long long)e->N, (long long)e->AO, (long long)e->C);
+  P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "RES", OTH), l, (long long)(e->N * e->C));
+  em_norm_forward(e, g, A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "RES", OTH), "post_attention_layernorm");
+}
+
+/* mha/gqa's q, k, v from LN1 (qk-norm, RoPE) into Q, K, V; opens the selective block. */
+static void attention_qkv(Em *e, int l, const char *ind) {
+  int g = e->layer_dense[l];
+  const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT), *v = A(e, l, "V", ATT);
+  if (e->ac == AC_SELECTIVE)
     P(e, "  if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */\n");
-    ind = "    ";
-  }
   const char *qr = e->qk_norm ? A(e, l, "QR", ATT) : q, *kr = e->qk_norm ? A(e, l, "KR", ATT) : k;
   P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* q_proj */\n", ind, qr, ln1,
     (long long)off(e, g, "attn.q_proj.weight"), bias_arg(e, g, "attn.q_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->Q);
@@ -196,14 +212,6 @@ static void attention_forward(Em *e, int l) {
     P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g);\n", ind, k, (long long)e->B, (long long)e->T,
       (long long)e->nkv, (long long)e->hd, theta);
   }
-  P(e, "%srt_attention_forward(R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld); /* B, T, heads, kv_heads, "
-       "head_dim */\n", ind, att,
-    lse, q, k, v, (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
-  if (e->ac == AC_SELECTIVE) P(e, "  }\n");
-  P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* o_proj */\n", att,
-    (long long)off(e, g, "attn.o_proj.weight"), bias_arg(e, g, "attn.o_proj.weight", "W"), (long long)e->N, (long long)e->Q, (long long)e->C);
-  P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "RES", OTH), l, (long long)(e->N * e->C));
-  em_norm_forward(e, g, A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "RES", OTH), "post_attention_layernorm");
 }
 
 static void mlp_forward(Em *e, int l) {
@@ -269,7 +277,7 @@ static void mlp_backward(Em *e, int l, const char *dy) {
 void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
   bool moe = e->md->layers[l].kind == LAYER_MOE;
   int g = e->layer_dense[l];
-  long long N = e->N, C = e->C, Q = e->Q, KV = e->KV;
+  long long N = e->N, C = e->C, Q = e->Q, KV = e->KV, AO = e->AO;
   P(e, "\n/* layer %d (%s), backward: %s (gradient of X%d) -> %s (gradient of X%d); weight gradients\n"
        " * into DW%s. */\n",
     l, moe ? "MoE" : "dense", dy, l + 1, dx, l, moe ? " and DWE" : "");
@@ -281,14 +289,20 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
   P(e, "  rt_copy(R(%s), R(%s), %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
   em_norm_backward(e, g, dx, A(e, l, "RES", OTH), A(e, l, "RSTD2", OTH), "post_attention_layernorm");
   int64_t o = off(e, g, "attn.o_proj.weight");
-  P(e, "  rt_zero(R(DATT), %lld);\n", N * Q);
+  P(e, "  rt_zero(R(DATT), %lld);\n", N * AO);
   P(e, "  rt_matmul_backward(R(DATT), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
-    (long long)o, bias_arg(e, g, "attn.o_proj.weight", "DW"), dx, A(e, l, "ATT", ATT), (long long)o, N, Q, C);
-  P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * KV);
+    (long long)o, bias_arg(e, g, "attn.o_proj.weight", "DW"), dx, A(e, l, "ATT", ATT), (long long)o, N, AO, C);
+  P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * (long long)e->VW);
   P(e, "  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, "
-       "%lld, %lld);\n",
+       "%lld, %lld, %lld);\n",
     A(e, l, "Q", ATT), A(e, l, "K", ATT), A(e, l, "V", ATT), A(e, l, "ATT", ATT), A(e, l, "LSE", ATT),
-    (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
+    (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd, (long long)e->vd);
+  if (e->mla) {
+    em_mla_backward(e, l);
+    em_norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1", OTH), "input_layernorm");
+    P(e, "}\n");
+    return;
+  }
   double theta = e->s->model.attention.rope_theta;
   if (e->rope && llama3(e)) {
     rope_llama3(e, "  ", "DQ", e->nh, "backward");

@@ -111,6 +111,11 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners
   t->rows = routed ? p->shape[1] : p->shape[0];
   t->cols = routed ? p->shape[2] : (p->ndim > 1 ? p->shape[1] : 1);
   t->count = t->rows * t->cols;
+  /* a dense tensor starts at a multiple of 8 elements (16 bytes of bf16: the cuda kernels read
+   * norm weights and rows 16 bytes at a time); every tensor of a model with hidden a multiple of 8
+   * is, but MLA's latent norms (q_lora_rank, kv_lora_rank values) and small biases need not be: the
+   * gap before such a tensor stays zero (no tensor's, never initialized or exported) */
+  if (!routed) e->groups[g].elems = round_up(e->groups[g].elems, 8);
   t->offset = e->groups[g].elems;
   /* whole-expert shards (plan_expert_per: efsdp divides El): a shard holds per = El / efsdp
    * whole experts of every routed tensor; otherwise (per 0) the group is sharded flat */
@@ -248,6 +253,36 @@ static void ffn_grads(Em *e) {
   }
 }
 
+/* MLA's buffers of layer l (emit_mla.c writes the code): the latents before their norms and
+ * their 1/rms, of class other (model.c's q_latent, kv_latent, latent_rstd). */
+void em_mla_layout(Em *e, int l) {
+  int64_t N = e->N;
+  if (e->qr) {
+    abuf(e, em_act(e, l, "QA", SAVE_OTHER), N * e->qr, "mla: q_a_proj's output (the query latent before its norm)");
+    buf(e, em_act(e, l, "RSTDQA", SAVE_OTHER), N, "mla: q_a_layernorm's 1/rms per token");
+  }
+  abuf(e, em_act(e, l, "KVL", SAVE_OTHER), N * e->kvr, "mla: the KV latent before kv_a_layernorm");
+  buf(e, em_act(e, l, "RSTDKV", SAVE_OTHER), N, "mla: kv_a_layernorm's 1/rms per token");
+}
+
+/* MLA's workspace, shared by the layers. */
+void em_mla_workspace(Em *e) {
+  int64_t N = e->N;
+  if (e->qr) {
+    abuf(e, "WS_QAN", N * e->qr, "mla: the normalized query latent (recomputed in the backward)");
+    abuf(e, "DQAN", N * e->qr, "mla: its gradient");
+    abuf(e, "DQA", N * e->qr, "mla: gradient of the query latent before its norm");
+  }
+  abuf(e, "WS_KVN", N * e->kvr, "mla: the normalized KV latent (recomputed in the backward)");
+  abuf(e, "WS_KRP", N * e->rope_dim, "mla: the RoPE key shared by the heads (rotated in place)");
+  abuf(e, "WS_KVB", N * e->nh * (e->nope + e->vd), "mla: kv_b_proj's output, k_nope and v per head");
+  abuf(e, "DKVN", N * e->kvr, "mla: gradient of the normalized KV latent");
+  abuf(e, "DKVL", N * e->kvr, "mla: gradient of the KV latent");
+  abuf(e, "DKRP", N * e->rope_dim, "mla: gradient of the RoPE key (summed over heads)");
+  alias_buf(e, "DKVB", "WS_KVB", 0, N * e->nh * (e->nope + e->vd),
+                   "mla: gradient of kv_b_proj's output: in WS_KVB (dead once K and V are built from it)");
+}
+
 void em_layout(Em *e) {
   const Model *md = e->md;
   int64_t N = e->N, C = e->C, K = e->K;
@@ -360,6 +395,7 @@ void em_layout(Em *e) {
     const Layer *ly = &md->layers[l];
     act(e, l, "LN1", SAVE_OTHER, N * C, "attention norm output");
     stat(e, l, "RSTD1", SAVE_OTHER, N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
+    if (e->mla) em_mla_layout(e, l);
     act(e, l, "Q", SAVE_ATTN, N * e->Q, "queries (rotated)");
     act(e, l, "K", SAVE_ATTN, N * e->KV, "keys (rotated)");
     if (e->qk_norm) {
@@ -369,8 +405,8 @@ void em_layout(Em *e) {
       stat(e, l, "RSTDQ", SAVE_ATTN, full ? N : N * e->nh, "qk-norm: 1/rms per token (full) or per token and head");
       stat(e, l, "RSTDK", SAVE_ATTN, full ? N : N * e->nkv, "the same for the keys");
     }
-    act(e, l, "V", SAVE_ATTN, N * e->KV, "values");
-    act(e, l, "ATT", SAVE_ATTN, N * e->Q, "attention output");
+    act(e, l, "V", SAVE_ATTN, N * e->VW, "values");
+    act(e, l, "ATT", SAVE_ATTN, N * e->AO, "attention output");
     stat(e, l, "LSE", SAVE_ATTN, N * e->nh, "attention log-sum-exp per head and query");
     act(e, l, "RES", SAVE_OTHER, N * C, "residual stream after attention");
     act(e, l, "LN2", SAVE_OTHER, N * C, "mlp norm output");
@@ -436,10 +472,11 @@ void em_layout(Em *e) {
   abuf(e, "DX_A", N * C, "gradient of the residual stream (even layers' output)");
   abuf(e, "DX_B", N * C, "gradient of the residual stream (odd layers' output)");
   abuf(e, "DLN", N * C, "gradient of a norm's output");
-  abuf(e, "DATT", N * e->Q, "gradient of the attention output");
+  abuf(e, "DATT", N * e->AO, "gradient of the attention output");
   abuf(e, "DQ", N * e->Q, "gradient of the queries");
   abuf(e, "DK", N * e->KV, "gradient of the keys");
-  abuf(e, "DV", N * e->KV, "gradient of the values");
+  abuf(e, "DV", N * e->VW, "gradient of the values");
+  if (e->mla) em_mla_workspace(e);
   if (e->qk_norm) {
     abuf(e, "DQR", N * e->Q, "gradient of the queries before qk-norm");
     abuf(e, "DKR", N * e->KV, "gradient of the keys before qk-norm");

@@ -8,7 +8,7 @@
 static bool blocked(const Em *e) { return plan_expert_per(e->El, e->efsdp) > 0; }
 static int64_t per_shard(const Em *e) { return plan_expert_per(e->El, e->efsdp); }
 static const char *exw(Em *e, const char *mac, long long o) {
-  return blocked(e) ? mem_printf(e->m, "%s(%lld + b * SHARD_EXPERTS_ELEMS)", mac, o) : mem_printf(e->m, "%s(%lld)", mac, o);
+  return blocked(e) ? mem_printf(e->m, "%s(%lld + (int64_t)b * SHARD_EXPERTS_ELEMS)", mac, o) : mem_printf(e->m, "%s(%lld)", mac, o);
 }
 static const char *exo(Em *e, const char *offs) {
   return blocked(e) ? mem_printf(e->m, "I(%s) + b * %lld", offs, (long long)per_shard(e)) : mem_printf(e->m, "I(%s)", offs);

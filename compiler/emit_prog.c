@@ -166,9 +166,14 @@ static void kernels_prelude(FILE *f, const Spec *s, const char *origin) {
   fprintf(f, "// The plan's shapes, then templates/kernels.cu.\n");
   fprintf(f, "#define TOKENS %lld // micro_batch x seq_len\n",
           (long long)(s->training.micro_batch * s->training.seq_len));
+  /* MLA: every head has its own key and value (kv_heads = heads), q/k heads of qk_nope +
+   * qk_rope, values of v_head_dim (V_DIM; kernels.cu's default is HEAD_DIM) */
+  bool mla = m->attention.kind == ATTN_MLA;
+  const AttentionSpec *a = &m->attention;
   fprintf(f, "#define SEQ_LEN %lld\n#define HIDDEN %lld\n#define HEADS %lld\n#define KV_HEADS %lld\n#define HEAD_DIM %lld\n",
-          (long long)s->training.seq_len, (long long)m->hidden, (long long)m->attention.heads,
-          (long long)m->attention.kv_heads, (long long)m->attention.head_dim);
+          (long long)s->training.seq_len, (long long)m->hidden, (long long)a->heads,
+          (long long)(mla ? a->heads : a->kv_heads), (long long)(mla ? a->qk_nope_head_dim + a->qk_rope_head_dim : a->head_dim));
+  if (mla) fprintf(f, "#define V_DIM %lld // mla: v_head_dim\n", (long long)a->v_head_dim);
   fprintf(f, "#define ROPE_THETA ((float)%.17g)\n#define RMS_EPS ((float)%.9g) // model.norm_eps\n#define VOCAB %lld\n"
           "#define VOCAB_CHUNK %lld\n", m->attention.rope_theta, m->norm_eps, (long long)V, (long long)chunk);
   fprintf(f, "#define EXPERTS %lld\n#define TOP_K %lld\n\n", moe ? (long long)m->moe.experts : 0LL,

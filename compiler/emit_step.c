@@ -404,7 +404,11 @@ static void body(Em *e, const char *spec_base) {
 static bool supported(Diag *d, const Spec *s) {
   const ModelSpec *m = &s->model;
   const char *key = NULL, *what = NULL;
-  if (m->attention.kind == ATTN_MLA) key = "model.attention.kind", what = "mla attention";
+  bool mla = m->attention.kind == ATTN_MLA;
+  if (mla && m->bias) key = "model.bias", what = "mla with biases (DeepSeek's attention_bias)";
+  else if (mla && m->norm != NORM_RMSNORM) key = "model.norm", what = "mla with layernorm";
+  else if (mla && m->rope_scaling.present && m->rope_scaling.type == ROPE_SCALING_LLAMA3)
+    key = "model.rope_scaling", what = "mla with llama3 rope_scaling (mla takes yarn, DeepSeek's)";
   else if (m->bias && m->moe.present) key = "model.bias", what = "biases on routed experts";
   else if (m->attention.qk_norm != QKN_NONE && (m->norm != NORM_RMSNORM || m->bias))
     key = "model.attention.qk_norm", what = "qk-norm with layernorm or biases";
@@ -412,7 +416,7 @@ static bool supported(Diag *d, const Spec *s) {
   return diag_error(d, spec_loc(s, key), "the generated training program does not implement %s yet, so no "
                     "program was written (plan.json, plan.txt and the reports were); expected a model without it%s "
                     "for a program, or mtc plan for the plan alone", what,
-                    strcmp(key, "model.attention.kind") == 0 ? " (attention.kind gqa or mha)" : "");
+                    "");
 }
 
 void em_init(Em *e, Mem *m, const Plan *p) {
@@ -424,7 +428,16 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   e->B = s->training.micro_batch, e->T = s->training.seq_len, e->N = e->B * e->T;
   e->C = s->model.hidden, e->V = s->model.vocab, e->L = s->model.layers;
   e->nh = s->model.attention.heads, e->nkv = s->model.attention.kv_heads, e->hd = s->model.attention.head_dim;
-  e->Q = e->nh * e->hd, e->KV = e->nkv * e->hd;
+  const AttentionSpec *at = &s->model.attention;
+  e->mla = at->kind == ATTN_MLA;
+  if (e->mla) {
+    e->nkv = e->nh, e->qr = at->q_lora_rank, e->kvr = at->kv_lora_rank;
+    e->nope = at->qk_nope_head_dim, e->rope_dim = at->qk_rope_head_dim;
+    e->hd = e->nope + e->rope_dim, e->vd = at->v_head_dim;
+  } else {
+    e->vd = e->hd;
+  }
+  e->Q = e->nh * e->hd, e->KV = e->nkv * e->hd, e->VW = e->nkv * e->vd, e->AO = e->nh * e->vd;
   e->qk_norm = s->model.attention.qk_norm;
   e->rope = s->model.position == POS_ROPE;
   e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;

@@ -170,7 +170,10 @@ static void attention_mla(Cx *c, int l) {
   if (b) param(c, o, "attn.kv_a_proj_with_mqa.bias", PK_ATTENTION, false, kvr + rope, 0, 0);
   if (b) param(c, o, "attn.kv_b_proj.bias", PK_ATTENTION, false, mul(c, nh, nope + vd), 0, 0);
   save(c, o, "xn", H, DT_BF16, SAVE_OTHER);
-  save(c, o, "kv_latent", kvr + rope, DT_BF16, SAVE_OTHER);
+  /* the latents before their norms (the norms' backward needs them; the normalized ones are
+   * recomputed from them) and their 1/rms; the RoPE key part of kv_a_proj_with_mqa's output is
+   * not kept: its only reader is k, saved by the core (emit_mla.c) */
+  save(c, o, "kv_latent", kvr, DT_BF16, SAVE_OTHER);
   save(c, o, "latent_rstd", qr ? 2 : 1, DT_FP32, SAVE_OTHER);
   new_op(c, OP_ROPE, "attention.rope", l, mul(c, nh + 1, rope), mul(c, nh + 1, rope));
   core_and_out(c, l, q, k, v, nope + rope, vd);

@@ -25,6 +25,7 @@
  *   emit_step.c   emit_    step.h and step.c: the schedule, tables and files around the layers
  *   emit_layer.c  em_      a dense layer's forward and backward in step.c (emit.h)
  *   emit_moe.c    em_      the MoE part of a layer in step.c (emit.h)
+ *   emit_mla.c    em_      multi-head latent attention's q, k, v in step.c (emit.h)
  *   emit_prog.c   emit_    train.c, kernels.cu, CMakeLists.txt, launch.sbatch; mtc build
  *   output.c      out_     atomic compile outputs, output directories, plan identity, escaping
  *   export.c      export_  mtc export: a checkpoint as safetensors (and config.json)

@@ -117,13 +117,38 @@ void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, rea
                            real beta_slow, real attn);
 
 /* Causal grouped-query attention, softmax(q kᵀ / sqrt(hd)) v with query head h reading KV head
- * h / (nh / nkv). q, out (B,T,nh,hd); k, v (B,T,nkv,hd); lse (B,nh,T) the log-sum-exp of
- * each score row, saved for backward (O(T) memory: scores are recomputed, never stored). */
+ * h / (nh / nkv). q (B,T,nh,hd); k (B,T,nkv,hd); v (B,T,nkv,vd); out (B,T,nh,vd) (vd: the value
+ * head size, hd for mha/gqa, MLA's v_head_dim); lse (B,nh,T) the log-sum-exp of each score row,
+ * saved for backward (O(T) memory: scores are recomputed, never stored). */
 void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v,
-                          int B, int T, int nh, int nkv, int hd);
+                          int B, int T, int nh, int nkv, int hd, int vd);
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q,
                            const act *k, const act *v, const act *out, const real *lse,
-                           int B, int T, int nh, int nkv, int hd);
+                           int B, int T, int nh, int nkv, int hd, int vd);
+
+/* RoPE on a part of each head (MLA's qk_rope_head_dim channels; DeepSeek-V2 §2.1.3): the first
+ * rd channels of each of H heads, heads `stride` values apart (x points at the first rotated
+ * channel of token 0, head 0; token (b, t) at x + ((b T + t) H + h) stride), in the half-split
+ * layout of rt_rope_forward with angle t · theta^(−2i/rd). In place; backward rotates back.
+ * factor > 1: YaRN's frequencies and attention factor attn over rd (as rt_rope_yarn_*: DeepSeek-V3's
+ * rotary embedding of qk_rope_head_dim); factor <= 1: plain RoPE (orig, beta_*, attn unused).
+ * (HF DeepseekV3 with rope_interleave false; its default true pairs (2i, 2i+1) instead, the same
+ * model up to a fixed permutation of the rope rows of q_b_proj/q_proj and kv_a_proj_with_mqa.) */
+void rt_rope_strided_forward(act *x, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                             real beta_fast, real beta_slow, real attn);
+void rt_rope_strided_backward(act *dx, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                              real beta_fast, real beta_slow, real attn);
+
+/* MLA's per-head keys and values (HF modeling_deepseek_v3.py, DeepseekV3Attention.forward):
+ * kvb (N, nh, nope + vd) is kv_b_proj's output, each head's k_nope then its value; kr (N, rope)
+ * the RoPE key shared by every head. k (N, nh, nope + rope) = [k_nope, kr], v (N, nh, vd).
+ * k is scaled by kscale: the softmax scale's factor beyond 1/sqrt(nope + rope) (DeepSeek-V3 with
+ * YaRN: mscale(factor, mscale_all_dim)², as HF's self.scaling), 1 otherwise.
+ * Backward: dkvb += kscale [dk's nope part], dv; dkr += kscale Σ over heads of dk's rope part. */
+void rt_mla_kv_forward(act *k, act *v, const act *kvb, const act *kr, int64_t N, int nh, int nope, int rope, int vd,
+                       real kscale);
+void rt_mla_kv_backward(act *dkvb, act *dkr, const act *dk, const act *dv, int64_t N, int nh, int nope, int rope,
+                        int vd, real kscale);
 
 /* SwiGLU (Shazeer 2020): h = silu(g) ⊙ u; g, u, h (n elements). n is 64-bit: the experts' rows × F
  * pass 2^31 (europa-1t: 65536 · 8 rows × 1792 × 2.3 when the load is 2.3× the mean). */

@@ -183,8 +183,8 @@ out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o edited $small 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "holds step.h, which mtc compile did not write" && grep -qx '/\* mine \*/' edited/step.h ||
   die "compile over a hand-written step.h: exit $rc, $out"
 mkdir empty && "$mtc" compile "$src/specs/tiny-moe.yaml" -o empty $small >/dev/null || die "compile into an empty directory"
-# a recompile with no program (an MLA model; an infeasible plan) removes the old program
-out=$("$mtc" compile "$src/specs/deepseek-v3.yaml" -o own 2>&1); rc=$?
+# a recompile with no program (MLA with biases; an infeasible plan) removes the old program
+out=$("$mtc" compile "$src/specs/deepseek-v3.yaml" -o own --set model.bias=true 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "removed the program" && [ ! -e own/step.c ] && [ ! -e own/train.c ] &&
   [ ! -e own/CMakeLists.txt ] && [ ! -e own/build/train ] || die "an MLA recompile left the old program: exit $rc, $out"
 out=$("$mtc" build own 2>&1); rc=$?

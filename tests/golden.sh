@@ -8,7 +8,7 @@ cd "$src" || exit 2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail=0; n=0
 # compile SPEC DIR: mtc compile, where a model the training program does not implement yet
-# (MLA) must still write the plan's files and say why no program was written
+# (MLA with biases, say) must still write the plan's files and say why no program was written
 compile() {
   local err; err=$("$mtc" compile "$1" -o "$2" 2>&1 >/dev/null) && return 0
   echo "$err" | grep -q "does not implement" && [ -f "$2/plan.json" ] && [ ! -f "$2/step.c" ] && return 0

@@ -192,25 +192,85 @@ static void test_rope_yarn(void) {
   for (int i = 0; i < n; i++) CHECK(fabs(a[i] - b[i]) < 1e-12);
 }
 
-/* ---- causal GQA attention: 4 query heads over 2 KV heads */
-enum { AB = 2, AT = 4, AH = 4, AKV = 2, AD = 3 };
-static double *at_q, *at_k, *at_v, *at_R, at_out[AB * AT * AH * AD], at_lse[AB * AH * AT];
+/* ---- causal GQA attention: 4 query heads over 2 KV heads, values of the head size and of
+ * another (MLA's v_head_dim) */
+enum { AB = 2, AT = 4, AH = 4, AKV = 2, AD = 3, AVD = 5 };
+static int at_vd;
+static double *at_q, *at_k, *at_v, *at_R, at_out[AB * AT * AH * AVD], at_lse[AB * AH * AT];
 static double at_loss(void) {
-  rt_attention_forward(at_out, at_lse, at_q, at_k, at_v, AB, AT, AH, AKV, AD);
-  return sum_prod(at_out, at_R, AB * AT * AH * AD);
+  rt_attention_forward(at_out, at_lse, at_q, at_k, at_v, AB, AT, AH, AKV, AD, at_vd);
+  return sum_prod(at_out, at_R, AB * AT * AH * at_vd);
 }
 static void test_attention(void) {
-  int nq = AB * AT * AH * AD, nk = AB * AT * AKV * AD;
-  at_q = arr(nq), at_k = arr(nk), at_v = arr(nk), at_R = arr(nq);
-  double *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nk);
-  loss_fn = at_loss;
-  at_loss();
-  rt_attention_backward(dq, dk, dv, at_R, at_q, at_k, at_v, at_out, at_lse, AB, AT, AH, AKV, AD);
-  GRAD_OK(at_q, dq, nq);
-  GRAD_OK(at_k, dk, nk);
-  GRAD_OK(at_v, dv, nk);
-  /* causal: the first position sees only itself, so its output is its own value */
-  for (int d = 0; d < AD; d++) CHECK(fabs(at_out[d] - at_v[d]) < 1e-12);
+  for (int c = 0; c < 2; c++) {
+    at_vd = c ? AVD : AD;
+    int nq = AB * AT * AH * AD, nk = AB * AT * AKV * AD, nv = AB * AT * AKV * at_vd, no = AB * AT * AH * at_vd;
+    at_q = arr(nq), at_k = arr(nk), at_v = arr(nv), at_R = arr(no);
+    double *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nv);
+    loss_fn = at_loss;
+    at_loss();
+    rt_attention_backward(dq, dk, dv, at_R, at_q, at_k, at_v, at_out, at_lse, AB, AT, AH, AKV, AD, at_vd);
+    GRAD_OK(at_q, dq, nq);
+    GRAD_OK(at_k, dk, nk);
+    GRAD_OK(at_v, dv, nv);
+    /* causal: the first position sees only itself, so its output is its own value */
+    for (int d = 0; d < at_vd; d++) CHECK(fabs(at_out[d] - at_v[d]) < 1e-12);
+  }
+}
+
+/* ---- MLA's parts: RoPE on the rope channels of each head (stride 7, 4 rotated from channel 3)
+ * equals rt_rope_forward on those channels copied out, the rest untouched; rt_mla_kv_* against
+ * its definition and the gradient check */
+enum { MH = 3, MNOPE = 3, MROPE = 4, MVD = 2, MST = MNOPE + MROPE, MTOK = QB * QT };
+static double mk_s = 1, *mk_kvb, *mk_kr, *mk_Rk, *mk_Rv, mk_k[MTOK * MH * MST], mk_v[MTOK * MH * MVD];
+static double mk_loss(void) {
+  rt_mla_kv_forward(mk_k, mk_v, mk_kvb, mk_kr, MTOK, MH, MNOPE, MROPE, MVD, mk_s);
+  return sum_prod(mk_k, mk_Rk, MTOK * MH * MST) + sum_prod(mk_v, mk_Rv, MTOK * MH * MVD);
+}
+static double *rs_x, *rs_R, rs_tmp[MTOK * MH * MST], rs_f = 1, rs_attn = 1;
+static double rs_loss(void) {
+  memcpy(rs_tmp, rs_x, sizeof rs_tmp);
+  rt_rope_strided_forward(rs_tmp + MNOPE, QB, QT, MH, MST, MROPE, 10, rs_f, 8, 2, 1, rs_attn);
+  return sum_prod(rs_tmp, rs_R, MTOK * MH * MST);
+}
+static void test_mla(void) {
+  int n = MTOK * MH * MST;
+  rs_x = arr(n), rs_R = arr(n);
+  double a[MTOK * MH * MST], b[MTOK * MH * MROPE];
+  memcpy(a, rs_x, sizeof a);
+  rt_rope_strided_forward(a + MNOPE, QB, QT, MH, MST, MROPE, 10, 1, 1, 1, 1, 1);
+  for (int r = 0; r < MTOK * MH; r++) memcpy(b + r * MROPE, rs_x + r * MST + MNOPE, sizeof(double) * MROPE);
+  rt_rope_forward(b, QB, QT, MH, MROPE, 10);
+  for (int r = 0; r < MTOK * MH; r++)
+    for (int i = 0; i < MST; i++)
+      CHECK(fabs(a[r * MST + i] - (i < MNOPE ? rs_x[r * MST + i] : b[r * MROPE + i - MNOPE])) < 1e-12);
+  for (int y = 0; y < 2; y++) { /* plain, then YaRN (factor 4 over orig 8, attention factor 1.2) */
+    rs_f = y ? 4 : 1, rs_attn = y ? 1.2 : 1;
+    double *dx = zeros(n);
+    memcpy(dx, rs_R, sizeof(double) * (size_t)n);
+    rt_rope_strided_backward(dx + MNOPE, QB, QT, MH, MST, MROPE, 10, rs_f, 8, 2, 1, rs_attn);
+    loss_fn = rs_loss;
+    GRAD_OK(rs_x, dx, n);
+  }
+
+  int nb = MTOK * MH * (MNOPE + MVD);
+  mk_kvb = arr(nb), mk_kr = arr(MTOK * MROPE), mk_Rk = arr(MTOK * MH * MST), mk_Rv = arr(MTOK * MH * MVD);
+  mk_loss();
+  for (int t = 0; t < MTOK; t++)
+    for (int h = 0; h < MH; h++) {
+      const double *src = mk_kvb + (t * MH + h) * (MNOPE + MVD);
+      for (int i = 0; i < MST; i++)
+        CHECK(mk_k[(t * MH + h) * MST + i] == (i < MNOPE ? src[i] : mk_kr[t * MROPE + i - MNOPE]));
+      for (int i = 0; i < MVD; i++) CHECK(mk_v[(t * MH + h) * MVD + i] == src[MNOPE + i]);
+    }
+  for (int y = 0; y < 2; y++) { /* k scaled by 1, then by 1.7 (YaRN's softmax factor) */
+    mk_s = y ? 1.7 : 1;
+    double *dkvb = zeros(nb), *dkr = zeros(MTOK * MROPE);
+    rt_mla_kv_backward(dkvb, dkr, mk_Rk, mk_Rv, MTOK, MH, MNOPE, MROPE, MVD, mk_s);
+    loss_fn = mk_loss;
+    GRAD_OK(mk_kvb, dkvb, nb);
+    GRAD_OK(mk_kr, dkr, MTOK * MROPE);
+  }
 }
 
 /* ---- activations */
@@ -497,6 +557,7 @@ int main(void) {
   test_rope_llama3();
   test_rope_yarn();
   test_attention();
+  test_mla();
   test_activations();
   test_router();
   test_router_weights();

@@ -40,7 +40,7 @@ cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head
 n=0; bad=0
 for spec in specs/*.yaml; do
   name=$(basename "$spec" .yaml)
-  "$mtc" compile "$spec" -o "$build/gen/$name" >/dev/null 2>&1 || continue # MLA: no program yet
+  "$mtc" compile "$spec" -o "$build/gen/$name" >/dev/null 2>&1 || continue # a spec with no program
   "$mtc" build "$build/gen/$name" --backend cuda >/dev/null 2>&1 &&
     "$build/gen/$name/build-cuda/train" --check-kernels --arch "$arch" | head -1 || bad=$((bad + 1))
   n=$((n + 1))

@@ -2052,7 +2052,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X0), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2068,7 +2068,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2090,7 +2090,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X1), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2106,7 +2106,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2128,7 +2128,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X2), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2144,7 +2144,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2166,7 +2166,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X3), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2182,7 +2182,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2204,7 +2204,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X4), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2220,7 +2220,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2242,7 +2242,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X5), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2258,7 +2258,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2280,7 +2280,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X6), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2296,7 +2296,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2318,7 +2318,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X7), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2334,7 +2334,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2356,7 +2356,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X8), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2372,7 +2372,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2394,7 +2394,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X9), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2410,7 +2410,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2432,7 +2432,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X10), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2448,7 +2448,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2470,7 +2470,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X11), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2486,7 +2486,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2508,7 +2508,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X12), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2524,7 +2524,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2546,7 +2546,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X13), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2562,7 +2562,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2584,7 +2584,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X14), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2600,7 +2600,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2622,7 +2622,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X15), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2638,7 +2638,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2660,7 +2660,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X16), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2676,7 +2676,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2698,7 +2698,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X17), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2714,7 +2714,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2736,7 +2736,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X18), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2752,7 +2752,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2774,7 +2774,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X19), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2790,7 +2790,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2812,7 +2812,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X20), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2828,7 +2828,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2850,7 +2850,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X21), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2866,7 +2866,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2888,7 +2888,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X22), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2904,7 +2904,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2926,7 +2926,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X23), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2942,7 +2942,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2964,7 +2964,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X24), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2980,7 +2980,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3002,7 +3002,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X25), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3018,7 +3018,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3040,7 +3040,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X26), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3056,7 +3056,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3078,7 +3078,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X27), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3094,7 +3094,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3116,7 +3116,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X28), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3132,7 +3132,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3154,7 +3154,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X29), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3170,7 +3170,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3192,7 +3192,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X30), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3208,7 +3208,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3230,7 +3230,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X31), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3246,7 +3246,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3268,7 +3268,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X32), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3284,7 +3284,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3306,7 +3306,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X33), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3322,7 +3322,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3344,7 +3344,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X34), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3360,7 +3360,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3382,7 +3382,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X35), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3398,7 +3398,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3420,7 +3420,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X36), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3436,7 +3436,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3458,7 +3458,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X37), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3474,7 +3474,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3496,7 +3496,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X38), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3512,7 +3512,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3534,7 +3534,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X39), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3550,7 +3550,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3572,7 +3572,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X40), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3588,7 +3588,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3610,7 +3610,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X41), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3626,7 +3626,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3648,7 +3648,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X42), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3664,7 +3664,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3686,7 +3686,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X43), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3702,7 +3702,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3724,7 +3724,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X44), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3740,7 +3740,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3762,7 +3762,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X45), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3778,7 +3778,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3800,7 +3800,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X46), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3816,7 +3816,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3838,7 +3838,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X47), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3854,7 +3854,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3876,7 +3876,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X48), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3892,7 +3892,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3914,7 +3914,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X49), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3930,7 +3930,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3952,7 +3952,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X50), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3968,7 +3968,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3990,7 +3990,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X51), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4006,7 +4006,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4028,7 +4028,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X52), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4044,7 +4044,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4066,7 +4066,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X53), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4082,7 +4082,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4104,7 +4104,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X54), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4120,7 +4120,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4142,7 +4142,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X55), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4158,7 +4158,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4180,7 +4180,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X56), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4196,7 +4196,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4218,7 +4218,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X57), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4234,7 +4234,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4256,7 +4256,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X58), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4272,7 +4272,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4294,7 +4294,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X59), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4310,7 +4310,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4332,7 +4332,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X60), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4348,7 +4348,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4370,7 +4370,7 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X61), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4386,7 +4386,7 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4408,7 +4408,7 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X62), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4424,7 +4424,7 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4446,7 +4446,7 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X63), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4462,7 +4462,7 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4484,7 +4484,7 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X64), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4500,7 +4500,7 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4522,7 +4522,7 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X65), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4538,7 +4538,7 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4560,7 +4560,7 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X66), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4576,7 +4576,7 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4598,7 +4598,7 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X67), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4614,7 +4614,7 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4636,7 +4636,7 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X68), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4652,7 +4652,7 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4674,7 +4674,7 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X69), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4690,7 +4690,7 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4712,7 +4712,7 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X70), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4728,7 +4728,7 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4750,7 +4750,7 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X71), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4766,7 +4766,7 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4788,7 +4788,7 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X72), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4804,7 +4804,7 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4826,7 +4826,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
   rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X73), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4842,7 +4842,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4876,12 +4876,12 @@ static void layer73_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -4896,7 +4896,7 @@ static void layer73_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -4927,12 +4927,12 @@ static void layer72_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -4947,7 +4947,7 @@ static void layer72_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -4978,12 +4978,12 @@ static void layer71_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -4998,7 +4998,7 @@ static void layer71_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5029,12 +5029,12 @@ static void layer70_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5049,7 +5049,7 @@ static void layer70_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5080,12 +5080,12 @@ static void layer69_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5100,7 +5100,7 @@ static void layer69_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5131,12 +5131,12 @@ static void layer68_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5151,7 +5151,7 @@ static void layer68_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5182,12 +5182,12 @@ static void layer67_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5202,7 +5202,7 @@ static void layer67_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5233,12 +5233,12 @@ static void layer66_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5253,7 +5253,7 @@ static void layer66_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5284,12 +5284,12 @@ static void layer65_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5304,7 +5304,7 @@ static void layer65_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5335,12 +5335,12 @@ static void layer64_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5355,7 +5355,7 @@ static void layer64_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5386,12 +5386,12 @@ static void layer63_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5406,7 +5406,7 @@ static void layer63_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5437,12 +5437,12 @@ static void layer62_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5457,7 +5457,7 @@ static void layer62_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5488,12 +5488,12 @@ static void layer61_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5508,7 +5508,7 @@ static void layer61_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5539,12 +5539,12 @@ static void layer60_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5559,7 +5559,7 @@ static void layer60_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5590,12 +5590,12 @@ static void layer59_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5610,7 +5610,7 @@ static void layer59_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5641,12 +5641,12 @@ static void layer58_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5661,7 +5661,7 @@ static void layer58_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5692,12 +5692,12 @@ static void layer57_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5712,7 +5712,7 @@ static void layer57_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5743,12 +5743,12 @@ static void layer56_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5763,7 +5763,7 @@ static void layer56_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5794,12 +5794,12 @@ static void layer55_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5814,7 +5814,7 @@ static void layer55_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5845,12 +5845,12 @@ static void layer54_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5865,7 +5865,7 @@ static void layer54_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5896,12 +5896,12 @@ static void layer53_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5916,7 +5916,7 @@ static void layer53_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5947,12 +5947,12 @@ static void layer52_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5967,7 +5967,7 @@ static void layer52_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -5998,12 +5998,12 @@ static void layer51_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6018,7 +6018,7 @@ static void layer51_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6049,12 +6049,12 @@ static void layer50_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6069,7 +6069,7 @@ static void layer50_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6100,12 +6100,12 @@ static void layer49_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6120,7 +6120,7 @@ static void layer49_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6151,12 +6151,12 @@ static void layer48_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6171,7 +6171,7 @@ static void layer48_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6202,12 +6202,12 @@ static void layer47_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6222,7 +6222,7 @@ static void layer47_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6253,12 +6253,12 @@ static void layer46_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6273,7 +6273,7 @@ static void layer46_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6304,12 +6304,12 @@ static void layer45_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6324,7 +6324,7 @@ static void layer45_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6355,12 +6355,12 @@ static void layer44_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6375,7 +6375,7 @@ static void layer44_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6406,12 +6406,12 @@ static void layer43_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6426,7 +6426,7 @@ static void layer43_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6457,12 +6457,12 @@ static void layer42_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6477,7 +6477,7 @@ static void layer42_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6508,12 +6508,12 @@ static void layer41_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6528,7 +6528,7 @@ static void layer41_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6559,12 +6559,12 @@ static void layer40_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6579,7 +6579,7 @@ static void layer40_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6610,12 +6610,12 @@ static void layer39_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6630,7 +6630,7 @@ static void layer39_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6661,12 +6661,12 @@ static void layer38_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6681,7 +6681,7 @@ static void layer38_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6712,12 +6712,12 @@ static void layer37_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6732,7 +6732,7 @@ static void layer37_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6763,12 +6763,12 @@ static void layer36_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6783,7 +6783,7 @@ static void layer36_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6814,12 +6814,12 @@ static void layer35_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6834,7 +6834,7 @@ static void layer35_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6865,12 +6865,12 @@ static void layer34_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6885,7 +6885,7 @@ static void layer34_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6916,12 +6916,12 @@ static void layer33_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6936,7 +6936,7 @@ static void layer33_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -6967,12 +6967,12 @@ static void layer32_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6987,7 +6987,7 @@ static void layer32_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7018,12 +7018,12 @@ static void layer31_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7038,7 +7038,7 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7069,12 +7069,12 @@ static void layer30_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7089,7 +7089,7 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7120,12 +7120,12 @@ static void layer29_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7140,7 +7140,7 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7171,12 +7171,12 @@ static void layer28_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7191,7 +7191,7 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7222,12 +7222,12 @@ static void layer27_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7242,7 +7242,7 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7273,12 +7273,12 @@ static void layer26_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7293,7 +7293,7 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7324,12 +7324,12 @@ static void layer25_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7344,7 +7344,7 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7375,12 +7375,12 @@ static void layer24_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7395,7 +7395,7 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7426,12 +7426,12 @@ static void layer23_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7446,7 +7446,7 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7477,12 +7477,12 @@ static void layer22_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7497,7 +7497,7 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7528,12 +7528,12 @@ static void layer21_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7548,7 +7548,7 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7579,12 +7579,12 @@ static void layer20_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7599,7 +7599,7 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7630,12 +7630,12 @@ static void layer19_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7650,7 +7650,7 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7681,12 +7681,12 @@ static void layer18_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7701,7 +7701,7 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7732,12 +7732,12 @@ static void layer17_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7752,7 +7752,7 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7783,12 +7783,12 @@ static void layer16_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7803,7 +7803,7 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7834,12 +7834,12 @@ static void layer15_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7854,7 +7854,7 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7885,12 +7885,12 @@ static void layer14_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7905,7 +7905,7 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7936,12 +7936,12 @@ static void layer13_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7956,7 +7956,7 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -7987,12 +7987,12 @@ static void layer12_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8007,7 +8007,7 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8038,12 +8038,12 @@ static void layer11_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8058,7 +8058,7 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8089,12 +8089,12 @@ static void layer10_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8109,7 +8109,7 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8140,12 +8140,12 @@ static void layer9_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8160,7 +8160,7 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8191,12 +8191,12 @@ static void layer8_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8211,7 +8211,7 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8242,12 +8242,12 @@ static void layer7_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8262,7 +8262,7 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8293,12 +8293,12 @@ static void layer6_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8313,7 +8313,7 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8344,12 +8344,12 @@ static void layer5_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8364,7 +8364,7 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8395,12 +8395,12 @@ static void layer4_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8415,7 +8415,7 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8446,12 +8446,12 @@ static void layer3_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8466,7 +8466,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8497,12 +8497,12 @@ static void layer2_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8517,7 +8517,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8548,12 +8548,12 @@ static void layer1_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8568,7 +8568,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);
@@ -8599,12 +8599,12 @@ static void layer0_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
       for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
     for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(11010048 + b * SHARD_EXPERTS_ELEMS), DWE(22020096 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(11010048 + b * SHARD_EXPERTS_ELEMS), WE(22020096 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8619,7 +8619,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DQ), 402653184);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
   rt_zero(A(DLN), 402653184);

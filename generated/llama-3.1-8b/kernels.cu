@@ -28,7 +28,7 @@
 // below is the last guard). Backward kernels ADD into the gradients they are given, as the cpu
 // ops do (mtrt_ops.h); forward kernels overwrite their outputs.
 // Expected from the prelude: TOKENS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, SEQ_LEN, ROPE_THETA,
-// VOCAB, VOCAB_CHUNK, EXPERTS (0: dense), TOP_K, RMS_EPS.
+// VOCAB, VOCAB_CHUNK, EXPERTS (0: dense), TOP_K, RMS_EPS; V_DIM (default HEAD_DIM).
 #include <cuda_bf16.h>
 
 typedef __nv_bfloat16 bf16;
@@ -445,9 +445,15 @@ extern "C" __global__ void residual_add(act *out, const act *a, const act *b, lo
 
 // ---- causal GQA attention, O(SEQ_LEN) memory: one warp per (token, query head), scores
 // recomputed in backward from the saved log-sum-exp (the structure of FlashAttention, Dao et
-// al. 2022, without its tiling: correct first, fast later). q, out (TOKENS, HEADS, HEAD_DIM);
-// k, v (TOKENS, KV_HEADS, HEAD_DIM); lse (TOKENS, HEADS). Block 128 threads = 4 warps.
+// al. 2022, without its tiling: correct first, fast later). q (TOKENS, HEADS, HEAD_DIM); k
+// (TOKENS, KV_HEADS, HEAD_DIM); v (TOKENS, KV_HEADS, V_DIM); out (TOKENS, HEADS, V_DIM); lse
+// (TOKENS, HEADS). V_DIM is MLA's v_head_dim (HEAD_DIM = qk_nope + qk_rope there), else HEAD_DIM.
+// Block 128 threads = 4 warps.
+#ifndef V_DIM
+#define V_DIM HEAD_DIM
+#endif
 #define DPL ((HEAD_DIM + 31) / 32) // head dimensions per lane
+#define VPL ((V_DIM + 31) / 32)    // value dimensions per lane
 #define GROUP (HEADS / KV_HEADS)
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -455,16 +461,17 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__device__ __forceinline__ void load_row(float *r, const act *p, int lane) {
+// A row of W values, lane's share (W + 31) / 32 of them.
+template <int W> __device__ __forceinline__ void load_row(float *r, const act *p, int lane) {
 #pragma unroll
-  for (int i = 0; i < DPL; i++) r[i] = lane + 32 * i < HEAD_DIM ? f32(p[lane + 32 * i]) : 0.f;
+  for (int i = 0; i < (W + 31) / 32; i++) r[i] = lane + 32 * i < W ? f32(p[lane + 32 * i]) : 0.f;
 }
 
-__device__ __forceinline__ float row_dot(const float *a, const act *p, int lane) {
+template <int W> __device__ __forceinline__ float row_dot(const float *a, const act *p, int lane) {
   float s = 0;
 #pragma unroll
-  for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) s += a[i] * f32(p[lane + 32 * i]);
+  for (int i = 0; i < (W + 31) / 32; i++)
+    if (lane + 32 * i < W) s += a[i] * f32(p[lane + 32 * i]);
   return warp_sum(s);
 }
 
@@ -473,23 +480,23 @@ extern "C" __global__ void attention_forward(act *out, float *lse, const act *q,
   if (w >= TOKENS * HEADS) return;
   int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
   const float scale = rsqrtf((float)HEAD_DIM);
-  float qr[DPL], acc[DPL], m = NEG_INF, l = 0;
-  load_row(qr, q + ((size_t)n * HEADS + h) * HEAD_DIM, lane);
+  float qr[DPL], acc[VPL], m = NEG_INF, l = 0;
+  load_row<HEAD_DIM>(qr, q + ((size_t)n * HEADS + h) * HEAD_DIM, lane);
 #pragma unroll
-  for (int i = 0; i < DPL; i++) acc[i] = 0;
+  for (int i = 0; i < VPL; i++) acc[i] = 0;
   for (int j = 0; j <= t; j++) {
-    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM;
-    float s = scale * row_dot(qr, k + kv, lane), mn = fmaxf(m, s), corr = __expf(m - mn), p = __expf(s - mn);
+    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)(first + j) * KV_HEADS + kvh) * V_DIM;
+    float s = scale * row_dot<HEAD_DIM>(qr, k + kv, lane), mn = fmaxf(m, s), corr = __expf(m - mn), p = __expf(s - mn);
     l = l * corr + p;
 #pragma unroll
-    for (int i = 0; i < DPL; i++)
-      acc[i] = acc[i] * corr + (lane + 32 * i < HEAD_DIM ? p * f32(v[kv + lane + 32 * i]) : 0.f);
+    for (int i = 0; i < VPL; i++)
+      acc[i] = acc[i] * corr + (lane + 32 * i < V_DIM ? p * f32(v[vv + lane + 32 * i]) : 0.f);
     m = mn;
   }
-  act *o = out + ((size_t)n * HEADS + h) * HEAD_DIM;
+  act *o = out + ((size_t)n * HEADS + h) * V_DIM;
 #pragma unroll
-  for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) o[lane + 32 * i] = to_act(acc[i] / l);
+  for (int i = 0; i < VPL; i++)
+    if (lane + 32 * i < V_DIM) o[lane + 32 * i] = to_act(acc[i] / l);
   if (lane == 0) lse[(size_t)n * HEADS + h] = m + __logf(l);
 }
 
@@ -500,15 +507,15 @@ extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const ac
   if (w >= TOKENS * HEADS) return;
   int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
   const float scale = rsqrtf((float)HEAD_DIM);
-  size_t row = ((size_t)n * HEADS + h) * HEAD_DIM;
-  float qr[DPL], dor[DPL], acc[DPL];
-  load_row(qr, q + row, lane), load_row(dor, dout + row, lane);
-  float D = row_dot(dor, out + row, lane), L = lse[(size_t)n * HEADS + h];
+  size_t row = ((size_t)n * HEADS + h) * HEAD_DIM, vrow = ((size_t)n * HEADS + h) * V_DIM;
+  float qr[DPL], dor[VPL], acc[DPL];
+  load_row<HEAD_DIM>(qr, q + row, lane), load_row<V_DIM>(dor, dout + vrow, lane);
+  float D = row_dot<V_DIM>(dor, out + vrow, lane), L = lse[(size_t)n * HEADS + h];
 #pragma unroll
   for (int i = 0; i < DPL; i++) acc[i] = 0;
   for (int j = 0; j <= t; j++) {
-    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM;
-    float p = __expf(scale * row_dot(qr, k + kv, lane) - L), ds = p * (row_dot(dor, v + kv, lane) - D);
+    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)(first + j) * KV_HEADS + kvh) * V_DIM;
+    float p = __expf(scale * row_dot<HEAD_DIM>(qr, k + kv, lane) - L), ds = p * (row_dot<V_DIM>(dor, v + vv, lane) - D);
 #pragma unroll
     for (int i = 0; i < DPL; i++)
       if (lane + 32 * i < HEAD_DIM) acc[i] += scale * ds * f32(k[kv + lane + 32 * i]);
@@ -527,31 +534,97 @@ extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *d
   if (w >= TOKENS * KV_HEADS) return;
   int n = w / KV_HEADS, kvh = w % KV_HEADS, j = n % SEQ_LEN, first = n - j;
   const float scale = rsqrtf((float)HEAD_DIM);
-  size_t kv = ((size_t)n * KV_HEADS + kvh) * HEAD_DIM;
-  float kr[DPL], vr[DPL], dkacc[DPL], dvacc[DPL];
-  load_row(kr, k + kv, lane), load_row(vr, v + kv, lane);
+  size_t kv = ((size_t)n * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)n * KV_HEADS + kvh) * V_DIM;
+  float kr[DPL], vr[VPL], dkacc[DPL], dvacc[VPL];
+  load_row<HEAD_DIM>(kr, k + kv, lane), load_row<V_DIM>(vr, v + vv, lane);
 #pragma unroll
-  for (int i = 0; i < DPL; i++) dkacc[i] = 0, dvacc[i] = 0;
+  for (int i = 0; i < DPL; i++) dkacc[i] = 0;
+#pragma unroll
+  for (int i = 0; i < VPL; i++) dvacc[i] = 0;
   for (int g = 0; g < GROUP; g++) {
     int h = kvh * GROUP + g;
     for (int t = j; t < SEQ_LEN; t++) {
-      size_t row = ((size_t)(first + t) * HEADS + h) * HEAD_DIM;
-      float p = __expf(scale * row_dot(kr, q + row, lane) - lse[(size_t)(first + t) * HEADS + h]);
-      float ds = p * (row_dot(vr, dout + row, lane) - delta[(size_t)(first + t) * HEADS + h]);
+      size_t row = ((size_t)(first + t) * HEADS + h) * HEAD_DIM, vrow = ((size_t)(first + t) * HEADS + h) * V_DIM;
+      float p = __expf(scale * row_dot<HEAD_DIM>(kr, q + row, lane) - lse[(size_t)(first + t) * HEADS + h]);
+      float ds = p * (row_dot<V_DIM>(vr, dout + vrow, lane) - delta[(size_t)(first + t) * HEADS + h]);
+#pragma unroll
+      for (int i = 0; i < VPL; i++)
+        if (lane + 32 * i < V_DIM) dvacc[i] += p * f32(dout[vrow + lane + 32 * i]);
 #pragma unroll
       for (int i = 0; i < DPL; i++)
-        if (lane + 32 * i < HEAD_DIM) {
-          dvacc[i] += p * f32(dout[row + lane + 32 * i]);
-          dkacc[i] += scale * ds * f32(q[row + lane + 32 * i]);
-        }
+        if (lane + 32 * i < HEAD_DIM) dkacc[i] += scale * ds * f32(q[row + lane + 32 * i]);
     }
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) {
-      dk[kv + lane + 32 * i] = to_act(f32(dk[kv + lane + 32 * i]) + dkacc[i]);
-      dv[kv + lane + 32 * i] = to_act(f32(dv[kv + lane + 32 * i]) + dvacc[i]);
+    if (lane + 32 * i < HEAD_DIM) dk[kv + lane + 32 * i] = to_act(f32(dk[kv + lane + 32 * i]) + dkacc[i]);
+#pragma unroll
+  for (int i = 0; i < VPL; i++)
+    if (lane + 32 * i < V_DIM) dv[vv + lane + 32 * i] = to_act(f32(dv[vv + lane + 32 * i]) + dvacc[i]);
+}
+
+// ---- MLA (DeepSeek-V2 §2.1; HF modeling_deepseek_v3.py): the cpu's rt_mla_kv_* and
+// rt_rope_strided_*. kvb (n, nh, nope + vd) is kv_b_proj's output (k_nope, then the value, per
+// head); kr (n, rope) the RoPE key every head shares. k (n, nh, nope + rope), v (n, nh, vd).
+// One thread per value of k, then per value of v; grid ceil(n nh (nope + rope + vd) / 128).
+extern "C" __global__ void mla_kv_forward(act *k, act *v, const act *kvb, const act *kr, long long n, int nh,
+                                          int nope, int rope, int vd, float kscale) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, nk = n * nh * (nope + rope);
+  if (i < nk) {
+    long long row = i / (nope + rope);
+    int c = (int)(i % (nope + rope));
+    k[i] = to_act(kscale * f32(c < nope ? kvb[row * (nope + vd) + c] : kr[row / nh * rope + (c - nope)]));
+  } else if (i < nk + n * nh * vd) {
+    i -= nk;
+    long long row = i / vd;
+    v[i] = kvb[row * (nope + vd) + nope + i % vd];
+  }
+}
+
+// dkvb += [dk's nope part, dv] (one thread per value of dkvb), then dkr += Σ_h dk's rope part
+// (one thread per (token, rope channel)); grid ceil((n nh (nope + vd) + n rope) / 128).
+extern "C" __global__ void mla_kv_backward(act *dkvb, act *dkr, const act *dk, const act *dv, long long n, int nh,
+                                           int nope, int rope, int vd, float kscale) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, nb = n * nh * (nope + vd);
+  if (i < nb) {
+    long long row = i / (nope + vd);
+    int c = (int)(i % (nope + vd));
+    float g = c < nope ? kscale * f32(dk[row * (nope + rope) + c]) : f32(dv[row * vd + (c - nope)]);
+    dkvb[i] = to_act(f32(dkvb[i]) + g);
+  } else if (i < nb + n * rope) {
+    i -= nb;
+    long long t = i / rope;
+    int c = (int)(i % rope);
+    float s = 0;
+    for (int h = 0; h < nh; h++) s += f32(dk[(t * nh + h) * (nope + rope) + nope + c]);
+    dkr[i] = to_act(f32(dkr[i]) + kscale * s);
+  }
+}
+
+// RoPE on the first rd channels of each of `heads` heads `stride` values apart, x at the first
+// rotated channel (MLA's qk_rope_head_dim part), half-split pairs (i, i + rd/2), angle pos ·
+// θ^(−2i/rd) in double as rope's; sign −1 rotates back. With factor > 1, YaRN over rd as
+// rope_yarn (ramp between pairs lo and hi, rotation scaled by attn); factor 1, attn 1: plain.
+// grid TOKENS, block 128.
+extern "C" __global__ void rope_strided(act *x, int heads, int stride, int rd, float sign, float factor, float lo,
+                                        float hi, float attn) {
+  int t = blockIdx.x, pos = t % SEQ_LEN, half = rd / 2;
+  for (int k = threadIdx.x; k < heads * half; k += blockDim.x) {
+    int h = k / half, i = k % half;
+    double f = exp2(-2.0 * i / rd * log2((double)ROPE_THETA));
+    if (factor > 1) {
+      double ramp = ((double)i - lo) / ((double)hi - lo);
+      ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+      f = f / factor * ramp + f * (1 - ramp);
     }
+    double sd, cd;
+    sincos((double)pos * f, &sd, &cd);
+    float c = attn * (float)cd, s = sign * attn * (float)sd;
+    act *p = x + ((size_t)t * heads + h) * stride;
+    float a = f32(p[i]), b = f32(p[i + half]);
+    p[i] = to_act(a * c - b * s);
+    p[i + half] = to_act(a * s + b * c);
+  }
 }
 
 // ---- optimizer and casts (fp32 master weights, bf16 copies for compute) ----
@@ -1070,14 +1143,14 @@ extern "C" __global__ void moe_regroup(act *xe, act *buf, const long long *tab, 
 //   with P = exp(scale · Q Kᵀ − lse), dS = P ⊙ (dO Vᵀ − delta).
 // All shared memory is static (< 48 KB; launch with 0 dynamic bytes). Needs sm_80+ (bf16 wmma).
 // The kernels exist where HAVE_FLASH_ATTENTION is defined: head_dim a multiple of 16 up to 128,
-// seq_len a multiple of FLASH_BQ; elsewhere (or when a name lookup fails) the host keeps the
+// the value head size equal to it (not MLA's), seq_len a multiple of FLASH_BQ; elsewhere (or when a name lookup fails) the host keeps the
 // warp-per-row kernels above.
 #define FLASH_BQ 64    // rows per block: queries (forward, dq) or keys (dkv); 16 per warp
 #define FLASH_BK 64    // keys per step of the forward loop
 #define FLASH_BB 32    // per step of the backward loops: keys (dq) or queries (dkv); one per lane
 #define FLASH_WARPS (FLASH_BQ / 16)
 #define FLASH_THREADS (32 * FLASH_WARPS) // 128: the block of every flash kernel
-#if HEAD_DIM % 16 == 0 && HEAD_DIM <= 128 && SEQ_LEN % FLASH_BQ == 0 && \
+#if HEAD_DIM % 16 == 0 && HEAD_DIM <= 128 && V_DIM == HEAD_DIM && SEQ_LEN % FLASH_BQ == 0 && \
     (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800)
 #define HAVE_FLASH_ATTENTION 1
 #include <mma.h>

@@ -1015,7 +1015,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L0_V), A(L0_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L0_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L0_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L0_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L0_RES), A(X0), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L0_LN2), R(L0_RSTD2), A(L0_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1036,7 +1036,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L1_V), A(L1_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L1_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L1_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L1_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L1_RES), A(X1), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L1_LN2), R(L1_RSTD2), A(L1_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1057,7 +1057,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L2_V), A(L2_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L2_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L2_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L2_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L2_RES), A(X2), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L2_LN2), R(L2_RSTD2), A(L2_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1078,7 +1078,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L3_V), A(L3_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L3_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L3_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L3_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L3_RES), A(X3), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L3_LN2), R(L3_RSTD2), A(L3_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1099,7 +1099,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L4_V), A(L4_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L4_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L4_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L4_ATT), R(L4_LSE), A(L4_Q), A(L4_K), A(L4_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L4_ATT), R(L4_LSE), A(L4_Q), A(L4_K), A(L4_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L4_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L4_RES), A(X4), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L4_LN2), R(L4_RSTD2), A(L4_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1120,7 +1120,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L5_V), A(L5_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L5_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L5_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L5_ATT), R(L5_LSE), A(L5_Q), A(L5_K), A(L5_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L5_ATT), R(L5_LSE), A(L5_Q), A(L5_K), A(L5_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L5_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L5_RES), A(X5), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L5_LN2), R(L5_RSTD2), A(L5_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1141,7 +1141,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L6_V), A(L6_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L6_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L6_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L6_ATT), R(L6_LSE), A(L6_Q), A(L6_K), A(L6_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L6_ATT), R(L6_LSE), A(L6_Q), A(L6_K), A(L6_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L6_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L6_RES), A(X6), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L6_LN2), R(L6_RSTD2), A(L6_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1162,7 +1162,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L7_V), A(L7_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L7_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L7_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L7_ATT), R(L7_LSE), A(L7_Q), A(L7_K), A(L7_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L7_ATT), R(L7_LSE), A(L7_Q), A(L7_K), A(L7_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L7_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L7_RES), A(X7), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L7_LN2), R(L7_RSTD2), A(L7_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1183,7 +1183,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L8_V), A(L8_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L8_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L8_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L8_ATT), R(L8_LSE), A(L8_Q), A(L8_K), A(L8_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L8_ATT), R(L8_LSE), A(L8_Q), A(L8_K), A(L8_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L8_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L8_RES), A(X8), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L8_LN2), R(L8_RSTD2), A(L8_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1204,7 +1204,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L9_V), A(L9_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L9_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L9_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L9_ATT), R(L9_LSE), A(L9_Q), A(L9_K), A(L9_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L9_ATT), R(L9_LSE), A(L9_Q), A(L9_K), A(L9_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L9_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L9_RES), A(X9), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L9_LN2), R(L9_RSTD2), A(L9_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1225,7 +1225,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L10_V), A(L10_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L10_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L10_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L10_ATT), R(L10_LSE), A(L10_Q), A(L10_K), A(L10_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L10_ATT), R(L10_LSE), A(L10_Q), A(L10_K), A(L10_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L10_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L10_RES), A(X10), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L10_LN2), R(L10_RSTD2), A(L10_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1246,7 +1246,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L11_V), A(L11_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L11_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L11_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L11_ATT), R(L11_LSE), A(L11_Q), A(L11_K), A(L11_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L11_ATT), R(L11_LSE), A(L11_Q), A(L11_K), A(L11_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L11_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L11_RES), A(X11), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L11_LN2), R(L11_RSTD2), A(L11_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1267,7 +1267,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L12_V), A(L12_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L12_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L12_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L12_ATT), R(L12_LSE), A(L12_Q), A(L12_K), A(L12_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L12_ATT), R(L12_LSE), A(L12_Q), A(L12_K), A(L12_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L12_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L12_RES), A(X12), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L12_LN2), R(L12_RSTD2), A(L12_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1288,7 +1288,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L13_V), A(L13_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L13_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L13_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L13_ATT), R(L13_LSE), A(L13_Q), A(L13_K), A(L13_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L13_ATT), R(L13_LSE), A(L13_Q), A(L13_K), A(L13_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L13_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L13_RES), A(X13), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L13_LN2), R(L13_RSTD2), A(L13_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1309,7 +1309,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L14_V), A(L14_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L14_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L14_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L14_ATT), R(L14_LSE), A(L14_Q), A(L14_K), A(L14_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L14_ATT), R(L14_LSE), A(L14_Q), A(L14_K), A(L14_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L14_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L14_RES), A(X14), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L14_LN2), R(L14_RSTD2), A(L14_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1330,7 +1330,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L15_V), A(L15_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L15_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L15_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L15_ATT), R(L15_LSE), A(L15_Q), A(L15_K), A(L15_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L15_ATT), R(L15_LSE), A(L15_Q), A(L15_K), A(L15_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L15_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L15_RES), A(X15), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L15_LN2), R(L15_RSTD2), A(L15_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1351,7 +1351,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L16_V), A(L16_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L16_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L16_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L16_ATT), R(L16_LSE), A(L16_Q), A(L16_K), A(L16_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L16_ATT), R(L16_LSE), A(L16_Q), A(L16_K), A(L16_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L16_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L16_RES), A(X16), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L16_LN2), R(L16_RSTD2), A(L16_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1372,7 +1372,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L17_V), A(L17_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L17_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L17_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L17_ATT), R(L17_LSE), A(L17_Q), A(L17_K), A(L17_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L17_ATT), R(L17_LSE), A(L17_Q), A(L17_K), A(L17_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L17_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L17_RES), A(X17), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L17_LN2), R(L17_RSTD2), A(L17_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1393,7 +1393,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L18_V), A(L18_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L18_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L18_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L18_ATT), R(L18_LSE), A(L18_Q), A(L18_K), A(L18_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L18_ATT), R(L18_LSE), A(L18_Q), A(L18_K), A(L18_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L18_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L18_RES), A(X18), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L18_LN2), R(L18_RSTD2), A(L18_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1414,7 +1414,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L19_V), A(L19_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L19_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L19_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L19_ATT), R(L19_LSE), A(L19_Q), A(L19_K), A(L19_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L19_ATT), R(L19_LSE), A(L19_Q), A(L19_K), A(L19_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L19_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L19_RES), A(X19), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L19_LN2), R(L19_RSTD2), A(L19_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1435,7 +1435,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L20_V), A(L20_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L20_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L20_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L20_ATT), R(L20_LSE), A(L20_Q), A(L20_K), A(L20_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L20_ATT), R(L20_LSE), A(L20_Q), A(L20_K), A(L20_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L20_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L20_RES), A(X20), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L20_LN2), R(L20_RSTD2), A(L20_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1456,7 +1456,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L21_V), A(L21_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L21_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L21_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L21_ATT), R(L21_LSE), A(L21_Q), A(L21_K), A(L21_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L21_ATT), R(L21_LSE), A(L21_Q), A(L21_K), A(L21_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L21_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L21_RES), A(X21), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L21_LN2), R(L21_RSTD2), A(L21_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1477,7 +1477,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L22_V), A(L22_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L22_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L22_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L22_ATT), R(L22_LSE), A(L22_Q), A(L22_K), A(L22_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L22_ATT), R(L22_LSE), A(L22_Q), A(L22_K), A(L22_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L22_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L22_RES), A(X22), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L22_LN2), R(L22_RSTD2), A(L22_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1498,7 +1498,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L23_V), A(L23_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L23_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L23_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L23_ATT), R(L23_LSE), A(L23_Q), A(L23_K), A(L23_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L23_ATT), R(L23_LSE), A(L23_Q), A(L23_K), A(L23_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L23_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L23_RES), A(X23), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L23_LN2), R(L23_RSTD2), A(L23_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1519,7 +1519,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L24_V), A(L24_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L24_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L24_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L24_ATT), R(L24_LSE), A(L24_Q), A(L24_K), A(L24_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L24_ATT), R(L24_LSE), A(L24_Q), A(L24_K), A(L24_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L24_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L24_RES), A(X24), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L24_LN2), R(L24_RSTD2), A(L24_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1540,7 +1540,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L25_V), A(L25_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L25_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L25_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L25_ATT), R(L25_LSE), A(L25_Q), A(L25_K), A(L25_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L25_ATT), R(L25_LSE), A(L25_Q), A(L25_K), A(L25_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L25_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L25_RES), A(X25), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L25_LN2), R(L25_RSTD2), A(L25_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1561,7 +1561,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L26_V), A(L26_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L26_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L26_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L26_ATT), R(L26_LSE), A(L26_Q), A(L26_K), A(L26_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L26_ATT), R(L26_LSE), A(L26_Q), A(L26_K), A(L26_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L26_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L26_RES), A(X26), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L26_LN2), R(L26_RSTD2), A(L26_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1582,7 +1582,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L27_V), A(L27_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L27_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L27_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L27_ATT), R(L27_LSE), A(L27_Q), A(L27_K), A(L27_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L27_ATT), R(L27_LSE), A(L27_Q), A(L27_K), A(L27_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L27_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L27_RES), A(X27), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L27_LN2), R(L27_RSTD2), A(L27_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1603,7 +1603,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L28_V), A(L28_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L28_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L28_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L28_ATT), R(L28_LSE), A(L28_Q), A(L28_K), A(L28_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L28_ATT), R(L28_LSE), A(L28_Q), A(L28_K), A(L28_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L28_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L28_RES), A(X28), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L28_LN2), R(L28_RSTD2), A(L28_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1624,7 +1624,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L29_V), A(L29_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L29_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L29_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L29_ATT), R(L29_LSE), A(L29_Q), A(L29_K), A(L29_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L29_ATT), R(L29_LSE), A(L29_Q), A(L29_K), A(L29_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L29_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L29_RES), A(X29), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L29_LN2), R(L29_RSTD2), A(L29_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1645,7 +1645,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L30_V), A(L30_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L30_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L30_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L30_ATT), R(L30_LSE), A(L30_Q), A(L30_K), A(L30_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L30_ATT), R(L30_LSE), A(L30_Q), A(L30_K), A(L30_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L30_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L30_RES), A(X30), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L30_LN2), R(L30_RSTD2), A(L30_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1666,7 +1666,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L31_V), A(L31_LN1), W(20975616), NULL, 8192, 4096, 1024); /* v_proj */
   rt_rope_llama3_forward(A(L31_Q), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_forward(A(L31_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_attention_forward(A(L31_ATT), R(L31_LSE), A(L31_Q), A(L31_K), A(L31_V), 1, 8192, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L31_ATT), R(L31_LSE), A(L31_Q), A(L31_K), A(L31_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L31_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
   rt_add(A(L31_RES), A(X31), A(WS_Y), 33554432); /* residual */
   rt_rmsnorm_forward(A(L31_LN2), R(L31_RSTD2), A(L31_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
@@ -1696,7 +1696,7 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L31_Q), A(L31_K), A(L31_V), A(L31_ATT), R(L31_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L31_Q), A(L31_K), A(L31_V), A(L31_ATT), R(L31_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -1725,7 +1725,7 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L30_Q), A(L30_K), A(L30_V), A(L30_ATT), R(L30_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L30_Q), A(L30_K), A(L30_V), A(L30_ATT), R(L30_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -1754,7 +1754,7 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L29_Q), A(L29_K), A(L29_V), A(L29_ATT), R(L29_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L29_Q), A(L29_K), A(L29_V), A(L29_ATT), R(L29_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -1783,7 +1783,7 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L28_Q), A(L28_K), A(L28_V), A(L28_ATT), R(L28_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L28_Q), A(L28_K), A(L28_V), A(L28_ATT), R(L28_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -1812,7 +1812,7 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L27_Q), A(L27_K), A(L27_V), A(L27_ATT), R(L27_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L27_Q), A(L27_K), A(L27_V), A(L27_ATT), R(L27_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -1841,7 +1841,7 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L26_Q), A(L26_K), A(L26_V), A(L26_ATT), R(L26_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L26_Q), A(L26_K), A(L26_V), A(L26_ATT), R(L26_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -1870,7 +1870,7 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L25_Q), A(L25_K), A(L25_V), A(L25_ATT), R(L25_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L25_Q), A(L25_K), A(L25_V), A(L25_ATT), R(L25_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -1899,7 +1899,7 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L24_Q), A(L24_K), A(L24_V), A(L24_ATT), R(L24_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L24_Q), A(L24_K), A(L24_V), A(L24_ATT), R(L24_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -1928,7 +1928,7 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L23_Q), A(L23_K), A(L23_V), A(L23_ATT), R(L23_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L23_Q), A(L23_K), A(L23_V), A(L23_ATT), R(L23_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -1957,7 +1957,7 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L22_Q), A(L22_K), A(L22_V), A(L22_ATT), R(L22_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L22_Q), A(L22_K), A(L22_V), A(L22_ATT), R(L22_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -1986,7 +1986,7 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L21_Q), A(L21_K), A(L21_V), A(L21_ATT), R(L21_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L21_Q), A(L21_K), A(L21_V), A(L21_ATT), R(L21_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2015,7 +2015,7 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L20_Q), A(L20_K), A(L20_V), A(L20_ATT), R(L20_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L20_Q), A(L20_K), A(L20_V), A(L20_ATT), R(L20_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2044,7 +2044,7 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L19_Q), A(L19_K), A(L19_V), A(L19_ATT), R(L19_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L19_Q), A(L19_K), A(L19_V), A(L19_ATT), R(L19_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2073,7 +2073,7 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L18_Q), A(L18_K), A(L18_V), A(L18_ATT), R(L18_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L18_Q), A(L18_K), A(L18_V), A(L18_ATT), R(L18_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2102,7 +2102,7 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L17_Q), A(L17_K), A(L17_V), A(L17_ATT), R(L17_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L17_Q), A(L17_K), A(L17_V), A(L17_ATT), R(L17_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2131,7 +2131,7 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L16_Q), A(L16_K), A(L16_V), A(L16_ATT), R(L16_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L16_Q), A(L16_K), A(L16_V), A(L16_ATT), R(L16_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2160,7 +2160,7 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L15_Q), A(L15_K), A(L15_V), A(L15_ATT), R(L15_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L15_Q), A(L15_K), A(L15_V), A(L15_ATT), R(L15_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2189,7 +2189,7 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L14_Q), A(L14_K), A(L14_V), A(L14_ATT), R(L14_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L14_Q), A(L14_K), A(L14_V), A(L14_ATT), R(L14_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2218,7 +2218,7 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L13_Q), A(L13_K), A(L13_V), A(L13_ATT), R(L13_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L13_Q), A(L13_K), A(L13_V), A(L13_ATT), R(L13_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2247,7 +2247,7 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L12_Q), A(L12_K), A(L12_V), A(L12_ATT), R(L12_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L12_Q), A(L12_K), A(L12_V), A(L12_ATT), R(L12_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2276,7 +2276,7 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L11_Q), A(L11_K), A(L11_V), A(L11_ATT), R(L11_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L11_Q), A(L11_K), A(L11_V), A(L11_ATT), R(L11_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2305,7 +2305,7 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L10_Q), A(L10_K), A(L10_V), A(L10_ATT), R(L10_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L10_Q), A(L10_K), A(L10_V), A(L10_ATT), R(L10_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2334,7 +2334,7 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L9_Q), A(L9_K), A(L9_V), A(L9_ATT), R(L9_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L9_Q), A(L9_K), A(L9_V), A(L9_ATT), R(L9_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2363,7 +2363,7 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L8_Q), A(L8_K), A(L8_V), A(L8_ATT), R(L8_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L8_Q), A(L8_K), A(L8_V), A(L8_ATT), R(L8_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2392,7 +2392,7 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L7_Q), A(L7_K), A(L7_V), A(L7_ATT), R(L7_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L7_Q), A(L7_K), A(L7_V), A(L7_ATT), R(L7_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2421,7 +2421,7 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L6_Q), A(L6_K), A(L6_V), A(L6_ATT), R(L6_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L6_Q), A(L6_K), A(L6_V), A(L6_ATT), R(L6_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2450,7 +2450,7 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L5_Q), A(L5_K), A(L5_V), A(L5_ATT), R(L5_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L5_Q), A(L5_K), A(L5_V), A(L5_ATT), R(L5_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2479,7 +2479,7 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L4_Q), A(L4_K), A(L4_V), A(L4_ATT), R(L4_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L4_Q), A(L4_K), A(L4_V), A(L4_ATT), R(L4_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2508,7 +2508,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2537,7 +2537,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2566,7 +2566,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);
@@ -2595,7 +2595,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DQ), 33554432);
   rt_zero(A(DK), 8388608);
   rt_zero(A(DV), 8388608);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 1, 8192, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_zero(A(DLN), 33554432);

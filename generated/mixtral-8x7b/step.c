@@ -883,7 +883,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X0), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -907,7 +907,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X1), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -931,7 +931,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X2), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -955,7 +955,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X3), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -979,7 +979,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X4), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1003,7 +1003,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X5), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1027,7 +1027,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X6), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1051,7 +1051,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X7), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1075,7 +1075,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X8), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1099,7 +1099,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X9), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1123,7 +1123,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X10), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1147,7 +1147,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X11), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1171,7 +1171,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X12), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1195,7 +1195,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X13), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1219,7 +1219,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X14), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1243,7 +1243,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X15), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1267,7 +1267,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X16), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1291,7 +1291,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X17), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1315,7 +1315,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X18), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1339,7 +1339,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X19), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1363,7 +1363,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X20), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1387,7 +1387,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X21), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1411,7 +1411,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X22), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1435,7 +1435,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X23), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1459,7 +1459,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X24), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1483,7 +1483,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X25), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1507,7 +1507,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X26), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1531,7 +1531,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X27), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1555,7 +1555,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X28), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1579,7 +1579,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X29), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1603,7 +1603,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X30), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1627,7 +1627,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
   rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X31), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1663,7 +1663,7 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -1694,7 +1694,7 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -1725,7 +1725,7 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -1756,7 +1756,7 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -1787,7 +1787,7 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -1818,7 +1818,7 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -1849,7 +1849,7 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -1880,7 +1880,7 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -1911,7 +1911,7 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -1942,7 +1942,7 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -1973,7 +1973,7 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2004,7 +2004,7 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2035,7 +2035,7 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2066,7 +2066,7 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2097,7 +2097,7 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2128,7 +2128,7 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2159,7 +2159,7 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2190,7 +2190,7 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2221,7 +2221,7 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2252,7 +2252,7 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2283,7 +2283,7 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2314,7 +2314,7 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2345,7 +2345,7 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2376,7 +2376,7 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2407,7 +2407,7 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2438,7 +2438,7 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2469,7 +2469,7 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2500,7 +2500,7 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2531,7 +2531,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2562,7 +2562,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2593,7 +2593,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);
@@ -2624,7 +2624,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DQ), 536870912);
   rt_zero(A(DK), 134217728);
   rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
   rt_zero(A(DLN), 536870912);

@@ -1749,7 +1749,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L0_K), R(L0_RSTDK), A(L0_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L0_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L0_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L0_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X0), A(WS_Y), 67108864); /* residual */
@@ -1766,7 +1766,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1786,7 +1786,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L1_K), R(L1_RSTDK), A(L1_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L1_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L1_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L1_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X1), A(WS_Y), 67108864); /* residual */
@@ -1803,7 +1803,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1823,7 +1823,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L2_K), R(L2_RSTDK), A(L2_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L2_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L2_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L2_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X2), A(WS_Y), 67108864); /* residual */
@@ -1840,7 +1840,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1860,7 +1860,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L3_K), R(L3_RSTDK), A(L3_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L3_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L3_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L3_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X3), A(WS_Y), 67108864); /* residual */
@@ -1877,7 +1877,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1897,7 +1897,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L4_K), R(L4_RSTDK), A(L4_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L4_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L4_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L4_ATT), R(L4_LSE), A(L4_Q), A(L4_K), A(L4_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L4_ATT), R(L4_LSE), A(L4_Q), A(L4_K), A(L4_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L4_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X4), A(WS_Y), 67108864); /* residual */
@@ -1914,7 +1914,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1934,7 +1934,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L5_K), R(L5_RSTDK), A(L5_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L5_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L5_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L5_ATT), R(L5_LSE), A(L5_Q), A(L5_K), A(L5_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L5_ATT), R(L5_LSE), A(L5_Q), A(L5_K), A(L5_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L5_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X5), A(WS_Y), 67108864); /* residual */
@@ -1951,7 +1951,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -1971,7 +1971,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L6_K), R(L6_RSTDK), A(L6_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L6_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L6_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L6_ATT), R(L6_LSE), A(L6_Q), A(L6_K), A(L6_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L6_ATT), R(L6_LSE), A(L6_Q), A(L6_K), A(L6_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L6_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X6), A(WS_Y), 67108864); /* residual */
@@ -1988,7 +1988,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2008,7 +2008,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L7_K), R(L7_RSTDK), A(L7_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L7_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L7_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L7_ATT), R(L7_LSE), A(L7_Q), A(L7_K), A(L7_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L7_ATT), R(L7_LSE), A(L7_Q), A(L7_K), A(L7_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L7_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X7), A(WS_Y), 67108864); /* residual */
@@ -2025,7 +2025,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2045,7 +2045,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L8_K), R(L8_RSTDK), A(L8_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L8_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L8_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L8_ATT), R(L8_LSE), A(L8_Q), A(L8_K), A(L8_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L8_ATT), R(L8_LSE), A(L8_Q), A(L8_K), A(L8_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L8_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X8), A(WS_Y), 67108864); /* residual */
@@ -2062,7 +2062,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2082,7 +2082,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L9_K), R(L9_RSTDK), A(L9_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L9_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L9_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L9_ATT), R(L9_LSE), A(L9_Q), A(L9_K), A(L9_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L9_ATT), R(L9_LSE), A(L9_Q), A(L9_K), A(L9_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L9_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X9), A(WS_Y), 67108864); /* residual */
@@ -2099,7 +2099,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2119,7 +2119,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L10_K), R(L10_RSTDK), A(L10_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L10_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L10_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L10_ATT), R(L10_LSE), A(L10_Q), A(L10_K), A(L10_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L10_ATT), R(L10_LSE), A(L10_Q), A(L10_K), A(L10_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L10_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X10), A(WS_Y), 67108864); /* residual */
@@ -2136,7 +2136,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2156,7 +2156,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L11_K), R(L11_RSTDK), A(L11_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L11_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L11_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L11_ATT), R(L11_LSE), A(L11_Q), A(L11_K), A(L11_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L11_ATT), R(L11_LSE), A(L11_Q), A(L11_K), A(L11_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L11_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X11), A(WS_Y), 67108864); /* residual */
@@ -2173,7 +2173,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2193,7 +2193,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L12_K), R(L12_RSTDK), A(L12_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L12_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L12_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L12_ATT), R(L12_LSE), A(L12_Q), A(L12_K), A(L12_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L12_ATT), R(L12_LSE), A(L12_Q), A(L12_K), A(L12_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L12_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X12), A(WS_Y), 67108864); /* residual */
@@ -2210,7 +2210,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2230,7 +2230,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L13_K), R(L13_RSTDK), A(L13_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L13_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L13_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L13_ATT), R(L13_LSE), A(L13_Q), A(L13_K), A(L13_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L13_ATT), R(L13_LSE), A(L13_Q), A(L13_K), A(L13_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L13_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X13), A(WS_Y), 67108864); /* residual */
@@ -2247,7 +2247,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2267,7 +2267,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L14_K), R(L14_RSTDK), A(L14_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L14_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L14_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L14_ATT), R(L14_LSE), A(L14_Q), A(L14_K), A(L14_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L14_ATT), R(L14_LSE), A(L14_Q), A(L14_K), A(L14_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L14_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X14), A(WS_Y), 67108864); /* residual */
@@ -2284,7 +2284,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2304,7 +2304,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L15_K), R(L15_RSTDK), A(L15_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L15_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L15_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L15_ATT), R(L15_LSE), A(L15_Q), A(L15_K), A(L15_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L15_ATT), R(L15_LSE), A(L15_Q), A(L15_K), A(L15_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L15_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X15), A(WS_Y), 67108864); /* residual */
@@ -2321,7 +2321,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2341,7 +2341,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L16_K), R(L16_RSTDK), A(L16_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L16_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L16_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L16_ATT), R(L16_LSE), A(L16_Q), A(L16_K), A(L16_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L16_ATT), R(L16_LSE), A(L16_Q), A(L16_K), A(L16_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L16_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X16), A(WS_Y), 67108864); /* residual */
@@ -2358,7 +2358,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2378,7 +2378,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L17_K), R(L17_RSTDK), A(L17_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L17_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L17_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L17_ATT), R(L17_LSE), A(L17_Q), A(L17_K), A(L17_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L17_ATT), R(L17_LSE), A(L17_Q), A(L17_K), A(L17_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L17_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X17), A(WS_Y), 67108864); /* residual */
@@ -2395,7 +2395,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2415,7 +2415,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L18_K), R(L18_RSTDK), A(L18_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L18_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L18_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L18_ATT), R(L18_LSE), A(L18_Q), A(L18_K), A(L18_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L18_ATT), R(L18_LSE), A(L18_Q), A(L18_K), A(L18_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L18_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X18), A(WS_Y), 67108864); /* residual */
@@ -2432,7 +2432,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2452,7 +2452,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L19_K), R(L19_RSTDK), A(L19_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L19_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L19_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L19_ATT), R(L19_LSE), A(L19_Q), A(L19_K), A(L19_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L19_ATT), R(L19_LSE), A(L19_Q), A(L19_K), A(L19_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L19_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X19), A(WS_Y), 67108864); /* residual */
@@ -2469,7 +2469,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2489,7 +2489,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L20_K), R(L20_RSTDK), A(L20_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L20_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L20_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L20_ATT), R(L20_LSE), A(L20_Q), A(L20_K), A(L20_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L20_ATT), R(L20_LSE), A(L20_Q), A(L20_K), A(L20_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L20_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X20), A(WS_Y), 67108864); /* residual */
@@ -2506,7 +2506,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2526,7 +2526,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L21_K), R(L21_RSTDK), A(L21_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L21_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L21_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L21_ATT), R(L21_LSE), A(L21_Q), A(L21_K), A(L21_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L21_ATT), R(L21_LSE), A(L21_Q), A(L21_K), A(L21_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L21_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X21), A(WS_Y), 67108864); /* residual */
@@ -2543,7 +2543,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2563,7 +2563,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L22_K), R(L22_RSTDK), A(L22_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L22_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L22_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L22_ATT), R(L22_LSE), A(L22_Q), A(L22_K), A(L22_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L22_ATT), R(L22_LSE), A(L22_Q), A(L22_K), A(L22_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L22_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X22), A(WS_Y), 67108864); /* residual */
@@ -2580,7 +2580,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2600,7 +2600,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L23_K), R(L23_RSTDK), A(L23_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L23_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L23_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L23_ATT), R(L23_LSE), A(L23_Q), A(L23_K), A(L23_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L23_ATT), R(L23_LSE), A(L23_Q), A(L23_K), A(L23_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L23_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X23), A(WS_Y), 67108864); /* residual */
@@ -2617,7 +2617,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2637,7 +2637,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L24_K), R(L24_RSTDK), A(L24_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L24_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L24_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L24_ATT), R(L24_LSE), A(L24_Q), A(L24_K), A(L24_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L24_ATT), R(L24_LSE), A(L24_Q), A(L24_K), A(L24_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L24_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X24), A(WS_Y), 67108864); /* residual */
@@ -2654,7 +2654,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2674,7 +2674,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L25_K), R(L25_RSTDK), A(L25_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L25_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L25_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L25_ATT), R(L25_LSE), A(L25_Q), A(L25_K), A(L25_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L25_ATT), R(L25_LSE), A(L25_Q), A(L25_K), A(L25_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L25_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X25), A(WS_Y), 67108864); /* residual */
@@ -2691,7 +2691,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2711,7 +2711,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L26_K), R(L26_RSTDK), A(L26_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L26_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L26_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L26_ATT), R(L26_LSE), A(L26_Q), A(L26_K), A(L26_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L26_ATT), R(L26_LSE), A(L26_Q), A(L26_K), A(L26_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L26_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X26), A(WS_Y), 67108864); /* residual */
@@ -2728,7 +2728,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2748,7 +2748,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L27_K), R(L27_RSTDK), A(L27_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L27_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L27_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L27_ATT), R(L27_LSE), A(L27_Q), A(L27_K), A(L27_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L27_ATT), R(L27_LSE), A(L27_Q), A(L27_K), A(L27_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L27_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X27), A(WS_Y), 67108864); /* residual */
@@ -2765,7 +2765,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2785,7 +2785,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L28_K), R(L28_RSTDK), A(L28_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L28_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L28_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L28_ATT), R(L28_LSE), A(L28_Q), A(L28_K), A(L28_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L28_ATT), R(L28_LSE), A(L28_Q), A(L28_K), A(L28_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L28_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X28), A(WS_Y), 67108864); /* residual */
@@ -2802,7 +2802,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2822,7 +2822,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L29_K), R(L29_RSTDK), A(L29_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L29_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L29_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L29_ATT), R(L29_LSE), A(L29_Q), A(L29_K), A(L29_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L29_ATT), R(L29_LSE), A(L29_Q), A(L29_K), A(L29_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L29_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X29), A(WS_Y), 67108864); /* residual */
@@ -2839,7 +2839,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2859,7 +2859,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L30_K), R(L30_RSTDK), A(L30_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L30_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L30_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L30_ATT), R(L30_LSE), A(L30_Q), A(L30_K), A(L30_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L30_ATT), R(L30_LSE), A(L30_Q), A(L30_K), A(L30_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L30_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X30), A(WS_Y), 67108864); /* residual */
@@ -2876,7 +2876,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2896,7 +2896,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L31_K), R(L31_RSTDK), A(L31_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L31_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L31_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L31_ATT), R(L31_LSE), A(L31_Q), A(L31_K), A(L31_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L31_ATT), R(L31_LSE), A(L31_Q), A(L31_K), A(L31_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L31_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X31), A(WS_Y), 67108864); /* residual */
@@ -2913,7 +2913,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2933,7 +2933,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L32_K), R(L32_RSTDK), A(L32_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L32_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L32_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L32_ATT), R(L32_LSE), A(L32_Q), A(L32_K), A(L32_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L32_ATT), R(L32_LSE), A(L32_Q), A(L32_K), A(L32_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L32_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X32), A(WS_Y), 67108864); /* residual */
@@ -2950,7 +2950,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -2970,7 +2970,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L33_K), R(L33_RSTDK), A(L33_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L33_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L33_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L33_ATT), R(L33_LSE), A(L33_Q), A(L33_K), A(L33_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L33_ATT), R(L33_LSE), A(L33_Q), A(L33_K), A(L33_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L33_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X33), A(WS_Y), 67108864); /* residual */
@@ -2987,7 +2987,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3007,7 +3007,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L34_K), R(L34_RSTDK), A(L34_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L34_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L34_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L34_ATT), R(L34_LSE), A(L34_Q), A(L34_K), A(L34_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L34_ATT), R(L34_LSE), A(L34_Q), A(L34_K), A(L34_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L34_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X34), A(WS_Y), 67108864); /* residual */
@@ -3024,7 +3024,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3044,7 +3044,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L35_K), R(L35_RSTDK), A(L35_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L35_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L35_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L35_ATT), R(L35_LSE), A(L35_Q), A(L35_K), A(L35_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L35_ATT), R(L35_LSE), A(L35_Q), A(L35_K), A(L35_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L35_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X35), A(WS_Y), 67108864); /* residual */
@@ -3061,7 +3061,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3081,7 +3081,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L36_K), R(L36_RSTDK), A(L36_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L36_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L36_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L36_ATT), R(L36_LSE), A(L36_Q), A(L36_K), A(L36_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L36_ATT), R(L36_LSE), A(L36_Q), A(L36_K), A(L36_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L36_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X36), A(WS_Y), 67108864); /* residual */
@@ -3098,7 +3098,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3118,7 +3118,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L37_K), R(L37_RSTDK), A(L37_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L37_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L37_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L37_ATT), R(L37_LSE), A(L37_Q), A(L37_K), A(L37_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L37_ATT), R(L37_LSE), A(L37_Q), A(L37_K), A(L37_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L37_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X37), A(WS_Y), 67108864); /* residual */
@@ -3135,7 +3135,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3155,7 +3155,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L38_K), R(L38_RSTDK), A(L38_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L38_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L38_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L38_ATT), R(L38_LSE), A(L38_Q), A(L38_K), A(L38_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L38_ATT), R(L38_LSE), A(L38_Q), A(L38_K), A(L38_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L38_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X38), A(WS_Y), 67108864); /* residual */
@@ -3172,7 +3172,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3192,7 +3192,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L39_K), R(L39_RSTDK), A(L39_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L39_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L39_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L39_ATT), R(L39_LSE), A(L39_Q), A(L39_K), A(L39_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L39_ATT), R(L39_LSE), A(L39_Q), A(L39_K), A(L39_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L39_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X39), A(WS_Y), 67108864); /* residual */
@@ -3209,7 +3209,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3229,7 +3229,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L40_K), R(L40_RSTDK), A(L40_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L40_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L40_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L40_ATT), R(L40_LSE), A(L40_Q), A(L40_K), A(L40_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L40_ATT), R(L40_LSE), A(L40_Q), A(L40_K), A(L40_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L40_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X40), A(WS_Y), 67108864); /* residual */
@@ -3246,7 +3246,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3266,7 +3266,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L41_K), R(L41_RSTDK), A(L41_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L41_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L41_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L41_ATT), R(L41_LSE), A(L41_Q), A(L41_K), A(L41_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L41_ATT), R(L41_LSE), A(L41_Q), A(L41_K), A(L41_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L41_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X41), A(WS_Y), 67108864); /* residual */
@@ -3283,7 +3283,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3303,7 +3303,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L42_K), R(L42_RSTDK), A(L42_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L42_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L42_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L42_ATT), R(L42_LSE), A(L42_Q), A(L42_K), A(L42_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L42_ATT), R(L42_LSE), A(L42_Q), A(L42_K), A(L42_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L42_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X42), A(WS_Y), 67108864); /* residual */
@@ -3320,7 +3320,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3340,7 +3340,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L43_K), R(L43_RSTDK), A(L43_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L43_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L43_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L43_ATT), R(L43_LSE), A(L43_Q), A(L43_K), A(L43_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L43_ATT), R(L43_LSE), A(L43_Q), A(L43_K), A(L43_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L43_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X43), A(WS_Y), 67108864); /* residual */
@@ -3357,7 +3357,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3377,7 +3377,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L44_K), R(L44_RSTDK), A(L44_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L44_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L44_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L44_ATT), R(L44_LSE), A(L44_Q), A(L44_K), A(L44_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L44_ATT), R(L44_LSE), A(L44_Q), A(L44_K), A(L44_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L44_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X44), A(WS_Y), 67108864); /* residual */
@@ -3394,7 +3394,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3414,7 +3414,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L45_K), R(L45_RSTDK), A(L45_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L45_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L45_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L45_ATT), R(L45_LSE), A(L45_Q), A(L45_K), A(L45_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L45_ATT), R(L45_LSE), A(L45_Q), A(L45_K), A(L45_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L45_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X45), A(WS_Y), 67108864); /* residual */
@@ -3431,7 +3431,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3451,7 +3451,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L46_K), R(L46_RSTDK), A(L46_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L46_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L46_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L46_ATT), R(L46_LSE), A(L46_Q), A(L46_K), A(L46_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L46_ATT), R(L46_LSE), A(L46_Q), A(L46_K), A(L46_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L46_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X46), A(WS_Y), 67108864); /* residual */
@@ -3468,7 +3468,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3488,7 +3488,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
     rt_qk_norm_forward(A(L47_K), R(L47_RSTDK), A(L47_KR), W(10487936), 131072, 128, EPS); /* k_norm */
     rt_rope_forward(A(L47_Q), 8, 4096, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
     rt_rope_forward(A(L47_K), 8, 4096, 4, 128, 1000000);
-    rt_attention_forward(A(L47_ATT), R(L47_LSE), A(L47_Q), A(L47_K), A(L47_V), 8, 4096, 32, 4, 128); /* B, T, heads, kv_heads, head_dim */
+    rt_attention_forward(A(L47_ATT), R(L47_LSE), A(L47_Q), A(L47_K), A(L47_V), 8, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   }
   rt_matmul_forward(A(WS_Y), A(L47_ATT), W(10488064), NULL, 32768, 4096, 2048); /* o_proj */
   rt_add(A(WS_RES), A(X47), A(WS_Y), 67108864); /* residual */
@@ -3505,7 +3505,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048); /* all-to-all */
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 2048); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 67108864);
@@ -3527,12 +3527,12 @@ static void layer47_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3547,7 +3547,7 @@ static void layer47_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L47_Q), A(L47_K), A(L47_V), A(L47_ATT), R(L47_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L47_Q), A(L47_K), A(L47_V), A(L47_ATT), R(L47_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -3575,12 +3575,12 @@ static void layer46_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3595,7 +3595,7 @@ static void layer46_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L46_Q), A(L46_K), A(L46_V), A(L46_ATT), R(L46_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L46_Q), A(L46_K), A(L46_V), A(L46_ATT), R(L46_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -3623,12 +3623,12 @@ static void layer45_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3643,7 +3643,7 @@ static void layer45_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L45_Q), A(L45_K), A(L45_V), A(L45_ATT), R(L45_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L45_Q), A(L45_K), A(L45_V), A(L45_ATT), R(L45_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -3671,12 +3671,12 @@ static void layer44_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3691,7 +3691,7 @@ static void layer44_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L44_Q), A(L44_K), A(L44_V), A(L44_ATT), R(L44_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L44_Q), A(L44_K), A(L44_V), A(L44_ATT), R(L44_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -3719,12 +3719,12 @@ static void layer43_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3739,7 +3739,7 @@ static void layer43_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L43_Q), A(L43_K), A(L43_V), A(L43_ATT), R(L43_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L43_Q), A(L43_K), A(L43_V), A(L43_ATT), R(L43_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -3767,12 +3767,12 @@ static void layer42_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3787,7 +3787,7 @@ static void layer42_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L42_Q), A(L42_K), A(L42_V), A(L42_ATT), R(L42_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L42_Q), A(L42_K), A(L42_V), A(L42_ATT), R(L42_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -3815,12 +3815,12 @@ static void layer41_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3835,7 +3835,7 @@ static void layer41_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L41_Q), A(L41_K), A(L41_V), A(L41_ATT), R(L41_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L41_Q), A(L41_K), A(L41_V), A(L41_ATT), R(L41_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -3863,12 +3863,12 @@ static void layer40_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3883,7 +3883,7 @@ static void layer40_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L40_Q), A(L40_K), A(L40_V), A(L40_ATT), R(L40_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L40_Q), A(L40_K), A(L40_V), A(L40_ATT), R(L40_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -3911,12 +3911,12 @@ static void layer39_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3931,7 +3931,7 @@ static void layer39_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L39_Q), A(L39_K), A(L39_V), A(L39_ATT), R(L39_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L39_Q), A(L39_K), A(L39_V), A(L39_ATT), R(L39_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -3959,12 +3959,12 @@ static void layer38_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -3979,7 +3979,7 @@ static void layer38_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L38_Q), A(L38_K), A(L38_V), A(L38_ATT), R(L38_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L38_Q), A(L38_K), A(L38_V), A(L38_ATT), R(L38_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4007,12 +4007,12 @@ static void layer37_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4027,7 +4027,7 @@ static void layer37_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L37_Q), A(L37_K), A(L37_V), A(L37_ATT), R(L37_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L37_Q), A(L37_K), A(L37_V), A(L37_ATT), R(L37_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4055,12 +4055,12 @@ static void layer36_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4075,7 +4075,7 @@ static void layer36_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L36_Q), A(L36_K), A(L36_V), A(L36_ATT), R(L36_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L36_Q), A(L36_K), A(L36_V), A(L36_ATT), R(L36_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4103,12 +4103,12 @@ static void layer35_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4123,7 +4123,7 @@ static void layer35_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L35_Q), A(L35_K), A(L35_V), A(L35_ATT), R(L35_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L35_Q), A(L35_K), A(L35_V), A(L35_ATT), R(L35_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4151,12 +4151,12 @@ static void layer34_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4171,7 +4171,7 @@ static void layer34_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L34_Q), A(L34_K), A(L34_V), A(L34_ATT), R(L34_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L34_Q), A(L34_K), A(L34_V), A(L34_ATT), R(L34_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4199,12 +4199,12 @@ static void layer33_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4219,7 +4219,7 @@ static void layer33_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L33_Q), A(L33_K), A(L33_V), A(L33_ATT), R(L33_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L33_Q), A(L33_K), A(L33_V), A(L33_ATT), R(L33_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4247,12 +4247,12 @@ static void layer32_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4267,7 +4267,7 @@ static void layer32_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L32_Q), A(L32_K), A(L32_V), A(L32_ATT), R(L32_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L32_Q), A(L32_K), A(L32_V), A(L32_ATT), R(L32_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4295,12 +4295,12 @@ static void layer31_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4315,7 +4315,7 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L31_Q), A(L31_K), A(L31_V), A(L31_ATT), R(L31_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L31_Q), A(L31_K), A(L31_V), A(L31_ATT), R(L31_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4343,12 +4343,12 @@ static void layer30_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4363,7 +4363,7 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L30_Q), A(L30_K), A(L30_V), A(L30_ATT), R(L30_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L30_Q), A(L30_K), A(L30_V), A(L30_ATT), R(L30_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4391,12 +4391,12 @@ static void layer29_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4411,7 +4411,7 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L29_Q), A(L29_K), A(L29_V), A(L29_ATT), R(L29_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L29_Q), A(L29_K), A(L29_V), A(L29_ATT), R(L29_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4439,12 +4439,12 @@ static void layer28_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4459,7 +4459,7 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L28_Q), A(L28_K), A(L28_V), A(L28_ATT), R(L28_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L28_Q), A(L28_K), A(L28_V), A(L28_ATT), R(L28_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4487,12 +4487,12 @@ static void layer27_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4507,7 +4507,7 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L27_Q), A(L27_K), A(L27_V), A(L27_ATT), R(L27_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L27_Q), A(L27_K), A(L27_V), A(L27_ATT), R(L27_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4535,12 +4535,12 @@ static void layer26_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4555,7 +4555,7 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L26_Q), A(L26_K), A(L26_V), A(L26_ATT), R(L26_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L26_Q), A(L26_K), A(L26_V), A(L26_ATT), R(L26_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4583,12 +4583,12 @@ static void layer25_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4603,7 +4603,7 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L25_Q), A(L25_K), A(L25_V), A(L25_ATT), R(L25_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L25_Q), A(L25_K), A(L25_V), A(L25_ATT), R(L25_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4631,12 +4631,12 @@ static void layer24_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4651,7 +4651,7 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L24_Q), A(L24_K), A(L24_V), A(L24_ATT), R(L24_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L24_Q), A(L24_K), A(L24_V), A(L24_ATT), R(L24_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4679,12 +4679,12 @@ static void layer23_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4699,7 +4699,7 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L23_Q), A(L23_K), A(L23_V), A(L23_ATT), R(L23_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L23_Q), A(L23_K), A(L23_V), A(L23_ATT), R(L23_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4727,12 +4727,12 @@ static void layer22_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4747,7 +4747,7 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L22_Q), A(L22_K), A(L22_V), A(L22_ATT), R(L22_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L22_Q), A(L22_K), A(L22_V), A(L22_ATT), R(L22_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4775,12 +4775,12 @@ static void layer21_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4795,7 +4795,7 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L21_Q), A(L21_K), A(L21_V), A(L21_ATT), R(L21_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L21_Q), A(L21_K), A(L21_V), A(L21_ATT), R(L21_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4823,12 +4823,12 @@ static void layer20_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4843,7 +4843,7 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L20_Q), A(L20_K), A(L20_V), A(L20_ATT), R(L20_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L20_Q), A(L20_K), A(L20_V), A(L20_ATT), R(L20_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4871,12 +4871,12 @@ static void layer19_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4891,7 +4891,7 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L19_Q), A(L19_K), A(L19_V), A(L19_ATT), R(L19_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L19_Q), A(L19_K), A(L19_V), A(L19_ATT), R(L19_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4919,12 +4919,12 @@ static void layer18_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4939,7 +4939,7 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L18_Q), A(L18_K), A(L18_V), A(L18_ATT), R(L18_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L18_Q), A(L18_K), A(L18_V), A(L18_ATT), R(L18_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -4967,12 +4967,12 @@ static void layer17_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -4987,7 +4987,7 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L17_Q), A(L17_K), A(L17_V), A(L17_ATT), R(L17_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L17_Q), A(L17_K), A(L17_V), A(L17_ATT), R(L17_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5015,12 +5015,12 @@ static void layer16_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5035,7 +5035,7 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L16_Q), A(L16_K), A(L16_V), A(L16_ATT), R(L16_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L16_Q), A(L16_K), A(L16_V), A(L16_ATT), R(L16_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5063,12 +5063,12 @@ static void layer15_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5083,7 +5083,7 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L15_Q), A(L15_K), A(L15_V), A(L15_ATT), R(L15_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L15_Q), A(L15_K), A(L15_V), A(L15_ATT), R(L15_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5111,12 +5111,12 @@ static void layer14_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5131,7 +5131,7 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L14_Q), A(L14_K), A(L14_V), A(L14_ATT), R(L14_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L14_Q), A(L14_K), A(L14_V), A(L14_ATT), R(L14_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5159,12 +5159,12 @@ static void layer13_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5179,7 +5179,7 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L13_Q), A(L13_K), A(L13_V), A(L13_ATT), R(L13_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L13_Q), A(L13_K), A(L13_V), A(L13_ATT), R(L13_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5207,12 +5207,12 @@ static void layer12_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5227,7 +5227,7 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L12_Q), A(L12_K), A(L12_V), A(L12_ATT), R(L12_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L12_Q), A(L12_K), A(L12_V), A(L12_ATT), R(L12_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5255,12 +5255,12 @@ static void layer11_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5275,7 +5275,7 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L11_Q), A(L11_K), A(L11_V), A(L11_ATT), R(L11_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L11_Q), A(L11_K), A(L11_V), A(L11_ATT), R(L11_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5303,12 +5303,12 @@ static void layer10_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5323,7 +5323,7 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L10_Q), A(L10_K), A(L10_V), A(L10_ATT), R(L10_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L10_Q), A(L10_K), A(L10_V), A(L10_ATT), R(L10_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5351,12 +5351,12 @@ static void layer9_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5371,7 +5371,7 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L9_Q), A(L9_K), A(L9_V), A(L9_ATT), R(L9_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L9_Q), A(L9_K), A(L9_V), A(L9_ATT), R(L9_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5399,12 +5399,12 @@ static void layer8_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5419,7 +5419,7 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L8_Q), A(L8_K), A(L8_V), A(L8_ATT), R(L8_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L8_Q), A(L8_K), A(L8_V), A(L8_ATT), R(L8_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5447,12 +5447,12 @@ static void layer7_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5467,7 +5467,7 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L7_Q), A(L7_K), A(L7_V), A(L7_ATT), R(L7_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L7_Q), A(L7_K), A(L7_V), A(L7_ATT), R(L7_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5495,12 +5495,12 @@ static void layer6_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5515,7 +5515,7 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L6_Q), A(L6_K), A(L6_V), A(L6_ATT), R(L6_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L6_Q), A(L6_K), A(L6_V), A(L6_ATT), R(L6_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5543,12 +5543,12 @@ static void layer5_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5563,7 +5563,7 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L5_Q), A(L5_K), A(L5_V), A(L5_ATT), R(L5_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L5_Q), A(L5_K), A(L5_V), A(L5_ATT), R(L5_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5591,12 +5591,12 @@ static void layer4_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5611,7 +5611,7 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L4_Q), A(L4_K), A(L4_V), A(L4_ATT), R(L4_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L4_Q), A(L4_K), A(L4_V), A(L4_ATT), R(L4_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5639,12 +5639,12 @@ static void layer3_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5659,7 +5659,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5687,12 +5687,12 @@ static void layer2_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5707,7 +5707,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5735,12 +5735,12 @@ static void layer1_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5755,7 +5755,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);
@@ -5783,12 +5783,12 @@ static void layer0_backward(RtCtx *c) {
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 8, 2048);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 2048);
       for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 2048); /* all-to-all */
     rt_zero(A(DXE), 671088640);
     for (int b = 0, n; (n = 32 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(12582912 + b * SHARD_EXPERTS_ELEMS), DWE(25165824 + b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(12582912 + b * SHARD_EXPERTS_ELEMS), WE(25165824 + b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
@@ -5803,7 +5803,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DQ), 134217728);
   rt_zero(A(DK), 16777216);
   rt_zero(A(DV), 16777216);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 8, 4096, 32, 4, 128);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 8, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 8, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 8, 4096, 4, 128, 1000000);
   rt_zero(A(DQR), 134217728);

@@ -289,7 +289,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L0_V), A(L0_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
   rt_rope_forward(A(L0_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(L0_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L0_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L0_RES), A(X0), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L0_LN2), R(L0_RSTD2), A(L0_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -299,7 +299,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(L0_POS), I(L0_OFFSETS), I(L0_IDX), 512, 8, 2);
   rt_moe_gather(A(L0_XP), A(L0_LN2), I(L0_POS), 512, 2, 128);
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(L0_YP), A(L0_EG), A(L0_EU), A(L0_EH), A(L0_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
+      rt_experts_forward(A(L0_YP), A(L0_EG), A(L0_EU), A(L0_EH), A(L0_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
   rt_matmul_forward(A(L0_SG), A(L0_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -319,7 +319,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L1_V), A(L1_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
   rt_rope_forward(A(L1_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(L1_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L1_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L1_RES), A(X1), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L1_LN2), R(L1_RSTD2), A(L1_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -329,7 +329,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(L1_POS), I(L1_OFFSETS), I(L1_IDX), 512, 8, 2);
   rt_moe_gather(A(L1_XP), A(L1_LN2), I(L1_POS), 512, 2, 128);
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(L1_YP), A(L1_EG), A(L1_EU), A(L1_EH), A(L1_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
+      rt_experts_forward(A(L1_YP), A(L1_EG), A(L1_EU), A(L1_EH), A(L1_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
   rt_matmul_forward(A(L1_SG), A(L1_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -349,7 +349,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L2_V), A(L2_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
   rt_rope_forward(A(L2_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(L2_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L2_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L2_RES), A(X2), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L2_LN2), R(L2_RSTD2), A(L2_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -359,7 +359,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(L2_POS), I(L2_OFFSETS), I(L2_IDX), 512, 8, 2);
   rt_moe_gather(A(L2_XP), A(L2_LN2), I(L2_POS), 512, 2, 128);
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(L2_YP), A(L2_EG), A(L2_EU), A(L2_EH), A(L2_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
+      rt_experts_forward(A(L2_YP), A(L2_EG), A(L2_EU), A(L2_EH), A(L2_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
   rt_matmul_forward(A(L2_SG), A(L2_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -379,7 +379,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_matmul_forward(A(L3_V), A(L3_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
   rt_rope_forward(A(L3_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
   rt_rope_forward(A(L3_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim */
+  rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L3_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
   rt_add(A(L3_RES), A(X3), A(WS_Y), 65536); /* residual */
   rt_rmsnorm_forward(A(L3_LN2), R(L3_RSTD2), A(L3_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
@@ -389,7 +389,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(L3_POS), I(L3_OFFSETS), I(L3_IDX), 512, 8, 2);
   rt_moe_gather(A(L3_XP), A(L3_LN2), I(L3_POS), 512, 2, 128);
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(L3_YP), A(L3_EG), A(L3_EU), A(L3_EH), A(L3_XP), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
+      rt_experts_forward(A(L3_YP), A(L3_EG), A(L3_EU), A(L3_EH), A(L3_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
   rt_matmul_forward(A(L3_SG), A(L3_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -416,7 +416,7 @@ static void layer3_backward(RtCtx *c) {
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
   rt_zero(A(L3_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(L3_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(L3_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L3_YP), I(L3_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
@@ -429,7 +429,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DQ), 65536);
   rt_zero(A(DK), 32768);
   rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 2, 256, 4, 2, 32);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
   rt_zero(A(DLN), 65536);
@@ -455,7 +455,7 @@ static void layer2_backward(RtCtx *c) {
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
   rt_zero(A(L2_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(L2_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(L2_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L2_YP), I(L2_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
@@ -468,7 +468,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DQ), 65536);
   rt_zero(A(DK), 32768);
   rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 2, 256, 4, 2, 32);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
   rt_zero(A(DLN), 65536);
@@ -494,7 +494,7 @@ static void layer1_backward(RtCtx *c) {
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
   rt_zero(A(L1_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(L1_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(L1_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L1_YP), I(L1_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
@@ -507,7 +507,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DQ), 65536);
   rt_zero(A(DK), 32768);
   rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 2, 256, 4, 2, 32);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
   rt_zero(A(DLN), 65536);
@@ -533,7 +533,7 @@ static void layer0_backward(RtCtx *c) {
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
   rt_zero(A(L0_YP), 131072); /* the gradient of the token copies, in YP's bytes */
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(L0_YP), DWE(0 + b * SHARD_EXPERTS_ELEMS), DWE(131072 + b * SHARD_EXPERTS_ELEMS), DWE(262144 + b * SHARD_EXPERTS_ELEMS), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0 + b * SHARD_EXPERTS_ELEMS), WE(131072 + b * SHARD_EXPERTS_ELEMS), WE(262144 + b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+      rt_experts_backward(A(L0_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L0_YP), I(L0_POS), 512, 2, 128);
   rt_zero_real(R(DLOGITS), 4096);
   rt_router_backward(R(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);
@@ -546,7 +546,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DQ), 65536);
   rt_zero(A(DK), 32768);
   rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 2, 256, 4, 2, 32);
+  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
   rt_zero(A(DLN), 65536);

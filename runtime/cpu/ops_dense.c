@@ -148,16 +148,17 @@ void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act
       for (int o = 0; o < OC; o++) dbias[o] += dout[(size_t)n * OC + o];
 }
 
-/* Rotates each (i, i + hd/2) pair by sign × angle. */
-static void rope(real *x, int B, int T, int H, int hd, real theta, real sign) {
-  int half = hd / 2;
+/* Rotates each (i, i + rd/2) pair of the first rd channels of H heads `stride` apart by sign ×
+ * angle (angle = t · theta^(−2i/rd)). */
+static void rope_strided(real *x, int B, int T, int H, int stride, int rd, real theta, real sign) {
+  int half = rd / 2;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int i = 0; i < half; i++) {
-        real angle = sign * (real)t * POW(theta, -2 * (real)i / (real)hd);
+        real angle = sign * (real)t * POW(theta, -2 * (real)i / (real)rd);
         real cs = COS(angle), sn = SIN(angle);
         for (int h = 0; h < H; h++) {
-          real *p = x + (((size_t)b * T + t) * H + h) * hd;
+          real *p = x + (((size_t)b * T + t) * H + h) * stride;
           real a = p[i], c = p[i + half];
           p[i] = a * cs - c * sn;
           p[i + half] = a * sn + c * cs;
@@ -165,6 +166,23 @@ static void rope(real *x, int B, int T, int H, int hd, real theta, real sign) {
       }
 }
 
+static void rope(real *x, int B, int T, int H, int hd, real theta, real sign) {
+  rope_strided(x, B, T, H, hd, hd, theta, sign);
+}
+
+static void rope_yarn(real *x, int B, int T, int H, int stride, int hd, real theta, real factor, real orig,
+                      real beta_fast, real beta_slow, real attn, double sign);
+
+void rt_rope_strided_forward(act *x, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                             real beta_fast, real beta_slow, real attn) {
+  if (factor > 1) rope_yarn(x, B, T, H, stride, rd, theta, factor, orig, beta_fast, beta_slow, attn, 1);
+  else rope_strided(x, B, T, H, stride, rd, theta, 1);
+}
+void rt_rope_strided_backward(act *dx, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                              real beta_fast, real beta_slow, real attn) {
+  if (factor > 1) rope_yarn(dx, B, T, H, stride, rd, theta, factor, orig, beta_fast, beta_slow, attn, -1);
+  else rope_strided(dx, B, T, H, stride, rd, theta, -1);
+}
 void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, hd, theta, 1); }
 void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, hd, theta, -1); }
 
@@ -209,8 +227,9 @@ static double yarn_inv_freq(int i, int hd, double theta, double factor, double o
   return f / factor * (1 - extrapolate) + f * extrapolate;
 }
 
-static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
-                      real beta_slow, real attn, double sign) {
+/* (heads `stride` values apart, hd channels of each rotated) */
+static void rope_yarn(real *x, int B, int T, int H, int stride, int hd, real theta, real factor, real orig,
+                      real beta_fast, real beta_slow, real attn, double sign) {
   int half = hd / 2;
   for (int i = 0; i < half; i++) {
     double f = yarn_inv_freq(i, hd, theta, factor, orig, beta_fast, beta_slow);
@@ -219,7 +238,7 @@ static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real fac
         double angle = sign * t * f;
         real cs = (real)(attn * cos(angle)), sn = (real)(attn * sin(angle));
         for (int h = 0; h < H; h++) {
-          real *p = x + (((size_t)b * T + t) * H + h) * hd;
+          real *p = x + (((size_t)b * T + t) * H + h) * stride;
           real a = p[i], c = p[i + half];
           p[i] = a * cs - c * sn;
           p[i + half] = a * sn + c * cs;
@@ -230,12 +249,12 @@ static void rope_yarn(real *x, int B, int T, int H, int hd, real theta, real fac
 
 void rt_rope_yarn_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
                           real beta_slow, real attn) {
-  rope_yarn(x, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, 1);
+  rope_yarn(x, B, T, H, hd, hd, theta, factor, orig, beta_fast, beta_slow, attn, 1);
 }
 
 void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
                            real beta_slow, real attn) {
-  rope_yarn(dx, B, T, H, hd, theta, factor, orig, beta_fast, beta_slow, attn, -1);
+  rope_yarn(dx, B, T, H, hd, hd, theta, factor, orig, beta_fast, beta_slow, attn, -1);
 }
 
 void rt_rope_llama3_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
@@ -270,19 +289,19 @@ static void axpy(real *restrict y, real a, const real *restrict x, int n) {
 enum { ATT_BLOCK = 64 };
 
 void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
-                          int nkv, int hd) {
+                          int nkv, int hd, int vd) {
   real scale = 1 / SQRT((real)hd), sc[ATT_BLOCK];
   int group = nh / nkv;
-  size_t stride = (size_t)nkv * hd;
+  size_t stride = (size_t)nkv * hd, vstride = (size_t)nkv * vd;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < nh; h++)
       for (int t = 0; t < T; t++) {
         const real *qt = q + (((size_t)b * T + t) * nh + h) * hd;
-        real *o = out + (((size_t)b * T + t) * nh + h) * hd;
+        real *o = out + (((size_t)b * T + t) * nh + h) * vd;
         const real *kb = k + ((size_t)b * T * nkv + h / group) * hd;
-        const real *vb = v + ((size_t)b * T * nkv + h / group) * hd;
+        const real *vb = v + ((size_t)b * T * nkv + h / group) * vd;
         real m = -INFINITY, s = 0;
-        memset(o, 0, sizeof(real) * (size_t)hd);
+        memset(o, 0, sizeof(real) * (size_t)vd);
         for (int j0 = 0; j0 <= t; j0 += ATT_BLOCK) {
           int n = t + 1 - j0 < ATT_BLOCK ? t + 1 - j0 : ATT_BLOCK;
           real bm = m;
@@ -292,16 +311,16 @@ void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const
           }
           real corr = EXP(m - bm); /* 0 on the first block (m = -inf) */
           s *= corr;
-          for (int d = 0; d < hd; d++) o[d] *= corr;
+          for (int d = 0; d < vd; d++) o[d] *= corr;
           for (int j = 0; j < n; j++) {
             real p = EXP(sc[j] - bm);
-            const real *vj = vb + (size_t)(j0 + j) * stride;
+            const real *vj = vb + (size_t)(j0 + j) * vstride;
             s += p;
-            for (int d = 0; d < hd; d++) o[d] += p * vj[d];
+            for (int d = 0; d < vd; d++) o[d] += p * vj[d];
           }
           m = bm;
         }
-        for (int d = 0; d < hd; d++) o[d] /= s;
+        for (int d = 0; d < vd; d++) o[d] /= s;
         lse[((size_t)b * nh + h) * T + t] = m + LOG(s);
       }
 }
@@ -309,27 +328,54 @@ void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const
 /* With P = softmax(S), D_t = Σ dO·O: dS = P (dO·v − D); dq = scale dS k; dk += scale dS q;
  * dv += P dO (Dao et al., FlashAttention-2, Algorithm 2). */
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
-                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd) {
+                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
   real scale = 1 / SQRT((real)hd);
   int group = nh / nkv;
-  size_t stride = (size_t)nkv * hd;
+  size_t stride = (size_t)nkv * hd, vstride = (size_t)nkv * vd;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < nh; h++)
       for (int t = 0; t < T; t++) {
-        size_t row = (((size_t)b * T + t) * nh + h) * hd;
-        const real *qt = q + row, *dot_ = dout + row;
-        size_t kv0 = ((size_t)b * T * nkv + h / group) * hd;
-        real l = lse[((size_t)b * nh + h) * T + t], D = dot(dot_, out + row, hd);
+        size_t row = (((size_t)b * T + t) * nh + h) * hd, vrow = (((size_t)b * T + t) * nh + h) * vd;
+        const real *qt = q + row, *dot_ = dout + vrow;
+        size_t kv0 = ((size_t)b * T * nkv + h / group) * hd, v0 = ((size_t)b * T * nkv + h / group) * vd;
+        real l = lse[((size_t)b * nh + h) * T + t], D = dot(dot_, out + vrow, vd);
         for (int j = 0; j <= t; j++) {
-          const real *kj = k + kv0 + j * stride, *vj = v + kv0 + j * stride;
+          const real *kj = k + kv0 + j * stride, *vj = v + v0 + j * vstride;
           real p = EXP(scale * dot(qt, kj, hd) - l);
-          real ds = p * (dot(dot_, vj, hd) - D);
+          real ds = p * (dot(dot_, vj, vd) - D);
           /* three separate loops over distinct rows: each vectorizes */
           if (dq) axpy(dq + row, scale * ds, kj, hd);
           if (dk) axpy(dk + kv0 + j * stride, scale * ds, qt, hd);
-          if (dv) axpy(dv + kv0 + j * stride, p, dot_, hd);
+          if (dv) axpy(dv + v0 + j * vstride, p, dot_, vd);
         }
       }
+}
+
+/* MLA's keys and values from kv_b_proj's output (see mtrt_ops.h). */
+void rt_mla_kv_forward(act *k, act *v, const act *kvb, const act *kr, int64_t N, int nh, int nope, int rope, int vd,
+                       real kscale) {
+  int hd = nope + rope, w = nope + vd;
+  for (int64_t n = 0; n < N; n++)
+    for (int h = 0; h < nh; h++) {
+      const act *src = kvb + ((size_t)n * nh + h) * w;
+      act *kk = k + ((size_t)n * nh + h) * hd, *vv = v + ((size_t)n * nh + h) * vd;
+      for (int i = 0; i < nope; i++) kk[i] = kscale * src[i];
+      for (int i = 0; i < rope; i++) kk[nope + i] = kscale * kr[(size_t)n * rope + i];
+      memcpy(vv, src + nope, sizeof(act) * (size_t)vd);
+    }
+}
+
+void rt_mla_kv_backward(act *dkvb, act *dkr, const act *dk, const act *dv, int64_t N, int nh, int nope, int rope,
+                        int vd, real kscale) {
+  int hd = nope + rope, w = nope + vd;
+  for (int64_t n = 0; n < N; n++)
+    for (int h = 0; h < nh; h++) {
+      act *dst = dkvb + ((size_t)n * nh + h) * w;
+      const act *dkk = dk + ((size_t)n * nh + h) * hd, *dvv = dv + ((size_t)n * nh + h) * vd;
+      for (int i = 0; i < nope; i++) dst[i] += kscale * dkk[i];
+      for (int i = 0; i < vd; i++) dst[nope + i] += dvv[i];
+      for (int i = 0; i < rope; i++) dkr[(size_t)n * rope + i] += kscale * dkk[nope + i];
+    }
 }
 
 static real sigmoid(real x) { return 1 / (1 + EXP(-x)); }

@@ -53,16 +53,17 @@ void __wrap_cblas_dgemm(GEMM_ARGS, OPENBLAS_CONST double alpha, OPENBLAS_CONST d
   __typeof__(name) __real_##name, __wrap_##name;                                                               \
   void __wrap_##name params { TIMED(cls, flops, bytes, __real_##name args); }
 
-static double attn_flops(int B, int T, int nh, int hd) { return 2.0 * B * (double)T * T * nh * hd; }
+/* causal: T²/2 scores of q·k (hd) and p·v (vd) each, 2 FLOPs a multiply-add */
+static double attn_flops(int B, int T, int nh, int hd, int vd) { return B * (double)T * T * nh * (hd + vd); }
 
 WRAP(rt_attention_forward,
-     (act * out, real * lse, const act *q, const act *k, const act *v, int B, int T, int nh, int nkv, int hd),
-     (out, lse, q, k, v, B, T, nh, nkv, hd), RT_PROF_ATTENTION_FWD, attn_flops(B, T, nh, hd), 0)
+     (act * out, real * lse, const act *q, const act *k, const act *v, int B, int T, int nh, int nkv, int hd, int vd),
+     (out, lse, q, k, v, B, T, nh, nkv, hd, vd), RT_PROF_ATTENTION_FWD, attn_flops(B, T, nh, hd, vd), 0)
 WRAP(rt_attention_backward,
      (act * dq, act * dk, act * dv, const act *dout, const act *q, const act *k, const act *v, const act *out,
-      const real *lse, int B, int T, int nh, int nkv, int hd),
-     (dq, dk, dv, dout, q, k, v, out, lse, B, T, nh, nkv, hd), RT_PROF_ATTENTION_BWD,
-     2.5 * attn_flops(B, T, nh, hd), 0)
+      const real *lse, int B, int T, int nh, int nkv, int hd, int vd),
+     (dq, dk, dv, dout, q, k, v, out, lse, B, T, nh, nkv, hd, vd), RT_PROF_ATTENTION_BWD,
+     2.5 * attn_flops(B, T, nh, hd, vd), 0)
 WRAP(rt_rmsnorm_forward, (act * out, real * rstd, const act *x, const act *w, int N, int C, real eps),
      (out, rstd, x, w, N, C, eps), RT_PROF_NORM, 0, B2 * 2 * N * (double)C)
 WRAP(rt_rmsnorm_backward,

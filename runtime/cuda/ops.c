@@ -26,7 +26,7 @@ static const char *const kernel_names[K_COUNT] = {
     "rope_yarn", "position_forward", "colsum_add", "layernorm_forward", "layernorm_backward",
     "bias_forward", "accumulate_act_f32", "accumulate_f32", "muon_momentum", "muon_apply", "ns_inv_norm", "ns_prep",
     "ns_finish", "cast_act_f32", "round_bf16", "moe_count", "moe_positions", "moe_regroup",
-    "moe_load_add", "router_bias_update"};
+    "rope_strided", "mla_kv_forward", "mla_kv_backward", "moe_load_add", "router_bias_update"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -370,6 +370,50 @@ static void rope(act *x, int B, int T, int H, float sign) {
 void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
 void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, -1.f); }
 
+/* RoPE on rd channels of each head (MLA's rope part): kernels.cu's rope_strided (θ the plan's);
+ * YaRN (factor > 1) with the ramp's ends as rope_yarn computes them, over rd. */
+static void rope_strided(act *x, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                         real beta_fast, real beta_slow, real attn, float sign) {
+  double lo = 0, hi = 1;
+  if (factor > 1) {
+    lo = floor(rd * log(orig / (beta_fast * 6.283185307179586)) / (2 * log(theta)));
+    hi = ceil(rd * log(orig / (beta_slow * 6.283185307179586)) / (2 * log(theta)));
+    if (lo < 0) lo = 0;
+    if (hi > rd - 1) hi = rd - 1;
+    if (lo == hi) hi += 0.001;
+  } else {
+    factor = 1, attn = 1;
+  }
+  float f = factor, l = (float)lo, h = (float)hi, a = attn;
+  cu_launch(K_ROPE_STRIDED, (unsigned)(B * T), 128, (void *[]){&x, &H, &stride, &rd, &sign, &f, &l, &h, &a});
+}
+void rt_rope_strided_forward(act *x, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                             real beta_fast, real beta_slow, real attn) {
+  rope_strided(x, B, T, H, stride, rd, theta, factor, orig, beta_fast, beta_slow, attn, 1.f);
+}
+void rt_rope_strided_backward(act *dx, int B, int T, int H, int stride, int rd, real theta, real factor, real orig,
+                              real beta_fast, real beta_slow, real attn) {
+  rope_strided(dx, B, T, H, stride, rd, theta, factor, orig, beta_fast, beta_slow, attn, -1.f);
+}
+
+/* MLA's keys and values: one thread per value of k, then of v. */
+void rt_mla_kv_forward(act *k, act *v, const act *kvb, const act *kr, int64_t N, int nh, int nope, int rope, int vd,
+                       real kscale) {
+  long long n = N;
+  float ks = kscale;
+  cu_launch(K_MLA_KV_FORWARD, cu_blocks(n * nh * (nope + rope + vd), 128), 128,
+            (void *[]){&k, &v, &kvb, &kr, &n, &nh, &nope, &rope, &vd, &ks});
+}
+/* The backward: one thread per value of dkvb, then per (token, rope channel) of dkr (summing the
+ * heads). */
+void rt_mla_kv_backward(act *dkvb, act *dkr, const act *dk, const act *dv, int64_t N, int nh, int nope, int rope,
+                        int vd, real kscale) {
+  long long n = N;
+  float ks = kscale;
+  cu_launch(K_MLA_KV_BACKWARD, cu_blocks(n * nh * (nope + vd) + n * rope, 128), 128,
+            (void *[]){&dkvb, &dkr, &dk, &dv, &n, &nh, &nope, &rope, &vd, &ks});
+}
+
 /* RoPE with YaRN: the ramp's ends (pairs) as the cpu's yarn_inv_freq computes them, then
  * kernels.cu's rope_yarn (θ and head_dim are the plan's). */
 static void rope_yarn(act *x, int B, int T, int H, int hd, real theta, real factor, real orig, real beta_fast,
@@ -424,8 +468,9 @@ static int use_flash(void) {
 
 const char *cu_attention_name(void) { return use_flash() ? "flash (tiled, tensor cores)" : "simple (warp per row)"; }
 
+/* hd, vd: kernels.cu's HEAD_DIM and V_DIM (the flash kernels exist only where they are equal). */
 void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
-                          int nkv, int hd) {
+                          int nkv, int hd, int vd) {
   if (use_flash())
     cu_launch3(K_FLASH_FORWARD, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128, (void *[]){&out, &lse, &q, &k, &v});
   else
@@ -433,7 +478,7 @@ void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const
 }
 
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
-                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd) {
+                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
   need(dq && dk && dv, "rt_attention_backward", "dq, dk and dv are required on the cuda backend");
   float *delta = cu.delta;
   if (use_flash()) {

@@ -244,6 +244,34 @@ static void norm_embed_rope(void) {
   check_dev("rope_yarn_forward", dq, q, nq, TOL);
   ref_rope_yarn_backward(k, B, T, NKV, HD, THETA, 4, 32, 32, 1, 1.1386f), rt_rope_yarn_backward(dk, B, T, NKV, HD, THETA, 4, 32, 32, 1, 1.1386f);
   check_dev("rope_yarn_backward", dk, k, nk, TOL);
+  /* MLA: RoPE on channels [8, 24) of each head (stride HD), and the keys and values built from
+   * kv_b_proj's output (nope 8, rope 16, v 24 per head) and the shared RoPE key */
+  ref_rope_strided_forward(q + 8, B, T, NH, HD, 16, THETA, 1, 1, 1, 1, 1),
+      rt_rope_strided_forward(dq + 8, B, T, NH, HD, 16, THETA, 1, 1, 1, 1, 1);
+  check_dev("rope_strided_forward", dq, q, nq, TOL);
+  ref_rope_strided_backward(k + 8, B, T, NKV, HD, 16, THETA, 1, 1, 1, 1, 1),
+      rt_rope_strided_backward(dk + 8, B, T, NKV, HD, 16, THETA, 1, 1, 1, 1, 1);
+  check_dev("rope_strided_backward", dk, k, nk, TOL);
+  /* with YaRN over the 16 rotated channels (factor 4, orig 32, beta 32 / 1, attention factor 1.1386) */
+  ref_rope_strided_forward(q + 8, B, T, NH, HD, 16, THETA, 4, 32, 32, 1, 1.1386f),
+      rt_rope_strided_forward(dq + 8, B, T, NH, HD, 16, THETA, 4, 32, 32, 1, 1.1386f);
+  check_dev("rope_strided_forward yarn", dq, q, nq, TOL);
+  ref_rope_strided_backward(k + 8, B, T, NKV, HD, 16, THETA, 4, 32, 32, 1, 1.1386f),
+      rt_rope_strided_backward(dk + 8, B, T, NKV, HD, 16, THETA, 4, 32, 32, 1, 1.1386f);
+  check_dev("rope_strided_backward yarn", dk, k, nk, TOL);
+  enum { MNOPE = 8, MROPE = 16, MVD = 24 };
+  size_t nb = (size_t)N * NH * (MNOPE + MVD), nmk = (size_t)N * NH * (MNOPE + MROPE), nmv = (size_t)N * NH * MVD;
+  float *kvb = rnd(nb, 2), *kr = rnd((size_t)N * MROPE, 2), *mk = host(nmk), *mv = host(nmv);
+  float *dkvb_ = devf(kvb, nb), *dkr_ = devf(kr, (size_t)N * MROPE), *dmk = devf(NULL, nmk), *dmv = devf(NULL, nmv);
+  ref_mla_kv_forward(mk, mv, kvb, kr, N, NH, MNOPE, MROPE, MVD, 1.5f),
+      rt_mla_kv_forward(dmk, dmv, dkvb_, dkr_, N, NH, MNOPE, MROPE, MVD, 1.5f);
+  check_dev("mla_kv_forward k", dmk, mk, nmk, TOL);
+  check_dev("mla_kv_forward v", dmv, mv, nmv, TOL);
+  float *gk = rnd(nmk, 1), *gv = rnd(nmv, 1), *dgk = devf(gk, nmk), *dgv = devf(gv, nmv);
+  ref_mla_kv_backward(kvb, kr, gk, gv, N, NH, MNOPE, MROPE, MVD, 1.5f),
+      rt_mla_kv_backward(dkvb_, dkr_, dgk, dgv, N, NH, MNOPE, MROPE, MVD, 1.5f);
+  check_dev("mla_kv_backward dkvb", dkvb_, kvb, nb, TOL);
+  check_dev("mla_kv_backward dkr", dkr_, kr, (size_t)N * MROPE, TOL);
 }
 
 /* A linear layer (cuBLAS GEMMs): out (N, OC) = x wᵀ; dx and dw added to. */
@@ -273,14 +301,14 @@ static void attention(const Pass *p) {
   float *dy = rnd(nq, 2), *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1), *lse_t = host((size_t)N * NH);
   float *dq_ = devf(q, nq), *dk_ = devf(k, nk), *dv_ = devf(v, nk), *dout = devf(NULL, nq), *dlse = devf(NULL, (size_t)N * NH);
   float *ddy = devf(dy, nq), *ddq = devf(dq, nq), *ddk = devf(dk, nk), *ddv = devf(dv, nk);
-  ref_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HD), rt_attention_forward(dout, dlse, dq_, dk_, dv_, B, T, NH, NKV, HD);
+  ref_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HD, HD), rt_attention_forward(dout, dlse, dq_, dk_, dv_, B, T, NH, NKV, HD, HD);
   check_dev("attention_forward out", dout, out, nq, p->attn_tol);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) lse_t[((size_t)b * T + t) * NH + h] = lse[((size_t)b * NH + h) * T + t];
   check_dev("attention_forward lse", dlse, lse_t, (size_t)N * NH, p->attn_tol);
-  ref_attention_backward(dq, dk, dv, dy, q, k, v, out, lse, B, T, NH, NKV, HD);
-  rt_attention_backward(ddq, ddk, ddv, ddy, dq_, dk_, dv_, dout, dlse, B, T, NH, NKV, HD);
+  ref_attention_backward(dq, dk, dv, dy, q, k, v, out, lse, B, T, NH, NKV, HD, HD);
+  rt_attention_backward(ddq, ddk, ddv, ddy, dq_, dk_, dv_, dout, dlse, B, T, NH, NKV, HD, HD);
   check_dev("attention_backward dq", ddq, dq, nq, 2 * p->attn_tol);
   check_dev("attention_backward dk", ddk, dk, nk, 2 * p->attn_tol);
   check_dev("attention_backward dv", ddv, dv, nk, 2 * p->attn_tol);

@@ -1,0 +1,911 @@
+/* train.c — the training program mtc writes next to its step code (copied from mtc's
+ * templates/train.c; do not edit here: regenerate with `mtc compile`).
+ *
+ *   train --data PATH [--steps N] [--metrics PATH] [--seed S]     (N: stop after step N; the
+ *         learning-rate schedule always spans the spec's training.steps)
+ *         [--checkpoint-dir DIR [--checkpoint-every K] [--keep-checkpoints N]] [--max-skips K]
+ *         [--inject-nan FIRST:COUNT] [--inject-kill-at-save STEP]       (fault injection, for tests)
+ *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
+ *   train --check-kernels [--arch sm_90a]   (cuda build: compile kernels.cu with NVRTC, exit)
+ *   train --memory                          (bytes this build allocates per GPU at start-up, JSON)
+ * The cuda build runs the same step.c with its arena on the GPU (one cudaMalloc at start-up) and
+ * its state arena (master shards, gradients, moments) where the plan keeps the optimizer state:
+ * in pinned host memory that the GPU reads and writes over C2C (the host reads it directly for
+ * initialization and checkpoints), or on the GPU with a host mirror for those. The optimizer
+ * step runs where the plan says (Muon too: its Newton-Schulz on the GPU, cuBLAS batched GEMMs).
+ * With --checkpoint-dir, a run resumes from the newest complete checkpoint there and saves
+ * every K steps and at the end; --steps counts from the start of training. A step whose loss
+ * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
+ * the last good state and stop. SIGUSR1 (what launch.sbatch has Slurm send before the job's
+ * time limit) or SIGTERM stops the run at the end of the step, with a checkpoint saved.
+ *
+ * It runs the plan in step.h: two arenas allocated at start-up, parameters initialized shard by
+ * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
+ * gradients' global norm and clipping, AdamW on this rank's shards, and one line of metrics
+ * (rank 0 prints it and appends it to the metrics file as JSON, written whole at once; a write
+ * error stops the run with exit 1, and a resumed run first drops the lines past its checkpoint). */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mtrt_ckpt.h"
+#include "mtrt_data.h"
+#include "mtrt_ops.h"
+#include "mtrt_profile.h"
+#include "step.h"
+
+/* Where the host reads and writes the training state (HOST): the state arena itself when the
+ * host can read it (the cpu backend; the cuda backend when the plan keeps the state in host
+ * memory), else a host mirror of it, copied to (to_device) and from (to_host) the GPU. to_host
+ * also waits for the GPU's writes to a state arena in host memory. The optimizer and the gradient
+ * norm run where the state is, unless OPT_ON_HOST. */
+#ifdef MTC_BACKEND_CUDA
+#include "mtrt_cuda.h"
+static real *state_mirror;   /* STATE_ELEMS, when the state arena is on the GPU */
+static int32_t *host_tokens; /* a micro-batch's inputs and targets (2 x TOKENS), uploaded */
+#define HOST(c) (STATE_ON_HOST ? (c)->state : state_mirror)
+static void to_device(RtCtx *c, int64_t off, int64_t n) {
+  if (!STATE_ON_HOST) rt_cuda_upload(c->state + off, state_mirror + off, (size_t)n * sizeof(real));
+}
+static void to_host(RtCtx *c, int64_t off, int64_t n) {
+  if (STATE_ON_HOST) rt_cuda_sync("reading the state arena on the host");
+  else rt_cuda_download(state_mirror + off, c->state + off, (size_t)n * sizeof(real));
+}
+#define TOKENS_HOST(c) host_tokens
+static void tokens_to_device(RtCtx *c) {
+  rt_cuda_upload(c->arena + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
+  rt_cuda_upload(c->arena + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
+}
+#define ADAMW_SHARD rt_cu_adamw_shard
+#define SUM_SQUARES rt_cu_sum_squares
+#define GRAD_ALL_REDUCE rt_cu_all_reduce
+/* The optimizer step on the host (Grace, on GH200) only where the plan puts it there: with the
+ * state on the GPU, gradients come down and master weights go up. Muon's Newton-Schulz runs
+ * where the step runs (rt_cu_muon_group on the GPU). */
+#define OPT_ON_HOST OPT_STEP_ON_HOST
+#else
+#define OPT_ON_HOST 0
+#define HOST(c) ((c)->state)
+static void to_device(RtCtx *c, int64_t off, int64_t n) { (void)c, (void)off, (void)n; }
+static void to_host(RtCtx *c, int64_t off, int64_t n) { (void)c, (void)off, (void)n; }
+#define TOKENS_HOST(c) host_tokens
+static int32_t host_tokens[2 * TOKENS]; /* the loader's batch, copied into INPUTS and TARGETS */
+static void tokens_to_device(RtCtx *c) {
+  memcpy(c->arena + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
+  memcpy(c->arena + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
+}
+#define ADAMW_SHARD rt_adamw_shard
+#define SUM_SQUARES rt_sum_squares
+#define GRAD_ALL_REDUCE rt_comm_all_reduce
+#endif
+
+/* Zeroes every group's gradient shard (a new step). A state arena in host memory is zeroed by the
+ * host once the GPU is done with it (no device memset of host memory). */
+static void zero_grads(RtCtx *c) {
+#ifdef MTC_BACKEND_CUDA
+  if (STATE_ON_HOST) to_host(c, 0, 0);
+  for (int g = 0; g < N_GROUPS; g++)
+    if (STATE_ON_HOST) memset(c->state + step_groups[g].grad, 0, sizeof(real) * (size_t)step_groups[g].shard);
+    else rt_zero_real(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+#else
+  for (int g = 0; g < N_GROUPS; g++) rt_zero_real(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+#endif
+}
+
+/* The all-gathers read each group's master shard cast to the activation type (RtGroup.param):
+ * refreshed after every change of the master (initialization, resume, optimizer step). */
+static void refresh_params(RtCtx *c) {
+  for (int g = 0; g < N_GROUPS; g++)
+    rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
+}
+
+/* The gradient shards summed over the data-parallel replicas. NCCL reads device memory: a state
+ * arena in host memory goes through STATE_STAGING (GRAD0, free between steps), in pieces of as
+ * many real values as its bytes hold. */
+static void grads_all_reduce(RtCtx *c) {
+  for (int g = 0; g < N_GROUPS; g++) {
+    real *grad = c->state + step_groups[g].grad;
+    size_t n = (size_t)step_groups[g].shard;
+#ifdef MTC_BACKEND_CUDA
+    if (STATE_ON_HOST) {
+      real *st = (real *)(void *)(c->acts + STATE_STAGING);
+      size_t cap = (size_t)STATE_STAGING_ELEMS * sizeof(act) / sizeof(real);
+      for (size_t o = 0; o < n; o += cap) {
+        size_t k = n - o < cap ? n - o : cap;
+        rt_copy_real(st, grad + o, k), GRAD_ALL_REDUCE(c->comm.replicate_comm, st, k), rt_copy_real(grad + o, st, k);
+      }
+      continue;
+    }
+#endif
+    GRAD_ALL_REDUCE(c->comm.replicate_comm, grad, n);
+  }
+}
+
+/* ---- memory: what this build allocates per GPU (rank 0) at start-up ----
+ * hbm: the device arena and the state arena when the plan keeps the state in HBM (on the cpu
+ * backend, the memory that stands in for them) and the runtime's device buffers (cuBLAS's
+ * workspace, the ops' scratch); host: everything else the program allocates at start-up, pinned
+ * (the activation-offload arena, the state arena when the plan keeps it on the host) and pageable
+ * (the cuda build's mirror of a state arena on the GPU, its token buffer, Muon's host scratch,
+ * the runtime's host scratch, count arrays). Not in
+ * it: the CUDA context, NCCL's buffers, MPI's and the libraries' own memory, and the data file
+ * (mapped read-only, never copied) — the plan's reserve items stand for the first two. */
+typedef struct {
+  int64_t hbm, host, pinned;
+} Footprint;
+
+#ifdef MTC_BACKEND_CUDA
+extern const char kernels_cu[];
+extern const unsigned long kernels_cu_len;
+static RtCudaConfig cuda_config(void) {
+  return (RtCudaConfig){kernels_cu, kernels_cu_len, MTRT_CUDA_INCLUDE, TOKENS, HEADS, EXPERTS, TOP_K,
+                        PLAN_CUBLAS_WORKSPACE_BYTES};
+}
+#endif
+
+#if defined(MTC_BACKEND_CUDA) && defined(MUON_WORK)
+/* Muon on the GPU: the host scratch of rt_cu_muon_group's exchange (a shard's Nesterov
+ * gradients, then the all-to-all buffers as MUON_WORK sizes them) */
+static int64_t muon_host_elems(void) {
+  int64_t most = 0;
+  for (int g = 0; g < N_GROUPS; g++)
+    if (step_groups[g].shard > most) most = step_groups[g].shard;
+  return OPT_ON_HOST ? 0 : (int64_t)MUON_WORK_ELEMS + most;
+}
+#endif
+
+static Footprint footprint(void) {
+  const int64_t R = (int64_t)sizeof(real), state = (int64_t)STATE_ELEMS * R;
+  const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
+  Footprint f = {(int64_t)ARENA_ELEMS * R + acts + (STATE_ON_HOST ? 0 : state), 0,
+                 (int64_t)HOST_ELEMS * (int64_t)sizeof(act) + (STATE_ON_HOST ? state : 0)};
+  f.host = f.pinned + 5 * PLAN_FSDP * (int64_t)sizeof(int) /* Muon's counts */
+           + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
+           + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
+#ifdef MTC_BACKEND_CUDA
+  RtCudaConfig cfg = cuda_config();
+  size_t scratch_host = 0;
+  f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host);
+  f.host += (int64_t)scratch_host + (STATE_ON_HOST ? 0 : state);
+#ifdef MUON_WORK
+  if (OPT_ON_HOST) f.host += (int64_t)MUON_WORK_ELEMS * (int64_t)sizeof(real);
+  f.host += muon_host_elems() * (int64_t)sizeof(real);
+#endif
+#endif
+  return f;
+}
+
+/* train --memory: the footprint as one JSON object; no GPU, no MPI launch needed. */
+static int print_memory(int argc) {
+  if (argc != 2) {
+    fprintf(stderr, "error: --memory takes no other argument\n");
+    return 2;
+  }
+  Footprint f = footprint();
+  printf("{\"hbm\": %lld, \"host\": %lld, \"host_pinned\": %lld}\n", (long long)f.hbm, (long long)f.host,
+         (long long)f.pinned);
+  return 0;
+}
+
+typedef struct {
+  const char *data, *metrics, *ckpt_dir, *profile;
+  long steps, ckpt_every, max_skips, keep_ckpts; /* keep_ckpts: 0 keeps every checkpoint */
+  unsigned long long seed;
+  int seed_given, grad_check;
+  long nan_first, nan_count, kill_at_save; /* fault injection for tests: --inject-nan, --inject-kill-at-save */
+} Args;
+
+static const char usage_text[] =
+    "usage: train --data PATH [--steps N] [--metrics PATH] [--seed S] [--checkpoint-dir DIR]\n"
+    "             [--checkpoint-every K] [--max-skips K] [--grad-check] [--profile FILE]\n"
+    "  --data PATH            raw text (one token per byte), an llm.c token shard, or a Megatron\n"
+    "                         indexed dataset (PREFIX, PREFIX.idx or PREFIX.bin)\n"
+    "  --steps N              stop after optimizer step N (default: the spec's training.steps,\n"
+    "                         which the learning-rate schedule always spans)\n"
+    "  --metrics PATH         JSON lines appended per step (default metrics.jsonl); a new run\n"
+    "                         empties the file, a resume first drops the lines past its\n"
+    "                         checkpoint's step\n"
+    "  --seed S               initialization and data order (default 1; a resume keeps the\n"
+    "                         checkpoint's)\n"
+    "  --checkpoint-dir DIR   resume from the newest complete checkpoint there; save at the end\n"
+    "  --checkpoint-every K   and every K steps\n"
+    "  --keep-checkpoints N   remove all but the newest N complete checkpoints after each save\n"
+    "                         (default: keep all)\n"
+    "  --max-skips K          stop after K consecutive non-finite steps (default 5)\n"
+    "  --grad-check           gradients against finite differences (double build, one rank)\n"
+    "  --profile FILE         measured seconds and FLOPs or bytes per op class and collective\n"
+    "                         over the steps after the first, as JSON (mtc calibrate reads it)\n"
+    "  --inject-nan FIRST:COUNT      for tests: steps FIRST.. FIRST+COUNT-1 get a NaN gradient\n"
+    "  --inject-kill-at-save STEP    for tests: SIGKILL itself in the save of STEP, before its manifest\n"
+    "  SIGUSR1 or SIGTERM     save a checkpoint at the end of the step (with DIR) and stop\n"
+    "       train --memory    what this build allocates per GPU at start-up, as JSON\n"
+    "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n";
+
+static int quiet; /* not rank 0 */
+
+static int usage(const char *msg) {
+  if (!quiet) fprintf(stderr, "error: %s\n%s", msg, usage_text);
+  return 2;
+}
+
+static int parse_args(Args *a, int argc, char **argv) {
+  static const struct option opts[] = {{"data", required_argument, 0, 'd'},    {"steps", required_argument, 0, 's'},
+                                       {"metrics", required_argument, 0, 'm'}, {"seed", required_argument, 0, 'r'},
+                                       {"grad-check", no_argument, 0, 'g'},
+                                       {"checkpoint-dir", required_argument, 0, 'c'},
+                                       {"checkpoint-every", required_argument, 0, 'e'},
+                                       {"max-skips", required_argument, 0, 'k'},
+                                       {"keep-checkpoints", required_argument, 0, 'N'},
+                                       {"inject-nan", required_argument, 0, 'n'},
+                                       {"inject-kill-at-save", required_argument, 0, 'K'},
+                                       {"profile", required_argument, 0, 'P'},
+                                       {0, 0, 0, 0}};
+  *a = (Args){.metrics = "metrics.jsonl", .steps = TRAIN_STEPS, .seed = 1, .max_skips = 5};
+  int o;
+  char *end;
+  char msg[300];
+  opterr = 0;
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      if (!quiet) fputs(usage_text, stdout);
+      return -1;
+    }
+  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (o) {
+    case 'd': a->data = optarg; break;
+    case 'm': a->metrics = optarg; break;
+    case 'P': a->profile = optarg; break;
+    case 'g': a->grad_check = 1; break;
+    case 's':
+      errno = 0;
+      a->steps = strtol(optarg, &end, 10);
+      if (*end || !*optarg || a->steps < 1) return usage("--steps expects a positive integer");
+      if (errno == ERANGE) return usage("--steps is too large (it must fit a signed 64-bit integer)");
+      break;
+    case 'r':
+      errno = 0;
+      a->seed = strtoull(optarg, &end, 10);
+      if (*end || !*optarg || *optarg == '-') return usage("--seed expects a non-negative integer");
+      if (errno == ERANGE) return usage("--seed is too large (at most 18446744073709551615)");
+      a->seed_given = 1;
+      break;
+    case 'c': a->ckpt_dir = optarg; break;
+    case 'e':
+    case 'k':
+    case 'N':
+    case 'K': {
+      errno = 0;
+      long v = strtol(optarg, &end, 10);
+      const char *name = o == 'e' ? "--checkpoint-every" : o == 'k' ? "--max-skips" : o == 'N' ? "--keep-checkpoints"
+                                                                                                 : "--inject-kill-at-save";
+      snprintf(msg, sizeof msg, "%s expects a positive integer, not '%s'", name, optarg);
+      if (*end || !*optarg || v < 1 || errno == ERANGE || (o == 'N' && v > 1000000)) return usage(msg);
+      *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : o == 'N' ? &a->keep_ckpts : &a->kill_at_save) = v;
+      break;
+    }
+    case 'n':
+      if (sscanf(optarg, "%ld:%ld", &a->nan_first, &a->nan_count) != 2 || a->nan_first < 1 || a->nan_count < 1)
+        return usage("--inject-nan expects FIRST:COUNT (steps whose gradients become NaN, for tests)");
+      break;
+    case ':':
+      snprintf(msg, sizeof msg, "option '%s' needs a value", argv[optind - 1]);
+      return usage(msg);
+    default:
+      snprintf(msg, sizeof msg, "unknown option '%s'", argv[optind - 1]);
+      return usage(msg);
+    }
+  }
+  if (optind < argc) {
+    snprintf(msg, sizeof msg, "unexpected argument '%s'", argv[optind]);
+    return usage(msg);
+  }
+  if (!a->data) return usage("--data PATH is required (raw text bytes, an llm.c token shard or a Megatron PREFIX)");
+  if (a->ckpt_every && !a->ckpt_dir) return usage("--checkpoint-every needs --checkpoint-dir DIR");
+  if (a->keep_ckpts && !a->ckpt_dir) return usage("--keep-checkpoints needs --checkpoint-dir DIR");
+  return 0;
+}
+
+/* First gathered index of this rank's shard of group g. */
+static int64_t shard_lo(const RtCtx *c, int g) {
+  int r = step_groups[g].comm == RT_GROUP_FSDP ? c->comm.fsdp_rank : c->comm.shard_rank;
+  return (int64_t)r * step_groups[g].shard;
+}
+
+/* Forward and backward of every micro-batch of step `step`; returns the summed mean losses. */
+static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t seed, double *aux) {
+  double loss = 0;
+  *aux = 0;
+  zero_grads(c);
+  c->moe_load = 0, c->moe_extra_rounds = 0;
+  for (int micro = 0; micro < ACCUM; micro++) {
+    rt_data_batch(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, step, ACCUM, micro, c->comm.rank,
+                  c->comm.world, seed);
+    tokens_to_device(c);
+    c->dloss = (real)(1.0 / ((double)ACCUM * c->comm.world));
+    c->aux_loss = 0;
+    loss += (double)step_forward(c);
+    *aux += c->aux_loss;
+    step_backward(c);
+  }
+  return loss;
+}
+
+#ifdef MTRT_REAL_DOUBLE
+/* The objective the gradients are of: Σ over micro-batches of dloss × (cross-entropy + aux). */
+static double objective(RtCtx *c, const RtData *d, uint64_t seed) {
+  double j = 0;
+  for (int micro = 0; micro < ACCUM; micro++) {
+    rt_data_batch(d, (int32_t *)(c->arena + INPUTS), (int32_t *)(c->arena + TARGETS), MICRO_BATCH, SEQ_LEN, 0, ACCUM,
+                  micro, 0, 1, seed);
+    c->aux_loss = 0;
+    double ce = (double)step_forward(c);
+    j += (ce + c->aux_loss) / ACCUM;
+  }
+  return j;
+}
+#endif
+
+/* Finite differences against the analytic gradient, for a few elements of every tensor (its
+ * largest gradient and three spread ones); one rank, double precision. The five-point stencil
+ * (f(-2h) - 8 f(-h) + 8 f(h) - f(2h)) / 12h has error O(h^4), so h can be large enough that
+ * rounding in the objective (~1e-16 x loss / h) stays far below the tolerance. */
+static int grad_check(RtCtx *c, const RtData *d, uint64_t seed) {
+#ifndef MTRT_REAL_DOUBLE
+  (void)c, (void)d, (void)seed;
+  fprintf(stderr, "error: --grad-check needs the double build; expected mtc build DIR --real double\n");
+  return 2;
+#else
+  if (c->comm.world != 1) {
+    fprintf(stderr, "error: --grad-check runs on one rank; expected a plan and launch with 1 rank\n");
+    return 2;
+  }
+  double aux;
+  run_micro_batches(c, d, 0, seed, &aux);
+  const double h = 3e-4, rtol = 1e-6, atol = 1e-10; /* atol: the stencil's rounding floor, ~1e-15 x loss / h */
+  double worst = 0;
+  int bad = 0, checked = 0;
+  for (int t = 0; t < N_TENSORS; t++) {
+    const RtTensor *T = &step_tensors[t];
+    const RtGroup *G = &step_groups[T->group];
+    int64_t n = T->count * (T->experts ? T->experts : 1), pick[4] = {0, n / 3, 2 * n / 3, 0};
+    real *w = c->state + G->master + T->offset, *gr = c->state + G->grad + T->offset;
+    for (int64_t i = 1; i < n; i++)
+      if (fabs(gr[i]) > fabs(gr[pick[3]])) pick[3] = i;
+    double tmax = 0;
+    for (int k = 0; k < 4; k++) {
+      int64_t i = pick[k];
+      real keep = w[i];
+      double f[4];
+      static const double steps[4] = {-2, -1, 1, 2};
+      for (int s = 0; s < 4; s++) {
+        w[i] = keep + steps[s] * h;
+        refresh_params(c); /* the all-gathers read the cast shards */
+        f[s] = objective(c, d, seed);
+      }
+      w[i] = keep;
+      refresh_params(c);
+      double fd = (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h), an = gr[i], err = fabs(fd - an);
+      double scale = fmax(fabs(fd), fabs(an)), rel = scale > 100 * atol ? err / scale : 0;
+      if (err > rtol * scale + atol) {
+        bad++;
+        printf("  MISMATCH %s[%lld]: analytic %.12g finite-difference %.12g\n", T->name, (long long)i, an, fd);
+      }
+      tmax = fmax(tmax, rel), worst = fmax(worst, rel);
+      checked++;
+    }
+    printf("grad-check %-52s max relative error %.2e\n", T->name, tmax);
+  }
+  printf("grad-check: %d elements of %d tensors, worst relative error %.2e (tolerance %.0e relative), %s\n",
+         checked, N_TENSORS, worst, rtol, bad ? "FAILED" : "ok");
+  return bad ? 1 : 0;
+#endif
+}
+
+#ifdef MTC_BACKEND_CUDA
+/* --check-kernels [--arch A]: compiles every kernel of the plan with NVRTC and exits; needs no
+ * GPU, no driver and no MPI launch. */
+static int check_kernels(int argc, char **argv) {
+  const char *arch = "sm_90a";
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc) arch = argv[++i];
+    else if (strcmp(argv[i], "--check-kernels") != 0)
+      return usage("--check-kernels takes only --arch ARCH (e.g. sm_90a)");
+  }
+  size_t bytes = 0;
+  int kernels = 0, cached = 0;
+  static char log[1 << 16];
+  if (rt_cuda_compile(kernels_cu, kernels_cu_len, "kernels.cu", arch, MTRT_CUDA_INCLUDE, NULL, NULL, &bytes,
+                      &kernels, &cached, log, sizeof log) != 0) {
+    fprintf(stderr, "%s\nerror: kernels.cu of %s does not compile for %s (NVRTC's log above)\n", log, MODEL_NAME, arch);
+    return 1;
+  }
+  char versions[512];
+  rt_cuda_versions(versions, sizeof versions);
+  printf("%s: kernels.cu (%d kernel definitions) compiled by NVRTC for %s: %zu bytes of CUBIN%s\n%s\n", MODEL_NAME,
+         kernels, arch, bytes,
+         cached ? " (from the cache)" : "", versions);
+  return 0;
+}
+#endif
+
+#ifdef MTC_BACKEND_CUDA
+/* The GPU of this rank (local rank modulo the visible GPUs), the plan's kernels, NCCL. Features
+ * the cuda runtime does not have yet are refused here, by name. Returns 0 or 2. */
+static int cuda_start(RtCtx *c, const Args *a) {
+  const char *missing = a->grad_check ? "--grad-check (the double build of the cpu backend)" : NULL;
+  if (missing) {
+    if (c->comm.rank == 0)
+      fprintf(stderr, "error: the cuda backend does not run %s yet; expected a cpu build for it (mtc build DIR "
+                      "--backend cpu)\n", missing);
+    return 2;
+  }
+  MPI_Comm local;
+  int local_rank = 0;
+  RT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->comm.rank, MPI_INFO_NULL, &local));
+  RT_MPI_CHECK(MPI_Comm_rank(local, &local_rank));
+  MPI_Comm_free(&local);
+  RtCudaConfig cfg = cuda_config();
+  char err[1 << 12];
+  int bad = rt_cuda_setup(&cfg, local_rank, err, sizeof err) != 0;
+  if (bad) fprintf(stderr, "error: rank %d: %s\n", c->comm.rank, err);
+  int any = bad;
+  MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!any && rt_comm_nccl_init(&c->comm, err, sizeof err) != 0) {
+    fprintf(stderr, "error: rank %d: NCCL: %s\n", c->comm.rank, err);
+    any = 1; /* NCCL's init is collective: a failure stops every rank there */
+  }
+  if (any) return 2;
+  char line[1024];
+  rt_cuda_describe(line, sizeof line);
+  if (c->comm.rank == 0) printf("cuda: %s\n", line);
+  return 0;
+}
+#endif
+
+/* The signal that asked the run to stop (SIGUSR1 from Slurm's --signal before the time limit,
+ * or SIGTERM), or 0. The handler only records it; the loop saves and stops at the step's end. */
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--memory") == 0) return print_memory(argc);
+#ifdef MTC_BACKEND_CUDA
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--check-kernels") == 0) return check_kernels(argc, argv);
+#endif
+  Args a;
+  RtCtx c;
+  memset(&c, 0, sizeof c);
+  MPI_Init(&argc, &argv); /* arguments first: a usage error is reported even on a wrong launch */
+  int world_rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
+  struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
+  int status = parse_args(&a, argc, argv);
+  if (status || rt_comm_init(&c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
+                             SPEC_GPUS_PER_NODE) != 0) {
+    MPI_Finalize();
+    return status < 0 ? 0 : 2; /* --help: 0 */
+  }
+  int rank0 = c.comm.rank == 0;
+  if (!status && a.ckpt_dir) { /* a checkpoint directory that cannot be written fails now, not at the first save */
+    int bad = 0;
+    char err0[1400];
+    if (rank0) {
+      struct stat st;
+      int made = mkdir(a.ckpt_dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
+      if (stat(a.ckpt_dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(a.ckpt_dir, W_OK | X_OK) != 0) {
+        fprintf(stderr, "error: --checkpoint-dir %s: %s; expected a writable directory (it is created if missing)\n",
+                a.ckpt_dir, stat(a.ckpt_dir, &st) != 0 ? strerror(made ? made : errno)
+                            : !S_ISDIR(st.st_mode) ? "not a directory" : "not writable");
+        bad = 1;
+      } else if (rt_ckpt_lock(a.ckpt_dir, err0, sizeof err0) != 0) { /* held until exit */
+        fprintf(stderr, "error: %s\n", err0);
+        bad = 1;
+      }
+    }
+    MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (bad) status = 2;
+  }
+  RtData data;
+  char err[512];
+  if (!status && rt_data_open(&data, a.data, VOCAB, SEQ_LEN, err, sizeof err) != 0) {
+    if (rank0) fprintf(stderr, "error: %s\n", err);
+    status = 2;
+  }
+  int64_t rss0 = rt_peak_rss_bytes(); /* before the start-up allocations */
+#ifdef MTC_BACKEND_CUDA
+  if (!status) status = cuda_start(&c, &a);
+  if (!status) {
+    const size_t state = (size_t)STATE_ELEMS * sizeof(real);
+    c.arena = rt_cuda_alloc((size_t)ARENA_ELEMS * sizeof(real), err, sizeof err);
+    if (c.arena) c.acts = rt_cuda_alloc((size_t)ACT_ELEMS * sizeof(act), err, sizeof err);
+    if (c.acts) c.state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
+    if (c.state && STATE_ON_HOST) memset(c.state, 0, state); /* (pinned memory comes uninitialized) */
+    if (c.state && !STATE_ON_HOST && (state_mirror = calloc(1, state))) rt_prefault(state_mirror, state);
+    host_tokens = calloc(2 * TOKENS, sizeof(int32_t));
+    if (!c.arena || !c.acts || !c.state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
+      fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU and host (mtc compile ... --set ...)\n",
+              c.comm.rank, c.arena && c.acts && c.state ? "no host memory for the state's mirror or the tokens" : err);
+      status = 2;
+    }
+  }
+  if (!status && PLAN_EP > 1 &&
+      rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK, c.comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c.comm.rank);
+    status = 2;
+  }
+  if (!status && HOST_ELEMS > 0 && !(c.host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(act), err, sizeof err))) {
+    fprintf(stderr, "error: rank %d: activation offload: %s\n", c.comm.rank, err);
+    status = 2;
+  }
+#else
+  if (!status && HOST_ELEMS > 0 && !(c.host = calloc((size_t)HOST_ELEMS, sizeof(act)))) {
+    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB host arena of activation offload\n", c.comm.rank,
+            (double)HOST_ELEMS * sizeof(act) / 1048576.0);
+    status = 2;
+  }
+  c.arena = status ? NULL : calloc((size_t)ARENA_ELEMS, sizeof(real));
+  c.acts = status ? NULL : calloc((size_t)ACT_ELEMS, sizeof(act));
+  c.state = status ? NULL : calloc((size_t)STATE_ELEMS, sizeof(real));
+  if (!status && (!c.arena || !c.acts || !c.state)) {
+    fprintf(stderr, "error: rank %d: cannot allocate the arenas (%.1f MiB, %.1f MiB of activations, %.1f MiB of state); "
+            "expected that much free memory\n", c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
+            (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0);
+    status = 2;
+  }
+  if (!status && PLAN_EP > 1 &&
+      rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK, c.comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c.comm.rank);
+    status = 2;
+  }
+  /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
+   * not in the middle of a step, and the resident growth below measures what was allocated */
+  if (!status) rt_prefault(c.arena, (size_t)ARENA_ELEMS * sizeof(real));
+  if (!status) rt_prefault(c.acts, (size_t)ACT_ELEMS * sizeof(act));
+  if (!status) rt_prefault(c.state, (size_t)STATE_ELEMS * sizeof(real));
+  if (!status && c.host) rt_prefault(c.host, (size_t)HOST_ELEMS * sizeof(act));
+#endif
+  if (!status && rt_offload_init(OFFLOAD_IDS) != 0) {
+    fprintf(stderr, "error: rank %d: cannot create the streams and events of activation offload\n", c.comm.rank);
+    status = 2;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); /* one rank's failure stops all */
+  if (status) {
+    rt_comm_finalize(&c.comm);
+    return status;
+  }
+  for (int g = 0; g < N_GROUPS; g++)
+    rt_init_shard(HOST(&c) + step_groups[g].master, step_tensors, N_TENSORS, g, shard_lo(&c, g),
+                  shard_lo(&c, g) + step_groups[g].shard, c.comm.ep_rank, a.seed);
+  to_device(&c, 0, STATE_ELEMS);
+  refresh_params(&c);
+  int *muon_counts = calloc(5 * PLAN_FSDP, sizeof(int)); /* Muon's all-to-all counts, displacements */
+#ifdef MUON_WORK /* Muon's scratch: in the arena, or on the host beside the optimizer state */
+  real *muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : c.arena + MUON_WORK;
+#ifdef MTC_BACKEND_CUDA
+  real *muon_host = muon_host_elems() ? malloc((size_t)muon_host_elems() * sizeof(real)) : NULL;
+  if (muon_host_elems() && !muon_host) muon_work = NULL;
+#endif
+  if (!muon_work || !muon_counts) {
+    fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", c.comm.rank);
+    status = 2;
+    goto done;
+  }
+  for (int g = 0; g < N_GROUPS; g++) { /* the compiler sized MUON_WORK for every group */
+    int fsdp_group = step_groups[g].comm == RT_GROUP_FSDP;
+    size_t need = rt_muon_group_work(step_tensors, N_TENSORS, g, step_groups[g].shard,
+                                     fsdp_group ? PLAN_FSDP : PLAN_FSDP / PLAN_EP);
+    if (need > (size_t)MUON_WORK_ELEMS) {
+      fprintf(stderr, "error: %s needs %zu values of Muon scratch; MUON_WORK has %lld (regenerate with this mtc)\n",
+              step_groups[g].name, need, (long long)MUON_WORK_ELEMS);
+      status = 2;
+      goto done;
+    }
+  }
+#endif
+  Footprint fp = footprint();
+  int64_t rss1 = rt_peak_rss_bytes();
+  if (rank0 && !a.grad_check) {
+#ifdef MTC_BACKEND_CUDA
+    printf("memory: this program allocates %.3f GiB on the GPU and %.3f GiB of host memory (%.3f GiB pinned) per GPU "
+           "(train --memory); the plan: HBM %.3f GiB and host %.3f GiB, besides %.3f GiB and %.3f GiB reserved for "
+           "the CUDA context, NCCL and the system\n", fp.hbm / 1073741824.0, fp.host / 1073741824.0,
+           fp.pinned / 1073741824.0, (PLAN_HBM_BYTES - PLAN_HBM_RESERVE_BYTES) / 1073741824.0,
+           (PLAN_HOST_BYTES - PLAN_HOST_RESERVE_BYTES) / 1073741824.0, PLAN_HBM_RESERVE_BYTES / 1073741824.0,
+           PLAN_HOST_RESERVE_BYTES / 1073741824.0);
+#else
+    printf("memory: start-up resident growth %lld bytes (VmHWM); this program allocates %lld bytes per rank (train "
+           "--memory: arena %lld + host %lld)\n", rss0 < 0 || rss1 < 0 ? -1LL : (long long)(rss1 - rss0),
+           (long long)(fp.hbm + fp.host), (long long)fp.hbm, (long long)fp.host);
+#endif
+  }
+  (void)rss0, (void)rss1;
+  if (a.grad_check) {
+    status = grad_check(&c, &data, a.seed + 1);
+    goto done;
+  }
+  long start = 0, resumed = -1; /* resumed: the step of the checkpoint this run resumed from */
+  if (a.ckpt_dir) { /* resume from the newest complete checkpoint, found by rank 0 */
+    char path[1100] = "", gone[512];
+    int cleaned = rank0 ? rt_ckpt_clean_incomplete(a.ckpt_dir, gone, sizeof gone, err, sizeof err) : 0;
+    if (cleaned > 0) printf("removed %d incomplete checkpoint(s) of an interrupted save in %s: %s\n", cleaned, a.ckpt_dir, gone);
+    if (cleaned < 0) fprintf(stderr, "warning: %s\n", err);
+    int64_t saved = rank0 ? rt_ckpt_latest(a.ckpt_dir, path, sizeof path) : 0;
+    MPI_Bcast(&saved, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    int64_t at = 0;
+    uint64_t seed = a.seed;
+    if (saved && rt_ckpt_load(path, &at, &seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
+                              MODEL_NAME, OPTIMIZER, err, sizeof err) != 0) {
+      if (rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
+      status = 2;
+      goto done;
+    }
+    if (saved && rank0) {
+      printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
+      if (a.seed_given && seed != a.seed)
+        printf("note: --seed %llu ignored: a resumed run keeps the checkpoint's seed %llu\n", a.seed,
+               (unsigned long long)seed);
+    }
+    if (saved) start = resumed = (long)at, a.seed = seed, to_device(&c, 0, STATE_ELEMS), refresh_params(&c);
+    if (start >= a.steps) {
+      if (rank0) printf("nothing to train: the checkpoint is at step %ld, --steps is %ld\n", start, a.steps);
+      goto done;
+    }
+  }
+  uint64_t data_seed = a.seed + 1;
+  if (rank0 && a.steps > TRAIN_STEPS)
+    printf("note: --steps %ld is past the spec's training.steps %lld: the learning-rate schedule ends there, so "
+           "steps %lld..%ld run at its minimum (min_lr_ratio x lr = %.3e)\n", a.steps, (long long)TRAIN_STEPS,
+           (long long)TRAIN_STEPS + 1, a.steps, LR * MIN_LR_RATIO);
+  if (rank0)
+    printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
+           "%s, gradients reduced in %s; arenas %.1f MiB (fp32) + %.1f MiB (activations) + %.1f MiB (state) per "
+           "rank; data %s (%lld tokens)\n",
+           MODEL_NAME, c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
+           SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
+           (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a.data,
+           (long long)data.ntokens);
+  if (rank0 && HOST_ELEMS > 0)
+    printf("activation offload: %d layer boundaries wait for the backward in a %.1f MiB host arena per rank (the plan's "
+           "host arena: %.1f MiB)\n", OFFLOAD_IDS, (double)HOST_ELEMS * sizeof(act) / 1048576.0,
+           PLAN_HOST_BYTES / 1048576.0);
+#ifdef PLAN_OFFLOAD_NVME
+  if (rank0)
+    fprintf(stderr, "warning: the plan puts the layer boundaries on NVMe, but this program keeps them in host memory: "
+                    "%.1f MiB per rank that the plan's host memory does not count; expected that much free host memory "
+                    "(or mtc compile ... --set plan.offload_activations=host for a plan that counts it)\n",
+            (double)HOST_ELEMS * sizeof(real) / 1048576.0);
+#endif
+#ifdef MTC_BACKEND_CUDA
+  size_t free_b = 0, total_b = 0;
+  rt_cuda_mem_info(&free_b, &total_b);
+  if (rank0)
+    printf("memory: %.2f GiB of the GPU's %.2f GiB in use after start-up (this program, the CUDA context and NCCL)\n",
+           (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
+#endif
+  /* rank 0's metrics file; a resumed run first drops the lines past its checkpoint's step */
+  RtMetrics mf = {.fd = -1};
+  int no_metrics = rank0 && rt_metrics_open(&mf, a.metrics, resumed, err, sizeof err) != 0;
+  if (no_metrics) fprintf(stderr, "error: --metrics %s\n", err);
+  if (!no_metrics && mf.replaced)
+    printf("note: --metrics %s held %lld bytes of an earlier run; emptied, as this run starts at step 0 (a resumed "
+           "run keeps the lines up to its checkpoint)\n", a.metrics, (long long)mf.replaced);
+  MPI_Bcast(&no_metrics, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (no_metrics) {
+    status = 2;
+    goto done;
+  }
+  RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
+  long skips = 0, skipped = 0, timed = 0;
+  int metrics_bad = 0; /* rank 0 could not write a metrics line */
+  double seconds = 0, opt_seconds = 0; /* steps after the first (which includes warm-up effects); of them, the optimizer step's */
+  if (a.profile) rt_prof_start();
+  for (long step = start; step < a.steps; step++) {
+    double t0 = rt_now(), aux;
+    double loss = run_micro_batches(&c, &data, step, data_seed, &aux);
+    if (rank0 && step + 1 >= a.nan_first && step + 1 < a.nan_first + a.nan_count) {
+      to_host(&c, step_groups[0].grad, 1);
+      HOST(&c)[step_groups[0].grad] = NAN; /* --inject-nan */
+      to_device(&c, step_groups[0].grad, 1);
+    }
+    if (PLAN_DP_REPLICATE > 1) grads_all_reduce(&c);
+    /* global gradient norm: the shards of one replica partition every parameter */
+    real sq = 0;
+    for (int g = 0; g < N_GROUPS; g++)
+      sq += (real)SUM_SQUARES(c.state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    rt_comm_all_reduce(c.comm.fsdp_comm, &sq, 1);
+    rt_comm_all_reduce(c.comm.replicate_comm, &sq, 1); /* a NaN on any replica reaches every rank */
+    double norm = sqrt((double)sq / PLAN_DP_REPLICATE);
+    real sums[2] = {(real)loss, (real)aux};
+    rt_comm_all_reduce(MPI_COMM_WORLD, sums, 2);
+    /* the MoE all-to-all figures of the step: the worst EP group's load, and the extra rounds summed
+     * over micro-batches, MoE layers and EP groups (each rank of a group counts its group's: / ep) */
+    double moe_load = c.moe_load;
+    long moe_rounds = c.moe_extra_rounds;
+    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &moe_load, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &moe_rounds, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD));
+    moe_rounds /= PLAN_EP;
+    double mean = (double)sums[0] / ((double)ACCUM * c.comm.world);
+    double aux_mean = (double)sums[1] / ((double)ACCUM * c.comm.world);
+    /* the schedule spans the spec's training.steps whatever --steps says: a run stopped early and
+     * resumed follows the same learning rates as one that was not */
+    float lr = rt_lr_at(step, TRAIN_STEPS, WARMUP_STEPS, (float)LR, (float)MIN_LR_RATIO);
+    int skip = !isfinite(mean) || !isfinite(norm); /* the same decision on every rank */
+    adam.lr = lr, adam.step = step + 1;
+    float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
+    real *opt = OPT_ON_HOST ? HOST(&c) : c.state; /* where the optimizer state is updated */
+    double t_opt = rt_prof_on ? rt_prof_begin() : rt_now();
+    for (int g = 0; g < N_GROUPS && !skip; g++) {
+      const RtGroup *G = &step_groups[g];
+      if (OPT_ON_HOST) to_host(&c, G->grad, G->shard);
+      float *v = G->adam_v < 0 ? NULL : (float *)(opt + G->adam_v); /* (none: Muon matrices only) */
+      (OPT_ON_HOST ? rt_adamw_shard : ADAMW_SHARD)(opt + G->master, (float *)(opt + G->adam_m), v, opt + G->grad,
+                                                   step_tensors, N_TENSORS, g, shard_lo(&c, g),
+                                                   shard_lo(&c, g) + G->shard, scale, &adam);
+#ifdef MUON_WORK
+      /* Muon: matrices whole in one shard (experts in whole-expert shards) orthogonalized where
+       * they are held, the others (dense, and experts split over a flat expert group) at their
+       * owners (one all-to-all there and one back per group) */
+      RtMuon muon = {lr, (float)WEIGHT_DECAY, 0.95f};
+      int fsdp_group = G->comm == RT_GROUP_FSDP;
+      MPI_Comm muon_comm = fsdp_group ? c.comm.fsdp_comm : c.comm.shard_comm;
+      int muon_ranks = fsdp_group ? PLAN_FSDP : PLAN_FSDP / PLAN_EP;
+#ifdef MTC_BACKEND_CUDA
+      if (!OPT_ON_HOST) /* on the GPU: Newton-Schulz in cuBLAS batches, the device scratch MUON_WORK */
+        rt_cu_muon_group(muon_comm, muon_ranks, opt + G->master, (float *)(opt + G->adam_m), opt + G->grad,
+                         step_tensors, N_TENSORS, g, G->shard, scale, &muon, muon_work, (size_t)MUON_WORK_ELEMS,
+                         muon_host, muon_counts, NULL);
+      else
+#endif
+        rt_muon_group(muon_comm, muon_ranks, opt + G->master, (float *)(opt + G->adam_m), opt + G->grad, step_tensors,
+                      N_TENSORS, g, G->shard, scale, &muon, muon_work, muon_counts, NULL);
+#endif
+      if (OPT_ON_HOST) to_device(&c, G->master, G->shard);
+    }
+    step_end(&c, !skip);
+    if (rt_prof_on) rt_prof_end(RT_PROF_OPTIMIZER, t_opt, 0, 0);
+    if (step > start) opt_seconds += rt_now() - t_opt; /* the optimizer step: every group's update */
+    if (!skip) refresh_params(&c);
+    skips = skip ? skips + 1 : 0, skipped += skip;
+    double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
+    if (step > start) seconds += dt, timed++;
+    if (step == start) rt_prof_reset(); /* the profile covers the timed steps */
+    if (rank0) {
+      char moe[64] = "";
+      if (PLAN_EP > 1) snprintf(moe, sizeof moe, " | moe load %.2f, +%ld rounds", moe_load, moe_rounds);
+      printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)%s%s\n",
+             step + 1, a.steps, mean, aux_mean, lr, norm, tps, tps / c.comm.world, moe,
+             skip ? " | SKIPPED: not finite" : "");
+      fflush(stdout);
+      RtStepMetrics sm = {step + 1, mean, aux_mean, lr, norm, tps, skip, PLAN_EP > 1 ? moe_load : -1, moe_rounds};
+      if (!metrics_bad && rt_metrics_write(&mf, &sm, err, sizeof err) != 0) {
+        fprintf(stderr, "error: --metrics %s\n", err);
+        metrics_bad = 1;
+      }
+    }
+    MPI_Bcast(&metrics_bad, 1, MPI_INT, 0, MPI_COMM_WORLD); /* a lost metrics line stops every rank */
+    long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
+    int stop = (skip && skips >= a.max_skips) || metrics_bad;
+    int sig = stop_signal; /* a signal to any rank stops every rank, at this step */
+    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+    int save = a.ckpt_dir && (stop || sig ||
+                              (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
+    if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
+      to_host(&c, 0, STATE_ELEMS);
+    if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors,
+                             N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, a.kill_at_save == done_steps, err,
+                             sizeof err) != 0) {
+      if (rank0)
+        fprintf(stderr, "error: saving the checkpoint of step %ld: %s; the run stops, and its partial files are "
+                        "removed (a resume takes the checkpoint before)\n", done_steps, err);
+      status = 1;
+      break;
+    }
+    if (save && rank0) printf("saved checkpoint %s/step-%08ld\n", a.ckpt_dir, done_steps);
+    if (save && rank0 && a.keep_ckpts && rt_ckpt_prune(a.ckpt_dir, (int)a.keep_ckpts, err, sizeof err) < 0)
+      fprintf(stderr, "warning: --keep-checkpoints %ld: %s\n", a.keep_ckpts, err);
+    if (stop && metrics_bad) {
+      if (rank0)
+        fprintf(stderr, "error: stopped after step %ld: its metrics line could not be written%s%s; expected room "
+                        "for --metrics %s\n", step + 1, a.ckpt_dir ? "; the state is saved in " : "",
+                a.ckpt_dir ? a.ckpt_dir : "", a.metrics);
+      status = 1;
+      break;
+    }
+    if (sig && !stop) {
+      if (rank0)
+        printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+               a.ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
+               a.ckpt_dir ? a.ckpt_dir : "");
+      status = a.ckpt_dir ? 0 : 1;
+      break;
+    }
+    if (stop) {
+      if (rank0)
+        fprintf(stderr, "error: %ld consecutive steps had a non-finite loss or gradient norm (steps %ld-%ld); "
+                        "stopped%s%s; expected a lower training.lr or a look at the data\n",
+                skips, step + 2 - skips, step + 1, a.ckpt_dir ? " with the last good state saved in " : "",
+                a.ckpt_dir ? a.ckpt_dir : "");
+      status = 1;
+      break;
+    }
+  }
+  if (rank0 && skipped) printf("%ld step(s) skipped for non-finite values\n", skipped);
+  if (a.profile && timed) {
+    double tokens = (double)GLOBAL_BATCH * SEQ_LEN / c.comm.world;
+#ifdef MTC_BACKEND_CUDA
+    const char *backend = "cuda";
+#else
+    const char *backend = "cpu";
+#endif
+    RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed, tokens,
+                    tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU};
+    if (rt_prof_write(a.profile, &pr, err, sizeof err) != 0) {
+      if (rank0) fprintf(stderr, "error: --profile %s: %s; expected a writable path\n", a.profile, err);
+      status = 1;
+    } else if (rank0)
+      printf("profile: %s (%ld steps)\n", a.profile, timed);
+  }
+  if (rank0 && timed) {
+    /* MFU = FLOPS_PER_TOKEN x tokens/s / the plan's peak per GPU, as plan.json's predicted.mfu */
+    double tps = (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / c.comm.world;
+    double mfu = tps * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
+    double predicted_mfu = PREDICTED_TOKENS_PER_S_PER_GPU * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
+    printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step), MFU %.2f%% of %.4g TFLOP/s; the plan "
+           "predicted %.0f per GPU of its cluster, MFU %.2f%%: measured / predicted %.3f\n", tps, timed, seconds / timed,
+           100 * mfu, PEAK_FLOPS_PER_GPU / 1e12, (double)PREDICTED_TOKENS_PER_S_PER_GPU, 100 * predicted_mfu,
+           tps / (double)PREDICTED_TOKENS_PER_S_PER_GPU);
+    printf("optimizer: %.2f ms per step on rank 0 (%s, mean over %ld steps)\n", 1e3 * opt_seconds / timed, OPTIMIZER,
+           timed);
+  }
+#ifdef MTC_BACKEND_CUDA
+  rt_cuda_sync("the last step");
+  rt_cuda_mem_info(&free_b, &total_b);
+  if (rank0)
+    printf("memory: %.2f GiB of the GPU's %.2f GiB in use after the last step (arena, runtime scratch, cuBLAS and "
+           "NCCL buffers)\n", (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
+#endif
+  if (rt_metrics_close(&mf, err, sizeof err) != 0) {
+    fprintf(stderr, "error: --metrics %s\n", err);
+    status = 1;
+  }
+done:
+  rt_data_close(&data);
+  if (PLAN_EP > 1) rt_a2a_free(&c.a2a);
+  free(muon_counts);
+#ifdef MUON_WORK
+  if (OPT_ON_HOST) free(muon_work);
+#ifdef MTC_BACKEND_CUDA
+  free(muon_host);
+#endif
+#endif
+#ifdef MTC_BACKEND_CUDA
+  rt_cuda_free(c.arena);
+  rt_cuda_free(c.acts);
+  rt_cuda_free_host(c.host);
+  if (STATE_ON_HOST) rt_cuda_free_host(c.state);
+  else rt_cuda_free(c.state);
+  free(state_mirror);
+  free(host_tokens);
+  rt_comm_nccl_free();
+  rt_cuda_teardown();
+#else
+  free(c.arena);
+  free(c.acts);
+  free(c.state);
+  free(c.host);
+#endif
+  rt_comm_finalize(&c.comm);
+  return status;
+}
