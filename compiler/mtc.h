@@ -13,6 +13,7 @@
  *   model.c       model_   the model graph: layers × ops, parameters, activations, FLOPs
  *   plan.c        plan_    memory items of a candidate, their tiers and lifetimes, the arenas
  *   placement.c   plan_    which rank owns which experts and orthogonalizes which matrix (Muon)
+ *   muon_work.c   plan_    Muon's scratch (MUON_WORK): one figure for the plan's item and the program
  *   cost.c        cost_    the predicted step time of a candidate (and its Chrome trace)
  *   cost_kernel.c cost_    the seconds of one op's kernels on one GPU, per stack (cluster.stack)
  *   search.c      plan_    every layout × policy the pins allow; the fastest that fits; advice
@@ -683,6 +684,27 @@ typedef struct {
 } Placement;
 
 Placement *plan_placement(Mem *m, const Model *md, const Choice *ch);
+
+/* ------------------------------------------------------------------ muon_work.c */
+
+/* Muon's scratch on one rank, in fp32 values (elems: the program's MUON_WORK; 0 without Muon),
+ * and the largest group shard (shard_max: the cuda program's host copy of a shard's Nesterov
+ * gradients for the exchange sits beside MUON_WORK on the host). */
+typedef struct {
+  int64_t elems, shard_max;
+} PlanMuonWork;
+
+/* MUON_WORK of choice ch with the owners of placement pl (NULL or too_large: every owner 0):
+ * over the parameter groups laid out as emit_layout.c lays them, the most of S + (the most one
+ * rank owns of the matrices that move) + 4 n + 2 r² of the largest matrix (runtime/optim/
+ * muon.c's rt_muon_group_work) and S + the cuda backend's largest Newton-Schulz batch b (2 n +
+ * 2 r² + 1) (runtime/cuda/muon_cuda.c); S the group's shard, n = rows × cols, r the short side.
+ * Scratch in m. The emitter sizes MUON_WORK with it and the plan's workspace.newton_schulz is
+ * 4 B × elems, so that plan and program agree. */
+PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Placement *pl);
+/* The same with ch's own placement (plan_placement), memoized per (model, fsdp, ep): for the
+ * planner's memory items. */
+PlanMuonWork plan_muon_work_of(const Model *md, const Choice *ch);
 
 /* The search's result: the fastest candidate that fits, or the one closest to fitting. */
 typedef struct {

@@ -552,21 +552,21 @@
 #define HEAD_ADAM_V              7466247472 /*    4096016: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define WS_RSTD1                  297756704 /*      65536: its 1/rms per token */
-#define WS_LSE                    297822240 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RSTD2                  300967968 /*      65536: its 1/rms per token */
-#define WS_LOGITS                 301033504 /*   25165824: router logits */
-#define WS_IDX                    326199328 /*     524288: selected experts (int32) */
-#define WS_WTS                    326723616 /*     524288: their weights */
-#define WS_POS                    327247904 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                327772192 /*        385: first row of each expert (int32) */
-#define WS_EOFF                   327772592 /*         97: first row of each local expert in the round (int32) */
-#define DLOGITS                   327772704 /*   25165824: gradient of the router logits */
-#define DWTS                      352938528 /*     524288: gradient of the routing weights */
-#define AUX                       353462816 /*       1152: load-balancing loss scratch */
-#define RSTDF                     353463968 /*      65536: its 1/rms per token */
-#define LSEF                      353529504 /*      65536: log-sum-exp of each token's logits */
-#define CE                        353595040 /*  536870912: logits of one vocabulary chunk and their gradient */
+#define WS_RSTD1                  264726560 /*      65536: its 1/rms per token */
+#define WS_LSE                    264792096 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RSTD2                  267937824 /*      65536: its 1/rms per token */
+#define WS_LOGITS                 268003360 /*   25165824: router logits */
+#define WS_IDX                    293169184 /*     524288: selected experts (int32) */
+#define WS_WTS                    293693472 /*     524288: their weights */
+#define WS_POS                    294217760 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                294742048 /*        385: first row of each expert (int32) */
+#define WS_EOFF                   294742448 /*         97: first row of each local expert in the round (int32) */
+#define DLOGITS                   294742560 /*   25165824: gradient of the router logits */
+#define DWTS                      319908384 /*     524288: gradient of the routing weights */
+#define AUX                       320432672 /*       1152: load-balancing loss scratch */
+#define RSTDF                     320433824 /*      65536: its 1/rms per token */
+#define LSEF                      320499360 /*      65536: log-sum-exp of each token's logits */
+#define CE                        320564896 /*  536870912: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */

@@ -1,0 +1,146 @@
+/* muon_work.c — Muon's scratch (the program's MUON_WORK buffer), one figure that the plan's
+ * workspace.newton_schulz item and the emitter both read, so that plan and program agree.
+ *
+ * It lays the parameter groups out as emit_layout.c does (embedding, per layer dense and
+ * experts, head; tensors in op order, routed ones El experts each, whole-expert shards when
+ * plan_expert_per says so, else flat shards of plan_flat_shard) and takes, over the groups,
+ * the most of (runtime/optim/muon.c's rt_muon_group_work and runtime/cuda/muon_cuda.c's use):
+ *   S + (the most one rank owns of the matrices that move) + (4 n + 2 r²) of the group's
+ *       largest Muon matrix (gradient, update, Newton-Schulz scratch: rt_newton_schulz_work);
+ *   S + the largest run of same-shaped matrices held whole in one shard (a shard's experts of
+ *       one tensor) as one cuBLAS batch, b (2 n + 2 r² + 1) values (rt_cu_newton_schulz_work).
+ * S is the group's shard. Owners come from the placement (DenseOwner, ExpertRun). */
+#include <string.h>
+
+#include "mtc.h"
+
+static int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
+
+typedef struct {
+  int64_t offset, rows, cols, owner;
+  int experts, per; /* routed: El and plan_expert_per; dense: 0 */
+  bool muon;
+} Tens;
+
+typedef struct {
+  int64_t elems, shard;
+  bool experts;
+  int first, n; /* its tensors: tens[first .. first + n) (kept contiguous by filling group by group) */
+} Grp;
+
+static bool muon_matrix(const Param *p) {
+  return p->matmul && p->kind != PK_EMBEDDING && p->kind != PK_ROUTER && p->kind != PK_HEAD;
+}
+
+/* Group index of parameter p of op o: 0 embedding, 1 + 2l layer l dense, 2 + 2l its experts,
+ * 2L + 1 head (the embedding's when tied). */
+static int group_of(const Model *md, const Op *o, const Param *p) {
+  if (o->layer < 0)
+    return o->kind == OP_EMBED || o->kind == OP_POS_EMBED || md->spec->model.tie_embeddings ? 0 : 2 * md->nlayers + 1;
+  return 1 + 2 * o->layer + (p->kind == PK_ROUTED);
+}
+
+/* Start of expert k of tensor T (runtime's rt_expert_at). */
+static int64_t expert_at(const Tens *T, int64_t k, int64_t block) {
+  int64_t n = T->rows * T->cols;
+  return T->per ? T->offset + k / T->per * block + k % T->per * n : T->offset + k * n;
+}
+
+static int64_t group_work(const Grp *G, const Tens *tens, int64_t ranks, int64_t *owned) {
+  int64_t S = G->shard, ns = 0, most = 0, batch = 0;
+  for (int64_t r = 0; r < ranks; r++) owned[r] = 0;
+  for (int i = G->first; i < G->first + G->n; i++) { /* a moving matrix's pieces all go to its owner */
+    const Tens *t = &tens[i];
+    if (!t->muon) continue;
+    int64_t n = t->rows * t->cols, q = t->rows < t->cols ? t->rows : t->cols;
+    if (4 * n + 2 * q * q > ns) ns = 4 * n + 2 * q * q;
+    for (int64_t k = 0; k < (t->experts ? t->experts : 1); k++) {
+      int64_t a = expert_at(t, k, S), r = (t->owner + k) % ranks;
+      if (a + n > (a / S + 1) * S && (owned[r] += n) > most) most = owned[r];
+    }
+  }
+  for (int i = G->first; i < G->first + G->n; i++) { /* the cuda backend's batches */
+    const Tens *t = &tens[i];
+    if (!t->muon) continue;
+    int64_t n = t->rows * t->cols, q = t->rows < t->cols ? t->rows : t->cols, ne = t->experts ? t->experts : 1;
+    for (int64_t k = 0, b; k < ne; k += b) {
+      int64_t a = expert_at(t, k, S), lo = a / S * S;
+      b = 1;
+      if (a + n > lo + S) continue; /* split over shards: gathered to its owner */
+      for (; k + b < ne; b++) {
+        int64_t a2 = expert_at(t, k + b, S);
+        if (a2 != a + b * n || a2 + n > lo + S) break;
+      }
+      if (b * (2 * n + 2 * q * q + 1) > batch) batch = b * (2 * n + 2 * q * q + 1);
+    }
+  }
+  if (!ns) return 0;
+  return S + (most + ns > batch ? most + ns : batch);
+}
+
+/* The owner recorded for (layer, matrix): the last entry wins, as emit_layout.c's maps. */
+static int64_t owner_of(const Placement *pl, int layer, const char *name, bool routed) {
+  int64_t o = 0;
+  for (int i = 0; pl && !routed && i < pl->ndense; i++)
+    if (pl->dense[i].layer == layer && strcmp(pl->dense[i].matrix, name) == 0) o = pl->dense[i].owner;
+  for (int i = 0; pl && routed && i < pl->nruns; i++)
+    if (pl->runs[i].ep_rank == 0 && pl->runs[i].layer == layer && strcmp(pl->runs[i].matrix, name) == 0)
+      o = pl->runs[i].owner;
+  return o;
+}
+
+PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Placement *pl) {
+  PlanMuonWork w = {0, 0};
+  if (md->spec->training.optimizer != OPT_MUON) return w;
+  int ng = 2 * md->nlayers + 2, np = 0;
+  for (int i = 0; i < md->nops; i++) np += md->ops[i].nparams;
+  Grp *grp = mem_array(m, (size_t)ng, sizeof *grp);
+  Tens *tens = mem_array(m, (size_t)np + 1, sizeof *tens);
+  int64_t *owned = mem_array(m, (size_t)ch->fsdp + 1, sizeof *owned);
+  int64_t El = md->spec->model.moe.present ? md->spec->model.moe.experts / ch->ep : 0;
+  int per = (int)plan_expert_per(El, ch->efsdp), nt = 0;
+  if (pl && pl->too_large) pl = NULL; /* no lists: every owner 0, as the emitter's */
+  for (int g = 0; g < ng; g++) { /* group by group, so that each group's tensors are contiguous */
+    Grp *G = &grp[g];
+    G->first = nt, G->experts = g > 0 && g < ng - 1 && g % 2 == 0;
+    for (int i = 0; i < md->nops; i++)
+      for (int j = 0; j < md->ops[i].nparams; j++) {
+        const Op *o = &md->ops[i];
+        const Param *p = &o->params[j];
+        if (group_of(md, o, p) != g) continue;
+        bool routed = p->kind == PK_ROUTED;
+        Tens *t = &tens[nt++];
+        t->rows = routed ? p->shape[1] : p->shape[0];
+        t->cols = routed ? p->shape[2] : (p->ndim > 1 ? p->shape[1] : 1);
+        t->offset = G->elems, t->experts = routed ? (int)El : 0, t->per = routed ? per : 0;
+        t->muon = muon_matrix(p);
+        t->owner = t->muon ? owner_of(pl, o->layer, p->name, routed) : 0;
+        G->elems += t->rows * t->cols * (routed ? (per ? per : El) : 1);
+      }
+    G->n = nt - G->first;
+    int64_t ranks = G->experts ? ch->efsdp : ch->fsdp;
+    G->shard = G->experts && per ? round8(G->elems) : plan_flat_shard(G->elems, ranks);
+    if (G->n && G->shard > w.shard_max) w.shard_max = G->shard;
+    int64_t gw = G->n ? group_work(G, tens, ranks, owned) : 0;
+    if (gw > w.elems) w.elems = gw;
+  }
+  return w;
+}
+
+PlanMuonWork plan_muon_work_of(const Model *md, const Choice *ch) {
+  enum { MEMO = 8 }; /* the search asks again for each policy of a layout (cost.c's memo) */
+  static struct { const Op *ops; int nops; int64_t fsdp, ep; PlanMuonWork w; } memo[MEMO];
+  static int next;
+  PlanMuonWork w = {0, 0};
+  if (md->spec->training.optimizer != OPT_MUON) return w;
+  for (int i = 0; i < MEMO; i++)
+    if (memo[i].ops == md->ops && memo[i].nops == md->nops && memo[i].fsdp == ch->fsdp && memo[i].ep == ch->ep)
+      return memo[i].w;
+  Mem m = {0};
+  w = plan_muon_work(&m, md, ch, plan_placement(&m, md, ch));
+  mem_free(&m);
+  memo[next].ops = md->ops, memo[next].nops = md->nops, memo[next].fsdp = ch->fsdp, memo[next].ep = ch->ep;
+  memo[next].w = w;
+  next = (next + 1) % MEMO;
+  return w;
+}
