@@ -100,15 +100,17 @@ size_t rt_cu_newton_schulz_work(int batch, int rows, int cols);
  * and update on the device: param, mom, grad are this rank's shard (S values; device memory,
  * or a state arena in pinned host memory). Matrices whole in this shard (a layer's experts
  * under whole-expert shards) are orthogonalized in batches of same-shaped neighbours, no
- * communication; the others go through rt_muon_exchange (host MPI all-to-alls), each owner
+ * communication; the others go through rt_muon_exchange_start/finish (host MPI all-to-alls:
+ * the gather is started before the batches are queued, so it flies while they run), each owner
  * orthogonalizing its matrices on its GPU. dwork: device scratch of dwork_elems values (the
  * arena's MUON_WORK): S for the Nesterov gradients, the rest for Newton-Schulz, whose batches
  * are cut to fit it (at least one matrix and, for a gathered one, the matrix besides; else the
- * job aborts). hwork: host, S + rt_muon_group_work values; counts: 5·ranks ints. Collective
+ * job aborts). hwork: host, S + rt_muon_group_work values; counts: rt_muon_counts_bytes(ranks)
+ * bytes. Collective
  * over comm when a matrix of the group moves. */
 void rt_cu_muon_group(MPI_Comm comm, int ranks, float *param, float *mom, const float *grad, const RtTensor *t, int nt,
                       int g, int64_t S, float grad_scale, const RtMuon *h, float *dwork, size_t dwork_elems,
-                      float *hwork, int *counts, RtMuonStats *st);
+                      float *hwork, void *counts, RtMuonStats *st);
 /* buf (count fp32 values on the device) = Σ over the group's ranks, in place (NCCL). */
 void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count);
 

@@ -165,7 +165,7 @@ static Footprint footprint(void) {
   const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
   Footprint f = {(int64_t)ARENA_ELEMS * R + acts + (STATE_ON_HOST ? 0 : state), 0,
                  (int64_t)HOST_ELEMS * (int64_t)sizeof(act) + (STATE_ON_HOST ? state : 0)};
-  f.host = f.pinned + 5 * PLAN_FSDP * (int64_t)sizeof(int) /* Muon's counts */
+  f.host = f.pinned + (int64_t)rt_muon_counts_bytes(PLAN_FSDP) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
 #ifdef MTC_BACKEND_CUDA
@@ -590,7 +590,7 @@ int main(int argc, char **argv) {
                   shard_lo(&c, g) + step_groups[g].shard, c.comm.ep_rank, a.seed);
   to_device(&c, 0, STATE_ELEMS);
   refresh_params(&c);
-  int *muon_counts = calloc(5 * PLAN_FSDP, sizeof(int)); /* Muon's all-to-all counts, displacements */
+  void *muon_counts = calloc(1, rt_muon_counts_bytes(PLAN_FSDP)); /* Muon's all-to-all counts, displacements */
 #ifdef MUON_WORK /* Muon's scratch: in the arena, or on the host beside the optimizer state */
   real *muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : c.arena + MUON_WORK;
 #ifdef MTC_BACKEND_CUDA

@@ -9,6 +9,7 @@
  * whole-expert shards and nothing moves; 5 do not, so the group is sharded flat (no padding)
  * and the matrices split over ranks go to their owners like dense ones. */
 #include "mtrt_train.h"
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,14 +118,18 @@ int main(int argc, char **argv) {
   int srank;
   MPI_Comm_rank(shard_comm, &srank);
   RtMuon h = {0.01f, 0.1f, 0.95f};
-  int *counts = malloc(sizeof(int) * 5 * (size_t)world);
+  void *counts = malloc(rt_muon_counts_bytes(world));
+  /* twice: MPI's int counts, then every message past a limit of 7 values (the derived-datatype
+   * path that messages past INT_MAX take, in chunks of 7) */
+  for (int pass = 0; pass < 2; pass++)
   for (int EL = 4; EL <= 5; EL++) {
+  rt_muon_msg_limit = pass ? 7 : INT_MAX;
   RtTensor t[NT], t1[NT];
   RtGroup g[2], g1[2];
   tables(t, g, world, X, EL);
   tables(t1, g1, 1, 1, EL * ep); /* one rank: every expert */
   bool ok = true, whole = t[3].per > 0;
-  int64_t moved = 0, local = 0, emoved = 0;
+  int64_t moved = 0, local = 0, emoved = 0, large = 0;
   for (int gi = 0; gi < 2; gi++) {
     MPI_Comm comm = gi ? shard_comm : MPI_COMM_WORLD;
     int ranks = gi ? X : world, me = gi ? srank : rank;
@@ -151,6 +156,7 @@ int main(int argc, char **argv) {
       if (memcmp(p + at, ref, sizeof(real) * (size_t)len) != 0) ok = false;
       if (T->muon && p[at] == value((int64_t)(ti * 1000 + e) * 100000 + first, 1)) ok = false; /* it moved */
     })
+    large += st.large;
     if (gi) local += st.local + st.owned, emoved += st.sent;
     else moved += st.sent;
     if (gi && (whole || X == 1)) CHECK_EQ(st.sent + st.received, 0); /* whole experts: no communication */
@@ -162,10 +168,12 @@ int main(int argc, char **argv) {
   MPI_Allreduce(&emoved, &all_emoved, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   CHECK_EQ(all_local, 2 * 2 * EL * ep); /* every expert matrix, twice, by one rank */
   if (!whole && X > 1) CHECK(all_emoved > 0); /* flat: the split expert matrices moved */
+  if (world > 1) CHECK(pass ? large > 0 : large == 0); /* the path the limit asks for */
   if (rank == 0)
     printf("Muon on %d rank(s), ep %d (%d experts per EP rank over %d ranks, %s): the update equals the one-rank "
-           "update bit for bit; dense values sent to owners by rank 0: %lld, expert values by all: %lld\n", world, ep,
-           EL, X, whole ? "whole-expert shards" : "flat", (long long)moved, (long long)all_emoved);
+           "update bit for bit; dense values sent to owners by rank 0: %lld, expert values by all: %lld%s\n", world, ep,
+           EL, X, whole ? "whole-expert shards" : "flat", (long long)moved, (long long)all_emoved,
+           pass ? " (derived datatypes, 7-value chunks)" : "");
   }
   free(counts);
   MPI_Comm_free(&shard_comm);

@@ -84,7 +84,7 @@ static void orth_on_device(real *U, const real *G, int rows, int cols, void *ctx
 
 void rt_cu_muon_group(MPI_Comm comm, int ranks, float *param, float *mom, const float *grad, const RtTensor *t, int nt,
                       int g, int64_t S, float grad_scale, const RtMuon *h, float *dwork, size_t dwork_elems,
-                      float *hwork, int *counts, RtMuonStats *st) {
+                      float *hwork, void *counts, RtMuonStats *st) {
   int me;
   MPI_Comm_rank(comm, &me);
   int64_t lo = (int64_t)me * S, hi = lo + S;
@@ -96,8 +96,8 @@ void rt_cu_muon_group(MPI_Comm comm, int ranks, float *param, float *mom, const 
     (void)first;
     if (T->muon) momentum(mom + at, grad + at, N + at, len, grad_scale, mu);
   })
-  /* the gathered matrices' Nesterov gradients to the host first, so that the exchange below
-   * overlaps the batches of matrices held here */
+  /* the gathered matrices' Nesterov gradients to the host first and their exchange started, so
+   * that it flies while the batches of matrices held here run on the GPU */
   bool moving = false;
   for (int i = 0; i < nt && !moving; i++) {
     const RtTensor *T = &t[i];
@@ -106,7 +106,11 @@ void rt_cu_muon_group(MPI_Comm comm, int ranks, float *param, float *mom, const 
       if (a + n > (a / S + 1) * S) moving = true;
     }
   }
-  if (moving) rt_cuda_download(hwork, N, (size_t)S * sizeof(float));
+  RtMuonXchg xs;
+  if (moving) {
+    rt_cuda_download(hwork, N, (size_t)S * sizeof(float));
+    rt_muon_exchange_start(comm, ranks, hwork, t, nt, g, S, hwork + S, counts, &xs);
+  }
   /* matrices whole in this shard: runs of same-shaped neighbours (a layer's experts of one
    * tensor) as batches, as many as the scratch holds; orthogonalized in place in N */
   for (int i = 0; i < nt; i++) {
@@ -130,7 +134,7 @@ void rt_cu_muon_group(MPI_Comm comm, int ranks, float *param, float *mom, const 
   if (!moving) return;
   /* the others at their owners (one all-to-all there and one back), each on the owner's GPU */
   OrthCtx o = {ns, ns_elems};
-  rt_muon_exchange(comm, ranks, hwork, t, nt, g, S, orth_on_device, &o, hwork + S, counts, st);
+  rt_muon_exchange_finish(&xs, orth_on_device, &o, st);
   rt_cuda_upload(N, hwork, (size_t)S * sizeof(float));
   for (int i = 0; i < nt; i++) {
     const RtTensor *T = &t[i];
