@@ -688,19 +688,20 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch);
 /* ------------------------------------------------------------------ muon_work.c */
 
 /* Muon's scratch on one rank, in fp32 values (elems: the program's MUON_WORK; 0 without Muon),
- * and the largest group shard (shard_max: the cuda program's host copy of a shard's Nesterov
- * gradients for the exchange sits beside MUON_WORK on the host). */
+ * and nest: the Nesterov gradients the cuda program copies to the host for one exchange (the
+ * dense groups' shards together, or one expert group's shard: the larger), beside MUON_WORK. */
 typedef struct {
-  int64_t elems, shard_max;
+  int64_t elems, nest;
 } PlanMuonWork;
 
 /* MUON_WORK of choice ch with the owners of placement pl (NULL or too_large: every owner 0):
- * over the parameter groups laid out as emit_layout.c lays them, the most of S + (the most one
- * rank owns of the matrices that move) + 4 n + 2 r² of the largest matrix (runtime/optim/
- * muon.c's rt_muon_group_work) and S + the cuda backend's largest Newton-Schulz batch b (2 n +
- * 2 r² + 1) (runtime/cuda/muon_cuda.c); S the group's shard, n = rows × cols, r the short side.
- * Scratch in m. The emitter sizes MUON_WORK with it and the plan's workspace.newton_schulz is
- * 4 B × elems, so that plan and program agree. */
+ * over the parameter groups laid out as emit_layout.c lays them, the most of: the dense groups
+ * together (the program exchanges them in one rt_muon_groups call a step) and each expert group
+ * alone, Σ S + (the most one rank owns of the matrices that move) + 4 n + 2 r² of the largest
+ * matrix (runtime/optim/muon.c's rt_muon_groups_work); each group's S + the cuda backend's
+ * largest Newton-Schulz batch b (2 n + 2 r² + 1) (runtime/cuda/muon_cuda.c); S a group's
+ * shard, n = rows × cols, r the short side. Scratch in m. The emitter sizes MUON_WORK with it
+ * and the plan's workspace.newton_schulz is 4 B × elems, so that plan and program agree. */
 PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Placement *pl);
 /* The same with ch's own placement (plan_placement), memoized per (model, fsdp, ep): for the
  * planner's memory items. */

@@ -4,12 +4,15 @@
  * It lays the parameter groups out as emit_layout.c does (embedding, per layer dense and
  * experts, head; tensors in op order, routed ones El experts each, whole-expert shards when
  * plan_expert_per says so, else flat shards of plan_flat_shard) and takes, over the groups,
- * the most of (runtime/optim/muon.c's rt_muon_group_work and runtime/cuda/muon_cuda.c's use):
- *   S + (the most one rank owns of the matrices that move) + (4 n + 2 r²) of the group's
- *       largest Muon matrix (gradient, update, Newton-Schulz scratch: rt_newton_schulz_work);
- *   S + the largest run of same-shaped matrices held whole in one shard (a shard's experts of
- *       one tensor) as one cuBLAS batch, b (2 n + 2 r² + 1) values (rt_cu_newton_schulz_work).
- * S is the group's shard. Owners come from the placement (DenseOwner, ExpertRun). */
+ * the most of (runtime/optim/muon.c's rt_muon_groups_work and runtime/cuda/muon_cuda.c's use):
+ *   the dense groups, exchanged together once a step: the sum of their shards + (the most one
+ *       rank owns of their matrices that move) + (4 n + 2 r²) of their largest Muon matrix
+ *       (gradient, update, Newton-Schulz scratch: rt_newton_schulz_work);
+ *   each expert group, exchanged on its own: the same of its shard and matrices;
+ *   each group's shard S + the largest run of same-shaped matrices held whole in one shard (a
+ *       shard's experts of one tensor) as one cuBLAS batch, b (2 n + 2 r² + 1) values
+ *       (rt_cu_newton_schulz_work).
+ * Only groups with a Muon matrix count. Owners come from the placement (DenseOwner, ExpertRun). */
 #include <string.h>
 
 #include "mtc.h"
@@ -46,17 +49,20 @@ static int64_t expert_at(const Tens *T, int64_t k, int64_t block) {
   return T->per ? T->offset + k / T->per * block + k % T->per * n : T->offset + k * n;
 }
 
-static int64_t group_work(const Grp *G, const Tens *tens, int64_t ranks, int64_t *owned) {
-  int64_t S = G->shard, ns = 0, most = 0, batch = 0;
-  for (int64_t r = 0; r < ranks; r++) owned[r] = 0;
+/* Group G's part (ranks ranks): adds to owned[r] the values rank r owns of its matrices that
+ * move; *ns: the most of 4 n + 2 r² over its Muon matrices (0: it has none); *batch: the cuda
+ * backend's largest batch of matrices held whole in one shard. */
+static void group_parts(const Grp *G, const Tens *tens, int64_t ranks, int64_t *owned, int64_t *ns, int64_t *batch) {
+  int64_t S = G->shard;
+  *ns = *batch = 0;
   for (int i = G->first; i < G->first + G->n; i++) { /* a moving matrix's pieces all go to its owner */
     const Tens *t = &tens[i];
     if (!t->muon) continue;
     int64_t n = t->rows * t->cols, q = t->rows < t->cols ? t->rows : t->cols;
-    if (4 * n + 2 * q * q > ns) ns = 4 * n + 2 * q * q;
+    if (4 * n + 2 * q * q > *ns) *ns = 4 * n + 2 * q * q;
     for (int64_t k = 0; k < (t->experts ? t->experts : 1); k++) {
-      int64_t a = expert_at(t, k, S), r = (t->owner + k) % ranks;
-      if (a + n > (a / S + 1) * S && (owned[r] += n) > most) most = owned[r];
+      int64_t a = expert_at(t, k, S);
+      if (a + n > (a / S + 1) * S) owned[(t->owner + k) % ranks] += n;
     }
   }
   for (int i = G->first; i < G->first + G->n; i++) { /* the cuda backend's batches */
@@ -71,12 +77,18 @@ static int64_t group_work(const Grp *G, const Tens *tens, int64_t ranks, int64_t
         int64_t a2 = expert_at(t, k + b, S);
         if (a2 != a + b * n || a2 + n > lo + S) break;
       }
-      if (b * (2 * n + 2 * q * q + 1) > batch) batch = b * (2 * n + 2 * q * q + 1);
+      if (b * (2 * n + 2 * q * q + 1) > *batch) *batch = b * (2 * n + 2 * q * q + 1);
     }
   }
-  if (!ns) return 0;
-  return S + (most + ns > batch ? most + ns : batch);
 }
+
+static int64_t most_of(const int64_t *v, int64_t n) {
+  int64_t most = 0;
+  for (int64_t i = 0; i < n; i++) most = v[i] > most ? v[i] : most;
+  return most;
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* The owner recorded for (layer, matrix): the last entry wins, as emit_layout.c's maps. */
 static int64_t owner_of(const Placement *pl, int layer, const char *name, bool routed) {
@@ -96,7 +108,8 @@ PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Pla
   for (int i = 0; i < md->nops; i++) np += md->ops[i].nparams;
   Grp *grp = mem_array(m, (size_t)ng, sizeof *grp);
   Tens *tens = mem_array(m, (size_t)np + 1, sizeof *tens);
-  int64_t *owned = mem_array(m, (size_t)ch->fsdp + 1, sizeof *owned);
+  int64_t *owned = mem_array(m, (size_t)ch->fsdp + 1, sizeof *owned), *dense = mem_array(m, (size_t)ch->fsdp + 1, sizeof *dense);
+  int64_t dense_S = 0, dense_ns = 0; /* the dense groups, exchanged together (rt_muon_groups) */
   int64_t El = md->spec->model.moe.present ? md->spec->model.moe.experts / ch->ep : 0;
   int per = (int)plan_expert_per(El, ch->efsdp), nt = 0;
   if (pl && pl->too_large) pl = NULL; /* no lists: every owner 0, as the emitter's */
@@ -120,10 +133,17 @@ PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Pla
     G->n = nt - G->first;
     int64_t ranks = G->experts ? ch->efsdp : ch->fsdp;
     G->shard = G->experts && per ? round8(G->elems) : plan_flat_shard(G->elems, ranks);
-    if (G->n && G->shard > w.shard_max) w.shard_max = G->shard;
-    int64_t gw = G->n ? group_work(G, tens, ranks, owned) : 0;
-    if (gw > w.elems) w.elems = gw;
+    int64_t ns, batch;
+    for (int64_t r = 0; r < ranks; r++) owned[r] = 0;
+    group_parts(G, tens, ranks, G->experts ? owned : dense, &ns, &batch);
+    if (!ns) continue; /* no Muon matrix */
+    w.elems = max64(w.elems, G->shard + batch);
+    if (G->experts) /* an expert group alone on its shard communicator */
+      w.elems = max64(w.elems, G->shard + most_of(owned, ranks) + ns), w.nest = max64(w.nest, G->shard);
+    else
+      dense_S += G->shard, dense_ns = max64(dense_ns, ns);
   }
+  if (dense_S) w.elems = max64(w.elems, dense_S + most_of(dense, ch->fsdp) + dense_ns), w.nest = max64(w.nest, dense_S);
   return w;
 }
 

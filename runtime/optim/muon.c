@@ -54,10 +54,11 @@ static void piece(int64_t r, int64_t S, int64_t a, int64_t n, int64_t *from, int
 
 /* One Muon matrix of a group: elements [a, a + n) of the gathered vector, rows × cols. */
 typedef struct {
-  int64_t a, n;
+  int64_t a, n, S; /* S: its group's shard */
   int rows, cols;
   int owner;  /* the rank that orthogonalizes it: its holder when it lies in one shard */
   bool local; /* whole in the owner's shard: no communication */
+  int gi;     /* its group's index in the call's list */
 } Mat;
 
 /* The i-th Muon matrix of group g in table order (expert by expert), or false past the last. */
@@ -67,7 +68,7 @@ static bool mat_at(const RtTensor *t, int nt, int g, int64_t S, int ranks, int *
     if (T->group != g || !T->muon) continue;
     int ne = T->experts ? T->experts : 1;
     if (*k >= ne) continue;
-    m->a = rt_expert_at(T, *k), m->n = T->rows * T->cols, m->rows = (int)T->rows, m->cols = (int)T->cols;
+    m->a = rt_expert_at(T, *k), m->n = T->rows * T->cols, m->rows = (int)T->rows, m->cols = (int)T->cols, m->S = S;
     int64_t r = m->a / S;
     m->local = m->a + m->n <= (r + 1) * S;
     m->owner = m->local ? (int)r : (T->owner + *k) % ranks;
@@ -77,7 +78,10 @@ static bool mat_at(const RtTensor *t, int nt, int g, int64_t S, int ranks, int *
   return false;
 }
 
-#define FOR_MATS(m) for (int ti_ = 0, k_ = 0; mat_at(t, nt, g, S, ranks, &ti_, &k_, &(m));)
+/* Every Muon matrix of the groups gs[0 .. ng) in list order, then table order. */
+#define FOR_MATS(m)                                                                                                  \
+  for (int gi_ = 0; gi_ < ng; gi_++)                                                                                 \
+    for (int ti_ = 0, k_ = 0; mat_at(t, nt, gs[gi_].g, gs[gi_].S, ranks, &ti_, &k_, &(m)) && ((m).gi = gi_, true);)
 
 /* Newton-Schulz on G (n = rows·cols values) into U, scaled by 0.2·sqrt(max(rows, cols)). */
 static void orthogonalize(real *U, const real *G, int rows, int cols, real *ns) {
@@ -189,12 +193,12 @@ static void a2a_wait(Xchg *x) {
   x->big = false;
 }
 
-/* The counts of group g's exchange on rank me: the pieces sent to each owner, received from each
- * holder (sc, rc and their offsets sd, rd, in matrix order); *sent, *owned: their sums; *most:
- * the largest moving matrix. Returns whether any matrix is split over ranks (the same answer
- * on every rank). */
-static bool plan_xchg(Xchg *x, int me, const RtTensor *t, int nt, int g, int64_t S, int64_t *sent, int64_t *owned,
-                      int64_t *most) {
+/* The counts of the exchange of groups gs on rank me: the pieces sent to each owner, received
+ * from each holder (sc, rc and their offsets sd, rd, in (group, matrix) order); *sent, *owned:
+ * their sums; *most: the largest moving matrix. Returns whether any matrix is split over ranks
+ * (the same answer on every rank). */
+static bool plan_xchg(Xchg *x, int me, const RtTensor *t, int nt, const RtMuonShard *gs, int ng, int64_t *sent,
+                      int64_t *owned, int64_t *most) {
   int ranks = x->ranks;
   int64_t from, len;
   bool moving = false;
@@ -204,11 +208,11 @@ static bool plan_xchg(Xchg *x, int me, const RtTensor *t, int nt, int g, int64_t
     if (m.local) continue;
     moving = true;
     if (m.n > *most) *most = m.n;
-    piece(me, S, m.a, m.n, &from, &len);
+    piece(me, m.S, m.a, m.n, &from, &len);
     x->sc[m.owner] += len;
     *sent += len;
     for (int r = 0; m.owner == me && r < ranks; r++) {
-      piece(r, S, m.a, m.n, &from, &len);
+      piece(r, m.S, m.a, m.n, &from, &len);
       x->rc[r] += len;
       *owned += len;
     }
@@ -217,8 +221,9 @@ static bool plan_xchg(Xchg *x, int me, const RtTensor *t, int nt, int g, int64_t
   return moving;
 }
 
-size_t rt_muon_group_work(const RtTensor *t, int nt, int g, int64_t S, int ranks) {
-  int64_t most = 0, ns = 0;
+size_t rt_muon_groups_work(const RtTensor *t, int nt, const RtMuonShard *gs, int ng, int ranks) {
+  int64_t most = 0, ns = 0, S = 0;
+  for (int i = 0; i < ng; i++) S += gs[i].S;
   for (int r = 0; r < ranks; r++) {
     int64_t owned = 0;
     Mat m;
@@ -232,20 +237,26 @@ size_t rt_muon_group_work(const RtTensor *t, int nt, int g, int64_t S, int ranks
   return (size_t)(S + most + ns);
 }
 
-void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real *grad, const RtTensor *t, int nt,
-                   int g, int64_t S, float grad_scale, const RtMuon *h, real *work, void *counts, RtMuonStats *st) {
+size_t rt_muon_group_work(const RtTensor *t, int nt, int g, int64_t S, int ranks) {
+  RtMuonShard one = {.g = g, .S = S};
+  return rt_muon_groups_work(t, nt, &one, 1, ranks);
+}
+
+void rt_muon_groups(MPI_Comm comm, int ranks, const RtMuonShard *gs, int ng, const RtTensor *t, int nt,
+                    float grad_scale, const RtMuon *h, real *work, void *counts, RtMuonStats *st) {
   int me;
   MPI_Comm_rank(comm, &me);
   Xchg x = xchg(counts, ranks, true);
   int64_t sent, owned, most, from, len, *put = x.put;
-  bool moving = plan_xchg(&x, me, t, nt, g, S, &sent, &owned, &most);
-  /* work: send buffer (pieces by owner, in matrix order) | received pieces | G | U | scratch */
+  bool moving = plan_xchg(&x, me, t, nt, gs, ng, &sent, &owned, &most);
+  /* work: send buffer (pieces by owner, in (group, matrix) order) | received pieces | G | U | scratch */
   real *snd = work, *rcv = snd + sent, *G = rcv + owned;
   Mat m;
   FOR_MATS(m) {
     if (m.local) continue;
-    piece(me, S, m.a, m.n, &from, &len);
-    momentum(mom, grad, from - (int64_t)me * S, len, grad_scale, h, snd + x.sd[m.owner] + put[m.owner]);
+    const RtMuonShard *q = &gs[m.gi];
+    piece(me, m.S, m.a, m.n, &from, &len);
+    momentum(q->mom, q->grad, from - (int64_t)me * m.S, len, grad_scale, h, snd + x.sd[m.owner] + put[m.owner]);
     put[m.owner] += len;
   }
   /* (no collective when nothing moves: experts' groups) */
@@ -253,11 +264,12 @@ void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real
   if (moving && st) st->large += x.big;
   FOR_MATS(m) { /* while it flies: the matrices held whole here */
     if (!m.local || m.owner != me) continue;
+    const RtMuonShard *q = &gs[m.gi];
     real *U = G + m.n;
-    int64_t at = m.a - (int64_t)me * S;
-    momentum(mom, grad, at, m.n, grad_scale, h, G);
+    int64_t at = m.a - (int64_t)me * m.S;
+    momentum(q->mom, q->grad, at, m.n, grad_scale, h, G);
     orthogonalize(U, G, m.rows, m.cols, U + m.n);
-    apply(param, at, U, m.n, h);
+    apply(q->param, at, U, m.n, h);
     if (st) st->local++;
   }
   if (!moving) return;
@@ -267,44 +279,50 @@ void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real
     if (m.local || m.owner != me) continue;
     real *U = G + m.n;
     for (int r = 0; r < ranks; r++) {
-      piece(r, S, m.a, m.n, &from, &len);
+      piece(r, m.S, m.a, m.n, &from, &len);
       memcpy(G + (from - m.a), rcv + x.rd[r] + put[r], (size_t)len * sizeof(real));
     }
     orthogonalize(U, G, m.rows, m.cols, U + m.n);
     for (int r = 0; r < ranks; r++) {
-      piece(r, S, m.a, m.n, &from, &len);
+      piece(r, m.S, m.a, m.n, &from, &len);
       memcpy(rcv + x.rd[r] + put[r], U + (from - m.a), (size_t)len * sizeof(real));
       put[r] += len;
     }
     if (st) st->owned++;
   }
   a2a_start(comm, &x, rcv, x.rc, x.rd, snd, x.sc, x.sd); /* the updates back */
-  if (st) st->large += x.big;
+  if (st) st->large += x.big, st->exchanges++;
   a2a_wait(&x);
   for (int r = 0; r < ranks; r++) put[r] = 0;
   FOR_MATS(m) {
     if (m.local) continue;
-    piece(me, S, m.a, m.n, &from, &len);
-    apply(param, from - (int64_t)me * S, snd + x.sd[m.owner] + put[m.owner], len, h);
+    piece(me, m.S, m.a, m.n, &from, &len);
+    apply(gs[m.gi].param, from - (int64_t)me * m.S, snd + x.sd[m.owner] + put[m.owner], len, h);
     put[m.owner] += len;
   }
   if (st) st->sent += sent, st->received += owned;
 }
 
-bool rt_muon_exchange_start(MPI_Comm comm, int ranks, real *nest, const RtTensor *t, int nt, int g, int64_t S,
+void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real *grad, const RtTensor *t, int nt,
+                   int g, int64_t S, float grad_scale, const RtMuon *h, real *work, void *counts, RtMuonStats *st) {
+  RtMuonShard one = {g, S, param, mom, grad, NULL};
+  rt_muon_groups(comm, ranks, &one, 1, t, nt, grad_scale, h, work, counts, st);
+}
+
+bool rt_muon_exchange_start(MPI_Comm comm, int ranks, const RtMuonShard *gs, int ng, const RtTensor *t, int nt,
                             real *work, void *counts, RtMuonXchg *xs) {
   int me;
   MPI_Comm_rank(comm, &me);
   Xchg x = xchg(counts, ranks, true);
   int64_t sent, owned, most, from, len;
-  *xs = (RtMuonXchg){comm, ranks, me, nest, t, nt, g, S, work, counts, 0, 0, 0, MPI_REQUEST_NULL, false};
-  if (!plan_xchg(&x, me, t, nt, g, S, &sent, &owned, &most)) return false;
-  real *snd = work, *rcv = snd + sent; /* work: as rt_muon_group's */
+  *xs = (RtMuonXchg){comm, ranks, me, gs, ng, t, nt, work, counts, 0, 0, 0, MPI_REQUEST_NULL, false};
+  if (!plan_xchg(&x, me, t, nt, gs, ng, &sent, &owned, &most)) return false;
+  real *snd = work, *rcv = snd + sent; /* work: as rt_muon_groups' */
   Mat m;
   FOR_MATS(m) {
     if (m.local) continue;
-    piece(me, S, m.a, m.n, &from, &len);
-    memcpy(snd + x.sd[m.owner] + x.put[m.owner], nest + (from - (int64_t)me * S), (size_t)len * sizeof(real));
+    piece(me, m.S, m.a, m.n, &from, &len);
+    memcpy(snd + x.sd[m.owner] + x.put[m.owner], gs[m.gi].nest + (from - (int64_t)me * m.S), (size_t)len * sizeof(real));
     x.put[m.owner] += len;
   }
   a2a_start(comm, &x, snd, x.sc, x.sd, rcv, x.rc, x.rd);
@@ -316,33 +334,34 @@ void rt_muon_exchange_finish(RtMuonXchg *xs, RtMuonOrth orth, void *ctx, RtMuonS
   Xchg x = xchg(xs->counts, xs->ranks, false); /* the start's counts, put reset */
   x.req = xs->req, x.big = xs->big;
   const RtTensor *t = xs->t;
-  int nt = xs->nt, g = xs->g, ranks = xs->ranks, me = xs->me;
-  int64_t S = xs->S, from, len, *put = x.put;
+  const RtMuonShard *gs = xs->gs;
+  int nt = xs->nt, ng = xs->ng, ranks = xs->ranks, me = xs->me;
+  int64_t from, len, *put = x.put;
   real *snd = xs->work, *rcv = snd + xs->sent, *G = rcv + xs->owned, *U = G + xs->most;
   a2a_wait(&x);
   Mat m;
   FOR_MATS(m) { /* the owner's: assembled, orthogonalized, the update written back in place */
     if (m.local || m.owner != me) continue;
     for (int r = 0; r < ranks; r++) {
-      piece(r, S, m.a, m.n, &from, &len);
+      piece(r, m.S, m.a, m.n, &from, &len);
       memcpy(G + (from - m.a), rcv + x.rd[r] + put[r], (size_t)len * sizeof(real));
     }
     orth(U, G, m.rows, m.cols, ctx);
     for (int r = 0; r < ranks; r++) {
-      piece(r, S, m.a, m.n, &from, &len);
+      piece(r, m.S, m.a, m.n, &from, &len);
       memcpy(rcv + x.rd[r] + put[r], U + (from - m.a), (size_t)len * sizeof(real));
       put[r] += len;
     }
     if (st) st->owned++;
   }
   a2a_start(xs->comm, &x, rcv, x.rc, x.rd, snd, x.sc, x.sd);
-  if (st) st->large += xs->big + x.big;
+  if (st) st->large += xs->big + x.big, st->exchanges++;
   a2a_wait(&x);
   for (int r = 0; r < ranks; r++) put[r] = 0;
   FOR_MATS(m) {
     if (m.local) continue;
-    piece(me, S, m.a, m.n, &from, &len);
-    memcpy(xs->nest + (from - (int64_t)me * S), snd + x.sd[m.owner] + put[m.owner], (size_t)len * sizeof(real));
+    piece(me, m.S, m.a, m.n, &from, &len);
+    memcpy(gs[m.gi].nest + (from - (int64_t)me * m.S), snd + x.sd[m.owner] + put[m.owner], (size_t)len * sizeof(real));
     put[m.owner] += len;
   }
   if (st) st->sent += xs->sent, st->received += xs->owned;
