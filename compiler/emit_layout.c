@@ -147,8 +147,9 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners
 }
 
 /* MUON_WORK: plan_muon_work's figure (compiler/muon_work.c), the same the plan's
- * workspace.newton_schulz item holds: the most rt_muon_group_work (runtime/optim/muon.c) or the
- * cuda backend's Newton-Schulz batches ask of any group. */
+ * workspace.newton_schulz item holds: the most rt_muon_groups_work (runtime/optim/muon.c: the
+ * dense groups together, each expert group alone) or the cuda backend's Newton-Schulz batches
+ * ask. */
 static void muon_work(Em *e) {
   e->muon_work = plan_muon_work(e->m, e->md, &e->p->best.ch, e->p->placement).elems;
 }

@@ -673,8 +673,9 @@ typedef struct {
   int64_t matrices;
   double ns_flops_total, ns_flops_max_rank; /* Newton-Schulz FLOPs: all, and the busiest rank */
   /* what moves per step: the dense matrices and the expert matrices split over ranks of a flat
-   * expert group (plan_expert_per 0); their pieces go to their owner in one all-to-all per group
-   * and come back in another (fp32). Whole-expert shards move nothing. */
+   * expert group (plan_expert_per 0); their pieces go to their owner in one all-to-all a step for
+   * all the dense groups (one per flat expert group) and come back in another (fp32).
+   * Whole-expert shards move nothing. */
   int64_t dense_params;       /* elements of the dense Muon matrices */
   int64_t moving_matrices;    /* matrices split over ranks: dense (all when fsdp > 1) + experts' */
   int64_t moving_expert_matrices; /* of them, expert matrices (all EP ranks') */

@@ -2,8 +2,9 @@
  * scaled to AdamW's RMS as in Moonlight (Liu et al. 2025, "Muon is Scalable for LLM
  * Training"): each matrix orthogonalized whole on one rank. A matrix that lies whole in one
  * rank's shard (an expert under whole-expert sharding) is orthogonalized there with no
- * communication; the others go to their owners in one all-to-all per group and step and come
- * back in another (FlexShard, issue 13), with int64 counts (derived datatypes past INT_MAX). */
+ * communication; the others go to their owners in one all-to-all per call and step (the
+ * program's dense groups in one call, each flat expert group in its own) and come back in
+ * another (FlexShard, issue 13), with int64 counts (derived datatypes past INT_MAX). */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
