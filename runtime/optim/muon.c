@@ -169,10 +169,12 @@ static void a2a_start(MPI_Comm comm, Xchg *x, const real *snd, const int64_t *sc
   int R = x->ranks;
   x->big = false;
   for (int r = 0; r < R; r++)
-    if (sc[r] > rt_muon_msg_limit || sd[r] > rt_muon_msg_limit || rc[r] > rt_muon_msg_limit || rd[r] > rt_muon_msg_limit)
+    if (sc[r] > rt_muon_msg_limit || sd[r] > rt_muon_msg_limit || rc[r] > rt_muon_msg_limit ||
+        rd[r] > rt_muon_msg_limit)
       x->big = true;
   if (!x->big) {
-    for (int r = 0; r < R; r++) x->isc[r] = (int)sc[r], x->isd[r] = (int)sd[r], x->irc[r] = (int)rc[r], x->ird[r] = (int)rd[r];
+    for (int r = 0; r < R; r++)
+      x->isc[r] = (int)sc[r], x->isd[r] = (int)sd[r], x->irc[r] = (int)rc[r], x->ird[r] = (int)rd[r];
     RT_MPI_CHECK(MPI_Ialltoallv(snd, x->isc, x->isd, MTRT_MPI_REAL, rcv, x->irc, x->ird, MTRT_MPI_REAL, comm, &x->req));
     return;
   }
@@ -323,7 +325,8 @@ bool rt_muon_exchange_start(MPI_Comm comm, int ranks, const RtMuonShard *gs, int
   FOR_MATS(m) {
     if (m.local) continue;
     piece(me, m.S, m.a, m.n, &from, &len);
-    memcpy(snd + x.sd[m.owner] + x.put[m.owner], gs[m.gi].nest + (from - (int64_t)me * m.S), (size_t)len * sizeof(real));
+    memcpy(snd + x.sd[m.owner] + x.put[m.owner], gs[m.gi].nest + (from - (int64_t)me * m.S),
+           (size_t)len * sizeof(real));
     x.put[m.owner] += len;
   }
   a2a_start(comm, &x, snd, x.sc, x.sd, rcv, x.rc, x.rd);
