@@ -45,7 +45,7 @@
 #              its master weights)
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
-#   text-muon  the same with training.optimizer=muon
+#   text-muon  the same with training.optimizer=muon, ending within 0.05 of 1.934 (issue 13)
 #   calibrate  tiny-moe on 1 rank with --profile (3 steps: 2 profiled), then mtc calibrate of the
 #              cpu preset from that profile: every op class the cost model prices is in the
 #              profile with its seconds and FLOPs or bytes (the GEMM and attention FLOPs those
@@ -484,7 +484,13 @@ text | text-muon)
   n=$(losses "$work/tiny.jsonl" | wc -l)
   echo "tiny-moe ($opt) on $text: $n steps, loss $first -> $last"
   awk -v a="$first" -v b="$last" -v n="$n" 'BEGIN { exit !(n == 300 && a > 5.0 && a < 6.0 && b < 2.5) }' ||
-    die "expected 300 steps with the loss from ~5.55 to below 2.5" ;;
+    die "expected 300 steps with the loss from ~5.55 to below 2.5"
+  # issue 13's acceptance: Muon still trains, ending within 0.05 of 1.934 (1.9213 on the
+  # 2-core sandbox, 2026-12-01)
+  if [ "$opt" = muon ]; then
+    awk -v b="$last" 'BEGIN { exit !(b > 1.934 - 0.05 && b < 1.934 + 0.05) }' ||
+      die "expected Muon's last loss within 0.05 of 1.934"
+  fi ;;
 muon-traffic)
   # a PMPI interposer (tests/pmpi/pmpi_count.c, built here) counts the bytes each rank hands to MPI;
   # 2 ranks, ep 1, 24 experts: Muon's extra bytes per rank and step over AdamW stay below 3/4 of the
