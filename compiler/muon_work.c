@@ -13,6 +13,7 @@
  *       shard's experts of one tensor) as one cuBLAS batch, b (2 n + 2 r² + 1) values
  *       (rt_cu_newton_schulz_work).
  * Only groups with a Muon matrix count. Owners come from the placement (DenseOwner, ExpertRun). */
+#include <stdint.h>
 #include <string.h>
 
 #include "mtc.h"
@@ -90,16 +91,8 @@ static int64_t most_of(const int64_t *v, int64_t n) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* The owner recorded for (layer, matrix): the last entry wins, as emit_layout.c's maps. */
-static int64_t owner_of(const Placement *pl, int layer, const char *name, bool routed) {
-  int64_t o = 0;
-  for (int i = 0; pl && !routed && i < pl->ndense; i++)
-    if (pl->dense[i].layer == layer && strcmp(pl->dense[i].matrix, name) == 0) o = pl->dense[i].owner;
-  for (int i = 0; pl && routed && i < pl->nruns; i++)
-    if (pl->runs[i].ep_rank == 0 && pl->runs[i].layer == layer && strcmp(pl->runs[i].matrix, name) == 0)
-      o = pl->runs[i].owner;
-  return o;
-}
+/* The scope of layer l's matrices in a MemMap of owners (l >= -1), as emit_layout.c's. */
+static const void *layer_tag(int l) { return (const void *)(uintptr_t)(l + 2); }
 
 PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Placement *pl) {
   PlanMuonWork w = {0, 0};
@@ -111,26 +104,37 @@ PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Pla
   int64_t *owned = mem_array(m, (size_t)ch->fsdp + 1, sizeof *owned), *dense = mem_array(m, (size_t)ch->fsdp + 1, sizeof *dense);
   int64_t dense_S = 0, dense_ns = 0; /* the dense groups, exchanged together (rt_muon_groups) */
   int64_t El = md->spec->model.moe.present ? md->spec->model.moe.experts / ch->ep : 0;
-  int per = (int)plan_expert_per(El, ch->efsdp), nt = 0;
+  int per = (int)plan_expert_per(El, ch->efsdp);
   if (pl && pl->too_large) pl = NULL; /* no lists: every owner 0, as the emitter's */
-  for (int g = 0; g < ng; g++) { /* group by group, so that each group's tensors are contiguous */
+  /* owners by (layer, matrix): the last entry wins, as in emit_layout.c's maps */
+  MemMap dense_owner = {0}, run_owner = {0};
+  for (int i = 0; pl && i < pl->ndense; i++)
+    mem_map_put(m, &dense_owner, layer_tag(pl->dense[i].layer), pl->dense[i].matrix, &pl->dense[i].owner);
+  for (int i = 0; pl && i < pl->nruns; i++)
+    if (pl->runs[i].ep_rank == 0) mem_map_put(m, &run_owner, layer_tag(pl->runs[i].layer), pl->runs[i].matrix, &pl->runs[i].owner);
+  /* each parameter's group, then the groups' tensors in op order, group after group */
+  int *gof = mem_array(m, (size_t)np + 1, sizeof *gof), *count = mem_array(m, (size_t)ng + 1, sizeof *count);
+  for (int i = 0, j0 = 0; i < md->nops; j0 += md->ops[i].nparams, i++)
+    for (int j = 0; j < md->ops[i].nparams; j++) count[gof[j0 + j] = group_of(md, &md->ops[i], &md->ops[i].params[j])]++;
+  for (int g = 0, at = 0; g < ng; at += count[g], g++) grp[g].first = at, grp[g].n = 0;
+  for (int i = 0, j0 = 0; i < md->nops; j0 += md->ops[i].nparams, i++)
+    for (int j = 0; j < md->ops[i].nparams; j++) {
+      const Op *o = &md->ops[i];
+      const Param *p = &o->params[j];
+      Grp *G = &grp[gof[j0 + j]];
+      bool routed = p->kind == PK_ROUTED;
+      Tens *t = &tens[G->first + G->n++];
+      t->rows = routed ? p->shape[1] : p->shape[0];
+      t->cols = routed ? p->shape[2] : (p->ndim > 1 ? p->shape[1] : 1);
+      t->offset = G->elems, t->experts = routed ? (int)El : 0, t->per = routed ? per : 0;
+      t->muon = muon_matrix(p);
+      const int64_t *o_ = t->muon ? mem_map_get(routed ? &run_owner : &dense_owner, layer_tag(o->layer), p->name) : NULL;
+      t->owner = o_ ? *o_ : 0;
+      G->elems += t->rows * t->cols * (routed ? (per ? per : El) : 1);
+    }
+  for (int g = 0; g < ng; g++) {
     Grp *G = &grp[g];
-    G->first = nt, G->experts = g > 0 && g < ng - 1 && g % 2 == 0;
-    for (int i = 0; i < md->nops; i++)
-      for (int j = 0; j < md->ops[i].nparams; j++) {
-        const Op *o = &md->ops[i];
-        const Param *p = &o->params[j];
-        if (group_of(md, o, p) != g) continue;
-        bool routed = p->kind == PK_ROUTED;
-        Tens *t = &tens[nt++];
-        t->rows = routed ? p->shape[1] : p->shape[0];
-        t->cols = routed ? p->shape[2] : (p->ndim > 1 ? p->shape[1] : 1);
-        t->offset = G->elems, t->experts = routed ? (int)El : 0, t->per = routed ? per : 0;
-        t->muon = muon_matrix(p);
-        t->owner = t->muon ? owner_of(pl, o->layer, p->name, routed) : 0;
-        G->elems += t->rows * t->cols * (routed ? (per ? per : El) : 1);
-      }
-    G->n = nt - G->first;
+    G->experts = g > 0 && g < ng - 1 && g % 2 == 0;
     int64_t ranks = G->experts ? ch->efsdp : ch->fsdp;
     G->shard = G->experts && per ? round8(G->elems) : plan_flat_shard(G->elems, ranks);
     int64_t ns, batch;

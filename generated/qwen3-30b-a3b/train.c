@@ -67,7 +67,7 @@ static void tokens_to_device(RtCtx *c) {
 #define GRAD_ALL_REDUCE rt_cu_all_reduce
 /* The optimizer step on the host (Grace, on GH200) only where the plan puts it there: with the
  * state on the GPU, gradients come down and master weights go up. Muon's Newton-Schulz runs
- * where the step runs (rt_cu_muon_group on the GPU). */
+ * where the step runs (rt_cu_muon_groups on the GPU). */
 #define OPT_ON_HOST OPT_STEP_ON_HOST
 #else
 #define OPT_ON_HOST 0
