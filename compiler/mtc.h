@@ -704,9 +704,16 @@ typedef struct {
  * shard, n = rows × cols, r the short side. Scratch in m. The emitter sizes MUON_WORK with it
  * and the plan's workspace.newton_schulz is 4 B × elems, so that plan and program agree. */
 PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Placement *pl);
-/* The same with ch's own placement (plan_placement), memoized per (model, fsdp, ep): for the
- * planner's memory items. */
-PlanMuonWork plan_muon_work_of(const Model *md, const Choice *ch);
+/* What the search needs of ch's own placement (plan_placement), computed once per (model,
+ * fsdp, ep) in a small memo for the memory items (plan.c) and the cost model (cost.c): work,
+ * plan_muon_work's figures; listed, whether the placement lists every owner (Muon, not
+ * too_large), and then its ns_flops_max_rank and moving_expert_params. Zero without Muon. */
+typedef struct {
+  PlanMuonWork work;
+  bool listed;
+  double ns_flops_max_rank, moving_expert_params;
+} PlanMuonSummary;
+PlanMuonSummary plan_muon_summary(const Model *md, const Choice *ch);
 
 /* The search's result: the fastest candidate that fits, or the one closest to fitting. */
 typedef struct {

@@ -151,20 +151,24 @@ PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Pla
   return w;
 }
 
-PlanMuonWork plan_muon_work_of(const Model *md, const Choice *ch) {
-  enum { MEMO = 8 }; /* the search asks again for each policy of a layout (cost.c's memo) */
-  static struct { const Op *ops; int nops; int64_t fsdp, ep; PlanMuonWork w; } memo[MEMO];
+PlanMuonSummary plan_muon_summary(const Model *md, const Choice *ch) {
+  enum { MEMO = 32 }; /* the search asks again for each policy of a layout */
+  static struct { const Op *ops; int nops; double ns_flops; int64_t fsdp, ep; PlanMuonSummary v; } memo[MEMO];
   static int next;
-  PlanMuonWork w = {0, 0};
-  if (md->spec->training.optimizer != OPT_MUON) return w;
+  PlanMuonSummary v = {{0, 0}, false, 0, 0};
+  if (md->spec->training.optimizer != OPT_MUON) return v;
   for (int i = 0; i < MEMO; i++)
-    if (memo[i].ops == md->ops && memo[i].nops == md->nops && memo[i].fsdp == ch->fsdp && memo[i].ep == ch->ep)
-      return memo[i].w;
+    if (memo[i].ops == md->ops && memo[i].nops == md->nops && memo[i].ns_flops == md->ns_flops &&
+        memo[i].fsdp == ch->fsdp && memo[i].ep == ch->ep)
+      return memo[i].v;
   Mem m = {0};
-  w = plan_muon_work(&m, md, ch, plan_placement(&m, md, ch));
+  const Placement *pl = plan_placement(&m, md, ch);
+  v.work = plan_muon_work(&m, md, ch, pl);
+  if (pl->muon && !pl->too_large)
+    v.listed = true, v.ns_flops_max_rank = pl->ns_flops_max_rank, v.moving_expert_params = (double)pl->moving_expert_params;
   mem_free(&m);
-  memo[next].ops = md->ops, memo[next].nops = md->nops, memo[next].fsdp = ch->fsdp, memo[next].ep = ch->ep;
-  memo[next].w = w;
+  memo[next].ops = md->ops, memo[next].nops = md->nops, memo[next].ns_flops = md->ns_flops;
+  memo[next].fsdp = ch->fsdp, memo[next].ep = ch->ep, memo[next].v = v;
   next = (next + 1) % MEMO;
-  return w;
+  return v;
 }

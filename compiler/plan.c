@@ -307,7 +307,7 @@ static void build_items(Items *it, const Model *md) {
    * With the step on the GPU, its exchange goes through host memory: a shard's Nesterov
    * gradients and the same buffers again */
   if (muon) {
-    PlanMuonWork w = plan_muon_work_of(md, ch);
+    PlanMuonWork w = plan_muon_summary(md, ch).work;
     item(it, "workspace.newton_schulz", CAT_WORKSPACE, ch->opt_on_host ? TIER_HOST : TIER_HBM, 4 * (double)w.elems,
          PHASE_OPT(L), END,
          "4 B x max(the dense shards' sum or an expert shard + the most one rank owns of their moving matrices + "
