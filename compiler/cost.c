@@ -223,10 +223,8 @@ double cost_ns_flops_busiest(const Model *md, const Choice *ch, double *moving_e
   int64_t El = s->model.moe.present ? s->model.moe.experts / ch->ep : 0;
   double mx = !plan_expert_per(El, ch->efsdp) && ch->efsdp > 1
                   ? (double)(md->muon_params - md->muon_dense_params) / (double)ch->ep : 0;
-  Mem m = {0};
-  const Placement *pl = plan_placement(&m, md, ch);
-  if (pl->muon && !pl->too_large) v = pl->ns_flops_max_rank, mx = (double)pl->moving_expert_params;
-  mem_free(&m);
+  PlanMuonSummary pl = plan_muon_summary(md, ch); /* (one placement with the memory items') */
+  if (pl.listed) v = pl.ns_flops_max_rank, mx = pl.moving_expert_params;
   if (moving_experts) *moving_experts = mx;
   memo[next].ops = md->ops, memo[next].nops = md->nops, memo[next].ns_flops = md->ns_flops;
   memo[next].fsdp = ch->fsdp, memo[next].ep = ch->ep, memo[next].v = v, memo[next].mx = mx;

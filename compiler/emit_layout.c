@@ -143,65 +143,12 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners
   else G->adamw = true;
 }
 
-/* The pieces of gathered [a, a + n) in shard r of S elements. */
-static int64_t piece_len(int64_t r, int64_t S, int64_t a, int64_t n) {
-  int64_t lo = r * S > a ? r * S : a, hi = (r + 1) * S < a + n ? (r + 1) * S : a + n;
-  return hi > lo ? hi - lo : 0;
-}
-
-/* The cuda backend's Newton-Schulz batches (runtime/cuda/muon_cuda.c): the most any run of
- * same-shaped matrices held whole in one shard (a shard's experts of one tensor) needs, b (2 n +
- * 2 r² + 1) values (rt_cu_newton_schulz_work), so that each run is one batch of strided GEMMs. */
-static int64_t ns_batch_work(const Em *e, const EmGroup *G) {
-  int64_t S = G->shard, most = 0;
-  for (int i = G->first; i <= G->last; i++) {
-    const EmTensor *t = &e->tensors[i];
-    if (!t->muon) continue;
-    int64_t n = t->rows * t->cols, q = t->rows < t->cols ? t->rows : t->cols;
-    int ne = t->experts ? t->experts : 1;
-    for (int k = 0, b; k < ne; k += b) {
-      int64_t a = t->per ? t->offset + k / t->per * t->block + k % t->per * n : t->offset + k * n, lo = a / S * S;
-      b = 1;
-      if (a + n > lo + S) continue; /* split over shards: gathered to its owner, batch 1 */
-      for (; k + b < ne; b++) {
-        int64_t a2 = t->per ? t->offset + (k + b) / t->per * t->block + (k + b) % t->per * n : t->offset + (k + b) * n;
-        if (a2 != a + b * n || a2 + n > lo + S) break;
-      }
-      if (b * (2 * n + 2 * q * q + 1) > most) most = b * (2 * n + 2 * q * q + 1);
-    }
-  }
-  return most;
-}
-
-/* MUON_WORK: rt_muon_group_work's figure (runtime/optim/muon.c) of the neediest group: its shard
- * + the most one rank owns of the matrices that move (not whole in one shard) + 2 n + 2 n + 2 r²
- * of its largest matrix (gradient, update, Newton-Schulz's scratch); or, when more, its shard +
- * the cuda backend's largest Newton-Schulz batch (ns_batch_work). The plan's
- * workspace.newton_schulz item counts one matrix in bf16, not these fp32 batches. */
+/* MUON_WORK: plan_muon_work's figure (compiler/muon_work.c), the same the plan's
+ * workspace.newton_schulz item holds: the most rt_muon_groups_work (runtime/optim/muon.c: the
+ * dense groups together, each expert group alone) or the cuda backend's Newton-Schulz batches
+ * ask. */
 static void muon_work(Em *e) {
-  for (int g = 0; g < e->ngroups; g++) {
-    const EmGroup *G = &e->groups[g];
-    int64_t ranks = G->comm ? e->efsdp : e->fsdp, S = G->shard, ns = 0, most = 0;
-    for (int64_t r = 0; r < ranks; r++) {
-      int64_t owned = 0;
-      for (int i = G->first; i <= G->last; i++) {
-        const EmTensor *t = &e->tensors[i];
-        if (!t->muon) continue;
-        int64_t n = t->rows * t->cols, q = t->rows < t->cols ? t->rows : t->cols;
-        if (4 * n + 2 * q * q > ns) ns = 4 * n + 2 * q * q;
-        for (int k = 0; k < (t->experts ? t->experts : 1); k++) {
-          int64_t a = t->per ? t->offset + k / t->per * t->block + k % t->per * n : t->offset + k * n;
-          bool local = a + n <= (a / S + 1) * S;
-          if (!local && (t->owner + k) % ranks == r)
-            for (int64_t q2 = 0; q2 < ranks; q2++) owned += piece_len(q2, S, a, n);
-        }
-      }
-      if (owned > most) most = owned;
-    }
-    int64_t batch = ns_batch_work(e, G);
-    if (ns && S + most + ns > e->muon_work) e->muon_work = S + most + ns;
-    if (ns && S + batch > e->muon_work) e->muon_work = S + batch;
-  }
+  e->muon_work = plan_muon_work(e->m, e->md, &e->p->best.ch, e->p->placement).elems;
 }
 
 /* The FFN gradients of gate, up and activation: a dense MLP's (DG, DU, DH: tokens x intermediate),

@@ -13,6 +13,7 @@
  *   model.c       model_   the model graph: layers × ops, parameters, activations, FLOPs
  *   plan.c        plan_    memory items of a candidate, their tiers and lifetimes, the arenas
  *   placement.c   plan_    which rank owns which experts and orthogonalizes which matrix (Muon)
+ *   muon_work.c   plan_    Muon's scratch (MUON_WORK): one figure for the plan's item and the program
  *   cost.c        cost_    the predicted step time of a candidate (and its Chrome trace)
  *   cost_kernel.c cost_    the seconds of one op's kernels on one GPU, per stack (cluster.stack)
  *   search.c      plan_    every layout × policy the pins allow; the fastest that fits; advice
@@ -681,8 +682,9 @@ typedef struct {
   int64_t matrices;
   double ns_flops_total, ns_flops_max_rank; /* Newton-Schulz FLOPs: all, and the busiest rank */
   /* what moves per step: the dense matrices and the expert matrices split over ranks of a flat
-   * expert group (plan_expert_per 0); their pieces go to their owner in one all-to-all per group
-   * and come back in another (fp32). Whole-expert shards move nothing. */
+   * expert group (plan_expert_per 0); their pieces go to their owner in one all-to-all a step for
+   * all the dense groups (one per flat expert group) and come back in another (fp32).
+   * Whole-expert shards move nothing. */
   int64_t dense_params;       /* elements of the dense Muon matrices */
   int64_t moving_matrices;    /* matrices split over ranks: dense (all when fsdp > 1) + experts' */
   int64_t moving_expert_matrices; /* of them, expert matrices (all EP ranks') */
@@ -692,6 +694,35 @@ typedef struct {
 } Placement;
 
 Placement *plan_placement(Mem *m, const Model *md, const Choice *ch);
+
+/* ------------------------------------------------------------------ muon_work.c */
+
+/* Muon's scratch on one rank, in fp32 values (elems: the program's MUON_WORK; 0 without Muon),
+ * and nest: the Nesterov gradients the cuda program copies to the host for one exchange (the
+ * dense groups' shards together, or one expert group's shard: the larger), beside MUON_WORK. */
+typedef struct {
+  int64_t elems, nest;
+} PlanMuonWork;
+
+/* MUON_WORK of choice ch with the owners of placement pl (NULL or too_large: every owner 0):
+ * over the parameter groups laid out as emit_layout.c lays them, the most of: the dense groups
+ * together (the program exchanges them in one rt_muon_groups call a step) and each expert group
+ * alone, Σ S + (the most one rank owns of the matrices that move) + 4 n + 2 r² of the largest
+ * matrix (runtime/optim/muon.c's rt_muon_groups_work); each group's S + the cuda backend's
+ * largest Newton-Schulz batch b (2 n + 2 r² + 1) (runtime/cuda/muon_cuda.c); S a group's
+ * shard, n = rows × cols, r the short side. Scratch in m. The emitter sizes MUON_WORK with it
+ * and the plan's workspace.newton_schulz is 4 B × elems, so that plan and program agree. */
+PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Placement *pl);
+/* What the search needs of ch's own placement (plan_placement), computed once per (model,
+ * fsdp, ep) in a small memo for the memory items (plan.c) and the cost model (cost.c): work,
+ * plan_muon_work's figures; listed, whether the placement lists every owner (Muon, not
+ * too_large), and then its ns_flops_max_rank and moving_expert_params. Zero without Muon. */
+typedef struct {
+  PlanMuonWork work;
+  bool listed;
+  double ns_flops_max_rank, moving_expert_params;
+} PlanMuonSummary;
+PlanMuonSummary plan_muon_summary(const Model *md, const Choice *ch);
 
 /* The search's result: the fastest candidate that fits, or the one closest to fitting. */
 typedef struct {

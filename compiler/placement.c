@@ -11,8 +11,8 @@
  * with no communication. The others move: largest first, dense matrices to the least-loaded
  * rank of the whole group and each run of a layer's split expert matrices of one kind round
  * robin from the least-loaded rank of its shard group (LPT, Graham 1969): each rank sends its
- * pieces to the owners in one all-to-all per group and step, and gets the updates back in
- * another. Costs are Newton-Schulz FLOPs (model.c). */
+ * pieces to the owners in one all-to-all a step for all the dense groups (one per flat expert
+ * group), and gets the updates back in another. Costs are Newton-Schulz FLOPs (model.c). */
 #include <stdlib.h>
 #include <string.h>
 

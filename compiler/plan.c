@@ -300,12 +300,23 @@ static void build_items(Items *it, const Model *md) {
   if (4 * T * chunk > 0x1p30) chunk = (double)(int64_t)(0x1p30 / (4 * T)) + 1;
   item(it, "workspace.logits_chunk", CAT_WORKSPACE, TIER_HBM, 2 * 4 * T * chunk, PHASE_LOSS(L),
        PHASE_LOSS(L) + 1, "2 x 4 B x tokens x vocabulary chunk (<= 1 GiB per buffer)");
-  /* Newton-Schulz on the largest Muon matrix in bf16 (as Muon's reference implementation):
-   * X, A = X Xᵀ, B and the new X */
+  /* Muon's scratch, as the program allocates it (MUON_WORK, fp32: plan_muon_work): the pieces
+   * sent to owners (all dense groups in one exchange, each expert group in its own) and
+   * received, a gathered matrix's gradient, update and Newton-Schulz scratch, or the cuda
+   * backend's largest batch of a shard's experts.
+   * With the step on the GPU, its exchange goes through host memory: a shard's Nesterov
+   * gradients and the same buffers again */
   if (muon) {
-    double rr = (double)md->muon_max_rows, cc = (double)md->muon_max_cols;
-    item(it, "workspace.newton_schulz", CAT_WORKSPACE, ch->opt_on_host ? TIER_HOST : TIER_HBM,
-         2 * (2 * rr * cc + 2 * rr * rr), PHASE_OPT(L), END, "2 B x (2 r c + 2 r²) of the largest Muon matrix");
+    PlanMuonWork w = plan_muon_summary(md, ch).work;
+    item(it, "workspace.newton_schulz", CAT_WORKSPACE, ch->opt_on_host ? TIER_HOST : TIER_HBM, 4 * (double)w.elems,
+         PHASE_OPT(L), END,
+         "4 B x max(the dense shards' sum or an expert shard + the most one rank owns of their moving matrices + "
+         "4 n + 2 r^2 of the largest; a shard + its largest Newton-Schulz batch b (2 n + 2 r^2 + 1))");
+    if (!ch->opt_on_host)
+      item(it, "workspace.muon_exchange_host", CAT_WORKSPACE, TIER_HOST, 4 * (double)(w.elems + w.nest),
+           PHASE_OPT(L), END,
+           "4 B x (workspace.newton_schulz's values + the dense shards' sum or an expert shard, the larger): the "
+           "exchange's host copy");
   }
   item(it, "reserve.cuda_context", CAT_RESERVE, TIER_HBM, r->cuda_context, 0, END, "cluster.reserve.cuda_context");
   item(it, "reserve.nccl_buffers", CAT_RESERVE, TIER_HBM, r->nccl_buffers, 0, END, "cluster.reserve.nccl_buffers");

@@ -118,7 +118,8 @@ static void print_placement(FILE *out, const Plan *p) {
   if (pl->moving_expert_matrices) strncat(ex, " of them, split over the ranks of a flat expert group", sizeof ex - strlen(ex) - 1);
   units_fmt_bytes_dec(by, sizeof by, pl->moving_bytes_rank);
   fprintf(out, "           Muon traffic per step: %s matrices move (pieces to their owner in one all-to-all "
-               "per group, updates back in another): %s per rank, fp32, both ways; experts: %s\n", mv, by,
+               "for all the dense groups and one per flat expert group, updates back in another): %s per rank, fp32, "
+               "both ways; experts: %s\n", mv, by,
           pl->moving_expert_matrices ? ex : "none");
 }
 

@@ -96,19 +96,22 @@ double rt_cu_sum_squares(const float *g, size_t n);
  * B per matrix, and the norms). Asynchronous on the stream; a cuBLAS error aborts the job. */
 void rt_cu_newton_schulz(float *out, const float *g, int batch, int rows, int cols, float scale, float *work);
 size_t rt_cu_newton_schulz_work(int batch, int rows, int cols);
-/* One Muon step of group g as rt_muon_group (mtrt_train.h), with the momentum, Newton-Schulz
- * and update on the device: param, mom, grad are this rank's shard (S values; device memory,
- * or a state arena in pinned host memory). Matrices whole in this shard (a layer's experts
- * under whole-expert shards) are orthogonalized in batches of same-shaped neighbours, no
- * communication; the others go through rt_muon_exchange (host MPI all-to-alls), each owner
- * orthogonalizing its matrices on its GPU. dwork: device scratch of dwork_elems values (the
- * arena's MUON_WORK): S for the Nesterov gradients, the rest for Newton-Schulz, whose batches
- * are cut to fit it (at least one matrix and, for a gathered one, the matrix besides; else the
- * job aborts). hwork: host, S + rt_muon_group_work values; counts: 5·ranks ints. Collective
- * over comm when a matrix of the group moves. */
-void rt_cu_muon_group(MPI_Comm comm, int ranks, float *param, float *mom, const float *grad, const RtTensor *t, int nt,
-                      int g, int64_t S, float grad_scale, const RtMuon *h, float *dwork, size_t dwork_elems,
-                      float *hwork, int *counts, RtMuonStats *st);
+/* One Muon step of the ng groups gs of one communicator as rt_muon_groups (mtrt_train.h), with
+ * the momentum, Newton-Schulz and update on the device: each group's param, mom, grad are this
+ * rank's shard (S values; device memory, or a state arena in pinned host memory). Matrices
+ * whole in this shard (a layer's experts under whole-expert shards) are orthogonalized in
+ * batches of same-shaped neighbours, no communication; the others of all the groups go through
+ * one rt_muon_exchange_start/finish (host MPI all-to-alls: the gather is started while the
+ * last group's batches run), each owner orthogonalizing its matrices on its GPU. dwork: device
+ * scratch of dwork_elems values (the arena's MUON_WORK): the largest S for a group's Nesterov
+ * gradients, the rest for Newton-Schulz, whose batches are cut to fit it (at least one matrix
+ * and, for a gathered one, the matrix besides; else the job aborts). hwork: host, the sum of
+ * the S of the groups whose matrices move (their nests; gs[i].nest is set here) +
+ * rt_muon_groups_work values; counts: rt_muon_counts_bytes(ranks) bytes. Collective over comm
+ * when a matrix of the groups moves. */
+void rt_cu_muon_groups(MPI_Comm comm, int ranks, RtMuonShard *gs, int ng, const RtTensor *t, int nt,
+                       float grad_scale, const RtMuon *h, float *dwork, size_t dwork_elems, float *hwork, void *counts,
+                       RtMuonStats *st);
 /* buf (count fp32 values on the device) = Σ over the group's ranks, in place (NCCL). */
 void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count);
 

@@ -92,38 +92,88 @@ typedef struct {
  * by this one (each also goes back the other way). */
 typedef struct {
   int64_t local, owned, sent, received;
+  int64_t large;     /* all-to-alls sent with derived datatypes (past rt_muon_msg_limit) */
+  int64_t exchanges; /* gather-and-return exchanges (one per call that moved anything) */
 } RtMuonStats;
+
+/* One group's shard for a Muon step over several groups of one communicator: group g's shard
+ * of S values on this rank (param, mom, grad: as rt_muon_group's), and for the exchange of
+ * rt_muon_exchange_start/finish its Nesterov gradients on the host at shard indices (nest). */
+typedef struct {
+  int g;
+  int64_t S;
+  real *param;
+  float *mom;
+  const real *grad;
+  real *nest;
+} RtMuonShard;
 
 /* One Muon step of every Muon matrix of group g (shards of S on each of the ranks of comm:
  * this rank's param, mom, grad hold gathered elements [rank·S, (rank+1)·S)). Each rank updates
  * the momentum of its pieces (Nesterov: g + μ·m, g scaled by grad_scale). A matrix whole in
  * one shard is orthogonalized by that rank with no communication; the other matrices' pieces go
- * to their owners (RtTensor.owner) in one MPI_Ialltoallv (overlapped with the local
- * matrices; none when every matrix of the group is whole in one shard), the owners run Newton-Schulz, scale by 0.2·sqrt(max(rows, cols)) (Moonlight's
- * AdamW-RMS match) and return the updates in one MPI_Alltoallv; p ← p − lr·(update + wd·p).
- * Bitwise the same update as on one rank. work: rt_muon_group_work values; counts: 5·ranks
- * ints. st (or NULL) accumulates what moved. Collective over comm; aborts when one message
- * passes MPI's int counts. */
+ * to their owners (RtTensor.owner) in one all-to-all (MPI_Ialltoallv, overlapped with the local
+ * matrices; none when every matrix of the group is whole in one shard), the owners run
+ * Newton-Schulz, scale by 0.2·sqrt(max(rows, cols)) (Moonlight's AdamW-RMS match) and return
+ * the updates in one more; p ← p − lr·(update + wd·p). Counts and offsets are int64: a message
+ * or offset past rt_muon_msg_limit (INT_MAX) goes as MPI_Ialltoallw with derived datatypes.
+ * Bitwise the same update as on one rank. work: rt_muon_group_work values; counts:
+ * rt_muon_counts_bytes(ranks) bytes. st (or NULL) accumulates what moved. Collective over comm. */
 void rt_muon_group(MPI_Comm comm, int ranks, real *param, float *mom, const real *grad, const RtTensor *t, int nt,
-                   int g, int64_t S, float grad_scale, const RtMuon *h, real *work, int *counts, RtMuonStats *st);
+                   int g, int64_t S, float grad_scale, const RtMuon *h, real *work, void *counts, RtMuonStats *st);
+/* The same for the ng groups gs of one communicator at once: every moving matrix of all of
+ * them goes to its owner in one all-to-all and comes back in one more (the program's dense
+ * groups: one gather and one return per step, not one per layer). Bitwise the same updates as
+ * one group at a time. work: rt_muon_groups_work values. */
+void rt_muon_groups(MPI_Comm comm, int ranks, const RtMuonShard *gs, int ng, const RtTensor *t, int nt,
+                    float grad_scale, const RtMuon *h, real *work, void *counts, RtMuonStats *st);
 /* The scratch rt_muon_group needs on any rank of group g: S (what it sends) + the most any rank
  * owns of the moving matrices + 2·n + Newton-Schulz's work of the largest matrix. */
 size_t rt_muon_group_work(const RtTensor *t, int nt, int g, int64_t S, int ranks);
+/* rt_muon_groups': the sum of the shards + the most any rank owns of all the groups' moving
+ * matrices + 2·n + Newton-Schulz's work of the largest (compiler/muon_work.c's figure). */
+size_t rt_muon_groups_work(const RtTensor *t, int nt, const RtMuonShard *gs, int ng, int ranks);
+/* Bytes of the counts scratch of rt_muon_group and rt_muon_exchange_start over ranks ranks:
+ * int64 counts, offsets and fill positions (5 per rank), MPI's int ones (4) and the large
+ * path's datatypes (2). */
+size_t rt_muon_counts_bytes(int ranks);
+/* Values per message above which the exchange uses derived datatypes (and the chunk of those):
+ * INT_MAX; tests lower it to run that path on small groups. */
+extern int64_t rt_muon_msg_limit;
 
-/* Orthogonalizes one gathered Muon matrix for rt_muon_exchange: U (rows, cols, host) = the
- * Newton-Schulz result of G (rows, cols, host), scaled by 0.2·sqrt(max(rows, cols)); ctx is the
- * caller's. */
+/* Orthogonalizes one gathered Muon matrix for rt_muon_exchange_finish: U (rows, cols, host) =
+ * the Newton-Schulz result of G (rows, cols, host), scaled by 0.2·sqrt(max(rows, cols)); ctx is
+ * the caller's. */
 typedef void (*RtMuonOrth)(real *U, const real *G, int rows, int cols, void *ctx);
-/* The exchange half of rt_muon_group for a backend that computes the momentum and updates
- * elsewhere (the cuda backend): nest (S values, host) holds this rank's Nesterov gradients at
- * shard indices; the pieces of the matrices that no one shard holds whole go to their owners
- * in one MPI_Alltoallv, each owner calls orth on each of its matrices, and the updates come
- * back in another into nest at the same indices (the pieces of matrices held whole, and the
- * values of other tensors, are left as they are). work: rt_muon_group_work values (host);
- * counts: 5·ranks ints. Returns false, with nothing sent, when every Muon matrix of the group
- * lies whole in one shard (the same answer on every rank). Collective over comm then. */
-bool rt_muon_exchange(MPI_Comm comm, int ranks, real *nest, const RtTensor *t, int nt, int g, int64_t S,
-                      RtMuonOrth orth, void *ctx, real *work, int *counts, RtMuonStats *st);
+/* An exchange in flight (rt_muon_exchange_start to rt_muon_exchange_finish). */
+typedef struct {
+  MPI_Comm comm;
+  int ranks, me;
+  const RtMuonShard *gs;
+  int ng;
+  const RtTensor *t;
+  int nt;
+  real *work;
+  void *counts;
+  int64_t sent, owned, most; /* values sent, received; the largest moving matrix */
+  MPI_Request req;
+  bool big;                  /* the derived-datatype path */
+} RtMuonXchg;
+/* The exchange half of rt_muon_groups for a backend that computes the momentum and updates
+ * elsewhere (the cuda backend), split so that the caller overlaps the gather with its own work
+ * (the experts' Newton-Schulz on the GPU), for the ng groups gs of one communicator. Each
+ * group's nest (S values, host) holds this rank's Nesterov gradients at shard indices. start
+ * sends the pieces of the matrices that no one shard holds whole to their owners (one
+ * all-to-all, not waited for); finish waits, calls orth on each matrix this rank owns, and
+ * returns the updates in one more all-to-all into each nest at the same indices (the pieces of
+ * matrices held whole, and the values of other tensors, are left as they are). work:
+ * rt_muon_groups_work values (host); counts: rt_muon_counts_bytes(ranks) bytes; gs, the nests,
+ * work and counts stay untouched until finish. start returns false, with nothing sent and no
+ * finish to call, when every Muon matrix of the groups lies whole in one shard (the same answer
+ * on every rank). Collective over comm. */
+bool rt_muon_exchange_start(MPI_Comm comm, int ranks, const RtMuonShard *gs, int ng, const RtTensor *t, int nt,
+                            real *work, void *counts, RtMuonXchg *xs);
+void rt_muon_exchange_finish(RtMuonXchg *xs, RtMuonOrth orth, void *ctx, RtMuonStats *st);
 
 /* Sets shard (n = hi - lo elements: gathered indices [lo, hi) of group g) to the initial
  * values of the tensors there; padding is 0. Every value is a function of (seed, tensor name,

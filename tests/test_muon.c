@@ -1,4 +1,4 @@
-/* test_muon.c — Muon's Newton-Schulz iteration and its group step (rt_muon_group).
+/* test_muon.c — Muon's Newton-Schulz iteration and its group step (rt_muon_group, rt_muon_groups).
  *   usage: [mpirun -np W] test_muon [EP]
  * Checks that the iteration's output has singular values in the quintic's band, about
  * [0.68, 1.13], checked as [0.65, 1.16] (wide and tall random
@@ -7,8 +7,12 @@
  * get bitwise the same update as everything on one rank. The experts' shards follow the
  * compiler's rule (plan_expert_per): 4 experts per EP rank divide X = 2 and 4, so they are
  * whole-expert shards and nothing moves; 5 do not, so the group is sharded flat (no padding)
- * and the matrices split over ranks go to their owners like dense ones. */
+ * and the matrices split over ranks go to their owners like dense ones. Each case runs with
+ * MPI's int counts, with every message on the derived-datatype path that messages past
+ * INT_MAX take (rt_muon_msg_limit 7), and (ep 1) with both groups in one exchange a step
+ * (rt_muon_groups, as the program exchanges its dense groups). */
 #include "mtrt_train.h"
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,31 +121,48 @@ int main(int argc, char **argv) {
   int srank;
   MPI_Comm_rank(shard_comm, &srank);
   RtMuon h = {0.01f, 0.1f, 0.95f};
-  int *counts = malloc(sizeof(int) * 5 * (size_t)world);
+  void *counts = malloc(rt_muon_counts_bytes(world));
+  /* three passes: MPI's int counts, group by group; every message past a limit of 7 values (the
+   * derived-datatype path that messages past INT_MAX take, in chunks of 7); with ep 1 (one
+   * communicator's ranks for both groups), both groups in one exchange (rt_muon_groups) */
+  for (int pass = 0; pass < 3; pass++)
   for (int EL = 4; EL <= 5; EL++) {
+  if (pass == 2 && ep != 1) continue;
+  rt_muon_msg_limit = pass == 1 ? 7 : INT_MAX;
   RtTensor t[NT], t1[NT];
   RtGroup g[2], g1[2];
   tables(t, g, world, X, EL);
   tables(t1, g1, 1, 1, EL * ep); /* one rank: every expert */
   bool ok = true, whole = t[3].per > 0;
-  int64_t moved = 0, local = 0, emoved = 0;
+  int64_t moved = 0, local = 0, emoved = 0, large = 0, exchanges = 0;
+  RtMuonShard gs[2];
+  RtMuonStats st[2] = {{0}};
   for (int gi = 0; gi < 2; gi++) {
+    int me = gi ? srank : rank;
+    int64_t S = g[gi].shard, lo = me * S;
+    gs[gi] = (RtMuonShard){gi, S, malloc(sizeof(real) * (size_t)S), calloc((size_t)S, sizeof(float)),
+                           malloc(sizeof(real) * (size_t)S), NULL};
+    fill(gs[gi].param, t, gi, lo, lo + S, ep_rank, 1), fill((real *)gs[gi].grad, t, gi, lo, lo + S, ep_rank, 2);
+  }
+  for (int gi = 0; gi < 2; gi++) { /* group by group; both at once in pass 2 */
     MPI_Comm comm = gi ? shard_comm : MPI_COMM_WORLD;
-    int ranks = gi ? X : world, me = gi ? srank : rank;
-    int64_t S = g[gi].shard, lo = me * S, S1 = g1[gi].shard;
-    real *p = malloc(sizeof(real) * (size_t)S), *gr = malloc(sizeof(real) * (size_t)S);
-    float *m = calloc((size_t)S, sizeof(float));
-    fill(p, t, gi, lo, lo + S, ep_rank, 1), fill(gr, t, gi, lo, lo + S, ep_rank, 2);
-    real *work = malloc(sizeof(real) * rt_muon_group_work(t, NT, gi, S, ranks));
-    RtMuonStats st = {0};
+    int ranks = gi ? X : world, ng = pass == 2 ? 2 : 1;
+    const RtMuonShard *q = pass == 2 ? gs : &gs[gi];
+    real *work = malloc(sizeof(real) * rt_muon_groups_work(t, NT, q, ng, ranks));
     for (int step = 0; step < 2; step++) /* twice: the second step uses the momentum */
-      rt_muon_group(comm, ranks, p, m, gr, t, NT, gi, S, 0.5f, &h, work, counts, &st);
+      rt_muon_groups(comm, ranks, q, ng, t, NT, 0.5f, &h, work, counts, &st[gi]);
     free(work);
+    if (pass == 2) break;
+  }
+  for (int gi = 0; gi < 2; gi++) {
+    int me = gi ? srank : rank;
+    int64_t S = g[gi].shard, lo = me * S, S1 = g1[gi].shard;
+    const real *p = gs[gi].param;
     /* one rank, everything */
     real *p1 = malloc(sizeof(real) * (size_t)S1), *g1v = malloc(sizeof(real) * (size_t)S1);
     float *m1 = calloc((size_t)S1, sizeof(float));
     fill(p1, t1, gi, 0, S1, 0, 1), fill(g1v, t1, gi, 0, S1, 0, 2);
-    work = malloc(sizeof(real) * rt_muon_group_work(t1, NT, gi, S1, 1));
+    real *work = malloc(sizeof(real) * rt_muon_group_work(t1, NT, gi, S1, 1));
     for (int step = 0; step < 2; step++) rt_muon_group(MPI_COMM_SELF, 1, p1, m1, g1v, t1, NT, gi, S1, 0.5f, &h, work, counts, NULL);
     /* every value of this shard equals the one-rank value of the same (tensor, expert, index) */
     RT_FOR_PIECES(t, NT, gi, lo, lo + S, {
@@ -151,21 +172,27 @@ int main(int argc, char **argv) {
       if (memcmp(p + at, ref, sizeof(real) * (size_t)len) != 0) ok = false;
       if (T->muon && p[at] == value((int64_t)(ti * 1000 + e) * 100000 + first, 1)) ok = false; /* it moved */
     })
-    if (gi) local += st.local + st.owned, emoved += st.sent;
-    else moved += st.sent;
-    if (gi && (whole || X == 1)) CHECK_EQ(st.sent + st.received, 0); /* whole experts: no communication */
-    free(p), free(gr), free(m), free(work), free(p1), free(g1v), free(m1);
+    large += st[gi].large, exchanges += st[gi].exchanges;
+    if (pass == 2) local += st[gi].local + st[gi].owned; /* (what moved: one figure for both groups) */
+    else if (gi) local += st[gi].local + st[gi].owned, emoved += st[gi].sent;
+    else moved += st[gi].sent;
+    if (pass < 2 && gi && (whole || X == 1)) CHECK_EQ(st[gi].sent + st[gi].received, 0); /* whole experts: no communication */
+    free(gs[gi].param), free(gs[gi].mom), free((real *)gs[gi].grad), free(work), free(p1), free(g1v), free(m1);
   }
   CHECK(ok);
   int64_t all_local = 0, all_emoved = 0;
   MPI_Allreduce(&local, &all_local, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(&emoved, &all_emoved, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-  CHECK_EQ(all_local, 2 * 2 * EL * ep); /* every expert matrix, twice, by one rank */
-  if (!whole && X > 1) CHECK(all_emoved > 0); /* flat: the split expert matrices moved */
+  /* every expert matrix, twice, by one rank (pass 2: the dense ones too, 2 of them) */
+  CHECK_EQ(all_local, 2 * 2 * EL * ep + (pass == 2 ? 2 * 2 : 0));
+  if (pass < 2 && !whole && X > 1) CHECK(all_emoved > 0); /* flat: the split expert matrices moved */
+  if (world > 1) CHECK(pass == 1 ? large > 0 : large == 0); /* the path the limit asks for */
+  if (world > 1 && pass == 2) CHECK_EQ(exchanges, 2); /* one exchange a step for both groups */
   if (rank == 0)
     printf("Muon on %d rank(s), ep %d (%d experts per EP rank over %d ranks, %s): the update equals the one-rank "
-           "update bit for bit; dense values sent to owners by rank 0: %lld, expert values by all: %lld\n", world, ep,
-           EL, X, whole ? "whole-expert shards" : "flat", (long long)moved, (long long)all_emoved);
+           "update bit for bit; dense values sent to owners by rank 0: %lld, expert values by all: %lld%s\n", world, ep,
+           EL, X, whole ? "whole-expert shards" : "flat", (long long)moved, (long long)all_emoved,
+           pass == 1 ? " (derived datatypes, 7-value chunks)" : pass == 2 ? " (both groups in one exchange a step)" : "");
   }
   free(counts);
   MPI_Comm_free(&shard_comm);

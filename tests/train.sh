@@ -54,7 +54,7 @@
 #              its master weights)
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
-#   text-muon  the same with training.optimizer=muon
+#   text-muon  the same with training.optimizer=muon, ending within 0.05 of 1.934 (issue 13)
 #   calibrate  tiny-moe on 1 rank with --profile (3 steps: 2 profiled), then mtc calibrate of the
 #              cpu preset from that profile: every op class the cost model prices is in the
 #              profile with its seconds and FLOPs or bytes (the GEMM and attention FLOPs those
@@ -64,7 +64,8 @@
 #              the profile with every second doubled predicts a longer step). No wall-clock bound.
 #   muon-traffic  a PMPI interposer (tests/pmpi/pmpi_count.c) counts what each rank hands to MPI:
 #              on 2 ranks (ep 1, 24 experts) Muon adds less than 3/4 of the dense Muon matrices'
-#              bytes per rank and step over AdamW (experts move nothing)
+#              bytes per rank and step over AdamW (experts move nothing), and at most 2
+#              collectives a step (every dense group's matrices in one all-to-all and one back)
 # With "sanitize", the programs are built with AddressSanitizer and UBSan.
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2"); check=$3; san=${4:-}
@@ -529,7 +530,13 @@ text | text-muon)
   n=$(losses "$work/tiny.jsonl" | wc -l)
   echo "tiny-moe ($opt) on $text: $n steps, loss $first -> $last"
   awk -v a="$first" -v b="$last" -v n="$n" 'BEGIN { exit !(n == 300 && a > 5.0 && a < 6.0 && b < 2.5) }' ||
-    die "expected 300 steps with the loss from ~5.55 to below 2.5" ;;
+    die "expected 300 steps with the loss from ~5.55 to below 2.5"
+  # issue 13's acceptance: Muon still trains, ending within 0.05 of 1.934 (1.9213 on the
+  # 2-core sandbox, 2026-12-01)
+  if [ "$opt" = muon ]; then
+    awk -v b="$last" 'BEGIN { exit !(b > 1.934 - 0.05 && b < 1.934 + 0.05) }' ||
+      die "expected Muon's last loss within 0.05 of 1.934"
+  fi ;;
 muon-traffic)
   # a PMPI interposer (tests/pmpi/pmpi_count.c, built here) counts the bytes each rank hands to MPI;
   # 2 ranks, ep 1, 24 experts: Muon's extra bytes per rank and step over AdamW stay below 3/4 of the
@@ -548,17 +555,19 @@ muon-traffic)
   # the dense Muon matrices: step.c's tensor table, Muon set and not routed (experts 0), 4 bytes a value
   dense=$(sed -n '/^const RtTensor/,/^};/p' "$work/tr-muon/step.c" |
     awk -F', ' '/^    \{"/ && $5 == 0 && $11 == "true" { n += $4 } END { print 4 * n }')
-  python3 - "$work/tr-adamw.count" "$work/tr-muon.count" "$dense" $steps <<'PY' || die "Muon moves more than 3/4 of the dense matrices' bytes"
+  python3 - "$work/tr-adamw.count" "$work/tr-muon.count" "$dense" $steps <<'PY' || die "Muon moves more than 3/4 of the dense matrices' bytes, or in more than 2 collectives a step"
 import sys
 def per_rank(p):
-    return {int(r): int(b) for r, b, _ in (l.split() for l in open(p))}
+    return {int(r): (int(b), int(c)) for r, b, c in (l.split() for l in open(p))}
 a, m, dense, steps = per_rank(sys.argv[1]), per_rank(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 assert sorted(a) == sorted(m) == [0, 1], (a, m)
 for r in sorted(a):
-    extra = (m[r] - a[r]) / steps
-    print(f"rank {r}: Muon adds {extra / 1e3:.1f} kB per step over AdamW; dense Muon matrices {dense / 1e3:.1f} kB "
-          f"({extra / dense:.2f} of them; limit 0.75)")
+    extra, calls = (m[r][0] - a[r][0]) / steps, (m[r][1] - a[r][1]) / steps
+    print(f"rank {r}: Muon adds {extra / 1e3:.1f} kB and {calls:g} collectives per step over AdamW; dense Muon "
+          f"matrices {dense / 1e3:.1f} kB ({extra / dense:.2f} of them; limit 0.75)")
     assert dense > 0 and extra < 0.75 * dense
+    # the dense groups' matrices in one gather and one return a step; the experts' in none
+    assert calls <= 2, "expected at most 2 more collectives a step (one all-to-all there, one back)"
 PY
   ;;
 conventions)

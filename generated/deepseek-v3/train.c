@@ -67,7 +67,7 @@ static void tokens_to_device(RtCtx *c) {
 #define GRAD_ALL_REDUCE rt_cu_all_reduce
 /* The optimizer step on the host (Grace, on GH200) only where the plan puts it there: with the
  * state on the GPU, gradients come down and master weights go up. Muon's Newton-Schulz runs
- * where the step runs (rt_cu_muon_group on the GPU). */
+ * where the step runs (rt_cu_muon_groups on the GPU). */
 #define OPT_ON_HOST OPT_STEP_ON_HOST
 #else
 #define OPT_ON_HOST 0
@@ -149,13 +149,53 @@ static RtCudaConfig cuda_config(void) {
 }
 #endif
 
-#if defined(MTC_BACKEND_CUDA) && defined(MUON_WORK)
-/* Muon on the GPU: the host scratch of rt_cu_muon_group's exchange (a shard's Nesterov
- * gradients, then the all-to-all buffers as MUON_WORK sizes them) */
-static int64_t muon_host_elems(void) {
-  int64_t most = 0;
+#ifdef MUON_WORK
+/* Whether group g has a Muon matrix. */
+static int muon_in(int g) {
+  for (int i = 0; i < N_TENSORS; i++)
+    if (step_tensors[i].group == g && step_tensors[i].muon) return 1;
+  return 0;
+}
+
+/* The Muon groups of the FSDP communicator (dense: one exchange for all of them per step) in
+ * list (group ids, *n of them), and their shards' sum; with gs, their shards of this step. */
+static int64_t muon_dense(int *list, int *n) {
+  int64_t sum = 0;
+  *n = 0;
   for (int g = 0; g < N_GROUPS; g++)
-    if (step_groups[g].shard > most) most = step_groups[g].shard;
+    if (step_groups[g].comm == RT_GROUP_FSDP && muon_in(g)) list[(*n)++] = g, sum += step_groups[g].shard;
+  return sum;
+}
+#endif
+
+#ifdef MUON_WORK
+/* One Muon step of the n groups gs of comm (ranks ranks) at learning rate lr: on the GPU
+ * (Newton-Schulz in cuBLAS batches, the device scratch MUON_WORK, host the exchange's scratch)
+ * or, when the plan puts the step there or on the cpu backend, on the host (work). */
+static void muon_step(MPI_Comm comm, int ranks, RtMuonShard *gs, int n, float scale, float lr, real *work, real *host,
+                      void *counts) {
+  RtMuon muon = {lr, (float)WEIGHT_DECAY, 0.95f};
+#ifdef MTC_BACKEND_CUDA
+  if (!OPT_ON_HOST) {
+    rt_cu_muon_groups(comm, ranks, gs, n, step_tensors, N_TENSORS, scale, &muon, work, (size_t)MUON_WORK_ELEMS, host,
+                      counts, NULL);
+    return;
+  }
+#endif
+  (void)host;
+  rt_muon_groups(comm, ranks, gs, n, step_tensors, N_TENSORS, scale, &muon, work, counts, NULL);
+}
+#endif
+
+#if defined(MTC_BACKEND_CUDA) && defined(MUON_WORK)
+/* Muon on the GPU: the host scratch of rt_cu_muon_groups' exchange (the Nesterov gradients of
+ * the groups of one call: the dense groups' shards together, or one expert group's; then the
+ * all-to-all buffers as MUON_WORK sizes them: compiler/muon_work.c's nest) */
+static int64_t muon_host_elems(void) {
+  int list[N_GROUPS], n;
+  int64_t most = muon_dense(list, &n);
+  for (int g = 0; g < N_GROUPS; g++)
+    if (step_groups[g].comm != RT_GROUP_FSDP && muon_in(g) && step_groups[g].shard > most) most = step_groups[g].shard;
   return OPT_ON_HOST ? 0 : (int64_t)MUON_WORK_ELEMS + most;
 }
 #endif
@@ -165,7 +205,7 @@ static Footprint footprint(void) {
   const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
   Footprint f = {(int64_t)ARENA_ELEMS * R + acts + (STATE_ON_HOST ? 0 : state), 0,
                  (int64_t)HOST_ELEMS * (int64_t)sizeof(act) + (STATE_ON_HOST ? state : 0)};
-  f.host = f.pinned + 5 * PLAN_FSDP * (int64_t)sizeof(int) /* Muon's counts */
+  f.host = f.pinned + (int64_t)rt_muon_counts_bytes(PLAN_FSDP) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
 #ifdef MTC_BACKEND_CUDA
@@ -589,25 +629,32 @@ int main(int argc, char **argv) {
                   shard_lo(&c, g) + step_groups[g].shard, c.comm.ep_rank, a.seed);
   to_device(&c, 0, STATE_ELEMS);
   refresh_params(&c);
-  int *muon_counts = calloc(5 * PLAN_FSDP, sizeof(int)); /* Muon's all-to-all counts, displacements */
+  void *muon_counts = calloc(1, rt_muon_counts_bytes(PLAN_FSDP)); /* Muon's all-to-all counts, displacements */
 #ifdef MUON_WORK /* Muon's scratch: in the arena, or on the host beside the optimizer state */
   real *muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : c.arena + MUON_WORK;
 #ifdef MTC_BACKEND_CUDA
   real *muon_host = muon_host_elems() ? malloc((size_t)muon_host_elems() * sizeof(real)) : NULL;
   if (muon_host_elems() && !muon_host) muon_work = NULL;
+#else
+  real *muon_host = NULL; /* (the exchange's host scratch of the GPU step) */
 #endif
   if (!muon_work || !muon_counts) {
     fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", c.comm.rank);
     status = 2;
     goto done;
   }
-  for (int g = 0; g < N_GROUPS; g++) { /* the compiler sized MUON_WORK for every group */
-    int fsdp_group = step_groups[g].comm == RT_GROUP_FSDP;
-    size_t need = rt_muon_group_work(step_tensors, N_TENSORS, g, step_groups[g].shard,
-                                     fsdp_group ? PLAN_FSDP : PLAN_FSDP / PLAN_EP);
-    if (need > (size_t)MUON_WORK_ELEMS) {
+  int muon_list[N_GROUPS], muon_n; /* the dense groups: one Muon exchange for all of them */
+  RtMuonShard muon_gs[N_GROUPS];
+  muon_dense(muon_list, &muon_n);
+  for (int i = 0; i < muon_n; i++) muon_gs[i] = (RtMuonShard){.g = muon_list[i], .S = step_groups[muon_list[i]].shard};
+  size_t muon_need = rt_muon_groups_work(step_tensors, N_TENSORS, muon_gs, muon_n, PLAN_FSDP);
+  for (int g = 0; g < N_GROUPS; g++) { /* the compiler sized MUON_WORK for the dense groups and each expert group */
+    size_t need = step_groups[g].comm == RT_GROUP_FSDP || !muon_in(g) ? 0
+                      : rt_muon_group_work(step_tensors, N_TENSORS, g, step_groups[g].shard, PLAN_FSDP / PLAN_EP);
+    if (need > (size_t)MUON_WORK_ELEMS || muon_need > (size_t)MUON_WORK_ELEMS) {
       fprintf(stderr, "error: %s needs %zu values of Muon scratch; MUON_WORK has %lld (regenerate with this mtc)\n",
-              step_groups[g].name, need, (long long)MUON_WORK_ELEMS);
+              need > muon_need ? step_groups[g].name : "the dense groups", need > muon_need ? need : muon_need,
+              (long long)MUON_WORK_ELEMS);
       status = 2;
       goto done;
     }
@@ -756,23 +803,23 @@ int main(int argc, char **argv) {
 #ifdef MUON_WORK
       /* Muon: matrices whole in one shard (experts in whole-expert shards) orthogonalized where
        * they are held, the others (dense, and experts split over a flat expert group) at their
-       * owners (one all-to-all there and one back per group) */
-      RtMuon muon = {lr, (float)WEIGHT_DECAY, 0.95f};
-      int fsdp_group = G->comm == RT_GROUP_FSDP;
-      MPI_Comm muon_comm = fsdp_group ? c.comm.fsdp_comm : c.comm.shard_comm;
-      int muon_ranks = fsdp_group ? PLAN_FSDP : PLAN_FSDP / PLAN_EP;
-#ifdef MTC_BACKEND_CUDA
-      if (!OPT_ON_HOST) /* on the GPU: Newton-Schulz in cuBLAS batches, the device scratch MUON_WORK */
-        rt_cu_muon_group(muon_comm, muon_ranks, opt + G->master, (float *)(opt + G->adam_m), opt + G->grad,
-                         step_tensors, N_TENSORS, g, G->shard, scale, &muon, muon_work, (size_t)MUON_WORK_ELEMS,
-                         muon_host, muon_counts, NULL);
-      else
+       * owners: an expert group's in one all-to-all there and one back now, the dense groups'
+       * all together after this loop */
+      RtMuonShard q = {g, G->shard, opt + G->master, (float *)(opt + G->adam_m), opt + G->grad, NULL};
+      if (G->comm == RT_GROUP_FSDP) {
+        for (int i = 0; i < muon_n; i++)
+          if (muon_list[i] == g) muon_gs[i] = q;
+      } else if (muon_in(g)) {
+        muon_step(c.comm.shard_comm, PLAN_FSDP / PLAN_EP, &q, 1, scale, lr, muon_work, muon_host, muon_counts);
+      }
 #endif
-        rt_muon_group(muon_comm, muon_ranks, opt + G->master, (float *)(opt + G->adam_m), opt + G->grad, step_tensors,
-                      N_TENSORS, g, G->shard, scale, &muon, muon_work, muon_counts, NULL);
-#endif
-      if (OPT_ON_HOST) to_device(&c, G->master, G->shard);
+      if (OPT_ON_HOST && G->comm != RT_GROUP_FSDP) to_device(&c, G->master, G->shard);
     }
+#ifdef MUON_WORK
+    if (!skip && muon_n) muon_step(c.comm.fsdp_comm, PLAN_FSDP, muon_gs, muon_n, scale, lr, muon_work, muon_host, muon_counts);
+#endif
+    for (int g = 0; OPT_ON_HOST && g < N_GROUPS && !skip; g++)
+      if (step_groups[g].comm == RT_GROUP_FSDP) to_device(&c, step_groups[g].master, step_groups[g].shard);
     step_end(&c, !skip);
     if (rt_prof_on) rt_prof_end(RT_PROF_OPTIMIZER, t_opt, 0, 0);
     if (step > start) opt_seconds += rt_now() - t_opt; /* the optimizer step: every group's update */

@@ -552,21 +552,21 @@
 #define HEAD_ADAM_V              7466247472 /*    4096016: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define WS_RSTD1                  297756704 /*      65536: its 1/rms per token */
-#define WS_LSE                    297822240 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RSTD2                  300967968 /*      65536: its 1/rms per token */
-#define WS_LOGITS                 301033504 /*   25165824: router logits */
-#define WS_IDX                    326199328 /*     524288: selected experts (int32) */
-#define WS_WTS                    326723616 /*     524288: their weights */
-#define WS_POS                    327247904 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                327772192 /*        385: first row of each expert (int32) */
-#define WS_EOFF                   327772592 /*         97: first row of each local expert in the round (int32) */
-#define DLOGITS                   327772704 /*   25165824: gradient of the router logits */
-#define DWTS                      352938528 /*     524288: gradient of the routing weights */
-#define AUX                       353462816 /*       1152: load-balancing loss scratch */
-#define RSTDF                     353463968 /*      65536: its 1/rms per token */
-#define LSEF                      353529504 /*      65536: log-sum-exp of each token's logits */
-#define CE                        353595040 /*  536870912: logits of one vocabulary chunk and their gradient */
+#define WS_RSTD1                  290593088 /*      65536: its 1/rms per token */
+#define WS_LSE                    290658624 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RSTD2                  293804352 /*      65536: its 1/rms per token */
+#define WS_LOGITS                 293869888 /*   25165824: router logits */
+#define WS_IDX                    319035712 /*     524288: selected experts (int32) */
+#define WS_WTS                    319560000 /*     524288: their weights */
+#define WS_POS                    320084288 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                320608576 /*        385: first row of each expert (int32) */
+#define WS_EOFF                   320608976 /*         97: first row of each local expert in the round (int32) */
+#define DLOGITS                   320609088 /*   25165824: gradient of the router logits */
+#define DWTS                      345774912 /*     524288: gradient of the routing weights */
+#define AUX                       346299200 /*       1152: load-balancing loss scratch */
+#define RSTDF                     346300352 /*      65536: its 1/rms per token */
+#define LSEF                      346365888 /*      65536: log-sum-exp of each token's logits */
+#define CE                        346431424 /*  536870912: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "090513d6f0171240"
+#define PLAN_HASH "9e305614277b62c4"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -58,7 +58,7 @@
 #define OPT_STEP_ON_HOST 0
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 890465952
+#define ARENA_ELEMS 883302336
 #define ARENA_SCRATCH 131072
 #define ACT_ELEMS 45888690512
 #define ACT_SCRATCH 2478643536
@@ -68,7 +68,7 @@
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 3306958848
 #define MUON_WORK 131072 /* Muon's scratch */
-#define MUON_WORK_ELEMS 297625632
+#define MUON_WORK_ELEMS 290462016
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */
 #define N_GROUPS 150

@@ -82,36 +82,27 @@ static void orth_on_device(real *U, const real *G, int rows, int cols, void *ctx
   rt_cuda_download(U, o->dev, n * sizeof(float));
 }
 
-void rt_cu_muon_group(MPI_Comm comm, int ranks, float *param, float *mom, const float *grad, const RtTensor *t, int nt,
-                      int g, int64_t S, float grad_scale, const RtMuon *h, float *dwork, size_t dwork_elems,
-                      float *hwork, int *counts, RtMuonStats *st) {
-  int me;
-  MPI_Comm_rank(comm, &me);
-  int64_t lo = (int64_t)me * S, hi = lo + S;
-  if (dwork_elems <= (size_t)S) rt_cuda_fail("Muon", "the device scratch is smaller than a shard");
-  float *N = dwork, *ns = dwork + S; /* N: the Nesterov gradients (then updates) at shard indices */
-  size_t ns_elems = dwork_elems - (size_t)S;
-  float mu = h->momentum;
-  RT_FOR_PIECES(t, nt, g, lo, hi, {
-    (void)first;
-    if (T->muon) momentum(mom + at, grad + at, N + at, len, grad_scale, mu);
-  })
-  /* the gathered matrices' Nesterov gradients to the host first, so that the exchange below
-   * overlaps the batches of matrices held here */
-  bool moving = false;
-  for (int i = 0; i < nt && !moving; i++) {
+/* Whether a Muon matrix of group g is split over shards of S (the same answer on every rank). */
+static bool group_moves(const RtTensor *t, int nt, int g, int64_t S) {
+  for (int i = 0; i < nt; i++) {
     const RtTensor *T = &t[i];
     for (int k = 0; T->group == g && T->muon && k < (T->experts ? T->experts : 1); k++) {
       int64_t a = rt_expert_at(T, k), n = T->rows * T->cols;
-      if (a + n > (a / S + 1) * S) moving = true;
+      if (a + n > (a / S + 1) * S) return true;
     }
   }
-  if (moving) rt_cuda_download(hwork, N, (size_t)S * sizeof(float));
-  /* matrices whole in this shard: runs of same-shaped neighbours (a layer's experts of one
-   * tensor) as batches, as many as the scratch holds; orthogonalized in place in N */
+  return false;
+}
+
+/* Group gs's matrices whole in this shard [lo, lo + S): runs of same-shaped neighbours (a
+ * layer's experts of one tensor) as batches, as many as the scratch holds; orthogonalized in
+ * place in N (its Nesterov gradients at shard indices) and applied to param. */
+static void local_batches(const RtMuonShard *q, const RtTensor *t, int nt, int64_t lo, float *N, float *ns,
+                          size_t ns_elems, const RtMuon *h, RtMuonStats *st) {
+  int64_t hi = lo + q->S;
   for (int i = 0; i < nt; i++) {
     const RtTensor *T = &t[i];
-    if (T->group != g || !T->muon) continue;
+    if (T->group != q->g || !T->muon) continue;
     int ne = T->experts ? T->experts : 1, rows = (int)T->rows, cols = (int)T->cols;
     int64_t n = T->rows * T->cols;
     int cap = (int)(ns_elems / rt_cu_newton_schulz_work(1, rows, cols));
@@ -123,23 +114,61 @@ void rt_cu_muon_group(MPI_Comm comm, int ranks, float *param, float *mom, const 
       while (k + b < ne && b < cap && rt_expert_at(T, k + b) == a + b * n && a + (b + 1) * n <= hi) b++;
       float *x = N + (a - lo);
       rt_cu_newton_schulz(x, x, b, rows, cols, muon_scale(rows, cols), ns);
-      apply(param + (a - lo), x, b * n, h);
+      apply(q->param + (a - lo), x, b * n, h);
       if (st) st->local += b;
     }
   }
+}
+
+void rt_cu_muon_groups(MPI_Comm comm, int ranks, RtMuonShard *gs, int ng, const RtTensor *t, int nt,
+                       float grad_scale, const RtMuon *h, float *dwork, size_t dwork_elems, float *hwork, void *counts,
+                       RtMuonStats *st) {
+  int me;
+  MPI_Comm_rank(comm, &me);
+  int64_t Smax = 0, off = 0; /* off: the next nest in hwork */
+  for (int i = 0; i < ng; i++) Smax = gs[i].S > Smax ? gs[i].S : Smax;
+  if (dwork_elems <= (size_t)Smax) rt_cuda_fail("Muon", "the device scratch is smaller than a shard");
+  float *N = dwork, *ns = dwork + Smax; /* N: a group's Nesterov gradients (then updates) at shard indices */
+  size_t ns_elems = dwork_elems - (size_t)Smax;
+  float mu = h->momentum;
+  bool moving = false;
+  /* group by group: the momentum, the Nesterov gradients of a group whose matrices move to the
+   * host (each group's nest, one after another in hwork), the batches of matrices held here */
+  for (int i = 0; i < ng; i++) {
+    RtMuonShard *q = &gs[i];
+    int64_t lo = (int64_t)me * q->S, hi = lo + q->S;
+    RT_FOR_PIECES(t, nt, q->g, lo, hi, {
+      (void)first;
+      if (T->muon) momentum(q->mom + at, q->grad + at, N + at, len, grad_scale, mu);
+    })
+    q->nest = hwork + off;
+    if (group_moves(t, nt, q->g, q->S)) {
+      rt_cuda_download(q->nest, N, (size_t)q->S * sizeof(float));
+      off += q->S, moving = true;
+    }
+    local_batches(q, t, nt, lo, N, ns, ns_elems, h, st);
+  }
   if (!moving) return;
-  /* the others at their owners (one all-to-all there and one back), each on the owner's GPU */
+  /* the others at their owners: the gather is started while the last group's batches run on the
+   * GPU; one all-to-all there and one back for all the groups, each owner's matrices on its GPU */
+  RtMuonXchg xs;
+  rt_muon_exchange_start(comm, ranks, gs, ng, t, nt, hwork + off, counts, &xs);
   OrthCtx o = {ns, ns_elems};
-  rt_muon_exchange(comm, ranks, hwork, t, nt, g, S, orth_on_device, &o, hwork + S, counts, st);
-  rt_cuda_upload(N, hwork, (size_t)S * sizeof(float));
-  for (int i = 0; i < nt; i++) {
-    const RtTensor *T = &t[i];
-    if (T->group != g || !T->muon) continue;
-    int64_t n = T->rows * T->cols;
-    for (int k = 0; k < (T->experts ? T->experts : 1); k++) {
-      int64_t a = rt_expert_at(T, k), from = a > lo ? a : lo, to = a + n < hi ? a + n : hi;
-      if (a + n <= (a / S + 1) * S || from >= to) continue; /* held whole somewhere, or not here */
-      apply(param + (from - lo), N + (from - lo), to - from, h);
+  rt_muon_exchange_finish(&xs, orth_on_device, &o, st);
+  for (int i = 0; i < ng; i++) {
+    const RtMuonShard *q = &gs[i];
+    int64_t lo = (int64_t)me * q->S, hi = lo + q->S, S = q->S;
+    if (!group_moves(t, nt, q->g, S)) continue;
+    rt_cuda_upload(N, q->nest, (size_t)S * sizeof(float));
+    for (int j = 0; j < nt; j++) {
+      const RtTensor *T = &t[j];
+      if (T->group != q->g || !T->muon) continue;
+      int64_t n = T->rows * T->cols;
+      for (int k = 0; k < (T->experts ? T->experts : 1); k++) {
+        int64_t a = rt_expert_at(T, k), from = a > lo ? a : lo, to = a + n < hi ? a + n : hi;
+        if (a + n <= (a / S + 1) * S || from >= to) continue; /* held whole somewhere, or not here */
+        apply(q->param + (from - lo), N + (from - lo), to - from, h);
+      }
     }
   }
 }

@@ -2,9 +2,9 @@
  * collectives (what leaves the rank: a collective's send buffer, less what an all-to-all keeps
  * for itself; a root's broadcast or scatter). LD_PRELOAD it into an MPI program; at
  * MPI_Finalize each rank appends "rank BYTES CALLS" to the file named by $PMPI_COUNT_OUT.
- * Calls: Allgather, Allreduce, Reduce_scatter_block, Alltoall, Alltoallv, Ialltoallv, Bcast,
- * Gather, Gatherv, Scatterv (every collective the runtime calls, and the Gatherv / Scatterv of
- * the Muon before FlexShard). */
+ * Calls: Allgather, Allreduce, Reduce_scatter_block, Alltoall, Alltoallv, Ialltoallv, Alltoallw,
+ * Ialltoallw (Muon's exchange past INT_MAX values), Bcast, Gather, Gatherv, Scatterv (every
+ * collective the runtime calls, and the Gatherv / Scatterv of the Muon before FlexShard). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +66,28 @@ int MPI_Ialltoallv(const void *sb, const int *sc, const int *sd, MPI_Datatype st
                    const int *rd, MPI_Datatype rt, MPI_Comm c, MPI_Request *q) {
   calls++, bytes += sent_v(sc, st, c);
   return PMPI_Ialltoallv(sb, sc, sd, st, rb, rc, rd, rt, c, q);
+}
+
+static long long sent_w(const int *sc, const MPI_Datatype *st, MPI_Comm c) {
+  long long n = 0;
+  for (int r = 0, m = me(c); r < ranks(c); r++) {
+    MPI_Count s = 0;
+    if (r != m && sc[r]) PMPI_Type_size_x(st[r], &s);
+    n += (long long)sc[r] * (long long)s;
+  }
+  return n;
+}
+
+int MPI_Alltoallw(const void *sb, const int *sc, const int *sd, const MPI_Datatype *st, void *rb, const int *rc,
+                  const int *rd, const MPI_Datatype *rt, MPI_Comm c) {
+  calls++, bytes += sent_w(sc, st, c);
+  return PMPI_Alltoallw(sb, sc, sd, st, rb, rc, rd, rt, c);
+}
+
+int MPI_Ialltoallw(const void *sb, const int *sc, const int *sd, const MPI_Datatype *st, void *rb, const int *rc,
+                   const int *rd, const MPI_Datatype *rt, MPI_Comm c, MPI_Request *q) {
+  calls++, bytes += sent_w(sc, st, c);
+  return PMPI_Ialltoallw(sb, sc, sd, st, rb, rc, rd, rt, c, q);
 }
 
 int MPI_Bcast(void *b, int n, MPI_Datatype t, int root, MPI_Comm c) {
