@@ -331,7 +331,7 @@ static void build_items(Items *it, const Model *md) {
   item(it, "workspace.runtime", CAT_WORKSPACE, TIER_HBM,
        (double)plan_runtime_scratch((int64_t)T, s->model.attention.heads, E), 0, END,
        "4 B x tokens x heads + 4 B x (2 tokens + 1) + 8 + 192 B x experts + 2 B x tokens x experts + the MoE "
-       "count/table scratch (~28 B x experts): the cuda runtime's own device buffers");
+       "count/table scratch (about 32 B x experts): the cuda runtime's own device buffers");
   /* Newton-Schulz on the largest Muon matrix in bf16 (as Muon's reference implementation):
    * X, A = X Xᵀ, B and the new X */
   if (muon) {
