@@ -214,6 +214,9 @@ static void build_items(Items *it, const Model *md) {
     double kept = kept_per_token(ly, ch->ac, imb) * T;
     const char *what = ch->ac == AC_FULL ? "activations.boundary" : "activations.saved";
     Tier t = off && ch->ac == AC_FULL ? off_tier : TIER_HBM;
+    /* offloaded: the last two boundaries never leave the device (the program's OFFLOAD_IDS is
+     * L - 2): they stay in activations.offload_staging's buffers until their backward */
+    if (t != TIER_HBM && l >= L - 2) continue;
     item(it, it->c->quick ? what : mem_printf(it->m, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
          PHASE_BWD(L, l) + 1,
          ch->ac == AC_FULL ? "2 B x hidden x tokens (the layer's input)"
