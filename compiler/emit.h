@@ -36,6 +36,8 @@ typedef struct {
                       * step.c's map says `#define NAME ALIAS` or `(ALIAS + alias_at)`, with why
                       * their lifetimes never overlap */
   int64_t alias_at;
+  bool real; /* fp32 values in the activation arena's bytes (an alias there): elems counts 2 act
+              * elements per value, enough for any act type; step.c writes it RA(NAME) */
 } EmBuf;
 
 /* A parameter group (see runtime/mtrt_train.h): elems before padding; full = padded to a
@@ -116,11 +118,14 @@ const char *em_act(Em *e, int l, const char *name, SaveClass cls);
 /* The arena of buffer name (registered by em_layout; the boundaries X<l> are activations), or
  * -1 for a name that is no buffer. */
 int em_arena_of(const Em *e, const char *name);
+/* Whether buffer name holds fp32 values in the activation arena's bytes (EmBuf.real: RA(NAME)). */
+bool em_real_in_act(const Em *e, const char *name);
 
 /* ---- emit_layer.c and emit_moe.c: a layer's code in step.c ---------------------------------- */
 
 /* Writes printf-style text to e->f; every R(NAME) of an activation-arena buffer (em_arena_of)
- * is written A(NAME), so that one spelling serves the code and the type follows the layout. */
+ * is written A(NAME) (RA(NAME) for fp32 values there: em_real_in_act), so that one spelling
+ * serves the code and the type follows the layout. */
 void em_printf(Em *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Offset (elements) of tensor key (model.c's name) in group g; aborts on a key the group lacks
  * (an emitter bug: the emitter asks only for tensors the model graph has). */

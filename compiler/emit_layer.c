@@ -25,7 +25,7 @@ static void put_text(Em *e, const char *text) {
     char name[128];
     if (!word && len && len < sizeof name && r[2 + len] == ')') {
       memcpy(name, r + 2, len), name[len] = 0;
-      fputs(em_arena_of(e, name) == EM_ACT ? "A(" : "R(", e->f);
+      fputs(em_real_in_act(e, name) ? "RA(" : em_arena_of(e, name) == EM_ACT ? "A(" : "R(", e->f);
     } else {
       fputs("R(", e->f);
     }

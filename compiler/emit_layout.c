@@ -53,8 +53,25 @@ static void alias_buf(Em *e, const char *name, const char *of, int64_t at, int64
 static void buf(Em *e, const char *name, int64_t n, const char *what) { add_buf(e, name, n, what, EM_REAL); }
 static void abuf(Em *e, const char *name, int64_t n, const char *what) { add_buf(e, name, n, what, EM_ACT); }
 
+/* bufnames' value of a buffer of fp32 values in the activation arena's bytes (alias_real) */
+enum { REAL_IN_ACT = EM__ARENAS + 1 };
+
+/* Buffer name of n fp32 values in the bytes of activation buffer `of` from its element at on
+ * (2 act elements per value, whatever act is), never live at the same time as it (what: why). */
+static void alias_real(Em *e, const char *name, const char *of, int64_t at, int64_t n, const char *what) {
+  if (n <= 0 || mem_map_get(&e->bufnames, NULL, name)) return;
+  alias_buf(e, name, of, at, 2 * n, what);
+  e->bufs[e->nbufs - 1].real = true;
+  mem_map_put(e->m, &e->bufnames, NULL, name, (void *)(uintptr_t)REAL_IN_ACT);
+}
+
+bool em_real_in_act(const Em *e, const char *name) {
+  return (uintptr_t)mem_map_get(&e->bufnames, NULL, name) == REAL_IN_ACT;
+}
+
 int em_arena_of(const Em *e, const char *name) {
   uintptr_t a = (uintptr_t)mem_map_get(&e->bufnames, NULL, name);
+  if (a == REAL_IN_ACT) return EM_ACT;
   if (a) return (int)a - 1;
   if (name[0] == 'X' && name[1] >= '0' && name[1] <= '9') return EM_ACT; /* X<l>: an alias of XSLOT<l % 3> */
   return -1;
@@ -151,18 +168,31 @@ static void muon_work(Em *e) {
   e->muon_work = plan_muon_work(e->m, e->md, &e->p->best.ch, e->p->placement).elems;
 }
 
-/* The FFN gradients of gate, up and activation: a dense MLP's (DG, DU, DH: tokens x intermediate),
- * the shared experts' (DSG, DSU, DSH: tokens x their width) and the routed experts' (EDG, EDU,
- * EDH: a round's rows x expert width). Each lives only inside its FFN's backward, and those run
- * one after another (shared experts, then routed, in an MoE layer): one buffer per role, the
- * widest, the others aliases of it (the plan's activations.grad_ffn). With expert parallelism the
- * three lie in A2A, the staging of one all-to-all round, which lives only inside a dispatch or
- * undispatch: no FFN's backward runs in one (the plan's moe.a2a_staging, sized by the larger). */
-static void ffn_grads(Em *e) {
+/* The shared workspace (the plan's workspace.shared, or moe.a2a_staging with expert
+ * parallelism): one buffer, LWS (A2A when ep > 1), holding in turn groups of buffers of which
+ * only one group is ever live, each group from the buffer's start:
+ *   - the FFN gradients of gate, up and activation: a dense MLP's (DG, DU, DH: tokens x
+ *     intermediate), the shared experts' (DSG, DSU, DSH) and the routed experts' (EDG, EDU, EDH:
+ *     a round's rows x expert width), live only inside their FFN's backward; those run one after
+ *     another (shared experts, then routed): one slot per role, the widest, the others in it;
+ *   - the attention's gradients (DATT, DQ, DK, DV, DQR, DKR): from the o_proj backward to the
+ *     q/k/v projections' backward, after the layer's FFN backward;
+ *   - a block's outputs before the residual add (WS_Y, and WS_Y2 for ungated shared experts):
+ *     inside a layer's forward (or its recompute), between its FFN's ops and its residual add;
+ *   - the final norm's output LNF and the LM head's chunk logits CE (fp32): from the final norm's
+ *     forward to the LM head's backward, when no layer's buffers are live;
+ *   - the router logits' gradient DLOGITS (fp32): after a MoE layer's last all-to-all, before its
+ *     attention's backward;
+ *   - Muon's scratch MUON_WORK (fp32): the optimizer step, after the micro-batches.
+ * With ep > 1, A2A also stages one all-to-all round (MOE_CAP_ROWS x HIDDEN, source-rank order),
+ * but only inside rt_moe_dispatch / rt_moe_undispatch, which the compute stream waits for before
+ * its next op: no group above is live across one. Sized by the largest group. */
+static void shared_ws(Em *e) {
   const Spec *s = e->s;
+  const int64_t N = e->N, C = e->C;
   bool moe = e->md->n_moe_layers > 0, in_a2a = moe && e->ep > 1;
   int64_t F = s->model.mlp.present ? s->model.mlp.intermediate : 0;
-  int64_t n[3] = {e->N * F, moe ? e->N * e->Fs : 0, moe ? e->R * e->Fe : 0};
+  int64_t n[3] = {N * F, moe ? N * e->Fs : 0, moe ? e->R * e->Fe : 0};
   bool gate[3] = {s->model.mlp.activation == ACT_SWIGLU, !e->gelu_experts, !e->gelu_experts};
   static const char *const names[3][3] = {{"DG", "DSG", "EDG"}, {"DU", "DSU", "EDU"}, {"DH", "DSH", "EDH"}};
   static const char *const whats[3][3] = {
@@ -170,34 +200,71 @@ static void ffn_grads(Em *e) {
       {"gradient of the mlp up", "shared experts' up gradient", "routed experts' up gradient"},
       {"gradient of the mlp activation", "shared experts' activation gradient", "routed experts' activation gradient"}};
   int big[3];
-  int64_t at[3], total = 0;
+  int64_t at[3], ffn = 0;
   for (int r = 0; r < 3; r++) {
     big[r] = -1;
     for (int j = 0; j < 3; j++)
       if (n[j] > 0 && (r || gate[j]) && (big[r] < 0 || n[j] > n[big[r]])) big[r] = j;
-    at[r] = total;
-    if (big[r] >= 0) total += round_up(n[big[r]], ALIGN);
+    at[r] = ffn;
+    if (big[r] >= 0) ffn += round_up(n[big[r]], ALIGN);
   }
+  /* the other groups: (name, elements of act, or fp32 values for the real ones) in order */
+  bool y2 = moe && e->Fs && !s->model.moe.shared_expert_gate;
+  struct {
+    const char *name, *what;
+    int64_t n;
+    bool real;
+  } g[5][6] = {
+      {{"DATT", "gradient of the attention output", N * e->AO, false},
+       {"DQ", "gradient of the queries", N * e->Q, false},
+       {"DK", "gradient of the keys", N * e->KV, false},
+       {"DV", "gradient of the values", N * e->VW, false},
+       {"DQR", "gradient of the queries before qk-norm", e->qk_norm ? N * e->Q : 0, false},
+       {"DKR", "gradient of the keys before qk-norm", e->qk_norm ? N * e->KV : 0, false}},
+      {{"WS_Y", "a block's output before the residual add", N * C, false},
+       {"WS_Y2", "shared experts' output", y2 ? N * C : 0, false}},
+      {{"LNF", "final norm output", N * C, false},
+       {"CE", "logits of one vocabulary chunk (fp32) and their gradient", 2 * N * e->chunk, true}},
+      {{"DLOGITS", "gradient of the router logits (fp32)", moe ? N * e->E : 0, true}},
+      {{"MUON_WORK", "Muon: the pieces sent to owners and received, a matrix's gradient, its update and "
+                     "Newton-Schulz scratch (fp32)", e->muon_work, true}}};
+  static const char *const when[5] = {"the attention's backward", "a layer's forward", "the loss",
+                                      "a MoE layer's backward after its all-to-alls", "the optimizer step"};
+  int64_t size = ffn, gat[5][6];
+  for (int k = 0; k < 5; k++) {
+    int64_t top = 0;
+    for (int i = 0; i < 6; i++) {
+      gat[k][i] = top;
+      if (g[k][i].name && g[k][i].n > 0) top += round_up(g[k][i].real ? 2 * g[k][i].n : g[k][i].n, ALIGN);
+    }
+    if (top > size) size = top;
+  }
+  const char *ws = in_a2a ? "A2A" : "LWS";
   if (in_a2a) {
-    int64_t a2a = e->R * e->C;
-    abuf(e, "A2A", a2a > total ? a2a : total,
-         a2a >= total ? "all-to-all staging of one round (source-rank order); between all-to-alls, the FFN gradients"
-                      : "all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); "
-                        "between all-to-alls, the FFN gradients (the whole)");
+    int64_t a2a = e->R * C;
+    abuf(e, ws, a2a > size ? a2a : size,
+         "all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between "
+         "all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time)");
+  } else {
+    abuf(e, ws, size, "shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time");
   }
   for (int r = 0; r < 3; r++) {
     if (big[r] < 0) continue;
     const char *w = whats[r][big[r]];
-    if (in_a2a)
-      alias_buf(e, names[r][big[r]], "A2A", at[r], n[big[r]],
-                mem_printf(e->m, "%s: in A2A's bytes (no all-to-all runs inside an FFN's backward)", w));
-    else
-      abuf(e, names[r][big[r]], n[big[r]], w);
+    alias_buf(e, names[r][big[r]], ws, at[r], n[big[r]],
+              mem_printf(e->m, "%s: in %s (an FFN's backward)", w, ws));
     for (int j = 0; j < 3; j++)
       if (j != big[r] && n[j] > 0 && (r || gate[j]))
         alias_buf(e, names[r][j], names[r][big[r]], 0, n[j],
                   mem_printf(e->m, "%s: in %s (one FFN's backward at a time)", whats[r][j], names[r][big[r]]));
   }
+  for (int k = 0; k < 5; k++)
+    for (int i = 0; i < 6; i++) {
+      if (!g[k][i].name || g[k][i].n <= 0) continue;
+      const char *w = mem_printf(e->m, "%s: in %s (%s)", g[k][i].what, ws, when[k]);
+      if (g[k][i].real) alias_real(e, g[k][i].name, ws, gat[k][i], g[k][i].n, w);
+      else alias_buf(e, g[k][i].name, ws, gat[k][i], g[k][i].n, w);
+    }
 }
 
 /* MLA's buffers of layer l (emit_mla.c writes the code): the latents before their norms and
@@ -297,13 +364,27 @@ void em_layout(Em *e) {
   buf(e, "TARGETS", N, "next-token targets (int32)");
   for (int l = 0; e->aux_free && l < e->L; l++)
     if (md->layers[l].kind == LAYER_MOE) buf(e, mem_printf(e->m, "L%d_LOAD", l), e->E, "tokens per expert this step (aux_free)");
-  /* the shards the all-gathers read, in the activation type: the plan's params.bf16_shard with
-   * the master on the host; with the master in HBM the plan casts one layer at a time
-   * (params.bf16_cast), the program keeps every shard cast (2 B x params / fsdp more) */
-  for (int g = 0; g < e->ngroups; g++)
-    abuf(e, mem_printf(e->m, "%s_PARAM", e->groups[g].cname), e->groups[g].shard,
-         "its shard cast to the activation type, gathered from: refreshed after each optimizer step");
+  /* the shards the all-gathers read, in the activation type: with the master on the host, every
+   * group's (the plan's params.bf16_shard), refreshed after each optimizer step; with the master
+   * in HBM, a unit's shards are cast into CAST<u % (P + 1)> (dense, then experts) just before its
+   * gathers start (the plan's params.bf16_cast: one per buffer of the gathered pool) */
+  if (e->state_host)
+    for (int g = 0; g < e->ngroups; g++)
+      abuf(e, mem_printf(e->m, "%s_PARAM", e->groups[g].cname), e->groups[g].shard,
+           "its shard cast to the activation type, gathered from: refreshed after each optimizer step");
   e->scratch[EM_REAL] = e->top[EM_REAL], e->scratch[EM_ACT] = e->top[EM_ACT];
+  if (!e->state_host) {
+    int64_t unit = e->groups[e->g_embed].shard > e->groups[e->g_head].shard ? e->groups[e->g_embed].shard
+                                                                             : e->groups[e->g_head].shard;
+    for (int l = 0; l < e->L; l++) {
+      int64_t u = e->groups[e->layer_dense[l]].shard + (e->layer_experts[l] >= 0 ? e->groups[e->layer_experts[l]].shard : 0);
+      if (u > unit) unit = u;
+    }
+    for (int i = 0; i <= e->prefetch; i++)
+      abuf(e, mem_printf(e->m, "CAST%d", i), unit,
+           mem_printf(e->m, "units u with u %% %d = %d: their master shards cast to the activation type just before "
+                      "their all-gathers (dense, then experts), read by them until waited for", e->prefetch + 1, i));
+  }
   /* units (embedding 0, layer l = l + 1, head L + 1): while one computes, the next P units' gathers
    * (P the plan's prefetch depth) are in flight into the other buffers of the pool, and in the
    * backward the previous unit's gradient is reduce-scattered from the other of two gradient
@@ -322,7 +403,6 @@ void em_layout(Em *e) {
    * (bf16 on cuda), reduce-scattered from these bytes (bf16 wire: in place) */
   abuf(e, "GRAD0", max_unit, "an even unit's gradient, dense then experts, then its reduce-scatters' input (in place)");
   abuf(e, "GRAD1", max_unit, "an odd unit's (in flight while the next unit's backward runs)");
-  buf(e, "MUON_WORK", e->muon_work, "Muon: the pieces sent to owners and received, a matrix's gradient, its update and Newton-Schulz scratch");
   /* grad_reduce_dtype fp32 (the plan's grads.fp32_wire[0..1]): a unit's gradient cast to fp32 and
    * reduce-scattered there in place, laid out as GRAD<u % 2> */
   if (e->s->training.grad_reduce_dtype != WIRE_BF16 && e->fsdp > 1)
@@ -414,23 +494,12 @@ void em_layout(Em *e) {
     }
   }
   /* workspace: forward temporaries and backward gradients, reused by every layer */
-  abuf(e, "WS_Y", N * C, "a block's output before the residual add");
-  abuf(e, "WS_Y2", N * C, "shared experts' output");
   abuf(e, "DX_A", N * C, "gradient of the residual stream (even layers' output)");
   abuf(e, "DX_B", N * C, "gradient of the residual stream (odd layers' output)");
   abuf(e, "DLN", N * C, "gradient of a norm's output");
-  abuf(e, "DATT", N * e->AO, "gradient of the attention output");
-  abuf(e, "DQ", N * e->Q, "gradient of the queries");
-  abuf(e, "DK", N * e->KV, "gradient of the keys");
-  abuf(e, "DV", N * e->VW, "gradient of the values");
+  shared_ws(e);
   if (e->mla) em_mla_workspace(e);
-  if (e->qk_norm) {
-    abuf(e, "DQR", N * e->Q, "gradient of the queries before qk-norm");
-    abuf(e, "DKR", N * e->KV, "gradient of the keys before qk-norm");
-  }
-  ffn_grads(e);
   if (md->n_moe_layers) {
-    buf(e, "DLOGITS", N * e->E, "gradient of the router logits");
     buf(e, "DWTS", N * K, "gradient of the routing weights");
     abuf(e, "DYP", N * K * C, "gradient of the expert outputs");
     if (e->ep > 1) /* undispatch of round r writes the rows dispatch r sent, as WS_YP in WS_XP */
@@ -451,8 +520,6 @@ void em_layout(Em *e) {
     }
     buf(e, "AUX", 3 * e->E, "load-balancing loss scratch");
   }
-  abuf(e, "LNF", N * C, "final norm output");
   buf(e, "RSTDF", N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
   buf(e, "LSEF", N, "log-sum-exp of each token's logits");
-  buf(e, "CE", 2 * N * e->chunk, "logits of one vocabulary chunk and their gradient");
 }

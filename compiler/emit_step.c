@@ -39,8 +39,15 @@ static void start_unit(Em *e, int u, const char *why) {
     if (g < 0) continue;
     const EmGroup *G = &e->groups[g];
     int b = u % (e->prefetch + 1);
-    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED%d)%s, R(%s_PARAM), %lld, %d); /* %s: %lld ranks x %lld%s */\n",
-      kind_comm[k], b, in_unit(e, u, k), G->cname,
+    const char *src = mem_printf(e->m, "R(%s_PARAM)", G->cname);
+    if (!e->state_host) { /* the master in HBM: cast on the compute stream, which the gather waits for */
+      int gd = unit_group(e, u, 0);
+      src = mem_printf(e->m, "R(CAST%d)%s", b, k && gd >= 0 ? mem_printf(e->m, " + %lld", (long long)e->groups[gd].shard) : "");
+      P(e, "  rt_cast_to_act(%s, S(%s_MASTER), %lld); /* its master shard, cast for the gather */\n", src, G->cname,
+        (long long)G->shard);
+    }
+    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED%d)%s, %s, %lld, %d); /* %s: %lld ranks x %lld%s */\n",
+      kind_comm[k], b, in_unit(e, u, k), src,
       (long long)G->shard, 2 * b + k, G->name, (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
   }
 }
@@ -201,7 +208,7 @@ static void tables(Em *e) {
   P(e, "\n/* Parameter groups: sharded over the FSDP group (%lld ranks) or, for experts, over the\n"
        " * %lld ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the\n"
        " * state arena (-1: a group of Muon matrices has no second moment), and of the shard the\n"
-       " * all-gathers read in the activation arena. */\n",
+       " * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */\n",
     (long long)e->fsdp, (long long)e->efsdp);
   P(e, "const RtGroup step_groups[N_GROUPS] = {\n");
   for (int g = 0; g < e->ngroups; g++) {
@@ -209,7 +216,7 @@ static void tables(Em *e) {
     P(e, "    {\"%s\", %s, %lld, %lld, %s_MASTER, %s_GRAD, %s_ADAM_M, %s, %s},\n", G->name,
       G->comm ? "RT_GROUP_EXPERT_SHARD" : "RT_GROUP_FSDP", (long long)G->full, (long long)G->shard, G->cname,
       G->cname, G->cname, G->adamw ? mem_printf(e->m, "%s_ADAM_V", G->cname) : "-1",
-      mem_printf(e->m, "%s_PARAM", G->cname));
+      e->state_host ? mem_printf(e->m, "%s_PARAM", G->cname) : "-1");
   }
   P(e, "};\n\n/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,\n"
        " * Muon and its owner rank; routed tensors in whole-expert shards: experts per shard and the shard's size\n"
@@ -318,8 +325,9 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
     (long long)staging, (long long)staging_elems);
   for (int i = 0; i < e->nbufs; i++)
     if (strcmp(e->bufs[i].name, "MUON_WORK") == 0)
-      P(e, "#define MUON_WORK %lld /* Muon's scratch */\n#define MUON_WORK_ELEMS %lld\n", (long long)e->bufs[i].offset,
-        (long long)e->bufs[i].elems);
+      P(e, "#define MUON_WORK %lld /* Muon's scratch: fp32 values in the activation arena's bytes (in %s, free "
+           "during the optimizer step) */\n#define MUON_WORK_ELEMS %lld\n", (long long)e->bufs[i].offset,
+        e->bufs[i].alias, (long long)e->muon_work);
   P(e, "#define HOST_ELEMS %lld /* the host arena (activation offload): boundaries waiting for the backward */\n",
     (long long)e->host_elems);
   P(e, "#define OFFLOAD_IDS %lld /* boundaries that go to the host and back */\n",
@@ -352,6 +360,7 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#define S(o) (c->state + (o))                    /* state buffer at state arena offset o */\n");
   P(e, "#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */\n");
   P(e, "#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */\n");
+  P(e, "#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */\n");
   P(e, "#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */\n");
   P(e, "#define W(o) (c->wd + (o))                      /* a gathered dense parameter */\n");
   P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */\n");
@@ -454,7 +463,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
     e->sigmoid = s->model.moe.router == ROUTER_SIGMOID;
     e->gelu_experts = s->model.moe.activation == ACT_GELU;
   }
-  e->chunk = e->V < 4096 ? e->V : 4096;
+  e->chunk = plan_logits_chunk(e->N, e->V);
   em_layout(e);
 }
 

@@ -651,6 +651,19 @@ int64_t plan_expert_per(int64_t El, int64_t efsdp);
  * vectors of bf16 (emit_layout.c lays the groups out with it; placement.c finds what moves). */
 int64_t plan_flat_shard(int64_t elems, int64_t ranks);
 
+/* Vocabulary columns of one LM-head / cross-entropy chunk for tokens rows: the whole vocabulary
+ * when its fp32 logits fit in 1 GiB, else at most 4096 columns and 1 GiB of fp32 logits (a
+ * multiple of 128 when >= 128). The plan's workspace item and the program's CE buffer (2 x tokens
+ * x chunk fp32: the logits and their gradient) both use it. */
+int64_t plan_logits_chunk(int64_t tokens, int64_t vocab);
+
+/* Bytes of the cuda runtime's own device scratch besides cuBLAS's workspace, as
+ * runtime/cuda/ops.c's scratch_of allocates it: attention's delta (4 x tokens x heads), the
+ * cross-entropy's sums (4 x (2 tokens + 1)), one double, the grouped GEMMs' pointer arrays (8 x 8
+ * slots x 3 x experts), the bf16 router-logit copy (2 x tokens x experts) and the MoE count/table
+ * scratch (cu_moe_layout). experts 0 (dense) counts as 1. */
+int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t experts);
+
 /* Owners of one expert matrix kind of one layer on one EP rank. Whole-expert shards (per > 0):
  * expert first + k (k < count) is orthogonalized where it is held, by FSDP rank ep_rank + ep ×
  * (k / per). Flat (per 0): expert k is held by the ranks its elements fall on; when it lies in

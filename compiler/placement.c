@@ -39,6 +39,21 @@ int64_t plan_flat_shard(int64_t elems, int64_t ranks) {
   return (elems + ranks * 8 - 1) / (ranks * 8) * 8;
 }
 
+int64_t plan_logits_chunk(int64_t tokens, int64_t vocab) {
+  const int64_t gib = (int64_t)1 << 30;
+  if (tokens <= 0 || vocab <= 0 || 4 * tokens * vocab <= gib) return vocab;
+  int64_t c = gib / (4 * tokens);
+  if (c > 4096) c = 4096;
+  if (c >= 128) c = c / 128 * 128;
+  return c < 1 ? 1 : c;
+}
+
+int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t experts) {
+  int64_t E = experts > 0 ? experts : 1;
+  int64_t cnt = 4 * 2 * E, tab = (cnt + 4 * E + 7) / 8 * 8, moe = tab + 8 * 2 * E + 4 * (E + 1);
+  return 4 * tokens * heads + 4 * (2 * tokens + 1) + 8 + 8 * 8 * 3 * E + 2 * tokens * E + moe;
+}
+
 /* A matrix that moves to an owner: a dense one (run NULL) or a run of a layer's split experts. */
 typedef struct {
   const Param *p;

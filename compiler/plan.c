@@ -147,8 +147,9 @@ static void build_items(Items *it, const Model *md) {
   if (ot == TIER_HOST)
     item(it, "params.bf16_shard", CAT_PARAMS, TIER_HBM, 2 * shard, 0, END, "2 B x params / fsdp");
   else
-    item(it, "params.bf16_cast", CAT_PARAMS, TIER_HBM, g / (double)ch->fsdp, 1, PHASE_OPT(L),
-         "gathered.params / fsdp: one layer's shard cast to bf16 for its all-gather");
+    item(it, "params.bf16_cast", CAT_PARAMS, TIER_HBM, (double)(ch->prefetch + 1) * g / (double)ch->fsdp, 1,
+         PHASE_OPT(L), "(prefetch + 1) x gathered.params / fsdp: a layer's shard cast to bf16 for its all-gather, "
+         "one per buffer of the gathered pool");
   item(it, "master.fp32_shard", CAT_OPTIMIZER, ot, 4 * shard, 0, END,
        pad > 0 ? "4 B x (params / fsdp + the padding of whole-expert shards to the largest share)" : "4 B x params / fsdp");
   if (muon)
@@ -158,6 +159,13 @@ static void build_items(Items *it, const Model *md) {
        "8 B x AdamW params / fsdp (fp32 first and second moments)");
   item(it, "grads.fp32_shard", CAT_GRADS, ot, 4 * shard, 0, END,
        "4 B x params / fsdp (reduce-scattered, accumulated in fp32)");
+  /* the state in HBM: the cuda program keeps a host copy of it (pageable), which initialization,
+   * resume and checkpoints read and write (templates/train.c's state_mirror) */
+  if (ot == TIER_HBM)
+    item(it, "state.host_mirror", CAT_OPTIMIZER, TIER_HOST, 4 * shard * 2 + 4 * p_muon / (double)ch->fsdp +
+         8 * p_adam / (double)ch->fsdp, 0, END,
+         "master.fp32_shard + grads.fp32_shard + the optimizer's moments: the host copy of the HBM state "
+         "(initialization, resume, checkpoints)");
 
   /* per-layer working buffers: a pool of gathered layers (the computing one + prefetch) and
    * two unsharded bf16 gradient buffers (one computing, one in reduce-scatter) */
@@ -206,6 +214,9 @@ static void build_items(Items *it, const Model *md) {
     double kept = kept_per_token(ly, ch->ac, imb) * T;
     const char *what = ch->ac == AC_FULL ? "activations.boundary" : "activations.saved";
     Tier t = off && ch->ac == AC_FULL ? off_tier : TIER_HBM;
+    /* offloaded: the last two boundaries never leave the device (the program's OFFLOAD_IDS is
+     * L - 2): they stay in activations.offload_staging's buffers until their backward */
+    if (t != TIER_HBM && l >= L - 2) continue;
     item(it, it->c->quick ? what : mem_printf(it->m, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
          PHASE_BWD(L, l) + 1,
          ch->ac == AC_FULL ? "2 B x hidden x tokens (the layer's input)"
@@ -252,14 +263,42 @@ static void build_items(Items *it, const Model *md) {
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
-  /* the FFN gradients of gate, up and act, one FFN's backward at a time; with ep > 1 they lie in
-   * moe.a2a_staging, which holds one all-to-all round only inside a dispatch or undispatch */
+  /* the shared workspace (the program's LWS, or A2A with ep > 1): buffers of which at most one
+   * group is live at a time, each group at its start: the FFN gradients of gate, up and act (one
+   * FFN's backward at a time), the attention's gradients (its backward), a block's outputs before
+   * the residual add (a layer's forward), the final norm's output and one vocabulary chunk's
+   * logits and their gradient (the loss), the router logits' gradient (a MoE layer's backward,
+   * after its all-to-alls) and Muon's scratch (the optimizer step); fp32 values count 4 B. With
+   * ep > 1 it is moe.a2a_staging, which holds one all-to-all round only inside a dispatch or
+   * undispatch, when none of these is live. */
   const double grad_ffn = 2 * T * (2 * ffn + ffn_gate);
+  const double q = (double)s->model.attention.heads * (double)md->qk_head_dim,
+               kv = (double)s->model.attention.kv_heads * (double)md->qk_head_dim,
+               ao = (double)s->model.attention.heads * (double)md->v_head_dim,
+               vw = (double)s->model.attention.kv_heads * (double)md->v_head_dim;
+  const bool qkn = s->model.attention.qk_norm != QKN_NONE;
+  const double grad_attn = 2 * T * (q + kv + ao + vw + (qkn ? q + kv : 0)); /* dQ, dK, d(out), dV (, before qk-norm) */
+  const bool y2 = md->n_moe_layers && s->model.moe.shared_experts && !s->model.moe.shared_expert_gate;
+  const double outputs = 2 * T * H * (y2 ? 2 : 1);
+  const double chunk = (double)plan_logits_chunk((int64_t)T, s->model.vocab);
+  const double loss = 2 * T * H + 2 * 4 * T * chunk;
+  const double grad_router = md->n_moe_layers ? 4 * T * (double)s->model.moe.experts : 0;
+  /* Muon's scratch (plan_muon_work, fp32), the optimizer step's group: the program lays it in
+   * these bytes whichever backend runs the step */
+  const double muon_ws = s->training.optimizer == OPT_MUON ? 4 * (double)plan_muon_summary(md, ch).work.elems : 0;
+  double shared = fmax(fmax(fmax(grad_ffn, grad_attn), fmax(fmax(outputs, loss), grad_router)), muon_ws);
+  const char *shared_what =
+      "max(2 B x tokens x (2 x widest FFN + widest gated FFN) (routed: top_k x width x imbalance): the FFN "
+      "gradients; 2 B x tokens x (q + kv + heads x v_head_dim + kv_heads x v_head_dim (+ q + kv with qk-norm)): the attention's; 2 B x hidden x tokens "
+      "(x 2 with ungated shared experts): a block's outputs; 2 B x hidden x tokens + 2 x 4 B x tokens x "
+      "vocabulary chunk (<= 4096 columns, <= 1 GiB): the final norm's output and the loss's logits; 4 B x "
+      "tokens x experts: the router logits' gradient; 4 B x MUON_WORK: Muon's scratch)";
   const bool ffn_in_a2a = md->n_moe_layers && ch->ep > 1;
   if (!ffn_in_a2a)
-    item(it, "activations.grad_ffn", CAT_ACTIVATIONS, TIER_HBM, grad_ffn, PHASE_LOSS(L) + 1, PHASE_OPT(L),
-         "2 B x tokens x (2 x widest FFN + widest gated FFN) (routed: top_k x width x imbalance): "
-         "gradients of up and act (and gate: SwiGLU), one FFN's backward at a time");
+    item(it, "workspace.shared", CAT_WORKSPACE, TIER_HBM, shared, 1, END,
+         mem_printf(it->m, "%s: one group at a time", shared_what));
+  item(it, "activations.grad_norm", CAT_ACTIVATIONS, TIER_HBM, 2 * H * T, PHASE_LOSS(L), PHASE_OPT(L),
+       "2 B x hidden x tokens: gradient of a norm's output (a layer's backward, the LM head's)");
 
   /* MoE: the receiving sides of both all-to-alls are saved activations (x_permuted, and
    * y_combined in token order); what remains are the send sides — this rank's token copies
@@ -278,9 +317,9 @@ static void build_items(Items *it, const Model *md) {
       item(it, "moe.combine_send", CAT_MOE, TIER_HBM, b * imb, 1, PHASE_OPT(L),
            "tokens x top_k x hidden x 2 B x moe_imbalance (the experts' outputs; in the backward, their gradient "
            "received)");
-      item(it, "moe.a2a_staging", CAT_MOE, TIER_HBM, fmax(b * imb, grad_ffn), 1, PHASE_OPT(L),
-           "max(tokens x top_k x hidden x 2 B x moe_imbalance: one round's rows in source-rank order, "
-           "activations.grad_ffn's formula: the FFN gradients, between all-to-alls)");
+      item(it, "moe.a2a_staging", CAT_MOE, TIER_HBM, fmax(b * imb, shared), 1, END,
+           mem_printf(it->m, "max(tokens x top_k x hidden x 2 B x moe_imbalance: one round's rows in source-rank "
+                      "order; between all-to-alls, the shared workspace, %s)", shared_what));
       item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
            "tokens x top_k x hidden x 2 B: gradient of the experts' outputs, then of the token copies in its rows");
     } else {
@@ -291,28 +330,29 @@ static void build_items(Items *it, const Model *md) {
     }
   }
 
-  /* attention backward accumulates dQ in fp32 (FlashAttention-2/3): O(seq), never O(seq²) */
-  item(it, "workspace.attention_dq_fp32", CAT_WORKSPACE, TIER_HBM,
-       4 * T * (double)s->model.attention.heads * (double)md->qk_head_dim, PHASE_LOSS(L) + 1, PHASE_OPT(L),
-       "4 B x tokens x heads x qk_head_dim");
-  /* the LM head's logits and their gradient, one vocabulary chunk at a time (fp32) */
-  double chunk = (double)s->model.vocab;
-  if (4 * T * chunk > 0x1p30) chunk = (double)(int64_t)(0x1p30 / (4 * T)) + 1;
-  item(it, "workspace.logits_chunk", CAT_WORKSPACE, TIER_HBM, 2 * 4 * T * chunk, PHASE_LOSS(L),
-       PHASE_LOSS(L) + 1, "2 x 4 B x tokens x vocabulary chunk (<= 1 GiB per buffer)");
-  /* Muon's scratch, as the program allocates it (MUON_WORK, fp32: plan_muon_work): the pieces
+  if (md->n_moe_layers)
+    item(it, "moe.grad_routing_weights", CAT_MOE, TIER_HBM, 4 * T * (double)s->model.moe.top_k, PHASE_LOSS(L) + 1,
+         PHASE_OPT(L), "4 B x tokens x top_k: gradient of the routing weights (a MoE layer's backward)");
+  /* the cuda runtime's scratch (plan_runtime_scratch): attention's backward keeps one fp32 delta
+   * per token and head (its dQ accumulates in registers, no fp32 dQ buffer), the cross-entropy's
+   * sums, the grouped GEMMs' pointer arrays, the MoE counts and tables */
+  item(it, "workspace.runtime", CAT_WORKSPACE, TIER_HBM,
+       (double)plan_runtime_scratch((int64_t)T, s->model.attention.heads, E), 0, END,
+       "4 B x tokens x heads + 4 B x (2 tokens + 1) + 8 + 192 B x experts + 2 B x tokens x experts + the MoE "
+       "count/table scratch (about 32 B x experts): the cuda runtime's own device buffers");
+  /* Muon's scratch as the program allocates it (MUON_WORK, fp32: plan_muon_work): the pieces
    * sent to owners (all dense groups in one exchange, each expert group in its own) and
    * received, a gathered matrix's gradient, update and Newton-Schulz scratch, or the cuda
-   * backend's largest batch of a shard's experts.
-   * With the step on the GPU, its exchange goes through host memory: a shard's Nesterov
-   * gradients and the same buffers again */
+   * backend's largest batch of a shard's experts. In HBM it is a group of workspace.shared (the
+   * optimizer step's); with the step on the host, the host's own copy. With the step on the GPU,
+   * its exchange goes through host memory: a shard's Nesterov gradients and the same buffers again */
   if (muon) {
     PlanMuonWork w = plan_muon_summary(md, ch).work;
-    item(it, "workspace.newton_schulz", CAT_WORKSPACE, ch->opt_on_host ? TIER_HOST : TIER_HBM, 4 * (double)w.elems,
-         PHASE_OPT(L), END,
-         "4 B x max(the dense shards' sum or an expert shard + the most one rank owns of their moving matrices + "
-         "4 n + 2 r^2 of the largest; a shard + its largest Newton-Schulz batch b (2 n + 2 r^2 + 1))");
-    if (!ch->opt_on_host)
+    if (ch->opt_on_host)
+      item(it, "workspace.newton_schulz", CAT_WORKSPACE, TIER_HOST, 4 * (double)w.elems, PHASE_OPT(L), END,
+           "4 B x max(the dense shards' sum or an expert shard + the most one rank owns of their moving matrices + "
+           "4 n + 2 r^2 of the largest; a shard + its largest Newton-Schulz batch b (2 n + 2 r^2 + 1))");
+    else
       item(it, "workspace.muon_exchange_host", CAT_WORKSPACE, TIER_HOST, 4 * (double)(w.elems + w.nest),
            PHASE_OPT(L), END,
            "4 B x (workspace.newton_schulz's values + the dense shards' sum or an expert shard, the larger): the "

@@ -66,7 +66,8 @@ typedef struct {
   int64_t master, grad, adam_m, adam_v; /* element offsets in the state arena; adam_v -1 for a group
                                            of Muon matrices only (Muon's momentum is adam_m) */
   int64_t param;      /* element offset in the activation arena of the master shard cast to the
-                         activation type, which the all-gathers read */
+                         activation type, which the all-gathers read; -1 when step.c casts it
+                         before each gather (the master in HBM) */
 } RtGroup;
 
 /* Runs BODY for every piece of a tensor of group g inside the gathered range [lo, hi), with T

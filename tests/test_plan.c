@@ -79,7 +79,7 @@ static void reference_run(void) {
       CHECK(c->items[i].tier == TIER_HOST);
       boundary += c->items[i].bytes;
     }
-  CHECK_EQ(boundary, 65536LL * 6144 * 2 * 74); /* 55.5 GiB per GPU */
+  CHECK_EQ(boundary, 65536LL * 6144 * 2 * 72); /* 54 GiB per GPU: the last two boundaries stay in HBM */
   CHECK(c->arena[TIER_HBM] < (int64_t)96e9);
   CHECK(c->arena[TIER_HOST] < (int64_t)120e9);
   CHECK(c->cost.tokens_per_s_per_gpu > 0 && c->cost.mfu > 0 && c->cost.mfu < 1);
@@ -219,7 +219,7 @@ static void nvme(void) {
     const Candidate *c = &p->best;
     CHECK(find(c, "activations.boundary[0]") && find(c, "activations.boundary[0]")->tier == TIER_NVME);
     CHECK(find(c, "activations.nvme_bounce[1]") && find(c, "activations.nvme_bounce[1]")->tier == TIER_HOST);
-    CHECK_EQ(c->arena[TIER_NVME], 65536LL * 6144 * 2 * 74);
+    CHECK_EQ(c->arena[TIER_NVME], 65536LL * 6144 * 2 * 72); /* the last two stay in HBM */
     check_arena(c);
   }
   /* without the NVMe tier the same host does not fit */
@@ -243,7 +243,7 @@ static void tiny_items_by_hand(void) {
   /* largest layer: attention 49,152 + norms 256 + router 1,024 + 9 experts of 98,304 */
   const int64_t layer = 49152 + 256 + 1024 + 9 * 98304;
   if (c->ch.opt_tier == TIER_HOST) CHECK_EQ(bytes(c, "params.bf16_shard"), 2 * P / 2);
-  else CHECK_EQ(bytes(c, "params.bf16_cast"), 2 * layer / 2); /* one layer's shard, cast to bf16 */
+  else CHECK_EQ(bytes(c, "params.bf16_cast"), (c->ch.prefetch + 1) * 2 * layer / 2); /* a layer's shard per pool buffer */
   CHECK_EQ(bytes(c, "master.fp32_shard"), 4 * P / 2);
   CHECK_EQ(bytes(c, "optimizer.adamw_moments"), 8 * P / 2);
   CHECK_EQ(bytes(c, "grads.fp32_shard"), 4 * P / 2);
@@ -258,19 +258,37 @@ static void tiny_items_by_hand(void) {
   CHECK_EQ(bytes(c, "activations.forward_layer"), (256 + 784 + 5632 + 832) * T);
   CHECK_EQ(bytes(c, "activations.recompute_layer"), (784 + 5632 + 832) * T);
   CHECK_EQ(bytes(c, "activations.grad_residual[0]"), 2 * H * T);
-  /* gradients of gate, up and act of the widest FFN: top-2 x 256 routed (no imbalance at ep 1) */
-  CHECK_EQ(bytes(c, "activations.grad_ffn"), 3 * 2 * T * (2 * 256));
+  /* the shared workspace, its largest group: the gradients of gate, up and act of the widest FFN,
+   * top-2 x 256 routed (no imbalance at ep 1), above the attention's gradients (2 T (2 x 128 +
+   * 2 x 64)) and the loss's (final norm output 2 H T + two fp32 logits of the whole vocabulary) */
+  CHECK_EQ(bytes(c, "workspace.shared"), 3 * 2 * T * (2 * 256));
+  CHECK(3 * 2 * T * (2 * 256) > 2 * H * T + 2 * 4 * T * 256);
+  CHECK_EQ(bytes(c, "activations.grad_norm"), 2 * H * T);
+  CHECK_EQ(bytes(c, "moe.grad_routing_weights"), 4 * T * 2);
   /* ep 1: no all-to-all; the gradient of the experts' outputs (top-2 copies per token); that of
    * their inputs lies in y_combined's bytes (dead once combined) */
   CHECK_EQ(bytes(c, "moe.grad_expert_out"), T * 2 * H * 2);
   CHECK(!find_quiet(c, "moe.grad_expert_in"));
-  CHECK_EQ(bytes(c, "workspace.attention_dq_fp32"), 4 * T * 4 * 32);
-  CHECK_EQ(bytes(c, "workspace.logits_chunk"), 2 * 4 * T * 256);
+  CHECK(!find_quiet(c, "workspace.attention_dq_fp32")); /* the program keeps no fp32 dQ: its delta is runtime's */
+  CHECK(!find_quiet(c, "workspace.logits_chunk"));        /* in workspace.shared */
+  CHECK_EQ(bytes(c, "workspace.runtime"), plan_runtime_scratch(T, 4, 8));
+  CHECK_EQ(plan_logits_chunk(T, 256), 256);
+  CHECK_EQ(plan_logits_chunk(65536, 256000), 4096);  /* europa-1t: 1 GiB of fp32 logits */
+  CHECK_EQ(plan_logits_chunk(131072, 32000), 2048);  /* mixtral-8x7b: 1 GiB, not 4096 columns' 2 */
+  CHECK_EQ(plan_logits_chunk(8192, 128256), 4096);   /* llama-3.1-8b: at most 4096 columns */
   CHECK_EQ(bytes(c, "reserve.nccl_buffers"), 64 << 20); /* the cpu preset */
   CHECK_EQ(bytes(c, "reserve.host"), 64 << 20);
   /* static 4, gathered, unsharded grads 2, boundaries 4, forward and recompute layers, grad
-   * residual 2, grad ffn, grad_expert_out, dq, logits, reserves 4 */
-  int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 2 + 2 + 1 + 1 + 1 + 1 + 4;
+   * residual 2, shared workspace, grad norm, grad_expert_out, grad routing weights, runtime,
+   * reserves 4 */
+  int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 2 + 2 + 1 + 1 + 1 + 1 + 1 + 4;
+  /* the state in HBM: the cuda program's host copy of it (master, gradient, two moments) */
+  if (c->ch.opt_tier == TIER_HBM) {
+    CHECK_EQ(bytes(c, "state.host_mirror"), (4 + 4 + 8) * P / 2);
+    items++;
+  } else {
+    CHECK(!find_quiet(c, "state.host_mirror"));
+  }
   CHECK_EQ(c->nitems, items);
   check_arena(c);
   mem_free(&m);

@@ -15,6 +15,7 @@
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
@@ -579,12 +580,10 @@
 #define WS_POS                     19970560 /*     393216: row of each assignment in expert order (int32) */
 #define WS_OFFSETS                 20363776 /*        257: first row of each expert (int32) */
 #define WS_EOFF                    20364048 /*         65: first row of each local expert in the round (int32) */
-#define DLOGITS                    20364128 /*   12582912: gradient of the router logits */
-#define DWTS                       32947040 /*     393216: gradient of the routing weights */
-#define AUX                        33340256 /*        768: load-balancing loss scratch */
-#define RSTDF                      33341024 /*      49152: its 1/rms per token */
-#define LSEF                       33390176 /*      49152: log-sum-exp of each token's logits */
-#define CE                         33439328 /*  402653184: logits of one vocabulary chunk and their gradient */
+#define DWTS                       20364128 /*     393216: gradient of the routing weights */
+#define AUX                        20757344 /*        768: load-balancing loss scratch */
+#define RSTDF                      20758112 /*      49152: its 1/rms per token */
+#define LSEF                       20807264 /*      49152: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    3619840: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -708,69 +707,72 @@
 #define L60_DENSE_PARAM          2572627600 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define L60_EXPERTS_PARAM        2573537760 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define HEAD_PARAM               2617577952 /*    3619872: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                2621197824 /* 3051571200: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                5672769024 /* 3051571200: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                    8724340224 /* 3051571200: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                   11775911424 /* 3051571200: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                  14827482624 /*  352321536: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  15179804160 /*  352321536: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  15532125696 /*  352321536: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  15884447232 /*  352321536: attention norm output */
-#define WS_QA                   16236768768 /*   75497472: mla: q_a_proj's output (the query latent before its norm) */
-#define WS_KVL                  16312266240 /*   25165824: mla: the KV latent before kv_a_layernorm */
-#define WS_Q                    16337432064 /* 1207959552: queries (rotated) */
-#define WS_K                    17545391616 /* 1207959552: keys (rotated) */
-#define WS_V                    18753351168 /*  805306368: values */
-#define WS_ATT                  19558657536 /*  805306368: attention output */
-#define WS_RES                  20363963904 /*  352321536: residual stream after attention */
-#define WS_LN2                  20716285440 /*  352321536: mlp norm output */
-#define WS_G                    21068606976 /*  905969664: mlp gate */
-#define WS_U                    21974576640 /*  905969664: mlp up */
-#define WS_H                    22880546304 /*  905969664: mlp activation */
-#define DXE                     23786515968 /* 3523215360: gradient of the received rows (backward); in the forward, WS_XP */
+#define GATHERED0                2621197824 /* 3051571200: units u with u % 3 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                5672769024 /* 3051571200: units u with u % 3 = 1: parameters all-gathered, dense then experts */
+#define GATHERED2                8724340224 /* 3051571200: units u with u % 3 = 2: parameters all-gathered, dense then experts */
+#define GRAD0                   11775911424 /* 3051571200: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   14827482624 /* 3051571200: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                  17879053824 /*  352321536: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  18231375360 /*  352321536: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  18583696896 /*  352321536: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  18936018432 /*  352321536: attention norm output */
+#define WS_QA                   19288339968 /*   75497472: mla: q_a_proj's output (the query latent before its norm) */
+#define WS_KVL                  19363837440 /*   25165824: mla: the KV latent before kv_a_layernorm */
+#define WS_Q                    19389003264 /* 1207959552: queries (rotated) */
+#define WS_K                    20596962816 /* 1207959552: keys (rotated) */
+#define WS_V                    21804922368 /*  805306368: values */
+#define WS_ATT                  22610228736 /*  805306368: attention output */
+#define WS_RES                  23415535104 /*  352321536: residual stream after attention */
+#define WS_LN2                  23767856640 /*  352321536: mlp norm output */
+#define WS_G                    24120178176 /*  905969664: mlp gate */
+#define WS_U                    25026147840 /*  905969664: mlp up */
+#define WS_H                    25932117504 /*  905969664: mlp activation */
+#define DXE                     26838087168 /* 3523215360: gradient of the received rows (backward); in the forward, WS_XP */
 #define WS_XP                           DXE /* 2818572288: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
 #define WS_YP                         WS_XP /* 2818572288: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
-#define WS_XE                   27309731328 /* 3523215360: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   30832946688 /* 3523215360: their outputs, before going back */
-#define WS_EG                   34356162048 /* 1006632960: routed experts' gate */
-#define WS_EU                   35362795008 /* 1006632960: routed experts' up */
-#define WS_EH                   36369427968 /* 1006632960: routed experts' activation */
-#define WS_SG                   37376060928 /*  100663296: shared experts' gate */
-#define WS_SU                   37476724224 /*  100663296: shared experts' up */
-#define WS_SH                   37577387520 /*  100663296: shared experts' activation */
-#define WS_Y                    37678050816 /*  352321536: a block's output before the residual add */
-#define WS_Y2                   38030372352 /*  352321536: shared experts' output */
-#define DX_A                    38382693888 /*  352321536: gradient of the residual stream (even layers' output) */
-#define DX_B                    38735015424 /*  352321536: gradient of the residual stream (odd layers' output) */
-#define DLN                     39087336960 /*  352321536: gradient of a norm's output */
-#define DATT                    39439658496 /*  805306368: gradient of the attention output */
-#define DQ                      40244964864 /* 1207959552: gradient of the queries */
-#define DK                      41452924416 /* 1207959552: gradient of the keys */
-#define DV                      42660883968 /*  805306368: gradient of the values */
-#define WS_QAN                  43466190336 /*   75497472: mla: the normalized query latent (recomputed in the backward) */
-#define DQAN                    43541687808 /*   75497472: mla: its gradient */
-#define DQA                     43617185280 /*   75497472: mla: gradient of the query latent before its norm */
-#define WS_KVN                  43692682752 /*   25165824: mla: the normalized KV latent (recomputed in the backward) */
-#define WS_KRP                  43717848576 /*    3145728: mla: the RoPE key shared by the heads (rotated in place) */
-#define WS_KVB                  43720994304 /* 1610612736: mla: kv_b_proj's output, k_nope and v per head */
-#define DKVN                    45331607040 /*   25165824: mla: gradient of the normalized KV latent */
-#define DKVL                    45356772864 /*   25165824: mla: gradient of the KV latent */
-#define DKRP                    45381938688 /*    3145728: mla: gradient of the RoPE key (summed over heads) */
-#define DKVB                         WS_KVB /* 1610612736: mla: gradient of kv_b_proj's output: in WS_KVB (dead once K and V are built from it) */
-#define A2A                     45385084416 /* 3523215360: all-to-all staging of one round (source-rank order); between all-to-alls, the FFN gradients */
-#define EDG                             A2A /* 1006632960: routed experts' gate gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define WS_XE                   30361302528 /* 3523215360: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   33884517888 /* 3523215360: their outputs, before going back */
+#define WS_EG                   37407733248 /* 1006632960: routed experts' gate */
+#define WS_EU                   38414366208 /* 1006632960: routed experts' up */
+#define WS_EH                   39420999168 /* 1006632960: routed experts' activation */
+#define WS_SG                   40427632128 /*  100663296: shared experts' gate */
+#define WS_SU                   40528295424 /*  100663296: shared experts' up */
+#define WS_SH                   40628958720 /*  100663296: shared experts' activation */
+#define DX_A                    40729622016 /*  352321536: gradient of the residual stream (even layers' output) */
+#define DX_B                    41081943552 /*  352321536: gradient of the residual stream (odd layers' output) */
+#define DLN                     41434265088 /*  352321536: gradient of a norm's output */
+#define A2A                     41786586624 /* 4026531840: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
+#define EDG                             A2A /* 1006632960: routed experts' gate gradient: in A2A (an FFN's backward) */
 #define DG                              EDG /*  905969664: gradient of the mlp gate: in EDG (one FFN's backward at a time) */
 #define DSG                             EDG /*  100663296: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
-#define EDU                    (A2A + 1006632960) /* 1006632960: routed experts' up gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define EDU                    (A2A + 1006632960) /* 1006632960: routed experts' up gradient: in A2A (an FFN's backward) */
 #define DU                              EDU /*  905969664: gradient of the mlp up: in EDU (one FFN's backward at a time) */
 #define DSU                             EDU /*  100663296: shared experts' up gradient: in EDU (one FFN's backward at a time) */
-#define EDH                    (A2A + 2013265920) /* 1006632960: routed experts' activation gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define EDH                    (A2A + 2013265920) /* 1006632960: routed experts' activation gradient: in A2A (an FFN's backward) */
 #define DH                              EDH /*  905969664: gradient of the mlp activation: in EDH (one FFN's backward at a time) */
 #define DSH                             EDH /*  100663296: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
-#define DYP                     48908299776 /* 2818572288: gradient of the expert outputs */
+#define DATT                            A2A /*  805306368: gradient of the attention output: in A2A (the attention's backward) */
+#define DQ                     (A2A + 805306368) /* 1207959552: gradient of the queries: in A2A (the attention's backward) */
+#define DK                     (A2A + 2013265920) /* 1207959552: gradient of the keys: in A2A (the attention's backward) */
+#define DV                     (A2A + 3221225472) /*  805306368: gradient of the values: in A2A (the attention's backward) */
+#define WS_Y                            A2A /*  352321536: a block's output before the residual add: in A2A (a layer's forward) */
+#define WS_Y2                  (A2A + 352321536) /*  352321536: shared experts' output: in A2A (a layer's forward) */
+#define LNF                             A2A /*  352321536: final norm output: in A2A (the loss) */
+#define CE                     (A2A + 352321536) /*  805306368: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
+#define DLOGITS                         A2A /*   25165824: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
+#define WS_QAN                  45813118464 /*   75497472: mla: the normalized query latent (recomputed in the backward) */
+#define DQAN                    45888615936 /*   75497472: mla: its gradient */
+#define DQA                     45964113408 /*   75497472: mla: gradient of the query latent before its norm */
+#define WS_KVN                  46039610880 /*   25165824: mla: the normalized KV latent (recomputed in the backward) */
+#define WS_KRP                  46064776704 /*    3145728: mla: the RoPE key shared by the heads (rotated in place) */
+#define WS_KVB                  46067922432 /* 1610612736: mla: kv_b_proj's output, k_nope and v per head */
+#define DKVN                    47678535168 /*   25165824: mla: gradient of the normalized KV latent */
+#define DKVL                    47703700992 /*   25165824: mla: gradient of the KV latent */
+#define DKRP                    47728866816 /*    3145728: mla: gradient of the RoPE key (summed over heads) */
+#define DKVB                         WS_KVB /* 1610612736: mla: gradient of kv_b_proj's output: in WS_KVB (dead once K and V are built from it) */
+#define DYP                     47732012544 /* 2818572288: gradient of the expert outputs */
 #define DXP                             DYP /* 2818572288: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
 #define DYE                           WS_YE /* 3523215360: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
-#define LNF                     51726872064 /*  352321536: final norm output */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-58 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -899,7 +901,7 @@
 /* Parameter groups: sharded over the FSDP group (256 ranks) or, for experts, over the
  * 64 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
  * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
- * all-gathers read in the activation arena. */
+ * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 926679040, 3619840, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
     {"layer 0 dense", RT_GROUP_FSDP, 583483392, 2279232, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},
@@ -4720,9 +4722,9 @@ static void layer60_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -4783,9 +4785,9 @@ static void layer59_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -4846,9 +4848,9 @@ static void layer58_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -4909,9 +4911,9 @@ static void layer57_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -4972,9 +4974,9 @@ static void layer56_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5035,9 +5037,9 @@ static void layer55_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5098,9 +5100,9 @@ static void layer54_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5161,9 +5163,9 @@ static void layer53_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5224,9 +5226,9 @@ static void layer52_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5287,9 +5289,9 @@ static void layer51_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5350,9 +5352,9 @@ static void layer50_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5413,9 +5415,9 @@ static void layer49_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5476,9 +5478,9 @@ static void layer48_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5539,9 +5541,9 @@ static void layer47_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5602,9 +5604,9 @@ static void layer46_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5665,9 +5667,9 @@ static void layer45_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5728,9 +5730,9 @@ static void layer44_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5791,9 +5793,9 @@ static void layer43_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5854,9 +5856,9 @@ static void layer42_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5917,9 +5919,9 @@ static void layer41_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -5980,9 +5982,9 @@ static void layer40_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6043,9 +6045,9 @@ static void layer39_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6106,9 +6108,9 @@ static void layer38_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6169,9 +6171,9 @@ static void layer37_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6232,9 +6234,9 @@ static void layer36_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6295,9 +6297,9 @@ static void layer35_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6358,9 +6360,9 @@ static void layer34_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6421,9 +6423,9 @@ static void layer33_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6484,9 +6486,9 @@ static void layer32_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6547,9 +6549,9 @@ static void layer31_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6610,9 +6612,9 @@ static void layer30_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6673,9 +6675,9 @@ static void layer29_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6736,9 +6738,9 @@ static void layer28_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6799,9 +6801,9 @@ static void layer27_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6862,9 +6864,9 @@ static void layer26_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6925,9 +6927,9 @@ static void layer25_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -6988,9 +6990,9 @@ static void layer24_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7051,9 +7053,9 @@ static void layer23_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7114,9 +7116,9 @@ static void layer22_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7177,9 +7179,9 @@ static void layer21_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7240,9 +7242,9 @@ static void layer20_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7303,9 +7305,9 @@ static void layer19_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7366,9 +7368,9 @@ static void layer18_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7429,9 +7431,9 @@ static void layer17_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7492,9 +7494,9 @@ static void layer16_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7555,9 +7557,9 @@ static void layer15_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7618,9 +7620,9 @@ static void layer14_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7681,9 +7683,9 @@ static void layer13_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7744,9 +7746,9 @@ static void layer12_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7807,9 +7809,9 @@ static void layer11_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7870,9 +7872,9 @@ static void layer10_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7933,9 +7935,9 @@ static void layer9_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -7996,9 +7998,9 @@ static void layer8_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -8059,9 +8061,9 @@ static void layer7_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -8122,9 +8124,9 @@ static void layer6_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -8185,9 +8187,9 @@ static void layer5_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -8248,9 +8250,9 @@ static void layer4_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -8311,9 +8313,9 @@ static void layer3_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(R(DLOGITS), 12582912);
-  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
-  rt_router_logits_backward(A(DLN), DW(187121664), R(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
+  rt_zero_real(RA(DLOGITS), 12582912);
+  rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
   rt_zero(A(DATT), 805306368);
@@ -8472,52 +8474,54 @@ static void layer0_backward(RtCtx *c) {
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-60, final norm and loss. The next 1 unit(s)' parameters are
+/* Forward: embedding, layers 0-60, final norm and loss. The next 2 unit(s)' parameters are
  * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI
  * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 3619840, 0); /* embedding: 256 ranks x 3619840 */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 2279232, 2); /* layer 0 dense: 256 ranks x 2279232, prefetch */
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 2279232, 2); /* layer 0 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L1_DENSE_PARAM), 2279232, 4); /* layer 1 dense: 256 ranks x 2279232, prefetch */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 49152, 7168);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 2279232, 0); /* layer 1 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L2_DENSE_PARAM), 2279232, 0); /* layer 2 dense: 256 ranks x 2279232, prefetch */
   layer0_forward(c, false);
   rt_offload_store(c, 0, H(HX0), A(X0), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 1 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 2279232, 2); /* layer 2 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_wait(4);
+  c->wd = A(GATHERED2);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L3_DENSE_PARAM), 910152, 2); /* layer 3 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L3_EXPERTS_PARAM), 44040192, 3); /* layer 3 experts: 64 ranks x 44040192, prefetch */
   layer1_forward(c, false);
   rt_offload_store(c, 1, H(HX1), A(X1), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 2 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 910152, 0); /* layer 3 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L4_DENSE_PARAM), 910152, 4); /* layer 4 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L4_EXPERTS_PARAM), 44040192, 5); /* layer 4 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
   layer2_forward(c, false);
   rt_offload_store(c, 2, H(HX2), A(X2), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 3 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 910152, 2); /* layer 4 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
-  layer3_forward(c, false);
-  rt_offload_store(c, 3, H(HX3), A(X3), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 910152, 0); /* layer 5 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
+  layer3_forward(c, false);
+  rt_offload_store(c, 3, H(HX3), A(X3), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 4 forward");
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 910152, 2); /* layer 6 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
   layer4_forward(c, false);
   rt_offload_store(c, 4, H(HX4), A(X4), 352321536); /* to the host while the next layers run */
@@ -8525,8 +8529,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 910152, 2); /* layer 6 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L7_DENSE_PARAM), 910152, 4); /* layer 7 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L7_EXPERTS_PARAM), 44040192, 5); /* layer 7 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
   layer5_forward(c, false);
   rt_offload_store(c, 5, H(HX5), A(X5), 352321536); /* to the host while the next layers run */
@@ -8534,44 +8538,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 910152, 0); /* layer 7 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L8_DENSE_PARAM), 910152, 0); /* layer 8 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L8_EXPERTS_PARAM), 44040192, 1); /* layer 8 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
   layer6_forward(c, false);
   rt_offload_store(c, 6, H(HX6), A(X6), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 7 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 910152, 2); /* layer 8 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L9_DENSE_PARAM), 910152, 2); /* layer 9 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L9_EXPERTS_PARAM), 44040192, 3); /* layer 9 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
   layer7_forward(c, false);
   rt_offload_store(c, 7, H(HX7), A(X7), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 8 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 910152, 0); /* layer 9 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L10_DENSE_PARAM), 910152, 4); /* layer 10 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L10_EXPERTS_PARAM), 44040192, 5); /* layer 10 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
   layer8_forward(c, false);
   rt_offload_store(c, 8, H(HX8), A(X8), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 9 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 910152, 2); /* layer 10 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
-  layer9_forward(c, false);
-  rt_offload_store(c, 9, H(HX9), A(X9), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 910152, 0); /* layer 11 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
+  layer9_forward(c, false);
+  rt_offload_store(c, 9, H(HX9), A(X9), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 10 forward");
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 910152, 2); /* layer 12 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
   layer10_forward(c, false);
   rt_offload_store(c, 10, H(HX10), A(X10), 352321536); /* to the host while the next layers run */
@@ -8579,8 +8583,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 910152, 2); /* layer 12 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L13_DENSE_PARAM), 910152, 4); /* layer 13 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L13_EXPERTS_PARAM), 44040192, 5); /* layer 13 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
   layer11_forward(c, false);
   rt_offload_store(c, 11, H(HX11), A(X11), 352321536); /* to the host while the next layers run */
@@ -8588,44 +8592,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 910152, 0); /* layer 13 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L14_DENSE_PARAM), 910152, 0); /* layer 14 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L14_EXPERTS_PARAM), 44040192, 1); /* layer 14 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
   layer12_forward(c, false);
   rt_offload_store(c, 12, H(HX12), A(X12), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 13 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 910152, 2); /* layer 14 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L15_DENSE_PARAM), 910152, 2); /* layer 15 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L15_EXPERTS_PARAM), 44040192, 3); /* layer 15 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
   layer13_forward(c, false);
   rt_offload_store(c, 13, H(HX13), A(X13), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 14 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 910152, 0); /* layer 15 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L16_DENSE_PARAM), 910152, 4); /* layer 16 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L16_EXPERTS_PARAM), 44040192, 5); /* layer 16 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
   layer14_forward(c, false);
   rt_offload_store(c, 14, H(HX14), A(X14), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 15 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 910152, 2); /* layer 16 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
-  layer15_forward(c, false);
-  rt_offload_store(c, 15, H(HX15), A(X15), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 910152, 0); /* layer 17 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
+  layer15_forward(c, false);
+  rt_offload_store(c, 15, H(HX15), A(X15), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 16 forward");
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 910152, 2); /* layer 18 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
   layer16_forward(c, false);
   rt_offload_store(c, 16, H(HX16), A(X16), 352321536); /* to the host while the next layers run */
@@ -8633,8 +8637,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 910152, 2); /* layer 18 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L19_DENSE_PARAM), 910152, 4); /* layer 19 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L19_EXPERTS_PARAM), 44040192, 5); /* layer 19 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
   layer17_forward(c, false);
   rt_offload_store(c, 17, H(HX17), A(X17), 352321536); /* to the host while the next layers run */
@@ -8642,44 +8646,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 910152, 0); /* layer 19 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L20_DENSE_PARAM), 910152, 0); /* layer 20 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L20_EXPERTS_PARAM), 44040192, 1); /* layer 20 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
   layer18_forward(c, false);
   rt_offload_store(c, 18, H(HX18), A(X18), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 19 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 910152, 2); /* layer 20 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L21_DENSE_PARAM), 910152, 2); /* layer 21 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L21_EXPERTS_PARAM), 44040192, 3); /* layer 21 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
   layer19_forward(c, false);
   rt_offload_store(c, 19, H(HX19), A(X19), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 20 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 910152, 0); /* layer 21 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L22_DENSE_PARAM), 910152, 4); /* layer 22 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L22_EXPERTS_PARAM), 44040192, 5); /* layer 22 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
   layer20_forward(c, false);
   rt_offload_store(c, 20, H(HX20), A(X20), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 21 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 910152, 2); /* layer 22 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
-  layer21_forward(c, false);
-  rt_offload_store(c, 21, H(HX21), A(X21), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 910152, 0); /* layer 23 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
+  layer21_forward(c, false);
+  rt_offload_store(c, 21, H(HX21), A(X21), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 22 forward");
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 910152, 2); /* layer 24 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
   layer22_forward(c, false);
   rt_offload_store(c, 22, H(HX22), A(X22), 352321536); /* to the host while the next layers run */
@@ -8687,8 +8691,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 910152, 2); /* layer 24 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L25_DENSE_PARAM), 910152, 4); /* layer 25 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L25_EXPERTS_PARAM), 44040192, 5); /* layer 25 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
   layer23_forward(c, false);
   rt_offload_store(c, 23, H(HX23), A(X23), 352321536); /* to the host while the next layers run */
@@ -8696,44 +8700,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 910152, 0); /* layer 25 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L26_DENSE_PARAM), 910152, 0); /* layer 26 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L26_EXPERTS_PARAM), 44040192, 1); /* layer 26 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
   layer24_forward(c, false);
   rt_offload_store(c, 24, H(HX24), A(X24), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 25 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 910152, 2); /* layer 26 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L27_DENSE_PARAM), 910152, 2); /* layer 27 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L27_EXPERTS_PARAM), 44040192, 3); /* layer 27 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
   layer25_forward(c, false);
   rt_offload_store(c, 25, H(HX25), A(X25), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 26 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 910152, 0); /* layer 27 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L28_DENSE_PARAM), 910152, 4); /* layer 28 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L28_EXPERTS_PARAM), 44040192, 5); /* layer 28 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
   layer26_forward(c, false);
   rt_offload_store(c, 26, H(HX26), A(X26), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 27 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 910152, 2); /* layer 28 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
-  layer27_forward(c, false);
-  rt_offload_store(c, 27, H(HX27), A(X27), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 910152, 0); /* layer 29 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
+  layer27_forward(c, false);
+  rt_offload_store(c, 27, H(HX27), A(X27), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 28 forward");
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 910152, 2); /* layer 30 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
   layer28_forward(c, false);
   rt_offload_store(c, 28, H(HX28), A(X28), 352321536); /* to the host while the next layers run */
@@ -8741,8 +8745,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 910152, 2); /* layer 30 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L31_DENSE_PARAM), 910152, 4); /* layer 31 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L31_EXPERTS_PARAM), 44040192, 5); /* layer 31 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
   layer29_forward(c, false);
   rt_offload_store(c, 29, H(HX29), A(X29), 352321536); /* to the host while the next layers run */
@@ -8750,44 +8754,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 910152, 0); /* layer 31 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L32_DENSE_PARAM), 910152, 0); /* layer 32 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L32_EXPERTS_PARAM), 44040192, 1); /* layer 32 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
   layer30_forward(c, false);
   rt_offload_store(c, 30, H(HX30), A(X30), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 31 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L32_DENSE_PARAM), 910152, 2); /* layer 32 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L32_EXPERTS_PARAM), 44040192, 3); /* layer 32 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L33_DENSE_PARAM), 910152, 2); /* layer 33 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L33_EXPERTS_PARAM), 44040192, 3); /* layer 33 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
   layer31_forward(c, false);
   rt_offload_store(c, 31, H(HX31), A(X31), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 32 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L33_DENSE_PARAM), 910152, 0); /* layer 33 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L33_EXPERTS_PARAM), 44040192, 1); /* layer 33 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L34_DENSE_PARAM), 910152, 4); /* layer 34 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L34_EXPERTS_PARAM), 44040192, 5); /* layer 34 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 30); /* X30 is on the host: its slot takes X33 */
   layer32_forward(c, false);
   rt_offload_store(c, 32, H(HX32), A(X32), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 33 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L34_DENSE_PARAM), 910152, 2); /* layer 34 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L34_EXPERTS_PARAM), 44040192, 3); /* layer 34 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 31); /* X31 is on the host: its slot takes X34 */
-  layer33_forward(c, false);
-  rt_offload_store(c, 33, H(HX33), A(X33), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 34 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L35_DENSE_PARAM), 910152, 0); /* layer 35 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L35_EXPERTS_PARAM), 44040192, 1); /* layer 35 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 31); /* X31 is on the host: its slot takes X34 */
+  layer33_forward(c, false);
+  rt_offload_store(c, 33, H(HX33), A(X33), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 34 forward");
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L36_DENSE_PARAM), 910152, 2); /* layer 36 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L36_EXPERTS_PARAM), 44040192, 3); /* layer 36 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 32); /* X32 is on the host: its slot takes X35 */
   layer34_forward(c, false);
   rt_offload_store(c, 34, H(HX34), A(X34), 352321536); /* to the host while the next layers run */
@@ -8795,8 +8799,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L36_DENSE_PARAM), 910152, 2); /* layer 36 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L36_EXPERTS_PARAM), 44040192, 3); /* layer 36 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L37_DENSE_PARAM), 910152, 4); /* layer 37 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L37_EXPERTS_PARAM), 44040192, 5); /* layer 37 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 33); /* X33 is on the host: its slot takes X36 */
   layer35_forward(c, false);
   rt_offload_store(c, 35, H(HX35), A(X35), 352321536); /* to the host while the next layers run */
@@ -8804,44 +8808,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L37_DENSE_PARAM), 910152, 0); /* layer 37 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L37_EXPERTS_PARAM), 44040192, 1); /* layer 37 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L38_DENSE_PARAM), 910152, 0); /* layer 38 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L38_EXPERTS_PARAM), 44040192, 1); /* layer 38 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 34); /* X34 is on the host: its slot takes X37 */
   layer36_forward(c, false);
   rt_offload_store(c, 36, H(HX36), A(X36), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 37 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L38_DENSE_PARAM), 910152, 2); /* layer 38 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L38_EXPERTS_PARAM), 44040192, 3); /* layer 38 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L39_DENSE_PARAM), 910152, 2); /* layer 39 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L39_EXPERTS_PARAM), 44040192, 3); /* layer 39 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 35); /* X35 is on the host: its slot takes X38 */
   layer37_forward(c, false);
   rt_offload_store(c, 37, H(HX37), A(X37), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 38 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L39_DENSE_PARAM), 910152, 0); /* layer 39 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L39_EXPERTS_PARAM), 44040192, 1); /* layer 39 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L40_DENSE_PARAM), 910152, 4); /* layer 40 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L40_EXPERTS_PARAM), 44040192, 5); /* layer 40 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 36); /* X36 is on the host: its slot takes X39 */
   layer38_forward(c, false);
   rt_offload_store(c, 38, H(HX38), A(X38), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 39 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L40_DENSE_PARAM), 910152, 2); /* layer 40 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L40_EXPERTS_PARAM), 44040192, 3); /* layer 40 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 37); /* X37 is on the host: its slot takes X40 */
-  layer39_forward(c, false);
-  rt_offload_store(c, 39, H(HX39), A(X39), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 40 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L41_DENSE_PARAM), 910152, 0); /* layer 41 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L41_EXPERTS_PARAM), 44040192, 1); /* layer 41 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 37); /* X37 is on the host: its slot takes X40 */
+  layer39_forward(c, false);
+  rt_offload_store(c, 39, H(HX39), A(X39), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 40 forward");
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L42_DENSE_PARAM), 910152, 2); /* layer 42 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L42_EXPERTS_PARAM), 44040192, 3); /* layer 42 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 38); /* X38 is on the host: its slot takes X41 */
   layer40_forward(c, false);
   rt_offload_store(c, 40, H(HX40), A(X40), 352321536); /* to the host while the next layers run */
@@ -8849,8 +8853,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L42_DENSE_PARAM), 910152, 2); /* layer 42 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L42_EXPERTS_PARAM), 44040192, 3); /* layer 42 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L43_DENSE_PARAM), 910152, 4); /* layer 43 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L43_EXPERTS_PARAM), 44040192, 5); /* layer 43 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 39); /* X39 is on the host: its slot takes X42 */
   layer41_forward(c, false);
   rt_offload_store(c, 41, H(HX41), A(X41), 352321536); /* to the host while the next layers run */
@@ -8858,44 +8862,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L43_DENSE_PARAM), 910152, 0); /* layer 43 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L43_EXPERTS_PARAM), 44040192, 1); /* layer 43 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L44_DENSE_PARAM), 910152, 0); /* layer 44 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L44_EXPERTS_PARAM), 44040192, 1); /* layer 44 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 40); /* X40 is on the host: its slot takes X43 */
   layer42_forward(c, false);
   rt_offload_store(c, 42, H(HX42), A(X42), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 43 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L44_DENSE_PARAM), 910152, 2); /* layer 44 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L44_EXPERTS_PARAM), 44040192, 3); /* layer 44 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L45_DENSE_PARAM), 910152, 2); /* layer 45 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L45_EXPERTS_PARAM), 44040192, 3); /* layer 45 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 41); /* X41 is on the host: its slot takes X44 */
   layer43_forward(c, false);
   rt_offload_store(c, 43, H(HX43), A(X43), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 44 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L45_DENSE_PARAM), 910152, 0); /* layer 45 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L45_EXPERTS_PARAM), 44040192, 1); /* layer 45 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L46_DENSE_PARAM), 910152, 4); /* layer 46 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L46_EXPERTS_PARAM), 44040192, 5); /* layer 46 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 42); /* X42 is on the host: its slot takes X45 */
   layer44_forward(c, false);
   rt_offload_store(c, 44, H(HX44), A(X44), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 45 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L46_DENSE_PARAM), 910152, 2); /* layer 46 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L46_EXPERTS_PARAM), 44040192, 3); /* layer 46 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 43); /* X43 is on the host: its slot takes X46 */
-  layer45_forward(c, false);
-  rt_offload_store(c, 45, H(HX45), A(X45), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 46 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L47_DENSE_PARAM), 910152, 0); /* layer 47 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L47_EXPERTS_PARAM), 44040192, 1); /* layer 47 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 43); /* X43 is on the host: its slot takes X46 */
+  layer45_forward(c, false);
+  rt_offload_store(c, 45, H(HX45), A(X45), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 46 forward");
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L48_DENSE_PARAM), 910152, 2); /* layer 48 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L48_EXPERTS_PARAM), 44040192, 3); /* layer 48 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 44); /* X44 is on the host: its slot takes X47 */
   layer46_forward(c, false);
   rt_offload_store(c, 46, H(HX46), A(X46), 352321536); /* to the host while the next layers run */
@@ -8903,8 +8907,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L48_DENSE_PARAM), 910152, 2); /* layer 48 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L48_EXPERTS_PARAM), 44040192, 3); /* layer 48 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L49_DENSE_PARAM), 910152, 4); /* layer 49 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L49_EXPERTS_PARAM), 44040192, 5); /* layer 49 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 45); /* X45 is on the host: its slot takes X48 */
   layer47_forward(c, false);
   rt_offload_store(c, 47, H(HX47), A(X47), 352321536); /* to the host while the next layers run */
@@ -8912,44 +8916,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L49_DENSE_PARAM), 910152, 0); /* layer 49 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L49_EXPERTS_PARAM), 44040192, 1); /* layer 49 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L50_DENSE_PARAM), 910152, 0); /* layer 50 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L50_EXPERTS_PARAM), 44040192, 1); /* layer 50 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 46); /* X46 is on the host: its slot takes X49 */
   layer48_forward(c, false);
   rt_offload_store(c, 48, H(HX48), A(X48), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 49 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L50_DENSE_PARAM), 910152, 2); /* layer 50 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L50_EXPERTS_PARAM), 44040192, 3); /* layer 50 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L51_DENSE_PARAM), 910152, 2); /* layer 51 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L51_EXPERTS_PARAM), 44040192, 3); /* layer 51 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 47); /* X47 is on the host: its slot takes X50 */
   layer49_forward(c, false);
   rt_offload_store(c, 49, H(HX49), A(X49), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 50 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L51_DENSE_PARAM), 910152, 0); /* layer 51 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L51_EXPERTS_PARAM), 44040192, 1); /* layer 51 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L52_DENSE_PARAM), 910152, 4); /* layer 52 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L52_EXPERTS_PARAM), 44040192, 5); /* layer 52 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 48); /* X48 is on the host: its slot takes X51 */
   layer50_forward(c, false);
   rt_offload_store(c, 50, H(HX50), A(X50), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 51 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L52_DENSE_PARAM), 910152, 2); /* layer 52 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L52_EXPERTS_PARAM), 44040192, 3); /* layer 52 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 49); /* X49 is on the host: its slot takes X52 */
-  layer51_forward(c, false);
-  rt_offload_store(c, 51, H(HX51), A(X51), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 52 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L53_DENSE_PARAM), 910152, 0); /* layer 53 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L53_EXPERTS_PARAM), 44040192, 1); /* layer 53 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 49); /* X49 is on the host: its slot takes X52 */
+  layer51_forward(c, false);
+  rt_offload_store(c, 51, H(HX51), A(X51), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 52 forward");
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L54_DENSE_PARAM), 910152, 2); /* layer 54 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L54_EXPERTS_PARAM), 44040192, 3); /* layer 54 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 50); /* X50 is on the host: its slot takes X53 */
   layer52_forward(c, false);
   rt_offload_store(c, 52, H(HX52), A(X52), 352321536); /* to the host while the next layers run */
@@ -8957,8 +8961,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L54_DENSE_PARAM), 910152, 2); /* layer 54 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L54_EXPERTS_PARAM), 44040192, 3); /* layer 54 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L55_DENSE_PARAM), 910152, 4); /* layer 55 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L55_EXPERTS_PARAM), 44040192, 5); /* layer 55 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 51); /* X51 is on the host: its slot takes X54 */
   layer53_forward(c, false);
   rt_offload_store(c, 53, H(HX53), A(X53), 352321536); /* to the host while the next layers run */
@@ -8966,44 +8970,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L55_DENSE_PARAM), 910152, 0); /* layer 55 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L55_EXPERTS_PARAM), 44040192, 1); /* layer 55 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L56_DENSE_PARAM), 910152, 0); /* layer 56 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L56_EXPERTS_PARAM), 44040192, 1); /* layer 56 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 52); /* X52 is on the host: its slot takes X55 */
   layer54_forward(c, false);
   rt_offload_store(c, 54, H(HX54), A(X54), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 55 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L56_DENSE_PARAM), 910152, 2); /* layer 56 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L56_EXPERTS_PARAM), 44040192, 3); /* layer 56 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L57_DENSE_PARAM), 910152, 2); /* layer 57 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L57_EXPERTS_PARAM), 44040192, 3); /* layer 57 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 53); /* X53 is on the host: its slot takes X56 */
   layer55_forward(c, false);
   rt_offload_store(c, 55, H(HX55), A(X55), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 56 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L57_DENSE_PARAM), 910152, 0); /* layer 57 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L57_EXPERTS_PARAM), 44040192, 1); /* layer 57 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L58_DENSE_PARAM), 910152, 4); /* layer 58 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L58_EXPERTS_PARAM), 44040192, 5); /* layer 58 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 54); /* X54 is on the host: its slot takes X57 */
   layer56_forward(c, false);
   rt_offload_store(c, 56, H(HX56), A(X56), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 57 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L58_DENSE_PARAM), 910152, 2); /* layer 58 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L58_EXPERTS_PARAM), 44040192, 3); /* layer 58 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 55); /* X55 is on the host: its slot takes X58 */
-  layer57_forward(c, false);
-  rt_offload_store(c, 57, H(HX57), A(X57), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 58 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L59_DENSE_PARAM), 910152, 0); /* layer 59 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L59_EXPERTS_PARAM), 44040192, 1); /* layer 59 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 55); /* X55 is on the host: its slot takes X58 */
+  layer57_forward(c, false);
+  rt_offload_store(c, 57, H(HX57), A(X57), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 58 forward");
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L60_DENSE_PARAM), 910152, 2); /* layer 60 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L60_EXPERTS_PARAM), 44040192, 3); /* layer 60 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 56); /* X56 is on the host: its slot takes X59 */
   layer58_forward(c, false);
   rt_offload_store(c, 58, H(HX58), A(X58), 352321536); /* to the host while the next layers run */
@@ -9011,22 +9015,20 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L60_DENSE_PARAM), 910152, 2); /* layer 60 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L60_EXPERTS_PARAM), 44040192, 3); /* layer 60 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(HEAD_PARAM), 3619872, 4); /* head: 256 ranks x 3619872, prefetch */
   rt_offload_wait(c, 57); /* X57 is on the host: its slot takes X60 */
   layer59_forward(c, false);
   rt_comm_label("layer 60 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(HEAD_PARAM), 3619872, 0); /* head: 256 ranks x 3619872, prefetch */
   rt_offload_wait(c, 58); /* X58 is on the host: its slot takes X61 */
   layer60_forward(c, false);
   rt_comm_label("head forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
+  rt_comm_all_gather_wait(4);
+  c->wd = A(GATHERED2);
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X61), W(0), 49152, 7168, EPS); /* model.norm */
-  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(7168), I(TARGETS), 49152, 7168, 129280, 4096, R(CE));
+  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(7168), I(TARGETS), 49152, 7168, 129280, 4096, RA(CE));
 }
 
 /* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
@@ -9038,10 +9040,12 @@ void step_backward(RtCtx *c) {
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L60_DENSE_PARAM), 910152, 2); /* layer 60 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L60_EXPERTS_PARAM), 44040192, 3); /* layer 60 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L59_DENSE_PARAM), 910152, 0); /* layer 59 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L59_EXPERTS_PARAM), 44040192, 1); /* layer 59 experts: 64 ranks x 44040192, prefetch */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 926687232);
   rt_zero(A(DLN), 352321536);
-  rt_lm_head_ce_backward(A(DLN), DW(7168), A(LNF), W(7168), I(TARGETS), R(LSEF), 49152, 7168, 129280, 4096, R(CE), c->dloss);
+  rt_lm_head_ce_backward(A(DLN), DW(7168), A(LNF), W(7168), I(TARGETS), R(LSEF), 49152, 7168, 129280, 4096, RA(CE), c->dloss);
   rt_zero(A(DX_A), 352321536);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X61), W(0), R(RSTDF), 49152, 7168);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD0), 3619872, true, NULL, 0); /* head: 256 ranks, bf16 on the wire */
@@ -9050,8 +9054,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L59_DENSE_PARAM), 910152, 0); /* layer 59 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L59_EXPERTS_PARAM), 44040192, 1); /* layer 59 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L58_DENSE_PARAM), 910152, 4); /* layer 58 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L58_EXPERTS_PARAM), 44040192, 5); /* layer 58 experts: 64 ranks x 44040192, prefetch */
   layer60_forward(c, true); /* recompute from X60 (full checkpointing) */
   rt_offload_load(c, 58, A(X58), H(HX58), 352321536); /* prefetch: X61's slot is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 232998912;
@@ -9064,8 +9068,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L58_DENSE_PARAM), 910152, 2); /* layer 58 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L58_EXPERTS_PARAM), 44040192, 3); /* layer 58 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L57_DENSE_PARAM), 910152, 2); /* layer 57 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L57_EXPERTS_PARAM), 44040192, 3); /* layer 57 experts: 64 ranks x 44040192, prefetch */
   layer59_forward(c, true); /* recompute from X59 (full checkpointing) */
   rt_offload_load(c, 57, A(X57), H(HX57), 352321536); /* prefetch: X60's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 62's: the buffer is free */
@@ -9076,11 +9080,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L59_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 59 experts: 64 ranks, bf16 on the wire */
   /* layer 58 */
   rt_comm_label("layer 58 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L57_DENSE_PARAM), 910152, 0); /* layer 57 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L57_EXPERTS_PARAM), 44040192, 1); /* layer 57 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L56_DENSE_PARAM), 910152, 0); /* layer 56 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L56_EXPERTS_PARAM), 44040192, 1); /* layer 56 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 58); /* X58 is back */
   layer58_forward(c, true); /* recompute from X58 (full checkpointing) */
   rt_offload_load(c, 56, A(X56), H(HX56), 352321536); /* prefetch: X59's slot is free */
@@ -9092,11 +9096,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L58_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 58 experts: 64 ranks, bf16 on the wire */
   /* layer 57 */
   rt_comm_label("layer 57 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L56_DENSE_PARAM), 910152, 2); /* layer 56 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L56_EXPERTS_PARAM), 44040192, 3); /* layer 56 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L55_DENSE_PARAM), 910152, 4); /* layer 55 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L55_EXPERTS_PARAM), 44040192, 5); /* layer 55 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 57); /* X57 is back */
   layer57_forward(c, true); /* recompute from X57 (full checkpointing) */
   rt_offload_load(c, 55, A(X55), H(HX55), 352321536); /* prefetch: X58's slot is free */
@@ -9108,11 +9112,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L57_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 57 experts: 64 ranks, bf16 on the wire */
   /* layer 56 */
   rt_comm_label("layer 56 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L55_DENSE_PARAM), 910152, 0); /* layer 55 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L55_EXPERTS_PARAM), 44040192, 1); /* layer 55 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L54_DENSE_PARAM), 910152, 2); /* layer 54 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L54_EXPERTS_PARAM), 44040192, 3); /* layer 54 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 56); /* X56 is back */
   layer56_forward(c, true); /* recompute from X56 (full checkpointing) */
   rt_offload_load(c, 54, A(X54), H(HX54), 352321536); /* prefetch: X57's slot is free */
@@ -9124,11 +9128,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L56_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 56 experts: 64 ranks, bf16 on the wire */
   /* layer 55 */
   rt_comm_label("layer 55 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L54_DENSE_PARAM), 910152, 2); /* layer 54 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L54_EXPERTS_PARAM), 44040192, 3); /* layer 54 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L53_DENSE_PARAM), 910152, 0); /* layer 53 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L53_EXPERTS_PARAM), 44040192, 1); /* layer 53 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 55); /* X55 is back */
   layer55_forward(c, true); /* recompute from X55 (full checkpointing) */
   rt_offload_load(c, 53, A(X53), H(HX53), 352321536); /* prefetch: X56's slot is free */
@@ -9143,8 +9147,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L53_DENSE_PARAM), 910152, 0); /* layer 53 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L53_EXPERTS_PARAM), 44040192, 1); /* layer 53 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L52_DENSE_PARAM), 910152, 4); /* layer 52 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L52_EXPERTS_PARAM), 44040192, 5); /* layer 52 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 54); /* X54 is back */
   layer54_forward(c, true); /* recompute from X54 (full checkpointing) */
   rt_offload_load(c, 52, A(X52), H(HX52), 352321536); /* prefetch: X55's slot is free */
@@ -9159,8 +9163,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L52_DENSE_PARAM), 910152, 2); /* layer 52 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L52_EXPERTS_PARAM), 44040192, 3); /* layer 52 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L51_DENSE_PARAM), 910152, 2); /* layer 51 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L51_EXPERTS_PARAM), 44040192, 3); /* layer 51 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 53); /* X53 is back */
   layer53_forward(c, true); /* recompute from X53 (full checkpointing) */
   rt_offload_load(c, 51, A(X51), H(HX51), 352321536); /* prefetch: X54's slot is free */
@@ -9172,11 +9176,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L53_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 53 experts: 64 ranks, bf16 on the wire */
   /* layer 52 */
   rt_comm_label("layer 52 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L51_DENSE_PARAM), 910152, 0); /* layer 51 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L51_EXPERTS_PARAM), 44040192, 1); /* layer 51 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L50_DENSE_PARAM), 910152, 0); /* layer 50 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L50_EXPERTS_PARAM), 44040192, 1); /* layer 50 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 52); /* X52 is back */
   layer52_forward(c, true); /* recompute from X52 (full checkpointing) */
   rt_offload_load(c, 50, A(X50), H(HX50), 352321536); /* prefetch: X53's slot is free */
@@ -9188,11 +9192,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L52_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 52 experts: 64 ranks, bf16 on the wire */
   /* layer 51 */
   rt_comm_label("layer 51 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L50_DENSE_PARAM), 910152, 2); /* layer 50 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L50_EXPERTS_PARAM), 44040192, 3); /* layer 50 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L49_DENSE_PARAM), 910152, 4); /* layer 49 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L49_EXPERTS_PARAM), 44040192, 5); /* layer 49 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 51); /* X51 is back */
   layer51_forward(c, true); /* recompute from X51 (full checkpointing) */
   rt_offload_load(c, 49, A(X49), H(HX49), 352321536); /* prefetch: X52's slot is free */
@@ -9204,11 +9208,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L51_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 51 experts: 64 ranks, bf16 on the wire */
   /* layer 50 */
   rt_comm_label("layer 50 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L49_DENSE_PARAM), 910152, 0); /* layer 49 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L49_EXPERTS_PARAM), 44040192, 1); /* layer 49 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L48_DENSE_PARAM), 910152, 2); /* layer 48 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L48_EXPERTS_PARAM), 44040192, 3); /* layer 48 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 50); /* X50 is back */
   layer50_forward(c, true); /* recompute from X50 (full checkpointing) */
   rt_offload_load(c, 48, A(X48), H(HX48), 352321536); /* prefetch: X51's slot is free */
@@ -9220,11 +9224,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L50_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 50 experts: 64 ranks, bf16 on the wire */
   /* layer 49 */
   rt_comm_label("layer 49 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L48_DENSE_PARAM), 910152, 2); /* layer 48 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L48_EXPERTS_PARAM), 44040192, 3); /* layer 48 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L47_DENSE_PARAM), 910152, 0); /* layer 47 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L47_EXPERTS_PARAM), 44040192, 1); /* layer 47 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 49); /* X49 is back */
   layer49_forward(c, true); /* recompute from X49 (full checkpointing) */
   rt_offload_load(c, 47, A(X47), H(HX47), 352321536); /* prefetch: X50's slot is free */
@@ -9239,8 +9243,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L47_DENSE_PARAM), 910152, 0); /* layer 47 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L47_EXPERTS_PARAM), 44040192, 1); /* layer 47 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L46_DENSE_PARAM), 910152, 4); /* layer 46 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L46_EXPERTS_PARAM), 44040192, 5); /* layer 46 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 48); /* X48 is back */
   layer48_forward(c, true); /* recompute from X48 (full checkpointing) */
   rt_offload_load(c, 46, A(X46), H(HX46), 352321536); /* prefetch: X49's slot is free */
@@ -9255,8 +9259,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L46_DENSE_PARAM), 910152, 2); /* layer 46 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L46_EXPERTS_PARAM), 44040192, 3); /* layer 46 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L45_DENSE_PARAM), 910152, 2); /* layer 45 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L45_EXPERTS_PARAM), 44040192, 3); /* layer 45 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 47); /* X47 is back */
   layer47_forward(c, true); /* recompute from X47 (full checkpointing) */
   rt_offload_load(c, 45, A(X45), H(HX45), 352321536); /* prefetch: X48's slot is free */
@@ -9268,11 +9272,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 47 experts: 64 ranks, bf16 on the wire */
   /* layer 46 */
   rt_comm_label("layer 46 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L45_DENSE_PARAM), 910152, 0); /* layer 45 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L45_EXPERTS_PARAM), 44040192, 1); /* layer 45 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L44_DENSE_PARAM), 910152, 0); /* layer 44 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L44_EXPERTS_PARAM), 44040192, 1); /* layer 44 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 46); /* X46 is back */
   layer46_forward(c, true); /* recompute from X46 (full checkpointing) */
   rt_offload_load(c, 44, A(X44), H(HX44), 352321536); /* prefetch: X47's slot is free */
@@ -9284,11 +9288,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 46 experts: 64 ranks, bf16 on the wire */
   /* layer 45 */
   rt_comm_label("layer 45 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L44_DENSE_PARAM), 910152, 2); /* layer 44 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L44_EXPERTS_PARAM), 44040192, 3); /* layer 44 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L43_DENSE_PARAM), 910152, 4); /* layer 43 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L43_EXPERTS_PARAM), 44040192, 5); /* layer 43 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 45); /* X45 is back */
   layer45_forward(c, true); /* recompute from X45 (full checkpointing) */
   rt_offload_load(c, 43, A(X43), H(HX43), 352321536); /* prefetch: X46's slot is free */
@@ -9300,11 +9304,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 45 experts: 64 ranks, bf16 on the wire */
   /* layer 44 */
   rt_comm_label("layer 44 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L43_DENSE_PARAM), 910152, 0); /* layer 43 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L43_EXPERTS_PARAM), 44040192, 1); /* layer 43 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L42_DENSE_PARAM), 910152, 2); /* layer 42 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L42_EXPERTS_PARAM), 44040192, 3); /* layer 42 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 44); /* X44 is back */
   layer44_forward(c, true); /* recompute from X44 (full checkpointing) */
   rt_offload_load(c, 42, A(X42), H(HX42), 352321536); /* prefetch: X45's slot is free */
@@ -9316,11 +9320,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 44 experts: 64 ranks, bf16 on the wire */
   /* layer 43 */
   rt_comm_label("layer 43 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L42_DENSE_PARAM), 910152, 2); /* layer 42 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L42_EXPERTS_PARAM), 44040192, 3); /* layer 42 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L41_DENSE_PARAM), 910152, 0); /* layer 41 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L41_EXPERTS_PARAM), 44040192, 1); /* layer 41 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 43); /* X43 is back */
   layer43_forward(c, true); /* recompute from X43 (full checkpointing) */
   rt_offload_load(c, 41, A(X41), H(HX41), 352321536); /* prefetch: X44's slot is free */
@@ -9335,8 +9339,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L41_DENSE_PARAM), 910152, 0); /* layer 41 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L41_EXPERTS_PARAM), 44040192, 1); /* layer 41 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L40_DENSE_PARAM), 910152, 4); /* layer 40 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L40_EXPERTS_PARAM), 44040192, 5); /* layer 40 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 42); /* X42 is back */
   layer42_forward(c, true); /* recompute from X42 (full checkpointing) */
   rt_offload_load(c, 40, A(X40), H(HX40), 352321536); /* prefetch: X43's slot is free */
@@ -9351,8 +9355,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L40_DENSE_PARAM), 910152, 2); /* layer 40 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L40_EXPERTS_PARAM), 44040192, 3); /* layer 40 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L39_DENSE_PARAM), 910152, 2); /* layer 39 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L39_EXPERTS_PARAM), 44040192, 3); /* layer 39 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 41); /* X41 is back */
   layer41_forward(c, true); /* recompute from X41 (full checkpointing) */
   rt_offload_load(c, 39, A(X39), H(HX39), 352321536); /* prefetch: X42's slot is free */
@@ -9364,11 +9368,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 41 experts: 64 ranks, bf16 on the wire */
   /* layer 40 */
   rt_comm_label("layer 40 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L39_DENSE_PARAM), 910152, 0); /* layer 39 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L39_EXPERTS_PARAM), 44040192, 1); /* layer 39 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L38_DENSE_PARAM), 910152, 0); /* layer 38 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L38_EXPERTS_PARAM), 44040192, 1); /* layer 38 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 40); /* X40 is back */
   layer40_forward(c, true); /* recompute from X40 (full checkpointing) */
   rt_offload_load(c, 38, A(X38), H(HX38), 352321536); /* prefetch: X41's slot is free */
@@ -9380,11 +9384,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 40 experts: 64 ranks, bf16 on the wire */
   /* layer 39 */
   rt_comm_label("layer 39 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L38_DENSE_PARAM), 910152, 2); /* layer 38 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L38_EXPERTS_PARAM), 44040192, 3); /* layer 38 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L37_DENSE_PARAM), 910152, 4); /* layer 37 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L37_EXPERTS_PARAM), 44040192, 5); /* layer 37 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 39); /* X39 is back */
   layer39_forward(c, true); /* recompute from X39 (full checkpointing) */
   rt_offload_load(c, 37, A(X37), H(HX37), 352321536); /* prefetch: X40's slot is free */
@@ -9396,11 +9400,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 39 experts: 64 ranks, bf16 on the wire */
   /* layer 38 */
   rt_comm_label("layer 38 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L37_DENSE_PARAM), 910152, 0); /* layer 37 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L37_EXPERTS_PARAM), 44040192, 1); /* layer 37 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L36_DENSE_PARAM), 910152, 2); /* layer 36 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L36_EXPERTS_PARAM), 44040192, 3); /* layer 36 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 38); /* X38 is back */
   layer38_forward(c, true); /* recompute from X38 (full checkpointing) */
   rt_offload_load(c, 36, A(X36), H(HX36), 352321536); /* prefetch: X39's slot is free */
@@ -9412,11 +9416,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 38 experts: 64 ranks, bf16 on the wire */
   /* layer 37 */
   rt_comm_label("layer 37 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L36_DENSE_PARAM), 910152, 2); /* layer 36 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L36_EXPERTS_PARAM), 44040192, 3); /* layer 36 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L35_DENSE_PARAM), 910152, 0); /* layer 35 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L35_EXPERTS_PARAM), 44040192, 1); /* layer 35 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 37); /* X37 is back */
   layer37_forward(c, true); /* recompute from X37 (full checkpointing) */
   rt_offload_load(c, 35, A(X35), H(HX35), 352321536); /* prefetch: X38's slot is free */
@@ -9431,8 +9435,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L35_DENSE_PARAM), 910152, 0); /* layer 35 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L35_EXPERTS_PARAM), 44040192, 1); /* layer 35 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L34_DENSE_PARAM), 910152, 4); /* layer 34 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L34_EXPERTS_PARAM), 44040192, 5); /* layer 34 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 36); /* X36 is back */
   layer36_forward(c, true); /* recompute from X36 (full checkpointing) */
   rt_offload_load(c, 34, A(X34), H(HX34), 352321536); /* prefetch: X37's slot is free */
@@ -9447,8 +9451,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L34_DENSE_PARAM), 910152, 2); /* layer 34 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L34_EXPERTS_PARAM), 44040192, 3); /* layer 34 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L33_DENSE_PARAM), 910152, 2); /* layer 33 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L33_EXPERTS_PARAM), 44040192, 3); /* layer 33 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 35); /* X35 is back */
   layer35_forward(c, true); /* recompute from X35 (full checkpointing) */
   rt_offload_load(c, 33, A(X33), H(HX33), 352321536); /* prefetch: X36's slot is free */
@@ -9460,11 +9464,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 35 experts: 64 ranks, bf16 on the wire */
   /* layer 34 */
   rt_comm_label("layer 34 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L33_DENSE_PARAM), 910152, 0); /* layer 33 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L33_EXPERTS_PARAM), 44040192, 1); /* layer 33 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L32_DENSE_PARAM), 910152, 0); /* layer 32 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L32_EXPERTS_PARAM), 44040192, 1); /* layer 32 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 34); /* X34 is back */
   layer34_forward(c, true); /* recompute from X34 (full checkpointing) */
   rt_offload_load(c, 32, A(X32), H(HX32), 352321536); /* prefetch: X35's slot is free */
@@ -9476,11 +9480,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 34 experts: 64 ranks, bf16 on the wire */
   /* layer 33 */
   rt_comm_label("layer 33 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L32_DENSE_PARAM), 910152, 2); /* layer 32 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L32_EXPERTS_PARAM), 44040192, 3); /* layer 32 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L31_DENSE_PARAM), 910152, 4); /* layer 31 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L31_EXPERTS_PARAM), 44040192, 5); /* layer 31 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 33); /* X33 is back */
   layer33_forward(c, true); /* recompute from X33 (full checkpointing) */
   rt_offload_load(c, 31, A(X31), H(HX31), 352321536); /* prefetch: X34's slot is free */
@@ -9492,11 +9496,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 33 experts: 64 ranks, bf16 on the wire */
   /* layer 32 */
   rt_comm_label("layer 32 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 910152, 0); /* layer 31 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 910152, 2); /* layer 30 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 32); /* X32 is back */
   layer32_forward(c, true); /* recompute from X32 (full checkpointing) */
   rt_offload_load(c, 30, A(X30), H(HX30), 352321536); /* prefetch: X33's slot is free */
@@ -9508,11 +9512,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 32 experts: 64 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 910152, 2); /* layer 30 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 910152, 0); /* layer 29 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 31); /* X31 is back */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, A(X29), H(HX29), 352321536); /* prefetch: X32's slot is free */
@@ -9527,8 +9531,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 910152, 0); /* layer 29 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L28_DENSE_PARAM), 910152, 4); /* layer 28 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L28_EXPERTS_PARAM), 44040192, 5); /* layer 28 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 30); /* X30 is back */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_offload_load(c, 28, A(X28), H(HX28), 352321536); /* prefetch: X31's slot is free */
@@ -9543,8 +9547,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 910152, 2); /* layer 28 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L27_DENSE_PARAM), 910152, 2); /* layer 27 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L27_EXPERTS_PARAM), 44040192, 3); /* layer 27 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 29); /* X29 is back */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_offload_load(c, 27, A(X27), H(HX27), 352321536); /* prefetch: X30's slot is free */
@@ -9556,11 +9560,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 29 experts: 64 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 910152, 0); /* layer 27 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L26_DENSE_PARAM), 910152, 0); /* layer 26 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L26_EXPERTS_PARAM), 44040192, 1); /* layer 26 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 28); /* X28 is back */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_offload_load(c, 26, A(X26), H(HX26), 352321536); /* prefetch: X29's slot is free */
@@ -9572,11 +9576,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 28 experts: 64 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 910152, 2); /* layer 26 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L25_DENSE_PARAM), 910152, 4); /* layer 25 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L25_EXPERTS_PARAM), 44040192, 5); /* layer 25 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 27); /* X27 is back */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_offload_load(c, 25, A(X25), H(HX25), 352321536); /* prefetch: X28's slot is free */
@@ -9588,11 +9592,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 27 experts: 64 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 910152, 0); /* layer 25 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 910152, 2); /* layer 24 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 26); /* X26 is back */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_offload_load(c, 24, A(X24), H(HX24), 352321536); /* prefetch: X27's slot is free */
@@ -9604,11 +9608,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 26 experts: 64 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 910152, 2); /* layer 24 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 910152, 0); /* layer 23 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 25); /* X25 is back */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_offload_load(c, 23, A(X23), H(HX23), 352321536); /* prefetch: X26's slot is free */
@@ -9623,8 +9627,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 910152, 0); /* layer 23 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L22_DENSE_PARAM), 910152, 4); /* layer 22 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L22_EXPERTS_PARAM), 44040192, 5); /* layer 22 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 24); /* X24 is back */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_offload_load(c, 22, A(X22), H(HX22), 352321536); /* prefetch: X25's slot is free */
@@ -9639,8 +9643,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 910152, 2); /* layer 22 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L21_DENSE_PARAM), 910152, 2); /* layer 21 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L21_EXPERTS_PARAM), 44040192, 3); /* layer 21 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 23); /* X23 is back */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_offload_load(c, 21, A(X21), H(HX21), 352321536); /* prefetch: X24's slot is free */
@@ -9652,11 +9656,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 23 experts: 64 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 910152, 0); /* layer 21 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L20_DENSE_PARAM), 910152, 0); /* layer 20 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L20_EXPERTS_PARAM), 44040192, 1); /* layer 20 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 22); /* X22 is back */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_offload_load(c, 20, A(X20), H(HX20), 352321536); /* prefetch: X23's slot is free */
@@ -9668,11 +9672,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 22 experts: 64 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 910152, 2); /* layer 20 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L19_DENSE_PARAM), 910152, 4); /* layer 19 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L19_EXPERTS_PARAM), 44040192, 5); /* layer 19 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 21); /* X21 is back */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_offload_load(c, 19, A(X19), H(HX19), 352321536); /* prefetch: X22's slot is free */
@@ -9684,11 +9688,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 21 experts: 64 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 910152, 0); /* layer 19 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 910152, 2); /* layer 18 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 20); /* X20 is back */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_offload_load(c, 18, A(X18), H(HX18), 352321536); /* prefetch: X21's slot is free */
@@ -9700,11 +9704,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 20 experts: 64 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 910152, 2); /* layer 18 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 910152, 0); /* layer 17 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 19); /* X19 is back */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_offload_load(c, 17, A(X17), H(HX17), 352321536); /* prefetch: X20's slot is free */
@@ -9719,8 +9723,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 910152, 0); /* layer 17 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L16_DENSE_PARAM), 910152, 4); /* layer 16 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L16_EXPERTS_PARAM), 44040192, 5); /* layer 16 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 18); /* X18 is back */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_offload_load(c, 16, A(X16), H(HX16), 352321536); /* prefetch: X19's slot is free */
@@ -9735,8 +9739,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 910152, 2); /* layer 16 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L15_DENSE_PARAM), 910152, 2); /* layer 15 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L15_EXPERTS_PARAM), 44040192, 3); /* layer 15 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 17); /* X17 is back */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_offload_load(c, 15, A(X15), H(HX15), 352321536); /* prefetch: X18's slot is free */
@@ -9748,11 +9752,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 17 experts: 64 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 910152, 0); /* layer 15 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L14_DENSE_PARAM), 910152, 0); /* layer 14 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L14_EXPERTS_PARAM), 44040192, 1); /* layer 14 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 16); /* X16 is back */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_offload_load(c, 14, A(X14), H(HX14), 352321536); /* prefetch: X17's slot is free */
@@ -9764,11 +9768,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 16 experts: 64 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 910152, 2); /* layer 14 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L13_DENSE_PARAM), 910152, 4); /* layer 13 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L13_EXPERTS_PARAM), 44040192, 5); /* layer 13 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 15); /* X15 is back */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_offload_load(c, 13, A(X13), H(HX13), 352321536); /* prefetch: X16's slot is free */
@@ -9780,11 +9784,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 15 experts: 64 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 910152, 0); /* layer 13 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 910152, 2); /* layer 12 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 14); /* X14 is back */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_offload_load(c, 12, A(X12), H(HX12), 352321536); /* prefetch: X15's slot is free */
@@ -9796,11 +9800,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 14 experts: 64 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 910152, 2); /* layer 12 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 910152, 0); /* layer 11 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 13); /* X13 is back */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_offload_load(c, 11, A(X11), H(HX11), 352321536); /* prefetch: X14's slot is free */
@@ -9815,8 +9819,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 910152, 0); /* layer 11 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L10_DENSE_PARAM), 910152, 4); /* layer 10 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L10_EXPERTS_PARAM), 44040192, 5); /* layer 10 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 12); /* X12 is back */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_offload_load(c, 10, A(X10), H(HX10), 352321536); /* prefetch: X13's slot is free */
@@ -9831,8 +9835,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 910152, 2); /* layer 10 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L9_DENSE_PARAM), 910152, 2); /* layer 9 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L9_EXPERTS_PARAM), 44040192, 3); /* layer 9 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 11); /* X11 is back */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_offload_load(c, 9, A(X9), H(HX9), 352321536); /* prefetch: X12's slot is free */
@@ -9844,11 +9848,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 11 experts: 64 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 910152, 0); /* layer 9 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L8_DENSE_PARAM), 910152, 0); /* layer 8 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L8_EXPERTS_PARAM), 44040192, 1); /* layer 8 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 10); /* X10 is back */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_offload_load(c, 8, A(X8), H(HX8), 352321536); /* prefetch: X11's slot is free */
@@ -9860,11 +9864,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 10 experts: 64 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 910152, 2); /* layer 8 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L7_DENSE_PARAM), 910152, 4); /* layer 7 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L7_EXPERTS_PARAM), 44040192, 5); /* layer 7 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 9); /* X9 is back */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_offload_load(c, 7, A(X7), H(HX7), 352321536); /* prefetch: X10's slot is free */
@@ -9876,11 +9880,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 9 experts: 64 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 910152, 0); /* layer 7 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 910152, 2); /* layer 6 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 8); /* X8 is back */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_offload_load(c, 6, A(X6), H(HX6), 352321536); /* prefetch: X9's slot is free */
@@ -9892,11 +9896,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 8 experts: 64 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 910152, 2); /* layer 6 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 910152, 0); /* layer 5 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 7); /* X7 is back */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_offload_load(c, 5, A(X5), H(HX5), 352321536); /* prefetch: X8's slot is free */
@@ -9911,8 +9915,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 910152, 0); /* layer 5 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L4_DENSE_PARAM), 910152, 4); /* layer 4 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L4_EXPERTS_PARAM), 44040192, 5); /* layer 4 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 6); /* X6 is back */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_offload_load(c, 4, A(X4), H(HX4), 352321536); /* prefetch: X7's slot is free */
@@ -9927,8 +9931,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 910152, 2); /* layer 4 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L3_DENSE_PARAM), 910152, 2); /* layer 3 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L3_EXPERTS_PARAM), 44040192, 3); /* layer 3 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 5); /* X5 is back */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_offload_load(c, 3, A(X3), H(HX3), 352321536); /* prefetch: X6's slot is free */
@@ -9940,11 +9944,10 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 5 experts: 64 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 910152, 0); /* layer 3 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(4);
+  rt_comm_all_gather_wait(5);
+  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L2_DENSE_PARAM), 2279232, 0); /* layer 2 dense: 256 ranks x 2279232, prefetch */
   rt_offload_wait(c, 4); /* X4 is back */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_offload_load(c, 2, A(X2), H(HX2), 352321536); /* prefetch: X5's slot is free */
@@ -9956,10 +9959,10 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 4 experts: 64 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 2279232, 2); /* layer 2 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L1_DENSE_PARAM), 2279232, 4); /* layer 1 dense: 256 ranks x 2279232, prefetch */
   rt_offload_wait(c, 3); /* X3 is back */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_offload_load(c, 1, A(X1), H(HX1), 352321536); /* prefetch: X4's slot is free */
@@ -9971,9 +9974,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 3 experts: 64 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 2279232, 0); /* layer 1 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_wait(0);
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 2279232, 2); /* layer 0 dense: 256 ranks x 2279232, prefetch */
   rt_offload_wait(c, 2); /* X2 is back */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_offload_load(c, 0, A(X0), H(HX0), 352321536); /* prefetch: X3's slot is free */
@@ -9984,9 +9987,8 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), A(GRAD1), 2279232, true, NULL, 2); /* layer 2 dense: 256 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 2279232, 2); /* layer 0 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_wait(4);
+  c->wd = A(GATHERED2);
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "deepseek-v3"
 #define SPEC_FILE "deepseek-v3.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "ad6f8f052ed4c909"
+#define PLAN_HASH "3538f8d960894000"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 256
 #define PLAN_FSDP 256
@@ -42,11 +42,11 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 2.498113e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 890.848 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 901.936 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 90402364928 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 89217346304 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 93437296896 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 87808060160 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
@@ -58,13 +58,13 @@
 #define OPT_STEP_ON_HOST 1
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 436092512
+#define ARENA_ELEMS 20856416
 #define ARENA_SCRATCH 113152
-#define ACT_ELEMS 52079193600
+#define ACT_ELEMS 50550584832
 #define ACT_SCRATCH 2621197824
 #define INPUTS 0
 #define TARGETS 49152
-#define STATE_STAGING 8724340224 /* GRAD0 (activation arena), free between steps: a state arena on the host
+#define STATE_STAGING 11775911424 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 3051571200
 #define HOST_ELEMS 20786970624 /* the host arena (activation offload): boundaries waiting for the backward */

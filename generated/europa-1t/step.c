@@ -15,6 +15,7 @@
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
@@ -552,21 +553,19 @@
 #define HEAD_ADAM_V              7466247472 /*    4096016: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define WS_RSTD1                  290593088 /*      65536: its 1/rms per token */
-#define WS_LSE                    290658624 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RSTD2                  293804352 /*      65536: its 1/rms per token */
-#define WS_LOGITS                 293869888 /*   25165824: router logits */
-#define WS_IDX                    319035712 /*     524288: selected experts (int32) */
-#define WS_WTS                    319560000 /*     524288: their weights */
-#define WS_POS                    320084288 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                320608576 /*        385: first row of each expert (int32) */
-#define WS_EOFF                   320608976 /*         97: first row of each local expert in the round (int32) */
-#define DLOGITS                   320609088 /*   25165824: gradient of the router logits */
-#define DWTS                      345774912 /*     524288: gradient of the routing weights */
-#define AUX                       346299200 /*       1152: load-balancing loss scratch */
-#define RSTDF                     346300352 /*      65536: its 1/rms per token */
-#define LSEF                      346365888 /*      65536: log-sum-exp of each token's logits */
-#define CE                        346431424 /*  536870912: logits of one vocabulary chunk and their gradient */
+#define WS_RSTD1                     131072 /*      65536: its 1/rms per token */
+#define WS_LSE                       196608 /*    3145728: attention log-sum-exp per head and query */
+#define WS_RSTD2                    3342336 /*      65536: its 1/rms per token */
+#define WS_LOGITS                   3407872 /*   25165824: router logits */
+#define WS_IDX                     28573696 /*     524288: selected experts (int32) */
+#define WS_WTS                     29097984 /*     524288: their weights */
+#define WS_POS                     29622272 /*     524288: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                 30146560 /*        385: first row of each expert (int32) */
+#define WS_EOFF                    30146960 /*         97: first row of each local expert in the round (int32) */
+#define DWTS                       30147072 /*     524288: gradient of the routing weights */
+#define AUX                        30671360 /*       1152: load-balancing loss scratch */
+#define RSTDF                      30672512 /*      65536: its 1/rms per token */
+#define LSEF                       30738048 /*      65536: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -744,26 +743,28 @@
 #define WS_SG                   34798950736 /*  117440512: shared experts' gate */
 #define WS_SU                   34916391248 /*  117440512: shared experts' up */
 #define WS_SH                   35033831760 /*  117440512: shared experts' activation */
-#define WS_Y                    35151272272 /*  402653184: a block's output before the residual add */
-#define WS_Y2                   35553925456 /*  402653184: shared experts' output */
-#define DX_A                    35956578640 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                    36359231824 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                     36761885008 /*  402653184: gradient of a norm's output */
-#define DATT                    37164538192 /*  402653184: gradient of the attention output */
-#define DQ                      37567191376 /*  402653184: gradient of the queries */
-#define DK                      37969844560 /*  134217728: gradient of the keys */
-#define DV                      38104062288 /*  134217728: gradient of the values */
-#define A2A                     38238280016 /* 4026531840: all-to-all staging of one round (source-rank order); between all-to-alls, the FFN gradients */
-#define EDG                             A2A /* 1174405120: routed experts' gate gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define DX_A                    35151272272 /*  402653184: gradient of the residual stream (even layers' output) */
+#define DX_B                    35553925456 /*  402653184: gradient of the residual stream (odd layers' output) */
+#define DLN                     35956578640 /*  402653184: gradient of a norm's output */
+#define A2A                     36359231824 /* 4026531840: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
+#define EDG                             A2A /* 1174405120: routed experts' gate gradient: in A2A (an FFN's backward) */
 #define DSG                             EDG /*  117440512: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
-#define EDU                    (A2A + 1174405120) /* 1174405120: routed experts' up gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define EDU                    (A2A + 1174405120) /* 1174405120: routed experts' up gradient: in A2A (an FFN's backward) */
 #define DSU                             EDU /*  117440512: shared experts' up gradient: in EDU (one FFN's backward at a time) */
-#define EDH                    (A2A + 2348810240) /* 1174405120: routed experts' activation gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
+#define EDH                    (A2A + 2348810240) /* 1174405120: routed experts' activation gradient: in A2A (an FFN's backward) */
 #define DSH                             EDH /*  117440512: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
-#define DYP                     42264811856 /* 3221225472: gradient of the expert outputs */
+#define DATT                            A2A /*  402653184: gradient of the attention output: in A2A (the attention's backward) */
+#define DQ                     (A2A + 402653184) /*  402653184: gradient of the queries: in A2A (the attention's backward) */
+#define DK                     (A2A + 805306368) /*  134217728: gradient of the keys: in A2A (the attention's backward) */
+#define DV                     (A2A + 939524096) /*  134217728: gradient of the values: in A2A (the attention's backward) */
+#define WS_Y                            A2A /*  402653184: a block's output before the residual add: in A2A (a layer's forward) */
+#define WS_Y2                  (A2A + 402653184) /*  402653184: shared experts' output: in A2A (a layer's forward) */
+#define LNF                             A2A /*  402653184: final norm output: in A2A (the loss) */
+#define CE                     (A2A + 402653184) /* 1073741824: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
+#define DLOGITS                         A2A /*   50331648: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
+#define DYP                     40385763664 /* 3221225472: gradient of the expert outputs */
 #define DXP                             DYP /* 3221225472: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
 #define DYE                           WS_YE /* 4026531840: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
-#define LNF                     45486037328 /*  402653184: final norm output */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -918,7 +919,7 @@
 /* Parameter groups: sharded over the FSDP group (384 ranks) or, for experts, over the
  * 96 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
  * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
- * all-gathers read in the activation arena. */
+ * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 1572864000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
     {"layer 0 dense", RT_GROUP_FSDP, 136065024, 354336, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},
@@ -4885,10 +4886,10 @@ static void layer73_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -4936,10 +4937,10 @@ static void layer72_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -4987,10 +4988,10 @@ static void layer71_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5038,10 +5039,10 @@ static void layer70_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5089,10 +5090,10 @@ static void layer69_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5140,10 +5141,10 @@ static void layer68_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5191,10 +5192,10 @@ static void layer67_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5242,10 +5243,10 @@ static void layer66_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5293,10 +5294,10 @@ static void layer65_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5344,10 +5345,10 @@ static void layer64_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5395,10 +5396,10 @@ static void layer63_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5446,10 +5447,10 @@ static void layer62_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5497,10 +5498,10 @@ static void layer61_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5548,10 +5549,10 @@ static void layer60_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5599,10 +5600,10 @@ static void layer59_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5650,10 +5651,10 @@ static void layer58_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5701,10 +5702,10 @@ static void layer57_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5752,10 +5753,10 @@ static void layer56_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5803,10 +5804,10 @@ static void layer55_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5854,10 +5855,10 @@ static void layer54_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5905,10 +5906,10 @@ static void layer53_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -5956,10 +5957,10 @@ static void layer52_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6007,10 +6008,10 @@ static void layer51_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6058,10 +6059,10 @@ static void layer50_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6109,10 +6110,10 @@ static void layer49_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6160,10 +6161,10 @@ static void layer48_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6211,10 +6212,10 @@ static void layer47_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6262,10 +6263,10 @@ static void layer46_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6313,10 +6314,10 @@ static void layer45_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6364,10 +6365,10 @@ static void layer44_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6415,10 +6416,10 @@ static void layer43_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6466,10 +6467,10 @@ static void layer42_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6517,10 +6518,10 @@ static void layer41_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6568,10 +6569,10 @@ static void layer40_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6619,10 +6620,10 @@ static void layer39_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6670,10 +6671,10 @@ static void layer38_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6721,10 +6722,10 @@ static void layer37_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6772,10 +6773,10 @@ static void layer36_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6823,10 +6824,10 @@ static void layer35_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6874,10 +6875,10 @@ static void layer34_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6925,10 +6926,10 @@ static void layer33_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -6976,10 +6977,10 @@ static void layer32_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7027,10 +7028,10 @@ static void layer31_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7078,10 +7079,10 @@ static void layer30_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7129,10 +7130,10 @@ static void layer29_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7180,10 +7181,10 @@ static void layer28_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7231,10 +7232,10 @@ static void layer27_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7282,10 +7283,10 @@ static void layer26_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7333,10 +7334,10 @@ static void layer25_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7384,10 +7385,10 @@ static void layer24_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7435,10 +7436,10 @@ static void layer23_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7486,10 +7487,10 @@ static void layer22_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7537,10 +7538,10 @@ static void layer21_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7588,10 +7589,10 @@ static void layer20_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7639,10 +7640,10 @@ static void layer19_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7690,10 +7691,10 @@ static void layer18_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7741,10 +7742,10 @@ static void layer17_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7792,10 +7793,10 @@ static void layer16_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7843,10 +7844,10 @@ static void layer15_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7894,10 +7895,10 @@ static void layer14_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7945,10 +7946,10 @@ static void layer13_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -7996,10 +7997,10 @@ static void layer12_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8047,10 +8048,10 @@ static void layer11_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8098,10 +8099,10 @@ static void layer10_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8149,10 +8150,10 @@ static void layer9_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8200,10 +8201,10 @@ static void layer8_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8251,10 +8252,10 @@ static void layer7_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8302,10 +8303,10 @@ static void layer6_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8353,10 +8354,10 @@ static void layer5_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8404,10 +8405,10 @@ static void layer4_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8455,10 +8456,10 @@ static void layer3_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8506,10 +8507,10 @@ static void layer2_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8557,10 +8558,10 @@ static void layer1_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -8608,10 +8609,10 @@ static void layer0_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(R(DLOGITS), 25165824);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(100675584), R(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
+  rt_zero_real(RA(DLOGITS), 25165824);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_zero(A(DATT), 402653184);
@@ -9308,7 +9309,7 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X74), W(0), 65536, 6144, EPS); /* model.norm */
-  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(6144), I(TARGETS), 65536, 6144, 256000, 4096, R(CE));
+  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(6144), I(TARGETS), 65536, 6144, 256000, 4096, RA(CE));
 }
 
 /* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
@@ -9323,7 +9324,7 @@ void step_backward(RtCtx *c) {
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 1572870144);
   rt_zero(A(DLN), 402653184);
-  rt_lm_head_ce_backward(A(DLN), DW(6144), A(LNF), W(6144), I(TARGETS), R(LSEF), 65536, 6144, 256000, 4096, R(CE), c->dloss);
+  rt_lm_head_ce_backward(A(DLN), DW(6144), A(LNF), W(6144), I(TARGETS), R(LSEF), 65536, 6144, 256000, 4096, RA(CE), c->dloss);
   rt_zero(A(DX_A), 402653184);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X74), W(0), R(RSTDF), 65536, 6144);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 4096016, true, NULL, 2); /* head: 384 ranks, bf16 on the wire */

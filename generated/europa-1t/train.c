@@ -99,10 +99,11 @@ static void zero_grads(RtCtx *c) {
 }
 
 /* The all-gathers read each group's master shard cast to the activation type (RtGroup.param):
- * refreshed after every change of the master (initialization, resume, optimizer step). */
+ * refreshed after every change of the master (initialization, resume, optimizer step). A group
+ * with param -1 (the master in HBM) is cast by step.c before each of its gathers. */
 static void refresh_params(RtCtx *c) {
   for (int g = 0; g < N_GROUPS; g++)
-    rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
+    if (step_groups[g].param >= 0) rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
 }
 
 /* The gradient shards summed over the data-parallel replicas. NCCL reads device memory: a state
@@ -630,8 +631,8 @@ int main(int argc, char **argv) {
   to_device(&c, 0, STATE_ELEMS);
   refresh_params(&c);
   void *muon_counts = calloc(1, rt_muon_counts_bytes(PLAN_FSDP)); /* Muon's all-to-all counts, displacements */
-#ifdef MUON_WORK /* Muon's scratch: in the arena, or on the host beside the optimizer state */
-  real *muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : c.arena + MUON_WORK;
+#ifdef MUON_WORK /* Muon's scratch: in the activation arena's bytes (step.h), or on the host beside the optimizer state */
+  real *muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : (real *)(c.acts + MUON_WORK);
 #ifdef MTC_BACKEND_CUDA
   real *muon_host = muon_host_elems() ? malloc((size_t)muon_host_elems() * sizeof(real)) : NULL;
   if (muon_host_elems() && !muon_host) muon_work = NULL;

@@ -15,6 +15,7 @@
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
@@ -259,453 +260,421 @@
 #define L31_RSTD2                   8921088 /*       8192: its 1/rms per token */
 #define RSTDF                       8929280 /*       8192: its 1/rms per token */
 #define LSEF                        8937472 /*       8192: log-sum-exp of each token's logits */
-#define CE                          8945664 /*   67108864: logits of one vocabulary chunk and their gradient */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*  131334144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM            131334144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM            185862144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM            240390144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM            294918144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM            349446144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM            403974144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM            458502144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM            513030144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM            567558144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM            622086144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM           676614144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM           731142144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM           785670144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM           840198144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM           894726144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM           949254144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM          1003782144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM          1058310144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM          1112838144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM          1167366144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM          1221894144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM          1276422144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM          1330950144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM          1385478144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM          1440006144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM          1494534144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM          1549062144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM          1603590144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM          1658118144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM          1712646144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1767174144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1821702144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM               1876230144 /*  131335168: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                2007565312 /*  525340672: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                2532905984 /*  525340672: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                    3058246656 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                    3583587328 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                       4108928000 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                       4142482432 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                       4176036864 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                       4209591296 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                       4243145728 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                       4276700160 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                       4310254592 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                       4343809024 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                       4377363456 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                       4410917888 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                      4444472320 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                      4478026752 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                      4511581184 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                      4545135616 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                      4578690048 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                      4612244480 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                      4645798912 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                      4679353344 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                      4712907776 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                      4746462208 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                      4780016640 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                      4813571072 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                      4847125504 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                      4880679936 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                      4914234368 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                      4947788800 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                      4981343232 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                      5014897664 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                      5048452096 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                      5082006528 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                      5115560960 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                      5149115392 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                      5182669824 /*   33554432: output of the last layer */
-#define L0_LN1                   5216224256 /*   33554432: attention norm output */
-#define L0_Q                     5249778688 /*   33554432: queries (rotated) */
-#define L0_K                     5283333120 /*    8388608: keys (rotated) */
-#define L0_V                     5291721728 /*    8388608: values */
-#define L0_ATT                   5300110336 /*   33554432: attention output */
-#define L0_RES                   5333664768 /*   33554432: residual stream after attention */
-#define L0_LN2                   5367219200 /*   33554432: mlp norm output */
-#define L0_G                     5400773632 /*  117440512: mlp gate */
-#define L0_U                     5518214144 /*  117440512: mlp up */
-#define L0_H                     5635654656 /*  117440512: mlp activation */
-#define L1_LN1                   5753095168 /*   33554432: attention norm output */
-#define L1_Q                     5786649600 /*   33554432: queries (rotated) */
-#define L1_K                     5820204032 /*    8388608: keys (rotated) */
-#define L1_V                     5828592640 /*    8388608: values */
-#define L1_ATT                   5836981248 /*   33554432: attention output */
-#define L1_RES                   5870535680 /*   33554432: residual stream after attention */
-#define L1_LN2                   5904090112 /*   33554432: mlp norm output */
-#define L1_G                     5937644544 /*  117440512: mlp gate */
-#define L1_U                     6055085056 /*  117440512: mlp up */
-#define L1_H                     6172525568 /*  117440512: mlp activation */
-#define L2_LN1                   6289966080 /*   33554432: attention norm output */
-#define L2_Q                     6323520512 /*   33554432: queries (rotated) */
-#define L2_K                     6357074944 /*    8388608: keys (rotated) */
-#define L2_V                     6365463552 /*    8388608: values */
-#define L2_ATT                   6373852160 /*   33554432: attention output */
-#define L2_RES                   6407406592 /*   33554432: residual stream after attention */
-#define L2_LN2                   6440961024 /*   33554432: mlp norm output */
-#define L2_G                     6474515456 /*  117440512: mlp gate */
-#define L2_U                     6591955968 /*  117440512: mlp up */
-#define L2_H                     6709396480 /*  117440512: mlp activation */
-#define L3_LN1                   6826836992 /*   33554432: attention norm output */
-#define L3_Q                     6860391424 /*   33554432: queries (rotated) */
-#define L3_K                     6893945856 /*    8388608: keys (rotated) */
-#define L3_V                     6902334464 /*    8388608: values */
-#define L3_ATT                   6910723072 /*   33554432: attention output */
-#define L3_RES                   6944277504 /*   33554432: residual stream after attention */
-#define L3_LN2                   6977831936 /*   33554432: mlp norm output */
-#define L3_G                     7011386368 /*  117440512: mlp gate */
-#define L3_U                     7128826880 /*  117440512: mlp up */
-#define L3_H                     7246267392 /*  117440512: mlp activation */
-#define L4_LN1                   7363707904 /*   33554432: attention norm output */
-#define L4_Q                     7397262336 /*   33554432: queries (rotated) */
-#define L4_K                     7430816768 /*    8388608: keys (rotated) */
-#define L4_V                     7439205376 /*    8388608: values */
-#define L4_ATT                   7447593984 /*   33554432: attention output */
-#define L4_RES                   7481148416 /*   33554432: residual stream after attention */
-#define L4_LN2                   7514702848 /*   33554432: mlp norm output */
-#define L4_G                     7548257280 /*  117440512: mlp gate */
-#define L4_U                     7665697792 /*  117440512: mlp up */
-#define L4_H                     7783138304 /*  117440512: mlp activation */
-#define L5_LN1                   7900578816 /*   33554432: attention norm output */
-#define L5_Q                     7934133248 /*   33554432: queries (rotated) */
-#define L5_K                     7967687680 /*    8388608: keys (rotated) */
-#define L5_V                     7976076288 /*    8388608: values */
-#define L5_ATT                   7984464896 /*   33554432: attention output */
-#define L5_RES                   8018019328 /*   33554432: residual stream after attention */
-#define L5_LN2                   8051573760 /*   33554432: mlp norm output */
-#define L5_G                     8085128192 /*  117440512: mlp gate */
-#define L5_U                     8202568704 /*  117440512: mlp up */
-#define L5_H                     8320009216 /*  117440512: mlp activation */
-#define L6_LN1                   8437449728 /*   33554432: attention norm output */
-#define L6_Q                     8471004160 /*   33554432: queries (rotated) */
-#define L6_K                     8504558592 /*    8388608: keys (rotated) */
-#define L6_V                     8512947200 /*    8388608: values */
-#define L6_ATT                   8521335808 /*   33554432: attention output */
-#define L6_RES                   8554890240 /*   33554432: residual stream after attention */
-#define L6_LN2                   8588444672 /*   33554432: mlp norm output */
-#define L6_G                     8621999104 /*  117440512: mlp gate */
-#define L6_U                     8739439616 /*  117440512: mlp up */
-#define L6_H                     8856880128 /*  117440512: mlp activation */
-#define L7_LN1                   8974320640 /*   33554432: attention norm output */
-#define L7_Q                     9007875072 /*   33554432: queries (rotated) */
-#define L7_K                     9041429504 /*    8388608: keys (rotated) */
-#define L7_V                     9049818112 /*    8388608: values */
-#define L7_ATT                   9058206720 /*   33554432: attention output */
-#define L7_RES                   9091761152 /*   33554432: residual stream after attention */
-#define L7_LN2                   9125315584 /*   33554432: mlp norm output */
-#define L7_G                     9158870016 /*  117440512: mlp gate */
-#define L7_U                     9276310528 /*  117440512: mlp up */
-#define L7_H                     9393751040 /*  117440512: mlp activation */
-#define L8_LN1                   9511191552 /*   33554432: attention norm output */
-#define L8_Q                     9544745984 /*   33554432: queries (rotated) */
-#define L8_K                     9578300416 /*    8388608: keys (rotated) */
-#define L8_V                     9586689024 /*    8388608: values */
-#define L8_ATT                   9595077632 /*   33554432: attention output */
-#define L8_RES                   9628632064 /*   33554432: residual stream after attention */
-#define L8_LN2                   9662186496 /*   33554432: mlp norm output */
-#define L8_G                     9695740928 /*  117440512: mlp gate */
-#define L8_U                     9813181440 /*  117440512: mlp up */
-#define L8_H                     9930621952 /*  117440512: mlp activation */
-#define L9_LN1                  10048062464 /*   33554432: attention norm output */
-#define L9_Q                    10081616896 /*   33554432: queries (rotated) */
-#define L9_K                    10115171328 /*    8388608: keys (rotated) */
-#define L9_V                    10123559936 /*    8388608: values */
-#define L9_ATT                  10131948544 /*   33554432: attention output */
-#define L9_RES                  10165502976 /*   33554432: residual stream after attention */
-#define L9_LN2                  10199057408 /*   33554432: mlp norm output */
-#define L9_G                    10232611840 /*  117440512: mlp gate */
-#define L9_U                    10350052352 /*  117440512: mlp up */
-#define L9_H                    10467492864 /*  117440512: mlp activation */
-#define L10_LN1                 10584933376 /*   33554432: attention norm output */
-#define L10_Q                   10618487808 /*   33554432: queries (rotated) */
-#define L10_K                   10652042240 /*    8388608: keys (rotated) */
-#define L10_V                   10660430848 /*    8388608: values */
-#define L10_ATT                 10668819456 /*   33554432: attention output */
-#define L10_RES                 10702373888 /*   33554432: residual stream after attention */
-#define L10_LN2                 10735928320 /*   33554432: mlp norm output */
-#define L10_G                   10769482752 /*  117440512: mlp gate */
-#define L10_U                   10886923264 /*  117440512: mlp up */
-#define L10_H                   11004363776 /*  117440512: mlp activation */
-#define L11_LN1                 11121804288 /*   33554432: attention norm output */
-#define L11_Q                   11155358720 /*   33554432: queries (rotated) */
-#define L11_K                   11188913152 /*    8388608: keys (rotated) */
-#define L11_V                   11197301760 /*    8388608: values */
-#define L11_ATT                 11205690368 /*   33554432: attention output */
-#define L11_RES                 11239244800 /*   33554432: residual stream after attention */
-#define L11_LN2                 11272799232 /*   33554432: mlp norm output */
-#define L11_G                   11306353664 /*  117440512: mlp gate */
-#define L11_U                   11423794176 /*  117440512: mlp up */
-#define L11_H                   11541234688 /*  117440512: mlp activation */
-#define L12_LN1                 11658675200 /*   33554432: attention norm output */
-#define L12_Q                   11692229632 /*   33554432: queries (rotated) */
-#define L12_K                   11725784064 /*    8388608: keys (rotated) */
-#define L12_V                   11734172672 /*    8388608: values */
-#define L12_ATT                 11742561280 /*   33554432: attention output */
-#define L12_RES                 11776115712 /*   33554432: residual stream after attention */
-#define L12_LN2                 11809670144 /*   33554432: mlp norm output */
-#define L12_G                   11843224576 /*  117440512: mlp gate */
-#define L12_U                   11960665088 /*  117440512: mlp up */
-#define L12_H                   12078105600 /*  117440512: mlp activation */
-#define L13_LN1                 12195546112 /*   33554432: attention norm output */
-#define L13_Q                   12229100544 /*   33554432: queries (rotated) */
-#define L13_K                   12262654976 /*    8388608: keys (rotated) */
-#define L13_V                   12271043584 /*    8388608: values */
-#define L13_ATT                 12279432192 /*   33554432: attention output */
-#define L13_RES                 12312986624 /*   33554432: residual stream after attention */
-#define L13_LN2                 12346541056 /*   33554432: mlp norm output */
-#define L13_G                   12380095488 /*  117440512: mlp gate */
-#define L13_U                   12497536000 /*  117440512: mlp up */
-#define L13_H                   12614976512 /*  117440512: mlp activation */
-#define L14_LN1                 12732417024 /*   33554432: attention norm output */
-#define L14_Q                   12765971456 /*   33554432: queries (rotated) */
-#define L14_K                   12799525888 /*    8388608: keys (rotated) */
-#define L14_V                   12807914496 /*    8388608: values */
-#define L14_ATT                 12816303104 /*   33554432: attention output */
-#define L14_RES                 12849857536 /*   33554432: residual stream after attention */
-#define L14_LN2                 12883411968 /*   33554432: mlp norm output */
-#define L14_G                   12916966400 /*  117440512: mlp gate */
-#define L14_U                   13034406912 /*  117440512: mlp up */
-#define L14_H                   13151847424 /*  117440512: mlp activation */
-#define L15_LN1                 13269287936 /*   33554432: attention norm output */
-#define L15_Q                   13302842368 /*   33554432: queries (rotated) */
-#define L15_K                   13336396800 /*    8388608: keys (rotated) */
-#define L15_V                   13344785408 /*    8388608: values */
-#define L15_ATT                 13353174016 /*   33554432: attention output */
-#define L15_RES                 13386728448 /*   33554432: residual stream after attention */
-#define L15_LN2                 13420282880 /*   33554432: mlp norm output */
-#define L15_G                   13453837312 /*  117440512: mlp gate */
-#define L15_U                   13571277824 /*  117440512: mlp up */
-#define L15_H                   13688718336 /*  117440512: mlp activation */
-#define L16_LN1                 13806158848 /*   33554432: attention norm output */
-#define L16_Q                   13839713280 /*   33554432: queries (rotated) */
-#define L16_K                   13873267712 /*    8388608: keys (rotated) */
-#define L16_V                   13881656320 /*    8388608: values */
-#define L16_ATT                 13890044928 /*   33554432: attention output */
-#define L16_RES                 13923599360 /*   33554432: residual stream after attention */
-#define L16_LN2                 13957153792 /*   33554432: mlp norm output */
-#define L16_G                   13990708224 /*  117440512: mlp gate */
-#define L16_U                   14108148736 /*  117440512: mlp up */
-#define L16_H                   14225589248 /*  117440512: mlp activation */
-#define L17_LN1                 14343029760 /*   33554432: attention norm output */
-#define L17_Q                   14376584192 /*   33554432: queries (rotated) */
-#define L17_K                   14410138624 /*    8388608: keys (rotated) */
-#define L17_V                   14418527232 /*    8388608: values */
-#define L17_ATT                 14426915840 /*   33554432: attention output */
-#define L17_RES                 14460470272 /*   33554432: residual stream after attention */
-#define L17_LN2                 14494024704 /*   33554432: mlp norm output */
-#define L17_G                   14527579136 /*  117440512: mlp gate */
-#define L17_U                   14645019648 /*  117440512: mlp up */
-#define L17_H                   14762460160 /*  117440512: mlp activation */
-#define L18_LN1                 14879900672 /*   33554432: attention norm output */
-#define L18_Q                   14913455104 /*   33554432: queries (rotated) */
-#define L18_K                   14947009536 /*    8388608: keys (rotated) */
-#define L18_V                   14955398144 /*    8388608: values */
-#define L18_ATT                 14963786752 /*   33554432: attention output */
-#define L18_RES                 14997341184 /*   33554432: residual stream after attention */
-#define L18_LN2                 15030895616 /*   33554432: mlp norm output */
-#define L18_G                   15064450048 /*  117440512: mlp gate */
-#define L18_U                   15181890560 /*  117440512: mlp up */
-#define L18_H                   15299331072 /*  117440512: mlp activation */
-#define L19_LN1                 15416771584 /*   33554432: attention norm output */
-#define L19_Q                   15450326016 /*   33554432: queries (rotated) */
-#define L19_K                   15483880448 /*    8388608: keys (rotated) */
-#define L19_V                   15492269056 /*    8388608: values */
-#define L19_ATT                 15500657664 /*   33554432: attention output */
-#define L19_RES                 15534212096 /*   33554432: residual stream after attention */
-#define L19_LN2                 15567766528 /*   33554432: mlp norm output */
-#define L19_G                   15601320960 /*  117440512: mlp gate */
-#define L19_U                   15718761472 /*  117440512: mlp up */
-#define L19_H                   15836201984 /*  117440512: mlp activation */
-#define L20_LN1                 15953642496 /*   33554432: attention norm output */
-#define L20_Q                   15987196928 /*   33554432: queries (rotated) */
-#define L20_K                   16020751360 /*    8388608: keys (rotated) */
-#define L20_V                   16029139968 /*    8388608: values */
-#define L20_ATT                 16037528576 /*   33554432: attention output */
-#define L20_RES                 16071083008 /*   33554432: residual stream after attention */
-#define L20_LN2                 16104637440 /*   33554432: mlp norm output */
-#define L20_G                   16138191872 /*  117440512: mlp gate */
-#define L20_U                   16255632384 /*  117440512: mlp up */
-#define L20_H                   16373072896 /*  117440512: mlp activation */
-#define L21_LN1                 16490513408 /*   33554432: attention norm output */
-#define L21_Q                   16524067840 /*   33554432: queries (rotated) */
-#define L21_K                   16557622272 /*    8388608: keys (rotated) */
-#define L21_V                   16566010880 /*    8388608: values */
-#define L21_ATT                 16574399488 /*   33554432: attention output */
-#define L21_RES                 16607953920 /*   33554432: residual stream after attention */
-#define L21_LN2                 16641508352 /*   33554432: mlp norm output */
-#define L21_G                   16675062784 /*  117440512: mlp gate */
-#define L21_U                   16792503296 /*  117440512: mlp up */
-#define L21_H                   16909943808 /*  117440512: mlp activation */
-#define L22_LN1                 17027384320 /*   33554432: attention norm output */
-#define L22_Q                   17060938752 /*   33554432: queries (rotated) */
-#define L22_K                   17094493184 /*    8388608: keys (rotated) */
-#define L22_V                   17102881792 /*    8388608: values */
-#define L22_ATT                 17111270400 /*   33554432: attention output */
-#define L22_RES                 17144824832 /*   33554432: residual stream after attention */
-#define L22_LN2                 17178379264 /*   33554432: mlp norm output */
-#define L22_G                   17211933696 /*  117440512: mlp gate */
-#define L22_U                   17329374208 /*  117440512: mlp up */
-#define L22_H                   17446814720 /*  117440512: mlp activation */
-#define L23_LN1                 17564255232 /*   33554432: attention norm output */
-#define L23_Q                   17597809664 /*   33554432: queries (rotated) */
-#define L23_K                   17631364096 /*    8388608: keys (rotated) */
-#define L23_V                   17639752704 /*    8388608: values */
-#define L23_ATT                 17648141312 /*   33554432: attention output */
-#define L23_RES                 17681695744 /*   33554432: residual stream after attention */
-#define L23_LN2                 17715250176 /*   33554432: mlp norm output */
-#define L23_G                   17748804608 /*  117440512: mlp gate */
-#define L23_U                   17866245120 /*  117440512: mlp up */
-#define L23_H                   17983685632 /*  117440512: mlp activation */
-#define L24_LN1                 18101126144 /*   33554432: attention norm output */
-#define L24_Q                   18134680576 /*   33554432: queries (rotated) */
-#define L24_K                   18168235008 /*    8388608: keys (rotated) */
-#define L24_V                   18176623616 /*    8388608: values */
-#define L24_ATT                 18185012224 /*   33554432: attention output */
-#define L24_RES                 18218566656 /*   33554432: residual stream after attention */
-#define L24_LN2                 18252121088 /*   33554432: mlp norm output */
-#define L24_G                   18285675520 /*  117440512: mlp gate */
-#define L24_U                   18403116032 /*  117440512: mlp up */
-#define L24_H                   18520556544 /*  117440512: mlp activation */
-#define L25_LN1                 18637997056 /*   33554432: attention norm output */
-#define L25_Q                   18671551488 /*   33554432: queries (rotated) */
-#define L25_K                   18705105920 /*    8388608: keys (rotated) */
-#define L25_V                   18713494528 /*    8388608: values */
-#define L25_ATT                 18721883136 /*   33554432: attention output */
-#define L25_RES                 18755437568 /*   33554432: residual stream after attention */
-#define L25_LN2                 18788992000 /*   33554432: mlp norm output */
-#define L25_G                   18822546432 /*  117440512: mlp gate */
-#define L25_U                   18939986944 /*  117440512: mlp up */
-#define L25_H                   19057427456 /*  117440512: mlp activation */
-#define L26_LN1                 19174867968 /*   33554432: attention norm output */
-#define L26_Q                   19208422400 /*   33554432: queries (rotated) */
-#define L26_K                   19241976832 /*    8388608: keys (rotated) */
-#define L26_V                   19250365440 /*    8388608: values */
-#define L26_ATT                 19258754048 /*   33554432: attention output */
-#define L26_RES                 19292308480 /*   33554432: residual stream after attention */
-#define L26_LN2                 19325862912 /*   33554432: mlp norm output */
-#define L26_G                   19359417344 /*  117440512: mlp gate */
-#define L26_U                   19476857856 /*  117440512: mlp up */
-#define L26_H                   19594298368 /*  117440512: mlp activation */
-#define L27_LN1                 19711738880 /*   33554432: attention norm output */
-#define L27_Q                   19745293312 /*   33554432: queries (rotated) */
-#define L27_K                   19778847744 /*    8388608: keys (rotated) */
-#define L27_V                   19787236352 /*    8388608: values */
-#define L27_ATT                 19795624960 /*   33554432: attention output */
-#define L27_RES                 19829179392 /*   33554432: residual stream after attention */
-#define L27_LN2                 19862733824 /*   33554432: mlp norm output */
-#define L27_G                   19896288256 /*  117440512: mlp gate */
-#define L27_U                   20013728768 /*  117440512: mlp up */
-#define L27_H                   20131169280 /*  117440512: mlp activation */
-#define L28_LN1                 20248609792 /*   33554432: attention norm output */
-#define L28_Q                   20282164224 /*   33554432: queries (rotated) */
-#define L28_K                   20315718656 /*    8388608: keys (rotated) */
-#define L28_V                   20324107264 /*    8388608: values */
-#define L28_ATT                 20332495872 /*   33554432: attention output */
-#define L28_RES                 20366050304 /*   33554432: residual stream after attention */
-#define L28_LN2                 20399604736 /*   33554432: mlp norm output */
-#define L28_G                   20433159168 /*  117440512: mlp gate */
-#define L28_U                   20550599680 /*  117440512: mlp up */
-#define L28_H                   20668040192 /*  117440512: mlp activation */
-#define L29_LN1                 20785480704 /*   33554432: attention norm output */
-#define L29_Q                   20819035136 /*   33554432: queries (rotated) */
-#define L29_K                   20852589568 /*    8388608: keys (rotated) */
-#define L29_V                   20860978176 /*    8388608: values */
-#define L29_ATT                 20869366784 /*   33554432: attention output */
-#define L29_RES                 20902921216 /*   33554432: residual stream after attention */
-#define L29_LN2                 20936475648 /*   33554432: mlp norm output */
-#define L29_G                   20970030080 /*  117440512: mlp gate */
-#define L29_U                   21087470592 /*  117440512: mlp up */
-#define L29_H                   21204911104 /*  117440512: mlp activation */
-#define L30_LN1                 21322351616 /*   33554432: attention norm output */
-#define L30_Q                   21355906048 /*   33554432: queries (rotated) */
-#define L30_K                   21389460480 /*    8388608: keys (rotated) */
-#define L30_V                   21397849088 /*    8388608: values */
-#define L30_ATT                 21406237696 /*   33554432: attention output */
-#define L30_RES                 21439792128 /*   33554432: residual stream after attention */
-#define L30_LN2                 21473346560 /*   33554432: mlp norm output */
-#define L30_G                   21506900992 /*  117440512: mlp gate */
-#define L30_U                   21624341504 /*  117440512: mlp up */
-#define L30_H                   21741782016 /*  117440512: mlp activation */
-#define L31_LN1                 21859222528 /*   33554432: attention norm output */
-#define L31_Q                   21892776960 /*   33554432: queries (rotated) */
-#define L31_K                   21926331392 /*    8388608: keys (rotated) */
-#define L31_V                   21934720000 /*    8388608: values */
-#define L31_ATT                 21943108608 /*   33554432: attention output */
-#define L31_RES                 21976663040 /*   33554432: residual stream after attention */
-#define L31_LN2                 22010217472 /*   33554432: mlp norm output */
-#define L31_G                   22043771904 /*  117440512: mlp gate */
-#define L31_U                   22161212416 /*  117440512: mlp up */
-#define L31_H                   22278652928 /*  117440512: mlp activation */
-#define WS_Y                    22396093440 /*   33554432: a block's output before the residual add */
-#define WS_Y2                   22429647872 /*   33554432: shared experts' output */
-#define DX_A                    22463202304 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    22496756736 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     22530311168 /*   33554432: gradient of a norm's output */
-#define DATT                    22563865600 /*   33554432: gradient of the attention output */
-#define DQ                      22597420032 /*   33554432: gradient of the queries */
-#define DK                      22630974464 /*    8388608: gradient of the keys */
-#define DV                      22639363072 /*    8388608: gradient of the values */
-#define DG                      22647751680 /*  117440512: gradient of the mlp gate */
-#define DU                      22765192192 /*  117440512: gradient of the mlp up */
-#define DH                      22882632704 /*  117440512: gradient of the mlp activation */
-#define LNF                     23000073216 /*   33554432: final norm output */
+#define CAST0                             0 /*  131335168: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define CAST1                     131335168 /*  131335168: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define GATHERED0                 262670336 /*  525340672: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                 788011008 /*  525340672: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define GRAD0                    1313351680 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                    1838692352 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                       2364033024 /*   33554432: boundary: input of layer 0 (residual stream) */
+#define X1                       2397587456 /*   33554432: boundary: input of layer 1 (residual stream) */
+#define X2                       2431141888 /*   33554432: boundary: input of layer 2 (residual stream) */
+#define X3                       2464696320 /*   33554432: boundary: input of layer 3 (residual stream) */
+#define X4                       2498250752 /*   33554432: boundary: input of layer 4 (residual stream) */
+#define X5                       2531805184 /*   33554432: boundary: input of layer 5 (residual stream) */
+#define X6                       2565359616 /*   33554432: boundary: input of layer 6 (residual stream) */
+#define X7                       2598914048 /*   33554432: boundary: input of layer 7 (residual stream) */
+#define X8                       2632468480 /*   33554432: boundary: input of layer 8 (residual stream) */
+#define X9                       2666022912 /*   33554432: boundary: input of layer 9 (residual stream) */
+#define X10                      2699577344 /*   33554432: boundary: input of layer 10 (residual stream) */
+#define X11                      2733131776 /*   33554432: boundary: input of layer 11 (residual stream) */
+#define X12                      2766686208 /*   33554432: boundary: input of layer 12 (residual stream) */
+#define X13                      2800240640 /*   33554432: boundary: input of layer 13 (residual stream) */
+#define X14                      2833795072 /*   33554432: boundary: input of layer 14 (residual stream) */
+#define X15                      2867349504 /*   33554432: boundary: input of layer 15 (residual stream) */
+#define X16                      2900903936 /*   33554432: boundary: input of layer 16 (residual stream) */
+#define X17                      2934458368 /*   33554432: boundary: input of layer 17 (residual stream) */
+#define X18                      2968012800 /*   33554432: boundary: input of layer 18 (residual stream) */
+#define X19                      3001567232 /*   33554432: boundary: input of layer 19 (residual stream) */
+#define X20                      3035121664 /*   33554432: boundary: input of layer 20 (residual stream) */
+#define X21                      3068676096 /*   33554432: boundary: input of layer 21 (residual stream) */
+#define X22                      3102230528 /*   33554432: boundary: input of layer 22 (residual stream) */
+#define X23                      3135784960 /*   33554432: boundary: input of layer 23 (residual stream) */
+#define X24                      3169339392 /*   33554432: boundary: input of layer 24 (residual stream) */
+#define X25                      3202893824 /*   33554432: boundary: input of layer 25 (residual stream) */
+#define X26                      3236448256 /*   33554432: boundary: input of layer 26 (residual stream) */
+#define X27                      3270002688 /*   33554432: boundary: input of layer 27 (residual stream) */
+#define X28                      3303557120 /*   33554432: boundary: input of layer 28 (residual stream) */
+#define X29                      3337111552 /*   33554432: boundary: input of layer 29 (residual stream) */
+#define X30                      3370665984 /*   33554432: boundary: input of layer 30 (residual stream) */
+#define X31                      3404220416 /*   33554432: boundary: input of layer 31 (residual stream) */
+#define X32                      3437774848 /*   33554432: output of the last layer */
+#define L0_LN1                   3471329280 /*   33554432: attention norm output */
+#define L0_Q                     3504883712 /*   33554432: queries (rotated) */
+#define L0_K                     3538438144 /*    8388608: keys (rotated) */
+#define L0_V                     3546826752 /*    8388608: values */
+#define L0_ATT                   3555215360 /*   33554432: attention output */
+#define L0_RES                   3588769792 /*   33554432: residual stream after attention */
+#define L0_LN2                   3622324224 /*   33554432: mlp norm output */
+#define L0_G                     3655878656 /*  117440512: mlp gate */
+#define L0_U                     3773319168 /*  117440512: mlp up */
+#define L0_H                     3890759680 /*  117440512: mlp activation */
+#define L1_LN1                   4008200192 /*   33554432: attention norm output */
+#define L1_Q                     4041754624 /*   33554432: queries (rotated) */
+#define L1_K                     4075309056 /*    8388608: keys (rotated) */
+#define L1_V                     4083697664 /*    8388608: values */
+#define L1_ATT                   4092086272 /*   33554432: attention output */
+#define L1_RES                   4125640704 /*   33554432: residual stream after attention */
+#define L1_LN2                   4159195136 /*   33554432: mlp norm output */
+#define L1_G                     4192749568 /*  117440512: mlp gate */
+#define L1_U                     4310190080 /*  117440512: mlp up */
+#define L1_H                     4427630592 /*  117440512: mlp activation */
+#define L2_LN1                   4545071104 /*   33554432: attention norm output */
+#define L2_Q                     4578625536 /*   33554432: queries (rotated) */
+#define L2_K                     4612179968 /*    8388608: keys (rotated) */
+#define L2_V                     4620568576 /*    8388608: values */
+#define L2_ATT                   4628957184 /*   33554432: attention output */
+#define L2_RES                   4662511616 /*   33554432: residual stream after attention */
+#define L2_LN2                   4696066048 /*   33554432: mlp norm output */
+#define L2_G                     4729620480 /*  117440512: mlp gate */
+#define L2_U                     4847060992 /*  117440512: mlp up */
+#define L2_H                     4964501504 /*  117440512: mlp activation */
+#define L3_LN1                   5081942016 /*   33554432: attention norm output */
+#define L3_Q                     5115496448 /*   33554432: queries (rotated) */
+#define L3_K                     5149050880 /*    8388608: keys (rotated) */
+#define L3_V                     5157439488 /*    8388608: values */
+#define L3_ATT                   5165828096 /*   33554432: attention output */
+#define L3_RES                   5199382528 /*   33554432: residual stream after attention */
+#define L3_LN2                   5232936960 /*   33554432: mlp norm output */
+#define L3_G                     5266491392 /*  117440512: mlp gate */
+#define L3_U                     5383931904 /*  117440512: mlp up */
+#define L3_H                     5501372416 /*  117440512: mlp activation */
+#define L4_LN1                   5618812928 /*   33554432: attention norm output */
+#define L4_Q                     5652367360 /*   33554432: queries (rotated) */
+#define L4_K                     5685921792 /*    8388608: keys (rotated) */
+#define L4_V                     5694310400 /*    8388608: values */
+#define L4_ATT                   5702699008 /*   33554432: attention output */
+#define L4_RES                   5736253440 /*   33554432: residual stream after attention */
+#define L4_LN2                   5769807872 /*   33554432: mlp norm output */
+#define L4_G                     5803362304 /*  117440512: mlp gate */
+#define L4_U                     5920802816 /*  117440512: mlp up */
+#define L4_H                     6038243328 /*  117440512: mlp activation */
+#define L5_LN1                   6155683840 /*   33554432: attention norm output */
+#define L5_Q                     6189238272 /*   33554432: queries (rotated) */
+#define L5_K                     6222792704 /*    8388608: keys (rotated) */
+#define L5_V                     6231181312 /*    8388608: values */
+#define L5_ATT                   6239569920 /*   33554432: attention output */
+#define L5_RES                   6273124352 /*   33554432: residual stream after attention */
+#define L5_LN2                   6306678784 /*   33554432: mlp norm output */
+#define L5_G                     6340233216 /*  117440512: mlp gate */
+#define L5_U                     6457673728 /*  117440512: mlp up */
+#define L5_H                     6575114240 /*  117440512: mlp activation */
+#define L6_LN1                   6692554752 /*   33554432: attention norm output */
+#define L6_Q                     6726109184 /*   33554432: queries (rotated) */
+#define L6_K                     6759663616 /*    8388608: keys (rotated) */
+#define L6_V                     6768052224 /*    8388608: values */
+#define L6_ATT                   6776440832 /*   33554432: attention output */
+#define L6_RES                   6809995264 /*   33554432: residual stream after attention */
+#define L6_LN2                   6843549696 /*   33554432: mlp norm output */
+#define L6_G                     6877104128 /*  117440512: mlp gate */
+#define L6_U                     6994544640 /*  117440512: mlp up */
+#define L6_H                     7111985152 /*  117440512: mlp activation */
+#define L7_LN1                   7229425664 /*   33554432: attention norm output */
+#define L7_Q                     7262980096 /*   33554432: queries (rotated) */
+#define L7_K                     7296534528 /*    8388608: keys (rotated) */
+#define L7_V                     7304923136 /*    8388608: values */
+#define L7_ATT                   7313311744 /*   33554432: attention output */
+#define L7_RES                   7346866176 /*   33554432: residual stream after attention */
+#define L7_LN2                   7380420608 /*   33554432: mlp norm output */
+#define L7_G                     7413975040 /*  117440512: mlp gate */
+#define L7_U                     7531415552 /*  117440512: mlp up */
+#define L7_H                     7648856064 /*  117440512: mlp activation */
+#define L8_LN1                   7766296576 /*   33554432: attention norm output */
+#define L8_Q                     7799851008 /*   33554432: queries (rotated) */
+#define L8_K                     7833405440 /*    8388608: keys (rotated) */
+#define L8_V                     7841794048 /*    8388608: values */
+#define L8_ATT                   7850182656 /*   33554432: attention output */
+#define L8_RES                   7883737088 /*   33554432: residual stream after attention */
+#define L8_LN2                   7917291520 /*   33554432: mlp norm output */
+#define L8_G                     7950845952 /*  117440512: mlp gate */
+#define L8_U                     8068286464 /*  117440512: mlp up */
+#define L8_H                     8185726976 /*  117440512: mlp activation */
+#define L9_LN1                   8303167488 /*   33554432: attention norm output */
+#define L9_Q                     8336721920 /*   33554432: queries (rotated) */
+#define L9_K                     8370276352 /*    8388608: keys (rotated) */
+#define L9_V                     8378664960 /*    8388608: values */
+#define L9_ATT                   8387053568 /*   33554432: attention output */
+#define L9_RES                   8420608000 /*   33554432: residual stream after attention */
+#define L9_LN2                   8454162432 /*   33554432: mlp norm output */
+#define L9_G                     8487716864 /*  117440512: mlp gate */
+#define L9_U                     8605157376 /*  117440512: mlp up */
+#define L9_H                     8722597888 /*  117440512: mlp activation */
+#define L10_LN1                  8840038400 /*   33554432: attention norm output */
+#define L10_Q                    8873592832 /*   33554432: queries (rotated) */
+#define L10_K                    8907147264 /*    8388608: keys (rotated) */
+#define L10_V                    8915535872 /*    8388608: values */
+#define L10_ATT                  8923924480 /*   33554432: attention output */
+#define L10_RES                  8957478912 /*   33554432: residual stream after attention */
+#define L10_LN2                  8991033344 /*   33554432: mlp norm output */
+#define L10_G                    9024587776 /*  117440512: mlp gate */
+#define L10_U                    9142028288 /*  117440512: mlp up */
+#define L10_H                    9259468800 /*  117440512: mlp activation */
+#define L11_LN1                  9376909312 /*   33554432: attention norm output */
+#define L11_Q                    9410463744 /*   33554432: queries (rotated) */
+#define L11_K                    9444018176 /*    8388608: keys (rotated) */
+#define L11_V                    9452406784 /*    8388608: values */
+#define L11_ATT                  9460795392 /*   33554432: attention output */
+#define L11_RES                  9494349824 /*   33554432: residual stream after attention */
+#define L11_LN2                  9527904256 /*   33554432: mlp norm output */
+#define L11_G                    9561458688 /*  117440512: mlp gate */
+#define L11_U                    9678899200 /*  117440512: mlp up */
+#define L11_H                    9796339712 /*  117440512: mlp activation */
+#define L12_LN1                  9913780224 /*   33554432: attention norm output */
+#define L12_Q                    9947334656 /*   33554432: queries (rotated) */
+#define L12_K                    9980889088 /*    8388608: keys (rotated) */
+#define L12_V                    9989277696 /*    8388608: values */
+#define L12_ATT                  9997666304 /*   33554432: attention output */
+#define L12_RES                 10031220736 /*   33554432: residual stream after attention */
+#define L12_LN2                 10064775168 /*   33554432: mlp norm output */
+#define L12_G                   10098329600 /*  117440512: mlp gate */
+#define L12_U                   10215770112 /*  117440512: mlp up */
+#define L12_H                   10333210624 /*  117440512: mlp activation */
+#define L13_LN1                 10450651136 /*   33554432: attention norm output */
+#define L13_Q                   10484205568 /*   33554432: queries (rotated) */
+#define L13_K                   10517760000 /*    8388608: keys (rotated) */
+#define L13_V                   10526148608 /*    8388608: values */
+#define L13_ATT                 10534537216 /*   33554432: attention output */
+#define L13_RES                 10568091648 /*   33554432: residual stream after attention */
+#define L13_LN2                 10601646080 /*   33554432: mlp norm output */
+#define L13_G                   10635200512 /*  117440512: mlp gate */
+#define L13_U                   10752641024 /*  117440512: mlp up */
+#define L13_H                   10870081536 /*  117440512: mlp activation */
+#define L14_LN1                 10987522048 /*   33554432: attention norm output */
+#define L14_Q                   11021076480 /*   33554432: queries (rotated) */
+#define L14_K                   11054630912 /*    8388608: keys (rotated) */
+#define L14_V                   11063019520 /*    8388608: values */
+#define L14_ATT                 11071408128 /*   33554432: attention output */
+#define L14_RES                 11104962560 /*   33554432: residual stream after attention */
+#define L14_LN2                 11138516992 /*   33554432: mlp norm output */
+#define L14_G                   11172071424 /*  117440512: mlp gate */
+#define L14_U                   11289511936 /*  117440512: mlp up */
+#define L14_H                   11406952448 /*  117440512: mlp activation */
+#define L15_LN1                 11524392960 /*   33554432: attention norm output */
+#define L15_Q                   11557947392 /*   33554432: queries (rotated) */
+#define L15_K                   11591501824 /*    8388608: keys (rotated) */
+#define L15_V                   11599890432 /*    8388608: values */
+#define L15_ATT                 11608279040 /*   33554432: attention output */
+#define L15_RES                 11641833472 /*   33554432: residual stream after attention */
+#define L15_LN2                 11675387904 /*   33554432: mlp norm output */
+#define L15_G                   11708942336 /*  117440512: mlp gate */
+#define L15_U                   11826382848 /*  117440512: mlp up */
+#define L15_H                   11943823360 /*  117440512: mlp activation */
+#define L16_LN1                 12061263872 /*   33554432: attention norm output */
+#define L16_Q                   12094818304 /*   33554432: queries (rotated) */
+#define L16_K                   12128372736 /*    8388608: keys (rotated) */
+#define L16_V                   12136761344 /*    8388608: values */
+#define L16_ATT                 12145149952 /*   33554432: attention output */
+#define L16_RES                 12178704384 /*   33554432: residual stream after attention */
+#define L16_LN2                 12212258816 /*   33554432: mlp norm output */
+#define L16_G                   12245813248 /*  117440512: mlp gate */
+#define L16_U                   12363253760 /*  117440512: mlp up */
+#define L16_H                   12480694272 /*  117440512: mlp activation */
+#define L17_LN1                 12598134784 /*   33554432: attention norm output */
+#define L17_Q                   12631689216 /*   33554432: queries (rotated) */
+#define L17_K                   12665243648 /*    8388608: keys (rotated) */
+#define L17_V                   12673632256 /*    8388608: values */
+#define L17_ATT                 12682020864 /*   33554432: attention output */
+#define L17_RES                 12715575296 /*   33554432: residual stream after attention */
+#define L17_LN2                 12749129728 /*   33554432: mlp norm output */
+#define L17_G                   12782684160 /*  117440512: mlp gate */
+#define L17_U                   12900124672 /*  117440512: mlp up */
+#define L17_H                   13017565184 /*  117440512: mlp activation */
+#define L18_LN1                 13135005696 /*   33554432: attention norm output */
+#define L18_Q                   13168560128 /*   33554432: queries (rotated) */
+#define L18_K                   13202114560 /*    8388608: keys (rotated) */
+#define L18_V                   13210503168 /*    8388608: values */
+#define L18_ATT                 13218891776 /*   33554432: attention output */
+#define L18_RES                 13252446208 /*   33554432: residual stream after attention */
+#define L18_LN2                 13286000640 /*   33554432: mlp norm output */
+#define L18_G                   13319555072 /*  117440512: mlp gate */
+#define L18_U                   13436995584 /*  117440512: mlp up */
+#define L18_H                   13554436096 /*  117440512: mlp activation */
+#define L19_LN1                 13671876608 /*   33554432: attention norm output */
+#define L19_Q                   13705431040 /*   33554432: queries (rotated) */
+#define L19_K                   13738985472 /*    8388608: keys (rotated) */
+#define L19_V                   13747374080 /*    8388608: values */
+#define L19_ATT                 13755762688 /*   33554432: attention output */
+#define L19_RES                 13789317120 /*   33554432: residual stream after attention */
+#define L19_LN2                 13822871552 /*   33554432: mlp norm output */
+#define L19_G                   13856425984 /*  117440512: mlp gate */
+#define L19_U                   13973866496 /*  117440512: mlp up */
+#define L19_H                   14091307008 /*  117440512: mlp activation */
+#define L20_LN1                 14208747520 /*   33554432: attention norm output */
+#define L20_Q                   14242301952 /*   33554432: queries (rotated) */
+#define L20_K                   14275856384 /*    8388608: keys (rotated) */
+#define L20_V                   14284244992 /*    8388608: values */
+#define L20_ATT                 14292633600 /*   33554432: attention output */
+#define L20_RES                 14326188032 /*   33554432: residual stream after attention */
+#define L20_LN2                 14359742464 /*   33554432: mlp norm output */
+#define L20_G                   14393296896 /*  117440512: mlp gate */
+#define L20_U                   14510737408 /*  117440512: mlp up */
+#define L20_H                   14628177920 /*  117440512: mlp activation */
+#define L21_LN1                 14745618432 /*   33554432: attention norm output */
+#define L21_Q                   14779172864 /*   33554432: queries (rotated) */
+#define L21_K                   14812727296 /*    8388608: keys (rotated) */
+#define L21_V                   14821115904 /*    8388608: values */
+#define L21_ATT                 14829504512 /*   33554432: attention output */
+#define L21_RES                 14863058944 /*   33554432: residual stream after attention */
+#define L21_LN2                 14896613376 /*   33554432: mlp norm output */
+#define L21_G                   14930167808 /*  117440512: mlp gate */
+#define L21_U                   15047608320 /*  117440512: mlp up */
+#define L21_H                   15165048832 /*  117440512: mlp activation */
+#define L22_LN1                 15282489344 /*   33554432: attention norm output */
+#define L22_Q                   15316043776 /*   33554432: queries (rotated) */
+#define L22_K                   15349598208 /*    8388608: keys (rotated) */
+#define L22_V                   15357986816 /*    8388608: values */
+#define L22_ATT                 15366375424 /*   33554432: attention output */
+#define L22_RES                 15399929856 /*   33554432: residual stream after attention */
+#define L22_LN2                 15433484288 /*   33554432: mlp norm output */
+#define L22_G                   15467038720 /*  117440512: mlp gate */
+#define L22_U                   15584479232 /*  117440512: mlp up */
+#define L22_H                   15701919744 /*  117440512: mlp activation */
+#define L23_LN1                 15819360256 /*   33554432: attention norm output */
+#define L23_Q                   15852914688 /*   33554432: queries (rotated) */
+#define L23_K                   15886469120 /*    8388608: keys (rotated) */
+#define L23_V                   15894857728 /*    8388608: values */
+#define L23_ATT                 15903246336 /*   33554432: attention output */
+#define L23_RES                 15936800768 /*   33554432: residual stream after attention */
+#define L23_LN2                 15970355200 /*   33554432: mlp norm output */
+#define L23_G                   16003909632 /*  117440512: mlp gate */
+#define L23_U                   16121350144 /*  117440512: mlp up */
+#define L23_H                   16238790656 /*  117440512: mlp activation */
+#define L24_LN1                 16356231168 /*   33554432: attention norm output */
+#define L24_Q                   16389785600 /*   33554432: queries (rotated) */
+#define L24_K                   16423340032 /*    8388608: keys (rotated) */
+#define L24_V                   16431728640 /*    8388608: values */
+#define L24_ATT                 16440117248 /*   33554432: attention output */
+#define L24_RES                 16473671680 /*   33554432: residual stream after attention */
+#define L24_LN2                 16507226112 /*   33554432: mlp norm output */
+#define L24_G                   16540780544 /*  117440512: mlp gate */
+#define L24_U                   16658221056 /*  117440512: mlp up */
+#define L24_H                   16775661568 /*  117440512: mlp activation */
+#define L25_LN1                 16893102080 /*   33554432: attention norm output */
+#define L25_Q                   16926656512 /*   33554432: queries (rotated) */
+#define L25_K                   16960210944 /*    8388608: keys (rotated) */
+#define L25_V                   16968599552 /*    8388608: values */
+#define L25_ATT                 16976988160 /*   33554432: attention output */
+#define L25_RES                 17010542592 /*   33554432: residual stream after attention */
+#define L25_LN2                 17044097024 /*   33554432: mlp norm output */
+#define L25_G                   17077651456 /*  117440512: mlp gate */
+#define L25_U                   17195091968 /*  117440512: mlp up */
+#define L25_H                   17312532480 /*  117440512: mlp activation */
+#define L26_LN1                 17429972992 /*   33554432: attention norm output */
+#define L26_Q                   17463527424 /*   33554432: queries (rotated) */
+#define L26_K                   17497081856 /*    8388608: keys (rotated) */
+#define L26_V                   17505470464 /*    8388608: values */
+#define L26_ATT                 17513859072 /*   33554432: attention output */
+#define L26_RES                 17547413504 /*   33554432: residual stream after attention */
+#define L26_LN2                 17580967936 /*   33554432: mlp norm output */
+#define L26_G                   17614522368 /*  117440512: mlp gate */
+#define L26_U                   17731962880 /*  117440512: mlp up */
+#define L26_H                   17849403392 /*  117440512: mlp activation */
+#define L27_LN1                 17966843904 /*   33554432: attention norm output */
+#define L27_Q                   18000398336 /*   33554432: queries (rotated) */
+#define L27_K                   18033952768 /*    8388608: keys (rotated) */
+#define L27_V                   18042341376 /*    8388608: values */
+#define L27_ATT                 18050729984 /*   33554432: attention output */
+#define L27_RES                 18084284416 /*   33554432: residual stream after attention */
+#define L27_LN2                 18117838848 /*   33554432: mlp norm output */
+#define L27_G                   18151393280 /*  117440512: mlp gate */
+#define L27_U                   18268833792 /*  117440512: mlp up */
+#define L27_H                   18386274304 /*  117440512: mlp activation */
+#define L28_LN1                 18503714816 /*   33554432: attention norm output */
+#define L28_Q                   18537269248 /*   33554432: queries (rotated) */
+#define L28_K                   18570823680 /*    8388608: keys (rotated) */
+#define L28_V                   18579212288 /*    8388608: values */
+#define L28_ATT                 18587600896 /*   33554432: attention output */
+#define L28_RES                 18621155328 /*   33554432: residual stream after attention */
+#define L28_LN2                 18654709760 /*   33554432: mlp norm output */
+#define L28_G                   18688264192 /*  117440512: mlp gate */
+#define L28_U                   18805704704 /*  117440512: mlp up */
+#define L28_H                   18923145216 /*  117440512: mlp activation */
+#define L29_LN1                 19040585728 /*   33554432: attention norm output */
+#define L29_Q                   19074140160 /*   33554432: queries (rotated) */
+#define L29_K                   19107694592 /*    8388608: keys (rotated) */
+#define L29_V                   19116083200 /*    8388608: values */
+#define L29_ATT                 19124471808 /*   33554432: attention output */
+#define L29_RES                 19158026240 /*   33554432: residual stream after attention */
+#define L29_LN2                 19191580672 /*   33554432: mlp norm output */
+#define L29_G                   19225135104 /*  117440512: mlp gate */
+#define L29_U                   19342575616 /*  117440512: mlp up */
+#define L29_H                   19460016128 /*  117440512: mlp activation */
+#define L30_LN1                 19577456640 /*   33554432: attention norm output */
+#define L30_Q                   19611011072 /*   33554432: queries (rotated) */
+#define L30_K                   19644565504 /*    8388608: keys (rotated) */
+#define L30_V                   19652954112 /*    8388608: values */
+#define L30_ATT                 19661342720 /*   33554432: attention output */
+#define L30_RES                 19694897152 /*   33554432: residual stream after attention */
+#define L30_LN2                 19728451584 /*   33554432: mlp norm output */
+#define L30_G                   19762006016 /*  117440512: mlp gate */
+#define L30_U                   19879446528 /*  117440512: mlp up */
+#define L30_H                   19996887040 /*  117440512: mlp activation */
+#define L31_LN1                 20114327552 /*   33554432: attention norm output */
+#define L31_Q                   20147881984 /*   33554432: queries (rotated) */
+#define L31_K                   20181436416 /*    8388608: keys (rotated) */
+#define L31_V                   20189825024 /*    8388608: values */
+#define L31_ATT                 20198213632 /*   33554432: attention output */
+#define L31_RES                 20231768064 /*   33554432: residual stream after attention */
+#define L31_LN2                 20265322496 /*   33554432: mlp norm output */
+#define L31_G                   20298876928 /*  117440512: mlp gate */
+#define L31_U                   20416317440 /*  117440512: mlp up */
+#define L31_H                   20533757952 /*  117440512: mlp activation */
+#define DX_A                    20651198464 /*   33554432: gradient of the residual stream (even layers' output) */
+#define DX_B                    20684752896 /*   33554432: gradient of the residual stream (odd layers' output) */
+#define DLN                     20718307328 /*   33554432: gradient of a norm's output */
+#define LWS                     20751861760 /*  352321536: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define DG                              LWS /*  117440512: gradient of the mlp gate: in LWS (an FFN's backward) */
+#define DU                     (LWS + 117440512) /*  117440512: gradient of the mlp up: in LWS (an FFN's backward) */
+#define DH                     (LWS + 234881024) /*  117440512: gradient of the mlp activation: in LWS (an FFN's backward) */
+#define DATT                            LWS /*   33554432: gradient of the attention output: in LWS (the attention's backward) */
+#define DQ                     (LWS + 33554432) /*   33554432: gradient of the queries: in LWS (the attention's backward) */
+#define DK                     (LWS + 67108864) /*    8388608: gradient of the keys: in LWS (the attention's backward) */
+#define DV                     (LWS + 75497472) /*    8388608: gradient of the values: in LWS (the attention's backward) */
+#define WS_Y                            LWS /*   33554432: a block's output before the residual add: in LWS (a layer's forward) */
+#define LNF                             LWS /*   33554432: final norm output: in LWS (the loss) */
+#define CE                     (LWS + 33554432) /*  134217728: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
  * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
- * all-gathers read in the activation arena. */
+ * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
-    {"embedding", RT_GROUP_FSDP, 525336576, 131334144, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
-    {"layer 0 dense", RT_GROUP_FSDP, 218112000, 54528000, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},
-    {"layer 1 dense", RT_GROUP_FSDP, 218112000, 54528000, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, L1_DENSE_PARAM},
-    {"layer 2 dense", RT_GROUP_FSDP, 218112000, 54528000, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, L2_DENSE_PARAM},
-    {"layer 3 dense", RT_GROUP_FSDP, 218112000, 54528000, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, L3_DENSE_PARAM},
-    {"layer 4 dense", RT_GROUP_FSDP, 218112000, 54528000, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, L4_DENSE_PARAM},
-    {"layer 5 dense", RT_GROUP_FSDP, 218112000, 54528000, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, L5_DENSE_PARAM},
-    {"layer 6 dense", RT_GROUP_FSDP, 218112000, 54528000, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, L6_DENSE_PARAM},
-    {"layer 7 dense", RT_GROUP_FSDP, 218112000, 54528000, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, L7_DENSE_PARAM},
-    {"layer 8 dense", RT_GROUP_FSDP, 218112000, 54528000, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, L8_DENSE_PARAM},
-    {"layer 9 dense", RT_GROUP_FSDP, 218112000, 54528000, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, L9_DENSE_PARAM},
-    {"layer 10 dense", RT_GROUP_FSDP, 218112000, 54528000, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, L10_DENSE_PARAM},
-    {"layer 11 dense", RT_GROUP_FSDP, 218112000, 54528000, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, L11_DENSE_PARAM},
-    {"layer 12 dense", RT_GROUP_FSDP, 218112000, 54528000, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, L12_DENSE_PARAM},
-    {"layer 13 dense", RT_GROUP_FSDP, 218112000, 54528000, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, L13_DENSE_PARAM},
-    {"layer 14 dense", RT_GROUP_FSDP, 218112000, 54528000, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, L14_DENSE_PARAM},
-    {"layer 15 dense", RT_GROUP_FSDP, 218112000, 54528000, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, L15_DENSE_PARAM},
-    {"layer 16 dense", RT_GROUP_FSDP, 218112000, 54528000, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, L16_DENSE_PARAM},
-    {"layer 17 dense", RT_GROUP_FSDP, 218112000, 54528000, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, L17_DENSE_PARAM},
-    {"layer 18 dense", RT_GROUP_FSDP, 218112000, 54528000, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, L18_DENSE_PARAM},
-    {"layer 19 dense", RT_GROUP_FSDP, 218112000, 54528000, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, L19_DENSE_PARAM},
-    {"layer 20 dense", RT_GROUP_FSDP, 218112000, 54528000, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, L20_DENSE_PARAM},
-    {"layer 21 dense", RT_GROUP_FSDP, 218112000, 54528000, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, L21_DENSE_PARAM},
-    {"layer 22 dense", RT_GROUP_FSDP, 218112000, 54528000, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, L22_DENSE_PARAM},
-    {"layer 23 dense", RT_GROUP_FSDP, 218112000, 54528000, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, L23_DENSE_PARAM},
-    {"layer 24 dense", RT_GROUP_FSDP, 218112000, 54528000, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, L24_DENSE_PARAM},
-    {"layer 25 dense", RT_GROUP_FSDP, 218112000, 54528000, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, L25_DENSE_PARAM},
-    {"layer 26 dense", RT_GROUP_FSDP, 218112000, 54528000, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, L26_DENSE_PARAM},
-    {"layer 27 dense", RT_GROUP_FSDP, 218112000, 54528000, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, L27_DENSE_PARAM},
-    {"layer 28 dense", RT_GROUP_FSDP, 218112000, 54528000, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, L28_DENSE_PARAM},
-    {"layer 29 dense", RT_GROUP_FSDP, 218112000, 54528000, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, L29_DENSE_PARAM},
-    {"layer 30 dense", RT_GROUP_FSDP, 218112000, 54528000, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, L30_DENSE_PARAM},
-    {"layer 31 dense", RT_GROUP_FSDP, 218112000, 54528000, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, L31_DENSE_PARAM},
-    {"head", RT_GROUP_FSDP, 525340672, 131335168, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, HEAD_PARAM},
+    {"embedding", RT_GROUP_FSDP, 525336576, 131334144, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},
+    {"layer 0 dense", RT_GROUP_FSDP, 218112000, 54528000, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, -1},
+    {"layer 1 dense", RT_GROUP_FSDP, 218112000, 54528000, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, -1},
+    {"layer 2 dense", RT_GROUP_FSDP, 218112000, 54528000, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, -1},
+    {"layer 3 dense", RT_GROUP_FSDP, 218112000, 54528000, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, -1},
+    {"layer 4 dense", RT_GROUP_FSDP, 218112000, 54528000, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, -1},
+    {"layer 5 dense", RT_GROUP_FSDP, 218112000, 54528000, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, -1},
+    {"layer 6 dense", RT_GROUP_FSDP, 218112000, 54528000, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, -1},
+    {"layer 7 dense", RT_GROUP_FSDP, 218112000, 54528000, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, -1},
+    {"layer 8 dense", RT_GROUP_FSDP, 218112000, 54528000, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, -1},
+    {"layer 9 dense", RT_GROUP_FSDP, 218112000, 54528000, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, -1},
+    {"layer 10 dense", RT_GROUP_FSDP, 218112000, 54528000, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, -1},
+    {"layer 11 dense", RT_GROUP_FSDP, 218112000, 54528000, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, -1},
+    {"layer 12 dense", RT_GROUP_FSDP, 218112000, 54528000, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, -1},
+    {"layer 13 dense", RT_GROUP_FSDP, 218112000, 54528000, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, -1},
+    {"layer 14 dense", RT_GROUP_FSDP, 218112000, 54528000, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, -1},
+    {"layer 15 dense", RT_GROUP_FSDP, 218112000, 54528000, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, -1},
+    {"layer 16 dense", RT_GROUP_FSDP, 218112000, 54528000, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, -1},
+    {"layer 17 dense", RT_GROUP_FSDP, 218112000, 54528000, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, -1},
+    {"layer 18 dense", RT_GROUP_FSDP, 218112000, 54528000, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, -1},
+    {"layer 19 dense", RT_GROUP_FSDP, 218112000, 54528000, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, -1},
+    {"layer 20 dense", RT_GROUP_FSDP, 218112000, 54528000, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, -1},
+    {"layer 21 dense", RT_GROUP_FSDP, 218112000, 54528000, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, -1},
+    {"layer 22 dense", RT_GROUP_FSDP, 218112000, 54528000, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, -1},
+    {"layer 23 dense", RT_GROUP_FSDP, 218112000, 54528000, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, -1},
+    {"layer 24 dense", RT_GROUP_FSDP, 218112000, 54528000, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, -1},
+    {"layer 25 dense", RT_GROUP_FSDP, 218112000, 54528000, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, -1},
+    {"layer 26 dense", RT_GROUP_FSDP, 218112000, 54528000, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, -1},
+    {"layer 27 dense", RT_GROUP_FSDP, 218112000, 54528000, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, -1},
+    {"layer 28 dense", RT_GROUP_FSDP, 218112000, 54528000, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, -1},
+    {"layer 29 dense", RT_GROUP_FSDP, 218112000, 54528000, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, -1},
+    {"layer 30 dense", RT_GROUP_FSDP, 218112000, 54528000, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, -1},
+    {"layer 31 dense", RT_GROUP_FSDP, 218112000, 54528000, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, -1},
+    {"head", RT_GROUP_FSDP, 525340672, 131335168, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, -1},
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
@@ -2613,176 +2582,210 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 131334144, 0); /* embedding: 4 ranks x 131334144 */
+  rt_cast_to_act(A(CAST0), S(EMBED_MASTER), 131334144); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 131334144, 0); /* embedding: 4 ranks x 131334144 */
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 8192, 4096);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L4_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   layer3_forward(c, false);
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L5_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   layer4_forward(c, false);
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L6_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   layer5_forward(c, false);
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L7_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   layer6_forward(c, false);
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L8_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   layer7_forward(c, false);
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L9_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   layer8_forward(c, false);
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L10_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   layer9_forward(c, false);
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L11_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   layer10_forward(c, false);
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L12_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   layer11_forward(c, false);
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L13_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   layer12_forward(c, false);
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L14_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   layer13_forward(c, false);
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L15_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   layer14_forward(c, false);
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L16_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   layer15_forward(c, false);
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L17_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   layer16_forward(c, false);
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L18_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   layer17_forward(c, false);
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L19_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   layer18_forward(c, false);
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L20_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   layer19_forward(c, false);
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L21_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   layer20_forward(c, false);
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L22_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   layer21_forward(c, false);
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L23_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   layer22_forward(c, false);
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L24_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   layer23_forward(c, false);
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L25_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   layer24_forward(c, false);
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L26_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   layer25_forward(c, false);
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L27_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   layer26_forward(c, false);
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L28_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   layer27_forward(c, false);
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L29_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   layer28_forward(c, false);
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L30_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   layer29_forward(c, false);
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L31_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(HEAD_PARAM), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
+  rt_cast_to_act(A(CAST1), S(HEAD_MASTER), 131335168); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
   layer31_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X32), W(0), 8192, 4096, EPS); /* model.norm */
-  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(4096), I(TARGETS), 8192, 4096, 128256, 4096, R(CE));
+  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(4096), I(TARGETS), 8192, 4096, 128256, 4096, RA(CE));
 }
 
 /* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
@@ -2792,11 +2795,12 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L31_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 525340672);
   rt_zero(A(DLN), 33554432);
-  rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, R(CE), c->dloss);
+  rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 8192, 4096, 128256, 4096, RA(CE), c->dloss);
   rt_zero(A(DX_A), 33554432);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(RSTDF), 8192, 4096);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 131335168, true, NULL, 2); /* head: 4 ranks, bf16 on the wire */
@@ -2804,7 +2808,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 31 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L30_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
   layer31_backward(c);
@@ -2813,7 +2818,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 30 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L29_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2823,7 +2829,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 29 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L28_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2833,7 +2840,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 28 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L27_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2843,7 +2851,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 27 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L26_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2853,7 +2862,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 26 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L25_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2863,7 +2873,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 25 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L24_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2873,7 +2884,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 24 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L23_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2883,7 +2895,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 23 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L22_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2893,7 +2906,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 22 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L21_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2903,7 +2917,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 21 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L20_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2913,7 +2928,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 20 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L19_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2923,7 +2939,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 19 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L18_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2933,7 +2950,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 18 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L17_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2943,7 +2961,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 17 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L16_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2953,7 +2972,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 16 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L15_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2963,7 +2983,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 15 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L14_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2973,7 +2994,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 14 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L13_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2983,7 +3005,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 13 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L12_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2993,7 +3016,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 12 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L11_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3003,7 +3027,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 11 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L10_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3013,7 +3038,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 10 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L9_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3023,7 +3049,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 9 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L8_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3033,7 +3060,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 8 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L7_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3043,7 +3071,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 7 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L6_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3053,7 +3082,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 6 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L5_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3063,7 +3093,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 5 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L4_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3073,7 +3104,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 4 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3083,7 +3115,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 3 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3093,7 +3126,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 2 backward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3103,7 +3137,8 @@ void step_backward(RtCtx *c) {
   rt_comm_label("layer 1 backward");
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);

@@ -9,7 +9,7 @@
 #define ROPE_THETA ((float)1000000)
 #define RMS_EPS ((float)1e-05) // model.norm_eps
 #define VOCAB 32000
-#define VOCAB_CHUNK 4096
+#define VOCAB_CHUNK 2048
 #define EXPERTS 8
 #define TOP_K 2
 

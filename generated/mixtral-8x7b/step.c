@@ -15,6 +15,7 @@
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
@@ -298,12 +299,10 @@
 #define WS_WTS                      6029312 /*     262144: their weights */
 #define WS_POS                      6291456 /*     262144: row of each assignment in expert order (int32) */
 #define WS_OFFSETS                  6553600 /*          9: first row of each expert (int32) */
-#define DLOGITS                     6553616 /*    1048576: gradient of the router logits */
-#define DWTS                        7602192 /*     262144: gradient of the routing weights */
-#define AUX                         7864336 /*         24: load-balancing loss scratch */
-#define RSTDF                       7864368 /*     131072: its 1/rms per token */
-#define LSEF                        7995440 /*     131072: log-sum-exp of each token's logits */
-#define CE                          8126512 /* 1073741824: logits of one vocabulary chunk and their gradient */
+#define DWTS                        6553616 /*     262144: gradient of the routing weights */
+#define AUX                         6815760 /*         24: load-balancing loss scratch */
+#define RSTDF                       6815792 /*     131072: its 1/rms per token */
+#define LSEF                        6946864 /*     131072: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -391,20 +390,22 @@
 #define WS_EG                   13975429248 /* 3758096384: routed experts' gate */
 #define WS_EU                   17733525632 /* 3758096384: routed experts' up */
 #define WS_EH                   21491622016 /* 3758096384: routed experts' activation */
-#define WS_Y                    25249718400 /*  536870912: a block's output before the residual add */
-#define WS_Y2                   25786589312 /*  536870912: shared experts' output */
-#define DX_A                    26323460224 /*  536870912: gradient of the residual stream (even layers' output) */
-#define DX_B                    26860331136 /*  536870912: gradient of the residual stream (odd layers' output) */
-#define DLN                     27397202048 /*  536870912: gradient of a norm's output */
-#define DATT                    27934072960 /*  536870912: gradient of the attention output */
-#define DQ                      28470943872 /*  536870912: gradient of the queries */
-#define DK                      29007814784 /*  134217728: gradient of the keys */
-#define DV                      29142032512 /*  134217728: gradient of the values */
-#define EDG                     29276250240 /* 3758096384: routed experts' gate gradient */
-#define EDU                     33034346624 /* 3758096384: routed experts' up gradient */
-#define EDH                     36792443008 /* 3758096384: routed experts' activation gradient */
-#define DYP                     40550539392 /* 1073741824: gradient of the expert outputs */
-#define LNF                     41624281216 /*  536870912: final norm output */
+#define DX_A                    25249718400 /*  536870912: gradient of the residual stream (even layers' output) */
+#define DX_B                    25786589312 /*  536870912: gradient of the residual stream (odd layers' output) */
+#define DLN                     26323460224 /*  536870912: gradient of a norm's output */
+#define LWS                     26860331136 /* 11274289152: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define EDG                             LWS /* 3758096384: routed experts' gate gradient: in LWS (an FFN's backward) */
+#define EDU                    (LWS + 3758096384) /* 3758096384: routed experts' up gradient: in LWS (an FFN's backward) */
+#define EDH                    (LWS + 7516192768) /* 3758096384: routed experts' activation gradient: in LWS (an FFN's backward) */
+#define DATT                            LWS /*  536870912: gradient of the attention output: in LWS (the attention's backward) */
+#define DQ                     (LWS + 536870912) /*  536870912: gradient of the queries: in LWS (the attention's backward) */
+#define DK                     (LWS + 1073741824) /*  134217728: gradient of the keys: in LWS (the attention's backward) */
+#define DV                     (LWS + 1207959552) /*  134217728: gradient of the values: in LWS (the attention's backward) */
+#define WS_Y                            LWS /*  536870912: a block's output before the residual add: in LWS (a layer's forward) */
+#define LNF                             LWS /*  536870912: final norm output: in LWS (the loss) */
+#define CE                     (LWS + 536870912) /* 1073741824: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
+#define DLOGITS                         LWS /*    2097152: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
+#define DYP                     38134620288 /* 1073741824: gradient of the expert outputs */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-29 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -475,7 +476,7 @@
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 32 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
  * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
- * all-gathers read in the activation arena. */
+ * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 131072000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
     {"layer 0 dense", RT_GROUP_FSDP, 41984000, 1312000, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},
@@ -1652,10 +1653,10 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1683,10 +1684,10 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1714,10 +1715,10 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1745,10 +1746,10 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1776,10 +1777,10 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1807,10 +1808,10 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1838,10 +1839,10 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1869,10 +1870,10 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1900,10 +1901,10 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1931,10 +1932,10 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1962,10 +1963,10 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -1993,10 +1994,10 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2024,10 +2025,10 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2055,10 +2056,10 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2086,10 +2087,10 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2117,10 +2118,10 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2148,10 +2149,10 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2179,10 +2180,10 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2210,10 +2211,10 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2241,10 +2242,10 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2272,10 +2273,10 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2303,10 +2304,10 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2334,10 +2335,10 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2365,10 +2366,10 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2396,10 +2397,10 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2427,10 +2428,10 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2458,10 +2459,10 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2489,10 +2490,10 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2520,10 +2521,10 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2551,10 +2552,10 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2582,10 +2583,10 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2613,10 +2614,10 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(R(DLOGITS), 1048576);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(41951232), R(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 1048576);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_zero(A(DATT), 536870912);
@@ -2935,7 +2936,7 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X32), W(0), 131072, 4096, EPS); /* model.norm */
-  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(4096), I(TARGETS), 131072, 4096, 32000, 4096, R(CE));
+  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(4096), I(TARGETS), 131072, 4096, 32000, 2048, RA(CE));
 }
 
 /* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
@@ -2950,7 +2951,7 @@ void step_backward(RtCtx *c) {
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 131076096);
   rt_zero(A(DLN), 536870912);
-  rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 131072, 4096, 32000, 4096, R(CE), c->dloss);
+  rt_lm_head_ce_backward(A(DLN), DW(4096), A(LNF), W(4096), I(TARGETS), R(LSEF), 131072, 4096, 32000, 2048, RA(CE), c->dloss);
   rt_zero(A(DX_A), 536870912);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(RSTDF), 131072, 4096);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 4096128, true, NULL, 2); /* head: 32 ranks, bf16 on the wire */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "mixtral-8x7b"
 #define SPEC_FILE "mixtral-8x7b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "66d7790a3b0c8cbb"
+#define PLAN_HASH "86d6b45f5354511c"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
@@ -43,8 +43,8 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 3100.88 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 80622928128 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 62006102016 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 79570159872 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 59858618368 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
@@ -56,9 +56,9 @@
 #define OPT_STEP_ON_HOST 1
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 1081868336
+#define ARENA_ELEMS 7077936
 #define ARENA_SCRATCH 262144
-#define ACT_ELEMS 42161152128
+#define ACT_ELEMS 39208362112
 #define ACT_SCRATCH 1459462272
 #define INPUTS 0
 #define TARGETS 131072

@@ -15,6 +15,7 @@
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
@@ -569,587 +570,490 @@
 #define L47_RSTDQ                 109838528 /*    1048576: qk-norm: 1/rms per token (full) or per token and head */
 #define L47_RSTDK                 110887104 /*     131072: the same for the keys */
 #define L47_LSE                   111018176 /*    1048576: attention log-sum-exp per head and query */
-#define DLOGITS                   112066752 /*    4194304: gradient of the router logits */
-#define DWTS                      116261056 /*     262144: gradient of the routing weights */
-#define AUX                       116523200 /*        384: load-balancing loss scratch */
-#define RSTDF                     116523584 /*      32768: its 1/rms per token */
-#define LSEF                      116556352 /*      32768: log-sum-exp of each token's logits */
-#define CE                        116589120 /*  268435456: logits of one vocabulary chunk and their gradient */
+#define DWTS                      112066752 /*     262144: gradient of the routing weights */
+#define AUX                       112328896 /*        384: load-balancing loss scratch */
+#define RSTDF                     112329280 /*      32768: its 1/rms per token */
+#define LSEF                      112362048 /*      32768: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*   19447808: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM             19447808 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM           20644112 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM             58392848 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM           59589152 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM             97337888 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM           98534192 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM            136282928 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM          137479232 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM            175227968 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM          176424272 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM            214173008 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          215369312 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM            253118048 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          254314352 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM            292063088 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          293259392 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM            331008128 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          332204432 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM            369953168 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          371149472 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM           408898208 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         410094512 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM           447843248 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         449039552 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM           486788288 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         487984592 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM           525733328 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         526929632 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM           564678368 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         565874672 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM           603623408 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         604819712 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM           642568448 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         643764752 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM           681513488 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         682709792 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM           720458528 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         721654832 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM           759403568 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         760599872 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM           798348608 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         799544912 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM           837293648 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         838489952 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM           876238688 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM         877434992 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM           915183728 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM         916380032 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM           954128768 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM         955325072 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM           993073808 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM         994270112 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM          1032018848 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM        1033215152 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM          1070963888 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM        1072160192 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM          1109908928 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM        1111105232 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM          1148853968 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM        1150050272 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1187799008 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1188995312 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1226744048 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1227940352 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_DENSE_PARAM          1265689088 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_EXPERTS_PARAM        1266885392 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_DENSE_PARAM          1304634128 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_EXPERTS_PARAM        1305830432 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_DENSE_PARAM          1343579168 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_EXPERTS_PARAM        1344775472 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_DENSE_PARAM          1382524208 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_EXPERTS_PARAM        1383720512 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_DENSE_PARAM          1421469248 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_EXPERTS_PARAM        1422665552 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_DENSE_PARAM          1460414288 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_EXPERTS_PARAM        1461610592 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_DENSE_PARAM          1499359328 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_EXPERTS_PARAM        1500555632 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_DENSE_PARAM          1538304368 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_EXPERTS_PARAM        1539500672 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_DENSE_PARAM          1577249408 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_EXPERTS_PARAM        1578445712 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_DENSE_PARAM          1616194448 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_EXPERTS_PARAM        1617390752 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_DENSE_PARAM          1655139488 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_EXPERTS_PARAM        1656335792 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_DENSE_PARAM          1694084528 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_EXPERTS_PARAM        1695280832 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_DENSE_PARAM          1733029568 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_EXPERTS_PARAM        1734225872 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_DENSE_PARAM          1771974608 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_EXPERTS_PARAM        1773170912 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_DENSE_PARAM          1810919648 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_EXPERTS_PARAM        1812115952 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_DENSE_PARAM          1849864688 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_EXPERTS_PARAM        1851060992 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM               1888809728 /*   19447936: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                1908257664 /*  311166976: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                2219424640 /*  311166976: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                    2530591616 /*  311166976: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                    2841758592 /*  311166976: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                       3152925568 /*   67108864: boundary: input of layer 0 (residual stream) */
-#define X1                       3220034432 /*   67108864: boundary: input of layer 1 (residual stream) */
-#define X2                       3287143296 /*   67108864: boundary: input of layer 2 (residual stream) */
-#define X3                       3354252160 /*   67108864: boundary: input of layer 3 (residual stream) */
-#define X4                       3421361024 /*   67108864: boundary: input of layer 4 (residual stream) */
-#define X5                       3488469888 /*   67108864: boundary: input of layer 5 (residual stream) */
-#define X6                       3555578752 /*   67108864: boundary: input of layer 6 (residual stream) */
-#define X7                       3622687616 /*   67108864: boundary: input of layer 7 (residual stream) */
-#define X8                       3689796480 /*   67108864: boundary: input of layer 8 (residual stream) */
-#define X9                       3756905344 /*   67108864: boundary: input of layer 9 (residual stream) */
-#define X10                      3824014208 /*   67108864: boundary: input of layer 10 (residual stream) */
-#define X11                      3891123072 /*   67108864: boundary: input of layer 11 (residual stream) */
-#define X12                      3958231936 /*   67108864: boundary: input of layer 12 (residual stream) */
-#define X13                      4025340800 /*   67108864: boundary: input of layer 13 (residual stream) */
-#define X14                      4092449664 /*   67108864: boundary: input of layer 14 (residual stream) */
-#define X15                      4159558528 /*   67108864: boundary: input of layer 15 (residual stream) */
-#define X16                      4226667392 /*   67108864: boundary: input of layer 16 (residual stream) */
-#define X17                      4293776256 /*   67108864: boundary: input of layer 17 (residual stream) */
-#define X18                      4360885120 /*   67108864: boundary: input of layer 18 (residual stream) */
-#define X19                      4427993984 /*   67108864: boundary: input of layer 19 (residual stream) */
-#define X20                      4495102848 /*   67108864: boundary: input of layer 20 (residual stream) */
-#define X21                      4562211712 /*   67108864: boundary: input of layer 21 (residual stream) */
-#define X22                      4629320576 /*   67108864: boundary: input of layer 22 (residual stream) */
-#define X23                      4696429440 /*   67108864: boundary: input of layer 23 (residual stream) */
-#define X24                      4763538304 /*   67108864: boundary: input of layer 24 (residual stream) */
-#define X25                      4830647168 /*   67108864: boundary: input of layer 25 (residual stream) */
-#define X26                      4897756032 /*   67108864: boundary: input of layer 26 (residual stream) */
-#define X27                      4964864896 /*   67108864: boundary: input of layer 27 (residual stream) */
-#define X28                      5031973760 /*   67108864: boundary: input of layer 28 (residual stream) */
-#define X29                      5099082624 /*   67108864: boundary: input of layer 29 (residual stream) */
-#define X30                      5166191488 /*   67108864: boundary: input of layer 30 (residual stream) */
-#define X31                      5233300352 /*   67108864: boundary: input of layer 31 (residual stream) */
-#define X32                      5300409216 /*   67108864: boundary: input of layer 32 (residual stream) */
-#define X33                      5367518080 /*   67108864: boundary: input of layer 33 (residual stream) */
-#define X34                      5434626944 /*   67108864: boundary: input of layer 34 (residual stream) */
-#define X35                      5501735808 /*   67108864: boundary: input of layer 35 (residual stream) */
-#define X36                      5568844672 /*   67108864: boundary: input of layer 36 (residual stream) */
-#define X37                      5635953536 /*   67108864: boundary: input of layer 37 (residual stream) */
-#define X38                      5703062400 /*   67108864: boundary: input of layer 38 (residual stream) */
-#define X39                      5770171264 /*   67108864: boundary: input of layer 39 (residual stream) */
-#define X40                      5837280128 /*   67108864: boundary: input of layer 40 (residual stream) */
-#define X41                      5904388992 /*   67108864: boundary: input of layer 41 (residual stream) */
-#define X42                      5971497856 /*   67108864: boundary: input of layer 42 (residual stream) */
-#define X43                      6038606720 /*   67108864: boundary: input of layer 43 (residual stream) */
-#define X44                      6105715584 /*   67108864: boundary: input of layer 44 (residual stream) */
-#define X45                      6172824448 /*   67108864: boundary: input of layer 45 (residual stream) */
-#define X46                      6239933312 /*   67108864: boundary: input of layer 46 (residual stream) */
-#define X47                      6307042176 /*   67108864: boundary: input of layer 47 (residual stream) */
-#define X48                      6374151040 /*   67108864: output of the last layer */
-#define WS_LN1                   6441259904 /*   67108864: attention norm output */
-#define L0_Q                     6508368768 /*  134217728: queries (rotated) */
-#define L0_K                     6642586496 /*   16777216: keys (rotated) */
-#define L0_QR                    6659363712 /*  134217728: queries before qk-norm */
-#define L0_KR                    6793581440 /*   16777216: keys before qk-norm */
-#define L0_V                     6810358656 /*   16777216: values */
-#define L0_ATT                   6827135872 /*  134217728: attention output */
-#define WS_RES                   6961353600 /*   67108864: residual stream after attention */
-#define WS_LN2                   7028462464 /*   67108864: mlp norm output */
-#define DXE                      7095571328 /*  671088640: gradient of the received rows (backward); in the forward, WS_XP */
+#define CAST0                             0 /*   38945040: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define CAST1                      38945040 /*   38945040: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define GATHERED0                  77890080 /*  311166976: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                 389057056 /*  311166976: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define GRAD0                     700224032 /*  311166976: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                    1011391008 /*  311166976: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                       1322557984 /*   67108864: boundary: input of layer 0 (residual stream) */
+#define X1                       1389666848 /*   67108864: boundary: input of layer 1 (residual stream) */
+#define X2                       1456775712 /*   67108864: boundary: input of layer 2 (residual stream) */
+#define X3                       1523884576 /*   67108864: boundary: input of layer 3 (residual stream) */
+#define X4                       1590993440 /*   67108864: boundary: input of layer 4 (residual stream) */
+#define X5                       1658102304 /*   67108864: boundary: input of layer 5 (residual stream) */
+#define X6                       1725211168 /*   67108864: boundary: input of layer 6 (residual stream) */
+#define X7                       1792320032 /*   67108864: boundary: input of layer 7 (residual stream) */
+#define X8                       1859428896 /*   67108864: boundary: input of layer 8 (residual stream) */
+#define X9                       1926537760 /*   67108864: boundary: input of layer 9 (residual stream) */
+#define X10                      1993646624 /*   67108864: boundary: input of layer 10 (residual stream) */
+#define X11                      2060755488 /*   67108864: boundary: input of layer 11 (residual stream) */
+#define X12                      2127864352 /*   67108864: boundary: input of layer 12 (residual stream) */
+#define X13                      2194973216 /*   67108864: boundary: input of layer 13 (residual stream) */
+#define X14                      2262082080 /*   67108864: boundary: input of layer 14 (residual stream) */
+#define X15                      2329190944 /*   67108864: boundary: input of layer 15 (residual stream) */
+#define X16                      2396299808 /*   67108864: boundary: input of layer 16 (residual stream) */
+#define X17                      2463408672 /*   67108864: boundary: input of layer 17 (residual stream) */
+#define X18                      2530517536 /*   67108864: boundary: input of layer 18 (residual stream) */
+#define X19                      2597626400 /*   67108864: boundary: input of layer 19 (residual stream) */
+#define X20                      2664735264 /*   67108864: boundary: input of layer 20 (residual stream) */
+#define X21                      2731844128 /*   67108864: boundary: input of layer 21 (residual stream) */
+#define X22                      2798952992 /*   67108864: boundary: input of layer 22 (residual stream) */
+#define X23                      2866061856 /*   67108864: boundary: input of layer 23 (residual stream) */
+#define X24                      2933170720 /*   67108864: boundary: input of layer 24 (residual stream) */
+#define X25                      3000279584 /*   67108864: boundary: input of layer 25 (residual stream) */
+#define X26                      3067388448 /*   67108864: boundary: input of layer 26 (residual stream) */
+#define X27                      3134497312 /*   67108864: boundary: input of layer 27 (residual stream) */
+#define X28                      3201606176 /*   67108864: boundary: input of layer 28 (residual stream) */
+#define X29                      3268715040 /*   67108864: boundary: input of layer 29 (residual stream) */
+#define X30                      3335823904 /*   67108864: boundary: input of layer 30 (residual stream) */
+#define X31                      3402932768 /*   67108864: boundary: input of layer 31 (residual stream) */
+#define X32                      3470041632 /*   67108864: boundary: input of layer 32 (residual stream) */
+#define X33                      3537150496 /*   67108864: boundary: input of layer 33 (residual stream) */
+#define X34                      3604259360 /*   67108864: boundary: input of layer 34 (residual stream) */
+#define X35                      3671368224 /*   67108864: boundary: input of layer 35 (residual stream) */
+#define X36                      3738477088 /*   67108864: boundary: input of layer 36 (residual stream) */
+#define X37                      3805585952 /*   67108864: boundary: input of layer 37 (residual stream) */
+#define X38                      3872694816 /*   67108864: boundary: input of layer 38 (residual stream) */
+#define X39                      3939803680 /*   67108864: boundary: input of layer 39 (residual stream) */
+#define X40                      4006912544 /*   67108864: boundary: input of layer 40 (residual stream) */
+#define X41                      4074021408 /*   67108864: boundary: input of layer 41 (residual stream) */
+#define X42                      4141130272 /*   67108864: boundary: input of layer 42 (residual stream) */
+#define X43                      4208239136 /*   67108864: boundary: input of layer 43 (residual stream) */
+#define X44                      4275348000 /*   67108864: boundary: input of layer 44 (residual stream) */
+#define X45                      4342456864 /*   67108864: boundary: input of layer 45 (residual stream) */
+#define X46                      4409565728 /*   67108864: boundary: input of layer 46 (residual stream) */
+#define X47                      4476674592 /*   67108864: boundary: input of layer 47 (residual stream) */
+#define X48                      4543783456 /*   67108864: output of the last layer */
+#define WS_LN1                   4610892320 /*   67108864: attention norm output */
+#define L0_Q                     4678001184 /*  134217728: queries (rotated) */
+#define L0_K                     4812218912 /*   16777216: keys (rotated) */
+#define L0_QR                    4828996128 /*  134217728: queries before qk-norm */
+#define L0_KR                    4963213856 /*   16777216: keys before qk-norm */
+#define L0_V                     4979991072 /*   16777216: values */
+#define L0_ATT                   4996768288 /*  134217728: attention output */
+#define WS_RES                   5130986016 /*   67108864: residual stream after attention */
+#define WS_LN2                   5198094880 /*   67108864: mlp norm output */
+#define DXE                      5265203744 /*  671088640: gradient of the received rows (backward); in the forward, WS_XP */
 #define WS_XP                           DXE /*  536870912: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
 #define WS_YP                         WS_XP /*  536870912: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
-#define WS_XE                    7766659968 /*  671088640: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                    8437748608 /*  671088640: their outputs, before going back */
-#define WS_EG                    9108837248 /*  251658240: routed experts' gate */
-#define WS_EU                    9360495488 /*  251658240: routed experts' up */
-#define WS_EH                    9612153728 /*  251658240: routed experts' activation */
-#define L1_Q                     9863811968 /*  134217728: queries (rotated) */
-#define L1_K                     9998029696 /*   16777216: keys (rotated) */
-#define L1_QR                   10014806912 /*  134217728: queries before qk-norm */
-#define L1_KR                   10149024640 /*   16777216: keys before qk-norm */
-#define L1_V                    10165801856 /*   16777216: values */
-#define L1_ATT                  10182579072 /*  134217728: attention output */
-#define L2_Q                    10316796800 /*  134217728: queries (rotated) */
-#define L2_K                    10451014528 /*   16777216: keys (rotated) */
-#define L2_QR                   10467791744 /*  134217728: queries before qk-norm */
-#define L2_KR                   10602009472 /*   16777216: keys before qk-norm */
-#define L2_V                    10618786688 /*   16777216: values */
-#define L2_ATT                  10635563904 /*  134217728: attention output */
-#define L3_Q                    10769781632 /*  134217728: queries (rotated) */
-#define L3_K                    10903999360 /*   16777216: keys (rotated) */
-#define L3_QR                   10920776576 /*  134217728: queries before qk-norm */
-#define L3_KR                   11054994304 /*   16777216: keys before qk-norm */
-#define L3_V                    11071771520 /*   16777216: values */
-#define L3_ATT                  11088548736 /*  134217728: attention output */
-#define L4_Q                    11222766464 /*  134217728: queries (rotated) */
-#define L4_K                    11356984192 /*   16777216: keys (rotated) */
-#define L4_QR                   11373761408 /*  134217728: queries before qk-norm */
-#define L4_KR                   11507979136 /*   16777216: keys before qk-norm */
-#define L4_V                    11524756352 /*   16777216: values */
-#define L4_ATT                  11541533568 /*  134217728: attention output */
-#define L5_Q                    11675751296 /*  134217728: queries (rotated) */
-#define L5_K                    11809969024 /*   16777216: keys (rotated) */
-#define L5_QR                   11826746240 /*  134217728: queries before qk-norm */
-#define L5_KR                   11960963968 /*   16777216: keys before qk-norm */
-#define L5_V                    11977741184 /*   16777216: values */
-#define L5_ATT                  11994518400 /*  134217728: attention output */
-#define L6_Q                    12128736128 /*  134217728: queries (rotated) */
-#define L6_K                    12262953856 /*   16777216: keys (rotated) */
-#define L6_QR                   12279731072 /*  134217728: queries before qk-norm */
-#define L6_KR                   12413948800 /*   16777216: keys before qk-norm */
-#define L6_V                    12430726016 /*   16777216: values */
-#define L6_ATT                  12447503232 /*  134217728: attention output */
-#define L7_Q                    12581720960 /*  134217728: queries (rotated) */
-#define L7_K                    12715938688 /*   16777216: keys (rotated) */
-#define L7_QR                   12732715904 /*  134217728: queries before qk-norm */
-#define L7_KR                   12866933632 /*   16777216: keys before qk-norm */
-#define L7_V                    12883710848 /*   16777216: values */
-#define L7_ATT                  12900488064 /*  134217728: attention output */
-#define L8_Q                    13034705792 /*  134217728: queries (rotated) */
-#define L8_K                    13168923520 /*   16777216: keys (rotated) */
-#define L8_QR                   13185700736 /*  134217728: queries before qk-norm */
-#define L8_KR                   13319918464 /*   16777216: keys before qk-norm */
-#define L8_V                    13336695680 /*   16777216: values */
-#define L8_ATT                  13353472896 /*  134217728: attention output */
-#define L9_Q                    13487690624 /*  134217728: queries (rotated) */
-#define L9_K                    13621908352 /*   16777216: keys (rotated) */
-#define L9_QR                   13638685568 /*  134217728: queries before qk-norm */
-#define L9_KR                   13772903296 /*   16777216: keys before qk-norm */
-#define L9_V                    13789680512 /*   16777216: values */
-#define L9_ATT                  13806457728 /*  134217728: attention output */
-#define L10_Q                   13940675456 /*  134217728: queries (rotated) */
-#define L10_K                   14074893184 /*   16777216: keys (rotated) */
-#define L10_QR                  14091670400 /*  134217728: queries before qk-norm */
-#define L10_KR                  14225888128 /*   16777216: keys before qk-norm */
-#define L10_V                   14242665344 /*   16777216: values */
-#define L10_ATT                 14259442560 /*  134217728: attention output */
-#define L11_Q                   14393660288 /*  134217728: queries (rotated) */
-#define L11_K                   14527878016 /*   16777216: keys (rotated) */
-#define L11_QR                  14544655232 /*  134217728: queries before qk-norm */
-#define L11_KR                  14678872960 /*   16777216: keys before qk-norm */
-#define L11_V                   14695650176 /*   16777216: values */
-#define L11_ATT                 14712427392 /*  134217728: attention output */
-#define L12_Q                   14846645120 /*  134217728: queries (rotated) */
-#define L12_K                   14980862848 /*   16777216: keys (rotated) */
-#define L12_QR                  14997640064 /*  134217728: queries before qk-norm */
-#define L12_KR                  15131857792 /*   16777216: keys before qk-norm */
-#define L12_V                   15148635008 /*   16777216: values */
-#define L12_ATT                 15165412224 /*  134217728: attention output */
-#define L13_Q                   15299629952 /*  134217728: queries (rotated) */
-#define L13_K                   15433847680 /*   16777216: keys (rotated) */
-#define L13_QR                  15450624896 /*  134217728: queries before qk-norm */
-#define L13_KR                  15584842624 /*   16777216: keys before qk-norm */
-#define L13_V                   15601619840 /*   16777216: values */
-#define L13_ATT                 15618397056 /*  134217728: attention output */
-#define L14_Q                   15752614784 /*  134217728: queries (rotated) */
-#define L14_K                   15886832512 /*   16777216: keys (rotated) */
-#define L14_QR                  15903609728 /*  134217728: queries before qk-norm */
-#define L14_KR                  16037827456 /*   16777216: keys before qk-norm */
-#define L14_V                   16054604672 /*   16777216: values */
-#define L14_ATT                 16071381888 /*  134217728: attention output */
-#define L15_Q                   16205599616 /*  134217728: queries (rotated) */
-#define L15_K                   16339817344 /*   16777216: keys (rotated) */
-#define L15_QR                  16356594560 /*  134217728: queries before qk-norm */
-#define L15_KR                  16490812288 /*   16777216: keys before qk-norm */
-#define L15_V                   16507589504 /*   16777216: values */
-#define L15_ATT                 16524366720 /*  134217728: attention output */
-#define L16_Q                   16658584448 /*  134217728: queries (rotated) */
-#define L16_K                   16792802176 /*   16777216: keys (rotated) */
-#define L16_QR                  16809579392 /*  134217728: queries before qk-norm */
-#define L16_KR                  16943797120 /*   16777216: keys before qk-norm */
-#define L16_V                   16960574336 /*   16777216: values */
-#define L16_ATT                 16977351552 /*  134217728: attention output */
-#define L17_Q                   17111569280 /*  134217728: queries (rotated) */
-#define L17_K                   17245787008 /*   16777216: keys (rotated) */
-#define L17_QR                  17262564224 /*  134217728: queries before qk-norm */
-#define L17_KR                  17396781952 /*   16777216: keys before qk-norm */
-#define L17_V                   17413559168 /*   16777216: values */
-#define L17_ATT                 17430336384 /*  134217728: attention output */
-#define L18_Q                   17564554112 /*  134217728: queries (rotated) */
-#define L18_K                   17698771840 /*   16777216: keys (rotated) */
-#define L18_QR                  17715549056 /*  134217728: queries before qk-norm */
-#define L18_KR                  17849766784 /*   16777216: keys before qk-norm */
-#define L18_V                   17866544000 /*   16777216: values */
-#define L18_ATT                 17883321216 /*  134217728: attention output */
-#define L19_Q                   18017538944 /*  134217728: queries (rotated) */
-#define L19_K                   18151756672 /*   16777216: keys (rotated) */
-#define L19_QR                  18168533888 /*  134217728: queries before qk-norm */
-#define L19_KR                  18302751616 /*   16777216: keys before qk-norm */
-#define L19_V                   18319528832 /*   16777216: values */
-#define L19_ATT                 18336306048 /*  134217728: attention output */
-#define L20_Q                   18470523776 /*  134217728: queries (rotated) */
-#define L20_K                   18604741504 /*   16777216: keys (rotated) */
-#define L20_QR                  18621518720 /*  134217728: queries before qk-norm */
-#define L20_KR                  18755736448 /*   16777216: keys before qk-norm */
-#define L20_V                   18772513664 /*   16777216: values */
-#define L20_ATT                 18789290880 /*  134217728: attention output */
-#define L21_Q                   18923508608 /*  134217728: queries (rotated) */
-#define L21_K                   19057726336 /*   16777216: keys (rotated) */
-#define L21_QR                  19074503552 /*  134217728: queries before qk-norm */
-#define L21_KR                  19208721280 /*   16777216: keys before qk-norm */
-#define L21_V                   19225498496 /*   16777216: values */
-#define L21_ATT                 19242275712 /*  134217728: attention output */
-#define L22_Q                   19376493440 /*  134217728: queries (rotated) */
-#define L22_K                   19510711168 /*   16777216: keys (rotated) */
-#define L22_QR                  19527488384 /*  134217728: queries before qk-norm */
-#define L22_KR                  19661706112 /*   16777216: keys before qk-norm */
-#define L22_V                   19678483328 /*   16777216: values */
-#define L22_ATT                 19695260544 /*  134217728: attention output */
-#define L23_Q                   19829478272 /*  134217728: queries (rotated) */
-#define L23_K                   19963696000 /*   16777216: keys (rotated) */
-#define L23_QR                  19980473216 /*  134217728: queries before qk-norm */
-#define L23_KR                  20114690944 /*   16777216: keys before qk-norm */
-#define L23_V                   20131468160 /*   16777216: values */
-#define L23_ATT                 20148245376 /*  134217728: attention output */
-#define L24_Q                   20282463104 /*  134217728: queries (rotated) */
-#define L24_K                   20416680832 /*   16777216: keys (rotated) */
-#define L24_QR                  20433458048 /*  134217728: queries before qk-norm */
-#define L24_KR                  20567675776 /*   16777216: keys before qk-norm */
-#define L24_V                   20584452992 /*   16777216: values */
-#define L24_ATT                 20601230208 /*  134217728: attention output */
-#define L25_Q                   20735447936 /*  134217728: queries (rotated) */
-#define L25_K                   20869665664 /*   16777216: keys (rotated) */
-#define L25_QR                  20886442880 /*  134217728: queries before qk-norm */
-#define L25_KR                  21020660608 /*   16777216: keys before qk-norm */
-#define L25_V                   21037437824 /*   16777216: values */
-#define L25_ATT                 21054215040 /*  134217728: attention output */
-#define L26_Q                   21188432768 /*  134217728: queries (rotated) */
-#define L26_K                   21322650496 /*   16777216: keys (rotated) */
-#define L26_QR                  21339427712 /*  134217728: queries before qk-norm */
-#define L26_KR                  21473645440 /*   16777216: keys before qk-norm */
-#define L26_V                   21490422656 /*   16777216: values */
-#define L26_ATT                 21507199872 /*  134217728: attention output */
-#define L27_Q                   21641417600 /*  134217728: queries (rotated) */
-#define L27_K                   21775635328 /*   16777216: keys (rotated) */
-#define L27_QR                  21792412544 /*  134217728: queries before qk-norm */
-#define L27_KR                  21926630272 /*   16777216: keys before qk-norm */
-#define L27_V                   21943407488 /*   16777216: values */
-#define L27_ATT                 21960184704 /*  134217728: attention output */
-#define L28_Q                   22094402432 /*  134217728: queries (rotated) */
-#define L28_K                   22228620160 /*   16777216: keys (rotated) */
-#define L28_QR                  22245397376 /*  134217728: queries before qk-norm */
-#define L28_KR                  22379615104 /*   16777216: keys before qk-norm */
-#define L28_V                   22396392320 /*   16777216: values */
-#define L28_ATT                 22413169536 /*  134217728: attention output */
-#define L29_Q                   22547387264 /*  134217728: queries (rotated) */
-#define L29_K                   22681604992 /*   16777216: keys (rotated) */
-#define L29_QR                  22698382208 /*  134217728: queries before qk-norm */
-#define L29_KR                  22832599936 /*   16777216: keys before qk-norm */
-#define L29_V                   22849377152 /*   16777216: values */
-#define L29_ATT                 22866154368 /*  134217728: attention output */
-#define L30_Q                   23000372096 /*  134217728: queries (rotated) */
-#define L30_K                   23134589824 /*   16777216: keys (rotated) */
-#define L30_QR                  23151367040 /*  134217728: queries before qk-norm */
-#define L30_KR                  23285584768 /*   16777216: keys before qk-norm */
-#define L30_V                   23302361984 /*   16777216: values */
-#define L30_ATT                 23319139200 /*  134217728: attention output */
-#define L31_Q                   23453356928 /*  134217728: queries (rotated) */
-#define L31_K                   23587574656 /*   16777216: keys (rotated) */
-#define L31_QR                  23604351872 /*  134217728: queries before qk-norm */
-#define L31_KR                  23738569600 /*   16777216: keys before qk-norm */
-#define L31_V                   23755346816 /*   16777216: values */
-#define L31_ATT                 23772124032 /*  134217728: attention output */
-#define L32_Q                   23906341760 /*  134217728: queries (rotated) */
-#define L32_K                   24040559488 /*   16777216: keys (rotated) */
-#define L32_QR                  24057336704 /*  134217728: queries before qk-norm */
-#define L32_KR                  24191554432 /*   16777216: keys before qk-norm */
-#define L32_V                   24208331648 /*   16777216: values */
-#define L32_ATT                 24225108864 /*  134217728: attention output */
-#define L33_Q                   24359326592 /*  134217728: queries (rotated) */
-#define L33_K                   24493544320 /*   16777216: keys (rotated) */
-#define L33_QR                  24510321536 /*  134217728: queries before qk-norm */
-#define L33_KR                  24644539264 /*   16777216: keys before qk-norm */
-#define L33_V                   24661316480 /*   16777216: values */
-#define L33_ATT                 24678093696 /*  134217728: attention output */
-#define L34_Q                   24812311424 /*  134217728: queries (rotated) */
-#define L34_K                   24946529152 /*   16777216: keys (rotated) */
-#define L34_QR                  24963306368 /*  134217728: queries before qk-norm */
-#define L34_KR                  25097524096 /*   16777216: keys before qk-norm */
-#define L34_V                   25114301312 /*   16777216: values */
-#define L34_ATT                 25131078528 /*  134217728: attention output */
-#define L35_Q                   25265296256 /*  134217728: queries (rotated) */
-#define L35_K                   25399513984 /*   16777216: keys (rotated) */
-#define L35_QR                  25416291200 /*  134217728: queries before qk-norm */
-#define L35_KR                  25550508928 /*   16777216: keys before qk-norm */
-#define L35_V                   25567286144 /*   16777216: values */
-#define L35_ATT                 25584063360 /*  134217728: attention output */
-#define L36_Q                   25718281088 /*  134217728: queries (rotated) */
-#define L36_K                   25852498816 /*   16777216: keys (rotated) */
-#define L36_QR                  25869276032 /*  134217728: queries before qk-norm */
-#define L36_KR                  26003493760 /*   16777216: keys before qk-norm */
-#define L36_V                   26020270976 /*   16777216: values */
-#define L36_ATT                 26037048192 /*  134217728: attention output */
-#define L37_Q                   26171265920 /*  134217728: queries (rotated) */
-#define L37_K                   26305483648 /*   16777216: keys (rotated) */
-#define L37_QR                  26322260864 /*  134217728: queries before qk-norm */
-#define L37_KR                  26456478592 /*   16777216: keys before qk-norm */
-#define L37_V                   26473255808 /*   16777216: values */
-#define L37_ATT                 26490033024 /*  134217728: attention output */
-#define L38_Q                   26624250752 /*  134217728: queries (rotated) */
-#define L38_K                   26758468480 /*   16777216: keys (rotated) */
-#define L38_QR                  26775245696 /*  134217728: queries before qk-norm */
-#define L38_KR                  26909463424 /*   16777216: keys before qk-norm */
-#define L38_V                   26926240640 /*   16777216: values */
-#define L38_ATT                 26943017856 /*  134217728: attention output */
-#define L39_Q                   27077235584 /*  134217728: queries (rotated) */
-#define L39_K                   27211453312 /*   16777216: keys (rotated) */
-#define L39_QR                  27228230528 /*  134217728: queries before qk-norm */
-#define L39_KR                  27362448256 /*   16777216: keys before qk-norm */
-#define L39_V                   27379225472 /*   16777216: values */
-#define L39_ATT                 27396002688 /*  134217728: attention output */
-#define L40_Q                   27530220416 /*  134217728: queries (rotated) */
-#define L40_K                   27664438144 /*   16777216: keys (rotated) */
-#define L40_QR                  27681215360 /*  134217728: queries before qk-norm */
-#define L40_KR                  27815433088 /*   16777216: keys before qk-norm */
-#define L40_V                   27832210304 /*   16777216: values */
-#define L40_ATT                 27848987520 /*  134217728: attention output */
-#define L41_Q                   27983205248 /*  134217728: queries (rotated) */
-#define L41_K                   28117422976 /*   16777216: keys (rotated) */
-#define L41_QR                  28134200192 /*  134217728: queries before qk-norm */
-#define L41_KR                  28268417920 /*   16777216: keys before qk-norm */
-#define L41_V                   28285195136 /*   16777216: values */
-#define L41_ATT                 28301972352 /*  134217728: attention output */
-#define L42_Q                   28436190080 /*  134217728: queries (rotated) */
-#define L42_K                   28570407808 /*   16777216: keys (rotated) */
-#define L42_QR                  28587185024 /*  134217728: queries before qk-norm */
-#define L42_KR                  28721402752 /*   16777216: keys before qk-norm */
-#define L42_V                   28738179968 /*   16777216: values */
-#define L42_ATT                 28754957184 /*  134217728: attention output */
-#define L43_Q                   28889174912 /*  134217728: queries (rotated) */
-#define L43_K                   29023392640 /*   16777216: keys (rotated) */
-#define L43_QR                  29040169856 /*  134217728: queries before qk-norm */
-#define L43_KR                  29174387584 /*   16777216: keys before qk-norm */
-#define L43_V                   29191164800 /*   16777216: values */
-#define L43_ATT                 29207942016 /*  134217728: attention output */
-#define L44_Q                   29342159744 /*  134217728: queries (rotated) */
-#define L44_K                   29476377472 /*   16777216: keys (rotated) */
-#define L44_QR                  29493154688 /*  134217728: queries before qk-norm */
-#define L44_KR                  29627372416 /*   16777216: keys before qk-norm */
-#define L44_V                   29644149632 /*   16777216: values */
-#define L44_ATT                 29660926848 /*  134217728: attention output */
-#define L45_Q                   29795144576 /*  134217728: queries (rotated) */
-#define L45_K                   29929362304 /*   16777216: keys (rotated) */
-#define L45_QR                  29946139520 /*  134217728: queries before qk-norm */
-#define L45_KR                  30080357248 /*   16777216: keys before qk-norm */
-#define L45_V                   30097134464 /*   16777216: values */
-#define L45_ATT                 30113911680 /*  134217728: attention output */
-#define L46_Q                   30248129408 /*  134217728: queries (rotated) */
-#define L46_K                   30382347136 /*   16777216: keys (rotated) */
-#define L46_QR                  30399124352 /*  134217728: queries before qk-norm */
-#define L46_KR                  30533342080 /*   16777216: keys before qk-norm */
-#define L46_V                   30550119296 /*   16777216: values */
-#define L46_ATT                 30566896512 /*  134217728: attention output */
-#define L47_Q                   30701114240 /*  134217728: queries (rotated) */
-#define L47_K                   30835331968 /*   16777216: keys (rotated) */
-#define L47_QR                  30852109184 /*  134217728: queries before qk-norm */
-#define L47_KR                  30986326912 /*   16777216: keys before qk-norm */
-#define L47_V                   31003104128 /*   16777216: values */
-#define L47_ATT                 31019881344 /*  134217728: attention output */
-#define WS_Y                    31154099072 /*   67108864: a block's output before the residual add */
-#define WS_Y2                   31221207936 /*   67108864: shared experts' output */
-#define DX_A                    31288316800 /*   67108864: gradient of the residual stream (even layers' output) */
-#define DX_B                    31355425664 /*   67108864: gradient of the residual stream (odd layers' output) */
-#define DLN                     31422534528 /*   67108864: gradient of a norm's output */
-#define DATT                    31489643392 /*  134217728: gradient of the attention output */
-#define DQ                      31623861120 /*  134217728: gradient of the queries */
-#define DK                      31758078848 /*   16777216: gradient of the keys */
-#define DV                      31774856064 /*   16777216: gradient of the values */
-#define DQR                     31791633280 /*  134217728: gradient of the queries before qk-norm */
-#define DKR                     31925851008 /*   16777216: gradient of the keys before qk-norm */
-#define A2A                     31942628224 /*  754974720: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the FFN gradients (the whole) */
-#define EDG                             A2A /*  251658240: routed experts' gate gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
-#define EDU                    (A2A + 251658240) /*  251658240: routed experts' up gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
-#define EDH                    (A2A + 503316480) /*  251658240: routed experts' activation gradient: in A2A's bytes (no all-to-all runs inside an FFN's backward) */
-#define DYP                     32697602944 /*  536870912: gradient of the expert outputs */
+#define WS_XE                    5936292384 /*  671088640: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                    6607381024 /*  671088640: their outputs, before going back */
+#define WS_EG                    7278469664 /*  251658240: routed experts' gate */
+#define WS_EU                    7530127904 /*  251658240: routed experts' up */
+#define WS_EH                    7781786144 /*  251658240: routed experts' activation */
+#define L1_Q                     8033444384 /*  134217728: queries (rotated) */
+#define L1_K                     8167662112 /*   16777216: keys (rotated) */
+#define L1_QR                    8184439328 /*  134217728: queries before qk-norm */
+#define L1_KR                    8318657056 /*   16777216: keys before qk-norm */
+#define L1_V                     8335434272 /*   16777216: values */
+#define L1_ATT                   8352211488 /*  134217728: attention output */
+#define L2_Q                     8486429216 /*  134217728: queries (rotated) */
+#define L2_K                     8620646944 /*   16777216: keys (rotated) */
+#define L2_QR                    8637424160 /*  134217728: queries before qk-norm */
+#define L2_KR                    8771641888 /*   16777216: keys before qk-norm */
+#define L2_V                     8788419104 /*   16777216: values */
+#define L2_ATT                   8805196320 /*  134217728: attention output */
+#define L3_Q                     8939414048 /*  134217728: queries (rotated) */
+#define L3_K                     9073631776 /*   16777216: keys (rotated) */
+#define L3_QR                    9090408992 /*  134217728: queries before qk-norm */
+#define L3_KR                    9224626720 /*   16777216: keys before qk-norm */
+#define L3_V                     9241403936 /*   16777216: values */
+#define L3_ATT                   9258181152 /*  134217728: attention output */
+#define L4_Q                     9392398880 /*  134217728: queries (rotated) */
+#define L4_K                     9526616608 /*   16777216: keys (rotated) */
+#define L4_QR                    9543393824 /*  134217728: queries before qk-norm */
+#define L4_KR                    9677611552 /*   16777216: keys before qk-norm */
+#define L4_V                     9694388768 /*   16777216: values */
+#define L4_ATT                   9711165984 /*  134217728: attention output */
+#define L5_Q                     9845383712 /*  134217728: queries (rotated) */
+#define L5_K                     9979601440 /*   16777216: keys (rotated) */
+#define L5_QR                    9996378656 /*  134217728: queries before qk-norm */
+#define L5_KR                   10130596384 /*   16777216: keys before qk-norm */
+#define L5_V                    10147373600 /*   16777216: values */
+#define L5_ATT                  10164150816 /*  134217728: attention output */
+#define L6_Q                    10298368544 /*  134217728: queries (rotated) */
+#define L6_K                    10432586272 /*   16777216: keys (rotated) */
+#define L6_QR                   10449363488 /*  134217728: queries before qk-norm */
+#define L6_KR                   10583581216 /*   16777216: keys before qk-norm */
+#define L6_V                    10600358432 /*   16777216: values */
+#define L6_ATT                  10617135648 /*  134217728: attention output */
+#define L7_Q                    10751353376 /*  134217728: queries (rotated) */
+#define L7_K                    10885571104 /*   16777216: keys (rotated) */
+#define L7_QR                   10902348320 /*  134217728: queries before qk-norm */
+#define L7_KR                   11036566048 /*   16777216: keys before qk-norm */
+#define L7_V                    11053343264 /*   16777216: values */
+#define L7_ATT                  11070120480 /*  134217728: attention output */
+#define L8_Q                    11204338208 /*  134217728: queries (rotated) */
+#define L8_K                    11338555936 /*   16777216: keys (rotated) */
+#define L8_QR                   11355333152 /*  134217728: queries before qk-norm */
+#define L8_KR                   11489550880 /*   16777216: keys before qk-norm */
+#define L8_V                    11506328096 /*   16777216: values */
+#define L8_ATT                  11523105312 /*  134217728: attention output */
+#define L9_Q                    11657323040 /*  134217728: queries (rotated) */
+#define L9_K                    11791540768 /*   16777216: keys (rotated) */
+#define L9_QR                   11808317984 /*  134217728: queries before qk-norm */
+#define L9_KR                   11942535712 /*   16777216: keys before qk-norm */
+#define L9_V                    11959312928 /*   16777216: values */
+#define L9_ATT                  11976090144 /*  134217728: attention output */
+#define L10_Q                   12110307872 /*  134217728: queries (rotated) */
+#define L10_K                   12244525600 /*   16777216: keys (rotated) */
+#define L10_QR                  12261302816 /*  134217728: queries before qk-norm */
+#define L10_KR                  12395520544 /*   16777216: keys before qk-norm */
+#define L10_V                   12412297760 /*   16777216: values */
+#define L10_ATT                 12429074976 /*  134217728: attention output */
+#define L11_Q                   12563292704 /*  134217728: queries (rotated) */
+#define L11_K                   12697510432 /*   16777216: keys (rotated) */
+#define L11_QR                  12714287648 /*  134217728: queries before qk-norm */
+#define L11_KR                  12848505376 /*   16777216: keys before qk-norm */
+#define L11_V                   12865282592 /*   16777216: values */
+#define L11_ATT                 12882059808 /*  134217728: attention output */
+#define L12_Q                   13016277536 /*  134217728: queries (rotated) */
+#define L12_K                   13150495264 /*   16777216: keys (rotated) */
+#define L12_QR                  13167272480 /*  134217728: queries before qk-norm */
+#define L12_KR                  13301490208 /*   16777216: keys before qk-norm */
+#define L12_V                   13318267424 /*   16777216: values */
+#define L12_ATT                 13335044640 /*  134217728: attention output */
+#define L13_Q                   13469262368 /*  134217728: queries (rotated) */
+#define L13_K                   13603480096 /*   16777216: keys (rotated) */
+#define L13_QR                  13620257312 /*  134217728: queries before qk-norm */
+#define L13_KR                  13754475040 /*   16777216: keys before qk-norm */
+#define L13_V                   13771252256 /*   16777216: values */
+#define L13_ATT                 13788029472 /*  134217728: attention output */
+#define L14_Q                   13922247200 /*  134217728: queries (rotated) */
+#define L14_K                   14056464928 /*   16777216: keys (rotated) */
+#define L14_QR                  14073242144 /*  134217728: queries before qk-norm */
+#define L14_KR                  14207459872 /*   16777216: keys before qk-norm */
+#define L14_V                   14224237088 /*   16777216: values */
+#define L14_ATT                 14241014304 /*  134217728: attention output */
+#define L15_Q                   14375232032 /*  134217728: queries (rotated) */
+#define L15_K                   14509449760 /*   16777216: keys (rotated) */
+#define L15_QR                  14526226976 /*  134217728: queries before qk-norm */
+#define L15_KR                  14660444704 /*   16777216: keys before qk-norm */
+#define L15_V                   14677221920 /*   16777216: values */
+#define L15_ATT                 14693999136 /*  134217728: attention output */
+#define L16_Q                   14828216864 /*  134217728: queries (rotated) */
+#define L16_K                   14962434592 /*   16777216: keys (rotated) */
+#define L16_QR                  14979211808 /*  134217728: queries before qk-norm */
+#define L16_KR                  15113429536 /*   16777216: keys before qk-norm */
+#define L16_V                   15130206752 /*   16777216: values */
+#define L16_ATT                 15146983968 /*  134217728: attention output */
+#define L17_Q                   15281201696 /*  134217728: queries (rotated) */
+#define L17_K                   15415419424 /*   16777216: keys (rotated) */
+#define L17_QR                  15432196640 /*  134217728: queries before qk-norm */
+#define L17_KR                  15566414368 /*   16777216: keys before qk-norm */
+#define L17_V                   15583191584 /*   16777216: values */
+#define L17_ATT                 15599968800 /*  134217728: attention output */
+#define L18_Q                   15734186528 /*  134217728: queries (rotated) */
+#define L18_K                   15868404256 /*   16777216: keys (rotated) */
+#define L18_QR                  15885181472 /*  134217728: queries before qk-norm */
+#define L18_KR                  16019399200 /*   16777216: keys before qk-norm */
+#define L18_V                   16036176416 /*   16777216: values */
+#define L18_ATT                 16052953632 /*  134217728: attention output */
+#define L19_Q                   16187171360 /*  134217728: queries (rotated) */
+#define L19_K                   16321389088 /*   16777216: keys (rotated) */
+#define L19_QR                  16338166304 /*  134217728: queries before qk-norm */
+#define L19_KR                  16472384032 /*   16777216: keys before qk-norm */
+#define L19_V                   16489161248 /*   16777216: values */
+#define L19_ATT                 16505938464 /*  134217728: attention output */
+#define L20_Q                   16640156192 /*  134217728: queries (rotated) */
+#define L20_K                   16774373920 /*   16777216: keys (rotated) */
+#define L20_QR                  16791151136 /*  134217728: queries before qk-norm */
+#define L20_KR                  16925368864 /*   16777216: keys before qk-norm */
+#define L20_V                   16942146080 /*   16777216: values */
+#define L20_ATT                 16958923296 /*  134217728: attention output */
+#define L21_Q                   17093141024 /*  134217728: queries (rotated) */
+#define L21_K                   17227358752 /*   16777216: keys (rotated) */
+#define L21_QR                  17244135968 /*  134217728: queries before qk-norm */
+#define L21_KR                  17378353696 /*   16777216: keys before qk-norm */
+#define L21_V                   17395130912 /*   16777216: values */
+#define L21_ATT                 17411908128 /*  134217728: attention output */
+#define L22_Q                   17546125856 /*  134217728: queries (rotated) */
+#define L22_K                   17680343584 /*   16777216: keys (rotated) */
+#define L22_QR                  17697120800 /*  134217728: queries before qk-norm */
+#define L22_KR                  17831338528 /*   16777216: keys before qk-norm */
+#define L22_V                   17848115744 /*   16777216: values */
+#define L22_ATT                 17864892960 /*  134217728: attention output */
+#define L23_Q                   17999110688 /*  134217728: queries (rotated) */
+#define L23_K                   18133328416 /*   16777216: keys (rotated) */
+#define L23_QR                  18150105632 /*  134217728: queries before qk-norm */
+#define L23_KR                  18284323360 /*   16777216: keys before qk-norm */
+#define L23_V                   18301100576 /*   16777216: values */
+#define L23_ATT                 18317877792 /*  134217728: attention output */
+#define L24_Q                   18452095520 /*  134217728: queries (rotated) */
+#define L24_K                   18586313248 /*   16777216: keys (rotated) */
+#define L24_QR                  18603090464 /*  134217728: queries before qk-norm */
+#define L24_KR                  18737308192 /*   16777216: keys before qk-norm */
+#define L24_V                   18754085408 /*   16777216: values */
+#define L24_ATT                 18770862624 /*  134217728: attention output */
+#define L25_Q                   18905080352 /*  134217728: queries (rotated) */
+#define L25_K                   19039298080 /*   16777216: keys (rotated) */
+#define L25_QR                  19056075296 /*  134217728: queries before qk-norm */
+#define L25_KR                  19190293024 /*   16777216: keys before qk-norm */
+#define L25_V                   19207070240 /*   16777216: values */
+#define L25_ATT                 19223847456 /*  134217728: attention output */
+#define L26_Q                   19358065184 /*  134217728: queries (rotated) */
+#define L26_K                   19492282912 /*   16777216: keys (rotated) */
+#define L26_QR                  19509060128 /*  134217728: queries before qk-norm */
+#define L26_KR                  19643277856 /*   16777216: keys before qk-norm */
+#define L26_V                   19660055072 /*   16777216: values */
+#define L26_ATT                 19676832288 /*  134217728: attention output */
+#define L27_Q                   19811050016 /*  134217728: queries (rotated) */
+#define L27_K                   19945267744 /*   16777216: keys (rotated) */
+#define L27_QR                  19962044960 /*  134217728: queries before qk-norm */
+#define L27_KR                  20096262688 /*   16777216: keys before qk-norm */
+#define L27_V                   20113039904 /*   16777216: values */
+#define L27_ATT                 20129817120 /*  134217728: attention output */
+#define L28_Q                   20264034848 /*  134217728: queries (rotated) */
+#define L28_K                   20398252576 /*   16777216: keys (rotated) */
+#define L28_QR                  20415029792 /*  134217728: queries before qk-norm */
+#define L28_KR                  20549247520 /*   16777216: keys before qk-norm */
+#define L28_V                   20566024736 /*   16777216: values */
+#define L28_ATT                 20582801952 /*  134217728: attention output */
+#define L29_Q                   20717019680 /*  134217728: queries (rotated) */
+#define L29_K                   20851237408 /*   16777216: keys (rotated) */
+#define L29_QR                  20868014624 /*  134217728: queries before qk-norm */
+#define L29_KR                  21002232352 /*   16777216: keys before qk-norm */
+#define L29_V                   21019009568 /*   16777216: values */
+#define L29_ATT                 21035786784 /*  134217728: attention output */
+#define L30_Q                   21170004512 /*  134217728: queries (rotated) */
+#define L30_K                   21304222240 /*   16777216: keys (rotated) */
+#define L30_QR                  21320999456 /*  134217728: queries before qk-norm */
+#define L30_KR                  21455217184 /*   16777216: keys before qk-norm */
+#define L30_V                   21471994400 /*   16777216: values */
+#define L30_ATT                 21488771616 /*  134217728: attention output */
+#define L31_Q                   21622989344 /*  134217728: queries (rotated) */
+#define L31_K                   21757207072 /*   16777216: keys (rotated) */
+#define L31_QR                  21773984288 /*  134217728: queries before qk-norm */
+#define L31_KR                  21908202016 /*   16777216: keys before qk-norm */
+#define L31_V                   21924979232 /*   16777216: values */
+#define L31_ATT                 21941756448 /*  134217728: attention output */
+#define L32_Q                   22075974176 /*  134217728: queries (rotated) */
+#define L32_K                   22210191904 /*   16777216: keys (rotated) */
+#define L32_QR                  22226969120 /*  134217728: queries before qk-norm */
+#define L32_KR                  22361186848 /*   16777216: keys before qk-norm */
+#define L32_V                   22377964064 /*   16777216: values */
+#define L32_ATT                 22394741280 /*  134217728: attention output */
+#define L33_Q                   22528959008 /*  134217728: queries (rotated) */
+#define L33_K                   22663176736 /*   16777216: keys (rotated) */
+#define L33_QR                  22679953952 /*  134217728: queries before qk-norm */
+#define L33_KR                  22814171680 /*   16777216: keys before qk-norm */
+#define L33_V                   22830948896 /*   16777216: values */
+#define L33_ATT                 22847726112 /*  134217728: attention output */
+#define L34_Q                   22981943840 /*  134217728: queries (rotated) */
+#define L34_K                   23116161568 /*   16777216: keys (rotated) */
+#define L34_QR                  23132938784 /*  134217728: queries before qk-norm */
+#define L34_KR                  23267156512 /*   16777216: keys before qk-norm */
+#define L34_V                   23283933728 /*   16777216: values */
+#define L34_ATT                 23300710944 /*  134217728: attention output */
+#define L35_Q                   23434928672 /*  134217728: queries (rotated) */
+#define L35_K                   23569146400 /*   16777216: keys (rotated) */
+#define L35_QR                  23585923616 /*  134217728: queries before qk-norm */
+#define L35_KR                  23720141344 /*   16777216: keys before qk-norm */
+#define L35_V                   23736918560 /*   16777216: values */
+#define L35_ATT                 23753695776 /*  134217728: attention output */
+#define L36_Q                   23887913504 /*  134217728: queries (rotated) */
+#define L36_K                   24022131232 /*   16777216: keys (rotated) */
+#define L36_QR                  24038908448 /*  134217728: queries before qk-norm */
+#define L36_KR                  24173126176 /*   16777216: keys before qk-norm */
+#define L36_V                   24189903392 /*   16777216: values */
+#define L36_ATT                 24206680608 /*  134217728: attention output */
+#define L37_Q                   24340898336 /*  134217728: queries (rotated) */
+#define L37_K                   24475116064 /*   16777216: keys (rotated) */
+#define L37_QR                  24491893280 /*  134217728: queries before qk-norm */
+#define L37_KR                  24626111008 /*   16777216: keys before qk-norm */
+#define L37_V                   24642888224 /*   16777216: values */
+#define L37_ATT                 24659665440 /*  134217728: attention output */
+#define L38_Q                   24793883168 /*  134217728: queries (rotated) */
+#define L38_K                   24928100896 /*   16777216: keys (rotated) */
+#define L38_QR                  24944878112 /*  134217728: queries before qk-norm */
+#define L38_KR                  25079095840 /*   16777216: keys before qk-norm */
+#define L38_V                   25095873056 /*   16777216: values */
+#define L38_ATT                 25112650272 /*  134217728: attention output */
+#define L39_Q                   25246868000 /*  134217728: queries (rotated) */
+#define L39_K                   25381085728 /*   16777216: keys (rotated) */
+#define L39_QR                  25397862944 /*  134217728: queries before qk-norm */
+#define L39_KR                  25532080672 /*   16777216: keys before qk-norm */
+#define L39_V                   25548857888 /*   16777216: values */
+#define L39_ATT                 25565635104 /*  134217728: attention output */
+#define L40_Q                   25699852832 /*  134217728: queries (rotated) */
+#define L40_K                   25834070560 /*   16777216: keys (rotated) */
+#define L40_QR                  25850847776 /*  134217728: queries before qk-norm */
+#define L40_KR                  25985065504 /*   16777216: keys before qk-norm */
+#define L40_V                   26001842720 /*   16777216: values */
+#define L40_ATT                 26018619936 /*  134217728: attention output */
+#define L41_Q                   26152837664 /*  134217728: queries (rotated) */
+#define L41_K                   26287055392 /*   16777216: keys (rotated) */
+#define L41_QR                  26303832608 /*  134217728: queries before qk-norm */
+#define L41_KR                  26438050336 /*   16777216: keys before qk-norm */
+#define L41_V                   26454827552 /*   16777216: values */
+#define L41_ATT                 26471604768 /*  134217728: attention output */
+#define L42_Q                   26605822496 /*  134217728: queries (rotated) */
+#define L42_K                   26740040224 /*   16777216: keys (rotated) */
+#define L42_QR                  26756817440 /*  134217728: queries before qk-norm */
+#define L42_KR                  26891035168 /*   16777216: keys before qk-norm */
+#define L42_V                   26907812384 /*   16777216: values */
+#define L42_ATT                 26924589600 /*  134217728: attention output */
+#define L43_Q                   27058807328 /*  134217728: queries (rotated) */
+#define L43_K                   27193025056 /*   16777216: keys (rotated) */
+#define L43_QR                  27209802272 /*  134217728: queries before qk-norm */
+#define L43_KR                  27344020000 /*   16777216: keys before qk-norm */
+#define L43_V                   27360797216 /*   16777216: values */
+#define L43_ATT                 27377574432 /*  134217728: attention output */
+#define L44_Q                   27511792160 /*  134217728: queries (rotated) */
+#define L44_K                   27646009888 /*   16777216: keys (rotated) */
+#define L44_QR                  27662787104 /*  134217728: queries before qk-norm */
+#define L44_KR                  27797004832 /*   16777216: keys before qk-norm */
+#define L44_V                   27813782048 /*   16777216: values */
+#define L44_ATT                 27830559264 /*  134217728: attention output */
+#define L45_Q                   27964776992 /*  134217728: queries (rotated) */
+#define L45_K                   28098994720 /*   16777216: keys (rotated) */
+#define L45_QR                  28115771936 /*  134217728: queries before qk-norm */
+#define L45_KR                  28249989664 /*   16777216: keys before qk-norm */
+#define L45_V                   28266766880 /*   16777216: values */
+#define L45_ATT                 28283544096 /*  134217728: attention output */
+#define L46_Q                   28417761824 /*  134217728: queries (rotated) */
+#define L46_K                   28551979552 /*   16777216: keys (rotated) */
+#define L46_QR                  28568756768 /*  134217728: queries before qk-norm */
+#define L46_KR                  28702974496 /*   16777216: keys before qk-norm */
+#define L46_V                   28719751712 /*   16777216: values */
+#define L46_ATT                 28736528928 /*  134217728: attention output */
+#define L47_Q                   28870746656 /*  134217728: queries (rotated) */
+#define L47_K                   29004964384 /*   16777216: keys (rotated) */
+#define L47_QR                  29021741600 /*  134217728: queries before qk-norm */
+#define L47_KR                  29155959328 /*   16777216: keys before qk-norm */
+#define L47_V                   29172736544 /*   16777216: values */
+#define L47_ATT                 29189513760 /*  134217728: attention output */
+#define DX_A                    29323731488 /*   67108864: gradient of the residual stream (even layers' output) */
+#define DX_B                    29390840352 /*   67108864: gradient of the residual stream (odd layers' output) */
+#define DLN                     29457949216 /*   67108864: gradient of a norm's output */
+#define A2A                     29525058080 /*  754974720: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
+#define EDG                             A2A /*  251658240: routed experts' gate gradient: in A2A (an FFN's backward) */
+#define EDU                    (A2A + 251658240) /*  251658240: routed experts' up gradient: in A2A (an FFN's backward) */
+#define EDH                    (A2A + 503316480) /*  251658240: routed experts' activation gradient: in A2A (an FFN's backward) */
+#define DATT                            A2A /*  134217728: gradient of the attention output: in A2A (the attention's backward) */
+#define DQ                     (A2A + 134217728) /*  134217728: gradient of the queries: in A2A (the attention's backward) */
+#define DK                     (A2A + 268435456) /*   16777216: gradient of the keys: in A2A (the attention's backward) */
+#define DV                     (A2A + 285212672) /*   16777216: gradient of the values: in A2A (the attention's backward) */
+#define DQR                    (A2A + 301989888) /*  134217728: gradient of the queries before qk-norm: in A2A (the attention's backward) */
+#define DKR                    (A2A + 436207616) /*   16777216: gradient of the keys before qk-norm: in A2A (the attention's backward) */
+#define WS_Y                            A2A /*   67108864: a block's output before the residual add: in A2A (a layer's forward) */
+#define LNF                             A2A /*   67108864: final norm output: in A2A (the loss) */
+#define CE                     (A2A + 67108864) /*  536870912: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
+#define DLOGITS                         A2A /*    8388608: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
+#define DYP                     30280032800 /*  536870912: gradient of the expert outputs */
 #define DXP                             DYP /*  536870912: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
 #define DYE                           WS_YE /*  671088640: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
-#define LNF                     33234473856 /*   67108864: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (16 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
  * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
- * all-gathers read in the activation arena. */
+ * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
-    {"embedding", RT_GROUP_FSDP, 311164928, 19447808, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
-    {"layer 0 dense", RT_GROUP_FSDP, 19140864, 1196304, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},
-    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V, L0_EXPERTS_PARAM},
-    {"layer 1 dense", RT_GROUP_FSDP, 19140864, 1196304, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, L1_DENSE_PARAM},
-    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V, L1_EXPERTS_PARAM},
-    {"layer 2 dense", RT_GROUP_FSDP, 19140864, 1196304, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, L2_DENSE_PARAM},
-    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V, L2_EXPERTS_PARAM},
-    {"layer 3 dense", RT_GROUP_FSDP, 19140864, 1196304, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, L3_DENSE_PARAM},
-    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V, L3_EXPERTS_PARAM},
-    {"layer 4 dense", RT_GROUP_FSDP, 19140864, 1196304, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, L4_DENSE_PARAM},
-    {"layer 4 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L4_EXPERTS_MASTER, L4_EXPERTS_GRAD, L4_EXPERTS_ADAM_M, L4_EXPERTS_ADAM_V, L4_EXPERTS_PARAM},
-    {"layer 5 dense", RT_GROUP_FSDP, 19140864, 1196304, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, L5_DENSE_PARAM},
-    {"layer 5 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L5_EXPERTS_MASTER, L5_EXPERTS_GRAD, L5_EXPERTS_ADAM_M, L5_EXPERTS_ADAM_V, L5_EXPERTS_PARAM},
-    {"layer 6 dense", RT_GROUP_FSDP, 19140864, 1196304, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, L6_DENSE_PARAM},
-    {"layer 6 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L6_EXPERTS_MASTER, L6_EXPERTS_GRAD, L6_EXPERTS_ADAM_M, L6_EXPERTS_ADAM_V, L6_EXPERTS_PARAM},
-    {"layer 7 dense", RT_GROUP_FSDP, 19140864, 1196304, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, L7_DENSE_PARAM},
-    {"layer 7 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L7_EXPERTS_MASTER, L7_EXPERTS_GRAD, L7_EXPERTS_ADAM_M, L7_EXPERTS_ADAM_V, L7_EXPERTS_PARAM},
-    {"layer 8 dense", RT_GROUP_FSDP, 19140864, 1196304, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, L8_DENSE_PARAM},
-    {"layer 8 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L8_EXPERTS_MASTER, L8_EXPERTS_GRAD, L8_EXPERTS_ADAM_M, L8_EXPERTS_ADAM_V, L8_EXPERTS_PARAM},
-    {"layer 9 dense", RT_GROUP_FSDP, 19140864, 1196304, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, L9_DENSE_PARAM},
-    {"layer 9 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L9_EXPERTS_MASTER, L9_EXPERTS_GRAD, L9_EXPERTS_ADAM_M, L9_EXPERTS_ADAM_V, L9_EXPERTS_PARAM},
-    {"layer 10 dense", RT_GROUP_FSDP, 19140864, 1196304, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, L10_DENSE_PARAM},
-    {"layer 10 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L10_EXPERTS_MASTER, L10_EXPERTS_GRAD, L10_EXPERTS_ADAM_M, L10_EXPERTS_ADAM_V, L10_EXPERTS_PARAM},
-    {"layer 11 dense", RT_GROUP_FSDP, 19140864, 1196304, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, L11_DENSE_PARAM},
-    {"layer 11 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L11_EXPERTS_MASTER, L11_EXPERTS_GRAD, L11_EXPERTS_ADAM_M, L11_EXPERTS_ADAM_V, L11_EXPERTS_PARAM},
-    {"layer 12 dense", RT_GROUP_FSDP, 19140864, 1196304, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, L12_DENSE_PARAM},
-    {"layer 12 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L12_EXPERTS_MASTER, L12_EXPERTS_GRAD, L12_EXPERTS_ADAM_M, L12_EXPERTS_ADAM_V, L12_EXPERTS_PARAM},
-    {"layer 13 dense", RT_GROUP_FSDP, 19140864, 1196304, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, L13_DENSE_PARAM},
-    {"layer 13 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L13_EXPERTS_MASTER, L13_EXPERTS_GRAD, L13_EXPERTS_ADAM_M, L13_EXPERTS_ADAM_V, L13_EXPERTS_PARAM},
-    {"layer 14 dense", RT_GROUP_FSDP, 19140864, 1196304, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, L14_DENSE_PARAM},
-    {"layer 14 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L14_EXPERTS_MASTER, L14_EXPERTS_GRAD, L14_EXPERTS_ADAM_M, L14_EXPERTS_ADAM_V, L14_EXPERTS_PARAM},
-    {"layer 15 dense", RT_GROUP_FSDP, 19140864, 1196304, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, L15_DENSE_PARAM},
-    {"layer 15 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L15_EXPERTS_MASTER, L15_EXPERTS_GRAD, L15_EXPERTS_ADAM_M, L15_EXPERTS_ADAM_V, L15_EXPERTS_PARAM},
-    {"layer 16 dense", RT_GROUP_FSDP, 19140864, 1196304, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, L16_DENSE_PARAM},
-    {"layer 16 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L16_EXPERTS_MASTER, L16_EXPERTS_GRAD, L16_EXPERTS_ADAM_M, L16_EXPERTS_ADAM_V, L16_EXPERTS_PARAM},
-    {"layer 17 dense", RT_GROUP_FSDP, 19140864, 1196304, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, L17_DENSE_PARAM},
-    {"layer 17 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L17_EXPERTS_MASTER, L17_EXPERTS_GRAD, L17_EXPERTS_ADAM_M, L17_EXPERTS_ADAM_V, L17_EXPERTS_PARAM},
-    {"layer 18 dense", RT_GROUP_FSDP, 19140864, 1196304, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, L18_DENSE_PARAM},
-    {"layer 18 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L18_EXPERTS_MASTER, L18_EXPERTS_GRAD, L18_EXPERTS_ADAM_M, L18_EXPERTS_ADAM_V, L18_EXPERTS_PARAM},
-    {"layer 19 dense", RT_GROUP_FSDP, 19140864, 1196304, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, L19_DENSE_PARAM},
-    {"layer 19 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L19_EXPERTS_MASTER, L19_EXPERTS_GRAD, L19_EXPERTS_ADAM_M, L19_EXPERTS_ADAM_V, L19_EXPERTS_PARAM},
-    {"layer 20 dense", RT_GROUP_FSDP, 19140864, 1196304, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, L20_DENSE_PARAM},
-    {"layer 20 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L20_EXPERTS_MASTER, L20_EXPERTS_GRAD, L20_EXPERTS_ADAM_M, L20_EXPERTS_ADAM_V, L20_EXPERTS_PARAM},
-    {"layer 21 dense", RT_GROUP_FSDP, 19140864, 1196304, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, L21_DENSE_PARAM},
-    {"layer 21 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L21_EXPERTS_MASTER, L21_EXPERTS_GRAD, L21_EXPERTS_ADAM_M, L21_EXPERTS_ADAM_V, L21_EXPERTS_PARAM},
-    {"layer 22 dense", RT_GROUP_FSDP, 19140864, 1196304, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, L22_DENSE_PARAM},
-    {"layer 22 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L22_EXPERTS_MASTER, L22_EXPERTS_GRAD, L22_EXPERTS_ADAM_M, L22_EXPERTS_ADAM_V, L22_EXPERTS_PARAM},
-    {"layer 23 dense", RT_GROUP_FSDP, 19140864, 1196304, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, L23_DENSE_PARAM},
-    {"layer 23 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L23_EXPERTS_MASTER, L23_EXPERTS_GRAD, L23_EXPERTS_ADAM_M, L23_EXPERTS_ADAM_V, L23_EXPERTS_PARAM},
-    {"layer 24 dense", RT_GROUP_FSDP, 19140864, 1196304, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, L24_DENSE_PARAM},
-    {"layer 24 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L24_EXPERTS_MASTER, L24_EXPERTS_GRAD, L24_EXPERTS_ADAM_M, L24_EXPERTS_ADAM_V, L24_EXPERTS_PARAM},
-    {"layer 25 dense", RT_GROUP_FSDP, 19140864, 1196304, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, L25_DENSE_PARAM},
-    {"layer 25 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L25_EXPERTS_MASTER, L25_EXPERTS_GRAD, L25_EXPERTS_ADAM_M, L25_EXPERTS_ADAM_V, L25_EXPERTS_PARAM},
-    {"layer 26 dense", RT_GROUP_FSDP, 19140864, 1196304, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, L26_DENSE_PARAM},
-    {"layer 26 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L26_EXPERTS_MASTER, L26_EXPERTS_GRAD, L26_EXPERTS_ADAM_M, L26_EXPERTS_ADAM_V, L26_EXPERTS_PARAM},
-    {"layer 27 dense", RT_GROUP_FSDP, 19140864, 1196304, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, L27_DENSE_PARAM},
-    {"layer 27 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L27_EXPERTS_MASTER, L27_EXPERTS_GRAD, L27_EXPERTS_ADAM_M, L27_EXPERTS_ADAM_V, L27_EXPERTS_PARAM},
-    {"layer 28 dense", RT_GROUP_FSDP, 19140864, 1196304, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, L28_DENSE_PARAM},
-    {"layer 28 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L28_EXPERTS_MASTER, L28_EXPERTS_GRAD, L28_EXPERTS_ADAM_M, L28_EXPERTS_ADAM_V, L28_EXPERTS_PARAM},
-    {"layer 29 dense", RT_GROUP_FSDP, 19140864, 1196304, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, L29_DENSE_PARAM},
-    {"layer 29 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L29_EXPERTS_MASTER, L29_EXPERTS_GRAD, L29_EXPERTS_ADAM_M, L29_EXPERTS_ADAM_V, L29_EXPERTS_PARAM},
-    {"layer 30 dense", RT_GROUP_FSDP, 19140864, 1196304, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, L30_DENSE_PARAM},
-    {"layer 30 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L30_EXPERTS_MASTER, L30_EXPERTS_GRAD, L30_EXPERTS_ADAM_M, L30_EXPERTS_ADAM_V, L30_EXPERTS_PARAM},
-    {"layer 31 dense", RT_GROUP_FSDP, 19140864, 1196304, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, L31_DENSE_PARAM},
-    {"layer 31 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L31_EXPERTS_MASTER, L31_EXPERTS_GRAD, L31_EXPERTS_ADAM_M, L31_EXPERTS_ADAM_V, L31_EXPERTS_PARAM},
-    {"layer 32 dense", RT_GROUP_FSDP, 19140864, 1196304, L32_DENSE_MASTER, L32_DENSE_GRAD, L32_DENSE_ADAM_M, L32_DENSE_ADAM_V, L32_DENSE_PARAM},
-    {"layer 32 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L32_EXPERTS_MASTER, L32_EXPERTS_GRAD, L32_EXPERTS_ADAM_M, L32_EXPERTS_ADAM_V, L32_EXPERTS_PARAM},
-    {"layer 33 dense", RT_GROUP_FSDP, 19140864, 1196304, L33_DENSE_MASTER, L33_DENSE_GRAD, L33_DENSE_ADAM_M, L33_DENSE_ADAM_V, L33_DENSE_PARAM},
-    {"layer 33 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L33_EXPERTS_MASTER, L33_EXPERTS_GRAD, L33_EXPERTS_ADAM_M, L33_EXPERTS_ADAM_V, L33_EXPERTS_PARAM},
-    {"layer 34 dense", RT_GROUP_FSDP, 19140864, 1196304, L34_DENSE_MASTER, L34_DENSE_GRAD, L34_DENSE_ADAM_M, L34_DENSE_ADAM_V, L34_DENSE_PARAM},
-    {"layer 34 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L34_EXPERTS_MASTER, L34_EXPERTS_GRAD, L34_EXPERTS_ADAM_M, L34_EXPERTS_ADAM_V, L34_EXPERTS_PARAM},
-    {"layer 35 dense", RT_GROUP_FSDP, 19140864, 1196304, L35_DENSE_MASTER, L35_DENSE_GRAD, L35_DENSE_ADAM_M, L35_DENSE_ADAM_V, L35_DENSE_PARAM},
-    {"layer 35 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L35_EXPERTS_MASTER, L35_EXPERTS_GRAD, L35_EXPERTS_ADAM_M, L35_EXPERTS_ADAM_V, L35_EXPERTS_PARAM},
-    {"layer 36 dense", RT_GROUP_FSDP, 19140864, 1196304, L36_DENSE_MASTER, L36_DENSE_GRAD, L36_DENSE_ADAM_M, L36_DENSE_ADAM_V, L36_DENSE_PARAM},
-    {"layer 36 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L36_EXPERTS_MASTER, L36_EXPERTS_GRAD, L36_EXPERTS_ADAM_M, L36_EXPERTS_ADAM_V, L36_EXPERTS_PARAM},
-    {"layer 37 dense", RT_GROUP_FSDP, 19140864, 1196304, L37_DENSE_MASTER, L37_DENSE_GRAD, L37_DENSE_ADAM_M, L37_DENSE_ADAM_V, L37_DENSE_PARAM},
-    {"layer 37 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L37_EXPERTS_MASTER, L37_EXPERTS_GRAD, L37_EXPERTS_ADAM_M, L37_EXPERTS_ADAM_V, L37_EXPERTS_PARAM},
-    {"layer 38 dense", RT_GROUP_FSDP, 19140864, 1196304, L38_DENSE_MASTER, L38_DENSE_GRAD, L38_DENSE_ADAM_M, L38_DENSE_ADAM_V, L38_DENSE_PARAM},
-    {"layer 38 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L38_EXPERTS_MASTER, L38_EXPERTS_GRAD, L38_EXPERTS_ADAM_M, L38_EXPERTS_ADAM_V, L38_EXPERTS_PARAM},
-    {"layer 39 dense", RT_GROUP_FSDP, 19140864, 1196304, L39_DENSE_MASTER, L39_DENSE_GRAD, L39_DENSE_ADAM_M, L39_DENSE_ADAM_V, L39_DENSE_PARAM},
-    {"layer 39 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L39_EXPERTS_MASTER, L39_EXPERTS_GRAD, L39_EXPERTS_ADAM_M, L39_EXPERTS_ADAM_V, L39_EXPERTS_PARAM},
-    {"layer 40 dense", RT_GROUP_FSDP, 19140864, 1196304, L40_DENSE_MASTER, L40_DENSE_GRAD, L40_DENSE_ADAM_M, L40_DENSE_ADAM_V, L40_DENSE_PARAM},
-    {"layer 40 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L40_EXPERTS_MASTER, L40_EXPERTS_GRAD, L40_EXPERTS_ADAM_M, L40_EXPERTS_ADAM_V, L40_EXPERTS_PARAM},
-    {"layer 41 dense", RT_GROUP_FSDP, 19140864, 1196304, L41_DENSE_MASTER, L41_DENSE_GRAD, L41_DENSE_ADAM_M, L41_DENSE_ADAM_V, L41_DENSE_PARAM},
-    {"layer 41 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L41_EXPERTS_MASTER, L41_EXPERTS_GRAD, L41_EXPERTS_ADAM_M, L41_EXPERTS_ADAM_V, L41_EXPERTS_PARAM},
-    {"layer 42 dense", RT_GROUP_FSDP, 19140864, 1196304, L42_DENSE_MASTER, L42_DENSE_GRAD, L42_DENSE_ADAM_M, L42_DENSE_ADAM_V, L42_DENSE_PARAM},
-    {"layer 42 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L42_EXPERTS_MASTER, L42_EXPERTS_GRAD, L42_EXPERTS_ADAM_M, L42_EXPERTS_ADAM_V, L42_EXPERTS_PARAM},
-    {"layer 43 dense", RT_GROUP_FSDP, 19140864, 1196304, L43_DENSE_MASTER, L43_DENSE_GRAD, L43_DENSE_ADAM_M, L43_DENSE_ADAM_V, L43_DENSE_PARAM},
-    {"layer 43 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L43_EXPERTS_MASTER, L43_EXPERTS_GRAD, L43_EXPERTS_ADAM_M, L43_EXPERTS_ADAM_V, L43_EXPERTS_PARAM},
-    {"layer 44 dense", RT_GROUP_FSDP, 19140864, 1196304, L44_DENSE_MASTER, L44_DENSE_GRAD, L44_DENSE_ADAM_M, L44_DENSE_ADAM_V, L44_DENSE_PARAM},
-    {"layer 44 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L44_EXPERTS_MASTER, L44_EXPERTS_GRAD, L44_EXPERTS_ADAM_M, L44_EXPERTS_ADAM_V, L44_EXPERTS_PARAM},
-    {"layer 45 dense", RT_GROUP_FSDP, 19140864, 1196304, L45_DENSE_MASTER, L45_DENSE_GRAD, L45_DENSE_ADAM_M, L45_DENSE_ADAM_V, L45_DENSE_PARAM},
-    {"layer 45 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L45_EXPERTS_MASTER, L45_EXPERTS_GRAD, L45_EXPERTS_ADAM_M, L45_EXPERTS_ADAM_V, L45_EXPERTS_PARAM},
-    {"layer 46 dense", RT_GROUP_FSDP, 19140864, 1196304, L46_DENSE_MASTER, L46_DENSE_GRAD, L46_DENSE_ADAM_M, L46_DENSE_ADAM_V, L46_DENSE_PARAM},
-    {"layer 46 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L46_EXPERTS_MASTER, L46_EXPERTS_GRAD, L46_EXPERTS_ADAM_M, L46_EXPERTS_ADAM_V, L46_EXPERTS_PARAM},
-    {"layer 47 dense", RT_GROUP_FSDP, 19140864, 1196304, L47_DENSE_MASTER, L47_DENSE_GRAD, L47_DENSE_ADAM_M, L47_DENSE_ADAM_V, L47_DENSE_PARAM},
-    {"layer 47 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L47_EXPERTS_MASTER, L47_EXPERTS_GRAD, L47_EXPERTS_ADAM_M, L47_EXPERTS_ADAM_V, L47_EXPERTS_PARAM},
-    {"head", RT_GROUP_FSDP, 311166976, 19447936, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, HEAD_PARAM},
+    {"embedding", RT_GROUP_FSDP, 311164928, 19447808, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},
+    {"layer 0 dense", RT_GROUP_FSDP, 19140864, 1196304, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, -1},
+    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V, -1},
+    {"layer 1 dense", RT_GROUP_FSDP, 19140864, 1196304, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, -1},
+    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V, -1},
+    {"layer 2 dense", RT_GROUP_FSDP, 19140864, 1196304, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, -1},
+    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V, -1},
+    {"layer 3 dense", RT_GROUP_FSDP, 19140864, 1196304, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, -1},
+    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V, -1},
+    {"layer 4 dense", RT_GROUP_FSDP, 19140864, 1196304, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, -1},
+    {"layer 4 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L4_EXPERTS_MASTER, L4_EXPERTS_GRAD, L4_EXPERTS_ADAM_M, L4_EXPERTS_ADAM_V, -1},
+    {"layer 5 dense", RT_GROUP_FSDP, 19140864, 1196304, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, -1},
+    {"layer 5 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L5_EXPERTS_MASTER, L5_EXPERTS_GRAD, L5_EXPERTS_ADAM_M, L5_EXPERTS_ADAM_V, -1},
+    {"layer 6 dense", RT_GROUP_FSDP, 19140864, 1196304, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, -1},
+    {"layer 6 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L6_EXPERTS_MASTER, L6_EXPERTS_GRAD, L6_EXPERTS_ADAM_M, L6_EXPERTS_ADAM_V, -1},
+    {"layer 7 dense", RT_GROUP_FSDP, 19140864, 1196304, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, -1},
+    {"layer 7 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L7_EXPERTS_MASTER, L7_EXPERTS_GRAD, L7_EXPERTS_ADAM_M, L7_EXPERTS_ADAM_V, -1},
+    {"layer 8 dense", RT_GROUP_FSDP, 19140864, 1196304, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, -1},
+    {"layer 8 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L8_EXPERTS_MASTER, L8_EXPERTS_GRAD, L8_EXPERTS_ADAM_M, L8_EXPERTS_ADAM_V, -1},
+    {"layer 9 dense", RT_GROUP_FSDP, 19140864, 1196304, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, -1},
+    {"layer 9 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L9_EXPERTS_MASTER, L9_EXPERTS_GRAD, L9_EXPERTS_ADAM_M, L9_EXPERTS_ADAM_V, -1},
+    {"layer 10 dense", RT_GROUP_FSDP, 19140864, 1196304, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, -1},
+    {"layer 10 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L10_EXPERTS_MASTER, L10_EXPERTS_GRAD, L10_EXPERTS_ADAM_M, L10_EXPERTS_ADAM_V, -1},
+    {"layer 11 dense", RT_GROUP_FSDP, 19140864, 1196304, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, -1},
+    {"layer 11 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L11_EXPERTS_MASTER, L11_EXPERTS_GRAD, L11_EXPERTS_ADAM_M, L11_EXPERTS_ADAM_V, -1},
+    {"layer 12 dense", RT_GROUP_FSDP, 19140864, 1196304, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, -1},
+    {"layer 12 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L12_EXPERTS_MASTER, L12_EXPERTS_GRAD, L12_EXPERTS_ADAM_M, L12_EXPERTS_ADAM_V, -1},
+    {"layer 13 dense", RT_GROUP_FSDP, 19140864, 1196304, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, -1},
+    {"layer 13 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L13_EXPERTS_MASTER, L13_EXPERTS_GRAD, L13_EXPERTS_ADAM_M, L13_EXPERTS_ADAM_V, -1},
+    {"layer 14 dense", RT_GROUP_FSDP, 19140864, 1196304, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, -1},
+    {"layer 14 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L14_EXPERTS_MASTER, L14_EXPERTS_GRAD, L14_EXPERTS_ADAM_M, L14_EXPERTS_ADAM_V, -1},
+    {"layer 15 dense", RT_GROUP_FSDP, 19140864, 1196304, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, -1},
+    {"layer 15 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L15_EXPERTS_MASTER, L15_EXPERTS_GRAD, L15_EXPERTS_ADAM_M, L15_EXPERTS_ADAM_V, -1},
+    {"layer 16 dense", RT_GROUP_FSDP, 19140864, 1196304, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, -1},
+    {"layer 16 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L16_EXPERTS_MASTER, L16_EXPERTS_GRAD, L16_EXPERTS_ADAM_M, L16_EXPERTS_ADAM_V, -1},
+    {"layer 17 dense", RT_GROUP_FSDP, 19140864, 1196304, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, -1},
+    {"layer 17 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L17_EXPERTS_MASTER, L17_EXPERTS_GRAD, L17_EXPERTS_ADAM_M, L17_EXPERTS_ADAM_V, -1},
+    {"layer 18 dense", RT_GROUP_FSDP, 19140864, 1196304, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, -1},
+    {"layer 18 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L18_EXPERTS_MASTER, L18_EXPERTS_GRAD, L18_EXPERTS_ADAM_M, L18_EXPERTS_ADAM_V, -1},
+    {"layer 19 dense", RT_GROUP_FSDP, 19140864, 1196304, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, -1},
+    {"layer 19 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L19_EXPERTS_MASTER, L19_EXPERTS_GRAD, L19_EXPERTS_ADAM_M, L19_EXPERTS_ADAM_V, -1},
+    {"layer 20 dense", RT_GROUP_FSDP, 19140864, 1196304, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, -1},
+    {"layer 20 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L20_EXPERTS_MASTER, L20_EXPERTS_GRAD, L20_EXPERTS_ADAM_M, L20_EXPERTS_ADAM_V, -1},
+    {"layer 21 dense", RT_GROUP_FSDP, 19140864, 1196304, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, -1},
+    {"layer 21 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L21_EXPERTS_MASTER, L21_EXPERTS_GRAD, L21_EXPERTS_ADAM_M, L21_EXPERTS_ADAM_V, -1},
+    {"layer 22 dense", RT_GROUP_FSDP, 19140864, 1196304, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, -1},
+    {"layer 22 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L22_EXPERTS_MASTER, L22_EXPERTS_GRAD, L22_EXPERTS_ADAM_M, L22_EXPERTS_ADAM_V, -1},
+    {"layer 23 dense", RT_GROUP_FSDP, 19140864, 1196304, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, -1},
+    {"layer 23 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L23_EXPERTS_MASTER, L23_EXPERTS_GRAD, L23_EXPERTS_ADAM_M, L23_EXPERTS_ADAM_V, -1},
+    {"layer 24 dense", RT_GROUP_FSDP, 19140864, 1196304, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, -1},
+    {"layer 24 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L24_EXPERTS_MASTER, L24_EXPERTS_GRAD, L24_EXPERTS_ADAM_M, L24_EXPERTS_ADAM_V, -1},
+    {"layer 25 dense", RT_GROUP_FSDP, 19140864, 1196304, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, -1},
+    {"layer 25 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L25_EXPERTS_MASTER, L25_EXPERTS_GRAD, L25_EXPERTS_ADAM_M, L25_EXPERTS_ADAM_V, -1},
+    {"layer 26 dense", RT_GROUP_FSDP, 19140864, 1196304, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, -1},
+    {"layer 26 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L26_EXPERTS_MASTER, L26_EXPERTS_GRAD, L26_EXPERTS_ADAM_M, L26_EXPERTS_ADAM_V, -1},
+    {"layer 27 dense", RT_GROUP_FSDP, 19140864, 1196304, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, -1},
+    {"layer 27 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L27_EXPERTS_MASTER, L27_EXPERTS_GRAD, L27_EXPERTS_ADAM_M, L27_EXPERTS_ADAM_V, -1},
+    {"layer 28 dense", RT_GROUP_FSDP, 19140864, 1196304, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, -1},
+    {"layer 28 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L28_EXPERTS_MASTER, L28_EXPERTS_GRAD, L28_EXPERTS_ADAM_M, L28_EXPERTS_ADAM_V, -1},
+    {"layer 29 dense", RT_GROUP_FSDP, 19140864, 1196304, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, -1},
+    {"layer 29 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L29_EXPERTS_MASTER, L29_EXPERTS_GRAD, L29_EXPERTS_ADAM_M, L29_EXPERTS_ADAM_V, -1},
+    {"layer 30 dense", RT_GROUP_FSDP, 19140864, 1196304, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, -1},
+    {"layer 30 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L30_EXPERTS_MASTER, L30_EXPERTS_GRAD, L30_EXPERTS_ADAM_M, L30_EXPERTS_ADAM_V, -1},
+    {"layer 31 dense", RT_GROUP_FSDP, 19140864, 1196304, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, -1},
+    {"layer 31 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L31_EXPERTS_MASTER, L31_EXPERTS_GRAD, L31_EXPERTS_ADAM_M, L31_EXPERTS_ADAM_V, -1},
+    {"layer 32 dense", RT_GROUP_FSDP, 19140864, 1196304, L32_DENSE_MASTER, L32_DENSE_GRAD, L32_DENSE_ADAM_M, L32_DENSE_ADAM_V, -1},
+    {"layer 32 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L32_EXPERTS_MASTER, L32_EXPERTS_GRAD, L32_EXPERTS_ADAM_M, L32_EXPERTS_ADAM_V, -1},
+    {"layer 33 dense", RT_GROUP_FSDP, 19140864, 1196304, L33_DENSE_MASTER, L33_DENSE_GRAD, L33_DENSE_ADAM_M, L33_DENSE_ADAM_V, -1},
+    {"layer 33 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L33_EXPERTS_MASTER, L33_EXPERTS_GRAD, L33_EXPERTS_ADAM_M, L33_EXPERTS_ADAM_V, -1},
+    {"layer 34 dense", RT_GROUP_FSDP, 19140864, 1196304, L34_DENSE_MASTER, L34_DENSE_GRAD, L34_DENSE_ADAM_M, L34_DENSE_ADAM_V, -1},
+    {"layer 34 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L34_EXPERTS_MASTER, L34_EXPERTS_GRAD, L34_EXPERTS_ADAM_M, L34_EXPERTS_ADAM_V, -1},
+    {"layer 35 dense", RT_GROUP_FSDP, 19140864, 1196304, L35_DENSE_MASTER, L35_DENSE_GRAD, L35_DENSE_ADAM_M, L35_DENSE_ADAM_V, -1},
+    {"layer 35 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L35_EXPERTS_MASTER, L35_EXPERTS_GRAD, L35_EXPERTS_ADAM_M, L35_EXPERTS_ADAM_V, -1},
+    {"layer 36 dense", RT_GROUP_FSDP, 19140864, 1196304, L36_DENSE_MASTER, L36_DENSE_GRAD, L36_DENSE_ADAM_M, L36_DENSE_ADAM_V, -1},
+    {"layer 36 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L36_EXPERTS_MASTER, L36_EXPERTS_GRAD, L36_EXPERTS_ADAM_M, L36_EXPERTS_ADAM_V, -1},
+    {"layer 37 dense", RT_GROUP_FSDP, 19140864, 1196304, L37_DENSE_MASTER, L37_DENSE_GRAD, L37_DENSE_ADAM_M, L37_DENSE_ADAM_V, -1},
+    {"layer 37 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L37_EXPERTS_MASTER, L37_EXPERTS_GRAD, L37_EXPERTS_ADAM_M, L37_EXPERTS_ADAM_V, -1},
+    {"layer 38 dense", RT_GROUP_FSDP, 19140864, 1196304, L38_DENSE_MASTER, L38_DENSE_GRAD, L38_DENSE_ADAM_M, L38_DENSE_ADAM_V, -1},
+    {"layer 38 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L38_EXPERTS_MASTER, L38_EXPERTS_GRAD, L38_EXPERTS_ADAM_M, L38_EXPERTS_ADAM_V, -1},
+    {"layer 39 dense", RT_GROUP_FSDP, 19140864, 1196304, L39_DENSE_MASTER, L39_DENSE_GRAD, L39_DENSE_ADAM_M, L39_DENSE_ADAM_V, -1},
+    {"layer 39 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L39_EXPERTS_MASTER, L39_EXPERTS_GRAD, L39_EXPERTS_ADAM_M, L39_EXPERTS_ADAM_V, -1},
+    {"layer 40 dense", RT_GROUP_FSDP, 19140864, 1196304, L40_DENSE_MASTER, L40_DENSE_GRAD, L40_DENSE_ADAM_M, L40_DENSE_ADAM_V, -1},
+    {"layer 40 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L40_EXPERTS_MASTER, L40_EXPERTS_GRAD, L40_EXPERTS_ADAM_M, L40_EXPERTS_ADAM_V, -1},
+    {"layer 41 dense", RT_GROUP_FSDP, 19140864, 1196304, L41_DENSE_MASTER, L41_DENSE_GRAD, L41_DENSE_ADAM_M, L41_DENSE_ADAM_V, -1},
+    {"layer 41 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L41_EXPERTS_MASTER, L41_EXPERTS_GRAD, L41_EXPERTS_ADAM_M, L41_EXPERTS_ADAM_V, -1},
+    {"layer 42 dense", RT_GROUP_FSDP, 19140864, 1196304, L42_DENSE_MASTER, L42_DENSE_GRAD, L42_DENSE_ADAM_M, L42_DENSE_ADAM_V, -1},
+    {"layer 42 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L42_EXPERTS_MASTER, L42_EXPERTS_GRAD, L42_EXPERTS_ADAM_M, L42_EXPERTS_ADAM_V, -1},
+    {"layer 43 dense", RT_GROUP_FSDP, 19140864, 1196304, L43_DENSE_MASTER, L43_DENSE_GRAD, L43_DENSE_ADAM_M, L43_DENSE_ADAM_V, -1},
+    {"layer 43 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L43_EXPERTS_MASTER, L43_EXPERTS_GRAD, L43_EXPERTS_ADAM_M, L43_EXPERTS_ADAM_V, -1},
+    {"layer 44 dense", RT_GROUP_FSDP, 19140864, 1196304, L44_DENSE_MASTER, L44_DENSE_GRAD, L44_DENSE_ADAM_M, L44_DENSE_ADAM_V, -1},
+    {"layer 44 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L44_EXPERTS_MASTER, L44_EXPERTS_GRAD, L44_EXPERTS_ADAM_M, L44_EXPERTS_ADAM_V, -1},
+    {"layer 45 dense", RT_GROUP_FSDP, 19140864, 1196304, L45_DENSE_MASTER, L45_DENSE_GRAD, L45_DENSE_ADAM_M, L45_DENSE_ADAM_V, -1},
+    {"layer 45 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L45_EXPERTS_MASTER, L45_EXPERTS_GRAD, L45_EXPERTS_ADAM_M, L45_EXPERTS_ADAM_V, -1},
+    {"layer 46 dense", RT_GROUP_FSDP, 19140864, 1196304, L46_DENSE_MASTER, L46_DENSE_GRAD, L46_DENSE_ADAM_M, L46_DENSE_ADAM_V, -1},
+    {"layer 46 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L46_EXPERTS_MASTER, L46_EXPERTS_GRAD, L46_EXPERTS_ADAM_M, L46_EXPERTS_ADAM_V, -1},
+    {"layer 47 dense", RT_GROUP_FSDP, 19140864, 1196304, L47_DENSE_MASTER, L47_DENSE_GRAD, L47_DENSE_ADAM_M, L47_DENSE_ADAM_V, -1},
+    {"layer 47 experts", RT_GROUP_EXPERT_SHARD, 150994944, 37748736, L47_EXPERTS_MASTER, L47_EXPERTS_GRAD, L47_EXPERTS_ADAM_M, L47_EXPERTS_ADAM_V, -1},
+    {"head", RT_GROUP_FSDP, 311166976, 19447936, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, -1},
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
@@ -3536,10 +3440,10 @@ static void layer47_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -3584,10 +3488,10 @@ static void layer46_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -3632,10 +3536,10 @@ static void layer45_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -3680,10 +3584,10 @@ static void layer44_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -3728,10 +3632,10 @@ static void layer43_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -3776,10 +3680,10 @@ static void layer42_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -3824,10 +3728,10 @@ static void layer41_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -3872,10 +3776,10 @@ static void layer40_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -3920,10 +3824,10 @@ static void layer39_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -3968,10 +3872,10 @@ static void layer38_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4016,10 +3920,10 @@ static void layer37_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4064,10 +3968,10 @@ static void layer36_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4112,10 +4016,10 @@ static void layer35_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4160,10 +4064,10 @@ static void layer34_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4208,10 +4112,10 @@ static void layer33_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4256,10 +4160,10 @@ static void layer32_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4304,10 +4208,10 @@ static void layer31_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4352,10 +4256,10 @@ static void layer30_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4400,10 +4304,10 @@ static void layer29_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4448,10 +4352,10 @@ static void layer28_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4496,10 +4400,10 @@ static void layer27_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4544,10 +4448,10 @@ static void layer26_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4592,10 +4496,10 @@ static void layer25_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4640,10 +4544,10 @@ static void layer24_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4688,10 +4592,10 @@ static void layer23_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4736,10 +4640,10 @@ static void layer22_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4784,10 +4688,10 @@ static void layer21_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4832,10 +4736,10 @@ static void layer20_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4880,10 +4784,10 @@ static void layer19_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4928,10 +4832,10 @@ static void layer18_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -4976,10 +4880,10 @@ static void layer17_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5024,10 +4928,10 @@ static void layer16_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5072,10 +4976,10 @@ static void layer15_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5120,10 +5024,10 @@ static void layer14_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5168,10 +5072,10 @@ static void layer13_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5216,10 +5120,10 @@ static void layer12_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5264,10 +5168,10 @@ static void layer11_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5312,10 +5216,10 @@ static void layer10_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5360,10 +5264,10 @@ static void layer9_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5408,10 +5312,10 @@ static void layer8_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5456,10 +5360,10 @@ static void layer7_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5504,10 +5408,10 @@ static void layer6_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5552,10 +5456,10 @@ static void layer5_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5600,10 +5504,10 @@ static void layer4_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5648,10 +5552,10 @@ static void layer3_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5696,10 +5600,10 @@ static void layer2_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5744,10 +5648,10 @@ static void layer1_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5792,10 +5696,10 @@ static void layer0_backward(RtCtx *c) {
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 2048); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 32768, 8, 2048);
-  rt_zero_real(R(DLOGITS), 4194304);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
-  rt_aux_loss_backward(R(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(18878720), R(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
+  rt_zero_real(RA(DLOGITS), 4194304);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 128, 8, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 128, 8, 0.001, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 32768, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 67108864); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 32768, 2048);
   rt_zero(A(DATT), 134217728);
@@ -5825,352 +5729,450 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 19447808, 0); /* embedding: 16 ranks x 19447808 */
+  rt_cast_to_act(A(CAST0), S(EMBED_MASTER), 19447808); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 19447808, 0); /* embedding: 16 ranks x 19447808 */
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 1196304, 2); /* layer 0 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L0_EXPERTS_PARAM), 37748736, 3); /* layer 0 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 0 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L0_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 0 experts: 4 ranks x 37748736, prefetch */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 32768, 2048);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 1196304, 0); /* layer 1 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L1_EXPERTS_PARAM), 37748736, 1); /* layer 1 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 1 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L1_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 1 experts: 4 ranks x 37748736, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 1196304, 2); /* layer 2 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L2_EXPERTS_PARAM), 37748736, 3); /* layer 2 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 2 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L2_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 2 experts: 4 ranks x 37748736, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 1196304, 0); /* layer 3 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L3_EXPERTS_PARAM), 37748736, 1); /* layer 3 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 3 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L3_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 3 experts: 4 ranks x 37748736, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 1196304, 2); /* layer 4 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L4_EXPERTS_PARAM), 37748736, 3); /* layer 4 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L4_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 4 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L4_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 4 experts: 4 ranks x 37748736, prefetch */
   layer3_forward(c, false);
   rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 1196304, 0); /* layer 5 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L5_EXPERTS_PARAM), 37748736, 1); /* layer 5 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L5_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 5 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L5_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 5 experts: 4 ranks x 37748736, prefetch */
   layer4_forward(c, false);
   rt_comm_label("layer 5 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 1196304, 2); /* layer 6 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L6_EXPERTS_PARAM), 37748736, 3); /* layer 6 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L6_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 6 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L6_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 6 experts: 4 ranks x 37748736, prefetch */
   layer5_forward(c, false);
   rt_comm_label("layer 6 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 1196304, 0); /* layer 7 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L7_EXPERTS_PARAM), 37748736, 1); /* layer 7 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L7_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 7 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L7_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 7 experts: 4 ranks x 37748736, prefetch */
   layer6_forward(c, false);
   rt_comm_label("layer 7 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 1196304, 2); /* layer 8 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L8_EXPERTS_PARAM), 37748736, 3); /* layer 8 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L8_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 8 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L8_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 8 experts: 4 ranks x 37748736, prefetch */
   layer7_forward(c, false);
   rt_comm_label("layer 8 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 1196304, 0); /* layer 9 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L9_EXPERTS_PARAM), 37748736, 1); /* layer 9 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L9_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 9 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L9_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 9 experts: 4 ranks x 37748736, prefetch */
   layer8_forward(c, false);
   rt_comm_label("layer 9 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 1196304, 2); /* layer 10 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L10_EXPERTS_PARAM), 37748736, 3); /* layer 10 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L10_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 10 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L10_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 10 experts: 4 ranks x 37748736, prefetch */
   layer9_forward(c, false);
   rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 1196304, 0); /* layer 11 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L11_EXPERTS_PARAM), 37748736, 1); /* layer 11 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L11_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 11 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L11_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 11 experts: 4 ranks x 37748736, prefetch */
   layer10_forward(c, false);
   rt_comm_label("layer 11 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 1196304, 2); /* layer 12 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L12_EXPERTS_PARAM), 37748736, 3); /* layer 12 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L12_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 12 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L12_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 12 experts: 4 ranks x 37748736, prefetch */
   layer11_forward(c, false);
   rt_comm_label("layer 12 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 1196304, 0); /* layer 13 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L13_EXPERTS_PARAM), 37748736, 1); /* layer 13 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L13_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 13 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L13_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 13 experts: 4 ranks x 37748736, prefetch */
   layer12_forward(c, false);
   rt_comm_label("layer 13 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 1196304, 2); /* layer 14 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L14_EXPERTS_PARAM), 37748736, 3); /* layer 14 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L14_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 14 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L14_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 14 experts: 4 ranks x 37748736, prefetch */
   layer13_forward(c, false);
   rt_comm_label("layer 14 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 1196304, 0); /* layer 15 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L15_EXPERTS_PARAM), 37748736, 1); /* layer 15 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L15_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 15 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L15_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 15 experts: 4 ranks x 37748736, prefetch */
   layer14_forward(c, false);
   rt_comm_label("layer 15 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 1196304, 2); /* layer 16 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L16_EXPERTS_PARAM), 37748736, 3); /* layer 16 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L16_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 16 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L16_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 16 experts: 4 ranks x 37748736, prefetch */
   layer15_forward(c, false);
   rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 1196304, 0); /* layer 17 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L17_EXPERTS_PARAM), 37748736, 1); /* layer 17 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L17_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 17 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L17_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 17 experts: 4 ranks x 37748736, prefetch */
   layer16_forward(c, false);
   rt_comm_label("layer 17 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 1196304, 2); /* layer 18 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L18_EXPERTS_PARAM), 37748736, 3); /* layer 18 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L18_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 18 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L18_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 18 experts: 4 ranks x 37748736, prefetch */
   layer17_forward(c, false);
   rt_comm_label("layer 18 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 1196304, 0); /* layer 19 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L19_EXPERTS_PARAM), 37748736, 1); /* layer 19 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L19_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 19 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L19_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 19 experts: 4 ranks x 37748736, prefetch */
   layer18_forward(c, false);
   rt_comm_label("layer 19 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 1196304, 2); /* layer 20 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L20_EXPERTS_PARAM), 37748736, 3); /* layer 20 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L20_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 20 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L20_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 20 experts: 4 ranks x 37748736, prefetch */
   layer19_forward(c, false);
   rt_comm_label("layer 20 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 1196304, 0); /* layer 21 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L21_EXPERTS_PARAM), 37748736, 1); /* layer 21 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L21_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 21 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L21_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 21 experts: 4 ranks x 37748736, prefetch */
   layer20_forward(c, false);
   rt_comm_label("layer 21 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 1196304, 2); /* layer 22 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L22_EXPERTS_PARAM), 37748736, 3); /* layer 22 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L22_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 22 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L22_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 22 experts: 4 ranks x 37748736, prefetch */
   layer21_forward(c, false);
   rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 1196304, 0); /* layer 23 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L23_EXPERTS_PARAM), 37748736, 1); /* layer 23 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L23_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 23 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L23_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 23 experts: 4 ranks x 37748736, prefetch */
   layer22_forward(c, false);
   rt_comm_label("layer 23 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 1196304, 2); /* layer 24 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L24_EXPERTS_PARAM), 37748736, 3); /* layer 24 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L24_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 24 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L24_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 24 experts: 4 ranks x 37748736, prefetch */
   layer23_forward(c, false);
   rt_comm_label("layer 24 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 1196304, 0); /* layer 25 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L25_EXPERTS_PARAM), 37748736, 1); /* layer 25 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L25_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 25 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L25_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 25 experts: 4 ranks x 37748736, prefetch */
   layer24_forward(c, false);
   rt_comm_label("layer 25 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 1196304, 2); /* layer 26 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L26_EXPERTS_PARAM), 37748736, 3); /* layer 26 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L26_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 26 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L26_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 26 experts: 4 ranks x 37748736, prefetch */
   layer25_forward(c, false);
   rt_comm_label("layer 26 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 1196304, 0); /* layer 27 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L27_EXPERTS_PARAM), 37748736, 1); /* layer 27 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L27_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 27 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L27_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 27 experts: 4 ranks x 37748736, prefetch */
   layer26_forward(c, false);
   rt_comm_label("layer 27 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 1196304, 2); /* layer 28 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L28_EXPERTS_PARAM), 37748736, 3); /* layer 28 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L28_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 28 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L28_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 28 experts: 4 ranks x 37748736, prefetch */
   layer27_forward(c, false);
   rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 1196304, 0); /* layer 29 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L29_EXPERTS_PARAM), 37748736, 1); /* layer 29 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L29_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 29 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L29_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 29 experts: 4 ranks x 37748736, prefetch */
   layer28_forward(c, false);
   rt_comm_label("layer 29 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 1196304, 2); /* layer 30 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L30_EXPERTS_PARAM), 37748736, 3); /* layer 30 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L30_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 30 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L30_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 30 experts: 4 ranks x 37748736, prefetch */
   layer29_forward(c, false);
   rt_comm_label("layer 30 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 1196304, 0); /* layer 31 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L31_EXPERTS_PARAM), 37748736, 1); /* layer 31 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L31_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 31 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L31_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 31 experts: 4 ranks x 37748736, prefetch */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L32_DENSE_PARAM), 1196304, 2); /* layer 32 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L32_EXPERTS_PARAM), 37748736, 3); /* layer 32 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L32_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 32 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L32_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 32 experts: 4 ranks x 37748736, prefetch */
   layer31_forward(c, false);
   rt_comm_label("layer 32 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L33_DENSE_PARAM), 1196304, 0); /* layer 33 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L33_EXPERTS_PARAM), 37748736, 1); /* layer 33 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L33_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 33 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L33_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 33 experts: 4 ranks x 37748736, prefetch */
   layer32_forward(c, false);
   rt_comm_label("layer 33 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L34_DENSE_PARAM), 1196304, 2); /* layer 34 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L34_EXPERTS_PARAM), 37748736, 3); /* layer 34 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L34_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 34 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L34_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 34 experts: 4 ranks x 37748736, prefetch */
   layer33_forward(c, false);
   rt_comm_label("layer 34 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L35_DENSE_PARAM), 1196304, 0); /* layer 35 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L35_EXPERTS_PARAM), 37748736, 1); /* layer 35 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L35_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 35 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L35_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 35 experts: 4 ranks x 37748736, prefetch */
   layer34_forward(c, false);
   rt_comm_label("layer 35 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L36_DENSE_PARAM), 1196304, 2); /* layer 36 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L36_EXPERTS_PARAM), 37748736, 3); /* layer 36 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L36_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 36 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L36_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 36 experts: 4 ranks x 37748736, prefetch */
   layer35_forward(c, false);
   rt_comm_label("layer 36 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L37_DENSE_PARAM), 1196304, 0); /* layer 37 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L37_EXPERTS_PARAM), 37748736, 1); /* layer 37 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L37_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 37 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L37_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 37 experts: 4 ranks x 37748736, prefetch */
   layer36_forward(c, false);
   rt_comm_label("layer 37 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L38_DENSE_PARAM), 1196304, 2); /* layer 38 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L38_EXPERTS_PARAM), 37748736, 3); /* layer 38 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L38_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 38 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L38_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 38 experts: 4 ranks x 37748736, prefetch */
   layer37_forward(c, false);
   rt_comm_label("layer 38 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L39_DENSE_PARAM), 1196304, 0); /* layer 39 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L39_EXPERTS_PARAM), 37748736, 1); /* layer 39 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L39_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 39 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L39_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 39 experts: 4 ranks x 37748736, prefetch */
   layer38_forward(c, false);
   rt_comm_label("layer 39 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L40_DENSE_PARAM), 1196304, 2); /* layer 40 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L40_EXPERTS_PARAM), 37748736, 3); /* layer 40 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L40_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 40 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L40_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 40 experts: 4 ranks x 37748736, prefetch */
   layer39_forward(c, false);
   rt_comm_label("layer 40 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L41_DENSE_PARAM), 1196304, 0); /* layer 41 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L41_EXPERTS_PARAM), 37748736, 1); /* layer 41 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L41_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 41 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L41_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 41 experts: 4 ranks x 37748736, prefetch */
   layer40_forward(c, false);
   rt_comm_label("layer 41 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L42_DENSE_PARAM), 1196304, 2); /* layer 42 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L42_EXPERTS_PARAM), 37748736, 3); /* layer 42 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L42_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 42 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L42_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 42 experts: 4 ranks x 37748736, prefetch */
   layer41_forward(c, false);
   rt_comm_label("layer 42 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L43_DENSE_PARAM), 1196304, 0); /* layer 43 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L43_EXPERTS_PARAM), 37748736, 1); /* layer 43 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L43_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 43 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L43_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 43 experts: 4 ranks x 37748736, prefetch */
   layer42_forward(c, false);
   rt_comm_label("layer 43 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L44_DENSE_PARAM), 1196304, 2); /* layer 44 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L44_EXPERTS_PARAM), 37748736, 3); /* layer 44 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L44_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 44 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L44_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 44 experts: 4 ranks x 37748736, prefetch */
   layer43_forward(c, false);
   rt_comm_label("layer 44 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L45_DENSE_PARAM), 1196304, 0); /* layer 45 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L45_EXPERTS_PARAM), 37748736, 1); /* layer 45 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L45_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 45 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L45_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 45 experts: 4 ranks x 37748736, prefetch */
   layer44_forward(c, false);
   rt_comm_label("layer 45 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L46_DENSE_PARAM), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L46_EXPERTS_PARAM), 37748736, 3); /* layer 46 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L46_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L46_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 46 experts: 4 ranks x 37748736, prefetch */
   layer45_forward(c, false);
   rt_comm_label("layer 46 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L47_DENSE_PARAM), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L47_EXPERTS_PARAM), 37748736, 1); /* layer 47 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L47_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L47_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 47 experts: 4 ranks x 37748736, prefetch */
   layer46_forward(c, false);
   rt_comm_label("layer 47 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(HEAD_PARAM), 19447936, 2); /* head: 16 ranks x 19447936, prefetch */
+  rt_cast_to_act(A(CAST1), S(HEAD_MASTER), 19447936); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 19447936, 2); /* head: 16 ranks x 19447936, prefetch */
   layer47_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X48), W(0), 32768, 2048, EPS); /* model.norm */
-  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(2048), I(TARGETS), 32768, 2048, 151936, 4096, R(CE));
+  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(2048), I(TARGETS), 32768, 2048, 151936, 4096, RA(CE));
 }
 
 /* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
@@ -6180,12 +6182,14 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L47_DENSE_PARAM), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L47_EXPERTS_PARAM), 37748736, 1); /* layer 47 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L47_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L47_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 47 experts: 4 ranks x 37748736, prefetch */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 311166976);
   rt_zero(A(DLN), 67108864);
-  rt_lm_head_ce_backward(A(DLN), DW(2048), A(LNF), W(2048), I(TARGETS), R(LSEF), 32768, 2048, 151936, 4096, R(CE), c->dloss);
+  rt_lm_head_ce_backward(A(DLN), DW(2048), A(LNF), W(2048), I(TARGETS), R(LSEF), 32768, 2048, 151936, 4096, RA(CE), c->dloss);
   rt_zero(A(DX_A), 67108864);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X48), W(0), R(RSTDF), 32768, 2048);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 19447936, true, NULL, 2); /* head: 16 ranks, bf16 on the wire */
@@ -6194,8 +6198,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L46_DENSE_PARAM), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L46_EXPERTS_PARAM), 37748736, 3); /* layer 46 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L46_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L46_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 46 experts: 4 ranks x 37748736, prefetch */
   layer47_forward(c, true); /* recompute from X47 (selective checkpointing) */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 170135808);
@@ -6207,8 +6213,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L45_DENSE_PARAM), 1196304, 0); /* layer 45 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L45_EXPERTS_PARAM), 37748736, 1); /* layer 45 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L45_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 45 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L45_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 45 experts: 4 ranks x 37748736, prefetch */
   layer46_forward(c, true); /* recompute from X46 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 49's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6221,8 +6229,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L44_DENSE_PARAM), 1196304, 2); /* layer 44 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L44_EXPERTS_PARAM), 37748736, 3); /* layer 44 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L44_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 44 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L44_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 44 experts: 4 ranks x 37748736, prefetch */
   layer45_forward(c, true); /* recompute from X45 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 48's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6235,8 +6245,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L43_DENSE_PARAM), 1196304, 0); /* layer 43 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L43_EXPERTS_PARAM), 37748736, 1); /* layer 43 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L43_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 43 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L43_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 43 experts: 4 ranks x 37748736, prefetch */
   layer44_forward(c, true); /* recompute from X44 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 47's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6249,8 +6261,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L42_DENSE_PARAM), 1196304, 2); /* layer 42 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L42_EXPERTS_PARAM), 37748736, 3); /* layer 42 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L42_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 42 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L42_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 42 experts: 4 ranks x 37748736, prefetch */
   layer43_forward(c, true); /* recompute from X43 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 46's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6263,8 +6277,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L41_DENSE_PARAM), 1196304, 0); /* layer 41 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L41_EXPERTS_PARAM), 37748736, 1); /* layer 41 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L41_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 41 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L41_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 41 experts: 4 ranks x 37748736, prefetch */
   layer42_forward(c, true); /* recompute from X42 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 45's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6277,8 +6293,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L40_DENSE_PARAM), 1196304, 2); /* layer 40 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L40_EXPERTS_PARAM), 37748736, 3); /* layer 40 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L40_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 40 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L40_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 40 experts: 4 ranks x 37748736, prefetch */
   layer41_forward(c, true); /* recompute from X41 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 44's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6291,8 +6309,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L39_DENSE_PARAM), 1196304, 0); /* layer 39 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L39_EXPERTS_PARAM), 37748736, 1); /* layer 39 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L39_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 39 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L39_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 39 experts: 4 ranks x 37748736, prefetch */
   layer40_forward(c, true); /* recompute from X40 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 43's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6305,8 +6325,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L38_DENSE_PARAM), 1196304, 2); /* layer 38 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L38_EXPERTS_PARAM), 37748736, 3); /* layer 38 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L38_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 38 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L38_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 38 experts: 4 ranks x 37748736, prefetch */
   layer39_forward(c, true); /* recompute from X39 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 42's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6319,8 +6341,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L37_DENSE_PARAM), 1196304, 0); /* layer 37 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L37_EXPERTS_PARAM), 37748736, 1); /* layer 37 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L37_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 37 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L37_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 37 experts: 4 ranks x 37748736, prefetch */
   layer38_forward(c, true); /* recompute from X38 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 41's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6333,8 +6357,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L36_DENSE_PARAM), 1196304, 2); /* layer 36 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L36_EXPERTS_PARAM), 37748736, 3); /* layer 36 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L36_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 36 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L36_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 36 experts: 4 ranks x 37748736, prefetch */
   layer37_forward(c, true); /* recompute from X37 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 40's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6347,8 +6373,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L35_DENSE_PARAM), 1196304, 0); /* layer 35 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L35_EXPERTS_PARAM), 37748736, 1); /* layer 35 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L35_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 35 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L35_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 35 experts: 4 ranks x 37748736, prefetch */
   layer36_forward(c, true); /* recompute from X36 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 39's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6361,8 +6389,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L34_DENSE_PARAM), 1196304, 2); /* layer 34 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L34_EXPERTS_PARAM), 37748736, 3); /* layer 34 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L34_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 34 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L34_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 34 experts: 4 ranks x 37748736, prefetch */
   layer35_forward(c, true); /* recompute from X35 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 38's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6375,8 +6405,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L33_DENSE_PARAM), 1196304, 0); /* layer 33 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L33_EXPERTS_PARAM), 37748736, 1); /* layer 33 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L33_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 33 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L33_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 33 experts: 4 ranks x 37748736, prefetch */
   layer34_forward(c, true); /* recompute from X34 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 37's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6389,8 +6421,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L32_DENSE_PARAM), 1196304, 2); /* layer 32 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L32_EXPERTS_PARAM), 37748736, 3); /* layer 32 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L32_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 32 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L32_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 32 experts: 4 ranks x 37748736, prefetch */
   layer33_forward(c, true); /* recompute from X33 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 36's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6403,8 +6437,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 1196304, 0); /* layer 31 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L31_EXPERTS_PARAM), 37748736, 1); /* layer 31 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L31_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 31 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L31_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 31 experts: 4 ranks x 37748736, prefetch */
   layer32_forward(c, true); /* recompute from X32 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 35's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6417,8 +6453,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 1196304, 2); /* layer 30 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L30_EXPERTS_PARAM), 37748736, 3); /* layer 30 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L30_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 30 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L30_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 30 experts: 4 ranks x 37748736, prefetch */
   layer31_forward(c, true); /* recompute from X31 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 34's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6431,8 +6469,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 1196304, 0); /* layer 29 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L29_EXPERTS_PARAM), 37748736, 1); /* layer 29 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L29_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 29 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L29_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 29 experts: 4 ranks x 37748736, prefetch */
   layer30_forward(c, true); /* recompute from X30 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6445,8 +6485,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 1196304, 2); /* layer 28 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L28_EXPERTS_PARAM), 37748736, 3); /* layer 28 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L28_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 28 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L28_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 28 experts: 4 ranks x 37748736, prefetch */
   layer29_forward(c, true); /* recompute from X29 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6459,8 +6501,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 1196304, 0); /* layer 27 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L27_EXPERTS_PARAM), 37748736, 1); /* layer 27 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L27_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 27 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L27_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 27 experts: 4 ranks x 37748736, prefetch */
   layer28_forward(c, true); /* recompute from X28 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6473,8 +6517,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 1196304, 2); /* layer 26 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L26_EXPERTS_PARAM), 37748736, 3); /* layer 26 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L26_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 26 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L26_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 26 experts: 4 ranks x 37748736, prefetch */
   layer27_forward(c, true); /* recompute from X27 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6487,8 +6533,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 1196304, 0); /* layer 25 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L25_EXPERTS_PARAM), 37748736, 1); /* layer 25 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L25_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 25 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L25_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 25 experts: 4 ranks x 37748736, prefetch */
   layer26_forward(c, true); /* recompute from X26 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6501,8 +6549,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 1196304, 2); /* layer 24 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L24_EXPERTS_PARAM), 37748736, 3); /* layer 24 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L24_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 24 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L24_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 24 experts: 4 ranks x 37748736, prefetch */
   layer25_forward(c, true); /* recompute from X25 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6515,8 +6565,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 1196304, 0); /* layer 23 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L23_EXPERTS_PARAM), 37748736, 1); /* layer 23 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L23_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 23 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L23_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 23 experts: 4 ranks x 37748736, prefetch */
   layer24_forward(c, true); /* recompute from X24 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6529,8 +6581,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 1196304, 2); /* layer 22 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L22_EXPERTS_PARAM), 37748736, 3); /* layer 22 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L22_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 22 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L22_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 22 experts: 4 ranks x 37748736, prefetch */
   layer23_forward(c, true); /* recompute from X23 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6543,8 +6597,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 1196304, 0); /* layer 21 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L21_EXPERTS_PARAM), 37748736, 1); /* layer 21 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L21_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 21 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L21_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 21 experts: 4 ranks x 37748736, prefetch */
   layer22_forward(c, true); /* recompute from X22 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6557,8 +6613,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 1196304, 2); /* layer 20 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L20_EXPERTS_PARAM), 37748736, 3); /* layer 20 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L20_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 20 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L20_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 20 experts: 4 ranks x 37748736, prefetch */
   layer21_forward(c, true); /* recompute from X21 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6571,8 +6629,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 1196304, 0); /* layer 19 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L19_EXPERTS_PARAM), 37748736, 1); /* layer 19 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L19_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 19 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L19_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 19 experts: 4 ranks x 37748736, prefetch */
   layer20_forward(c, true); /* recompute from X20 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6585,8 +6645,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 1196304, 2); /* layer 18 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L18_EXPERTS_PARAM), 37748736, 3); /* layer 18 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L18_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 18 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L18_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 18 experts: 4 ranks x 37748736, prefetch */
   layer19_forward(c, true); /* recompute from X19 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6599,8 +6661,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 1196304, 0); /* layer 17 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L17_EXPERTS_PARAM), 37748736, 1); /* layer 17 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L17_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 17 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L17_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 17 experts: 4 ranks x 37748736, prefetch */
   layer18_forward(c, true); /* recompute from X18 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6613,8 +6677,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 1196304, 2); /* layer 16 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L16_EXPERTS_PARAM), 37748736, 3); /* layer 16 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L16_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 16 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L16_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 16 experts: 4 ranks x 37748736, prefetch */
   layer17_forward(c, true); /* recompute from X17 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6627,8 +6693,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 1196304, 0); /* layer 15 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L15_EXPERTS_PARAM), 37748736, 1); /* layer 15 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L15_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 15 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L15_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 15 experts: 4 ranks x 37748736, prefetch */
   layer16_forward(c, true); /* recompute from X16 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6641,8 +6709,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 1196304, 2); /* layer 14 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L14_EXPERTS_PARAM), 37748736, 3); /* layer 14 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L14_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 14 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L14_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 14 experts: 4 ranks x 37748736, prefetch */
   layer15_forward(c, true); /* recompute from X15 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6655,8 +6725,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 1196304, 0); /* layer 13 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L13_EXPERTS_PARAM), 37748736, 1); /* layer 13 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L13_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 13 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L13_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 13 experts: 4 ranks x 37748736, prefetch */
   layer14_forward(c, true); /* recompute from X14 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6669,8 +6741,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 1196304, 2); /* layer 12 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L12_EXPERTS_PARAM), 37748736, 3); /* layer 12 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L12_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 12 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L12_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 12 experts: 4 ranks x 37748736, prefetch */
   layer13_forward(c, true); /* recompute from X13 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6683,8 +6757,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 1196304, 0); /* layer 11 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L11_EXPERTS_PARAM), 37748736, 1); /* layer 11 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L11_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 11 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L11_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 11 experts: 4 ranks x 37748736, prefetch */
   layer12_forward(c, true); /* recompute from X12 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6697,8 +6773,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 1196304, 2); /* layer 10 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L10_EXPERTS_PARAM), 37748736, 3); /* layer 10 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L10_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 10 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L10_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 10 experts: 4 ranks x 37748736, prefetch */
   layer11_forward(c, true); /* recompute from X11 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6711,8 +6789,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 1196304, 0); /* layer 9 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L9_EXPERTS_PARAM), 37748736, 1); /* layer 9 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L9_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 9 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L9_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 9 experts: 4 ranks x 37748736, prefetch */
   layer10_forward(c, true); /* recompute from X10 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6725,8 +6805,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 1196304, 2); /* layer 8 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L8_EXPERTS_PARAM), 37748736, 3); /* layer 8 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L8_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 8 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L8_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 8 experts: 4 ranks x 37748736, prefetch */
   layer9_forward(c, true); /* recompute from X9 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6739,8 +6821,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 1196304, 0); /* layer 7 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L7_EXPERTS_PARAM), 37748736, 1); /* layer 7 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L7_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 7 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L7_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 7 experts: 4 ranks x 37748736, prefetch */
   layer8_forward(c, true); /* recompute from X8 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6753,8 +6837,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 1196304, 2); /* layer 6 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L6_EXPERTS_PARAM), 37748736, 3); /* layer 6 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L6_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 6 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L6_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 6 experts: 4 ranks x 37748736, prefetch */
   layer7_forward(c, true); /* recompute from X7 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6767,8 +6853,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 1196304, 0); /* layer 5 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L5_EXPERTS_PARAM), 37748736, 1); /* layer 5 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L5_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 5 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L5_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 5 experts: 4 ranks x 37748736, prefetch */
   layer6_forward(c, true); /* recompute from X6 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6781,8 +6869,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 1196304, 2); /* layer 4 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L4_EXPERTS_PARAM), 37748736, 3); /* layer 4 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L4_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 4 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L4_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 4 experts: 4 ranks x 37748736, prefetch */
   layer5_forward(c, true); /* recompute from X5 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6795,8 +6885,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 1196304, 0); /* layer 3 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L3_EXPERTS_PARAM), 37748736, 1); /* layer 3 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 3 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L3_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 3 experts: 4 ranks x 37748736, prefetch */
   layer4_forward(c, true); /* recompute from X4 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6809,8 +6901,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 1196304, 2); /* layer 2 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L2_EXPERTS_PARAM), 37748736, 3); /* layer 2 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 2 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L2_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 2 experts: 4 ranks x 37748736, prefetch */
   layer3_forward(c, true); /* recompute from X3 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -6823,8 +6917,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 1196304, 0); /* layer 1 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(L1_EXPERTS_PARAM), 37748736, 1); /* layer 1 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 1196304, 0); /* layer 1 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L1_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 19140864, A(CAST0) + 1196304, 37748736, 1); /* layer 1 experts: 4 ranks x 37748736, prefetch */
   layer2_forward(c, true); /* recompute from X2 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
@@ -6837,8 +6933,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 19140864;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 1196304, 2); /* layer 0 dense: 16 ranks x 1196304, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(L0_EXPERTS_PARAM), 37748736, 3); /* layer 0 experts: 4 ranks x 37748736, prefetch */
+  rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 1196304, 2); /* layer 0 dense: 16 ranks x 1196304, prefetch */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L0_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 19140864, A(CAST1) + 1196304, 37748736, 3); /* layer 0 experts: 4 ranks x 37748736, prefetch */
   layer1_forward(c, true); /* recompute from X1 (selective checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;

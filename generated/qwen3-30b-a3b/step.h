@@ -8,7 +8,7 @@
 #define MODEL_NAME "qwen3-30b-a3b"
 #define SPEC_FILE "qwen3-30b-a3b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "004237e44c633907"
+#define PLAN_HASH "20deb4731dcc369d"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 16
 #define PLAN_FSDP 16
@@ -45,8 +45,8 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 8569.08 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 95104841728 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 4294967296 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 94619740176 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 34827089920 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
@@ -58,13 +58,13 @@
 #define OPT_STEP_ON_HOST 0
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 385024576
+#define ARENA_ELEMS 112394816
 #define ARENA_SCRATCH 65536
-#define ACT_ELEMS 33301582720
-#define ACT_SCRATCH 1908257664
+#define ACT_ELEMS 30816903712
+#define ACT_SCRATCH 0
 #define INPUTS 0
 #define TARGETS 32768
-#define STATE_STAGING 2530591616 /* GRAD0 (activation arena), free between steps: a state arena on the host
+#define STATE_STAGING 700224032 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 311166976
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

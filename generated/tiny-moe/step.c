@@ -15,6 +15,7 @@
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
 #define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
 #define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
 #define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
@@ -97,126 +98,119 @@
 #define L3_WTS                        39984 /*       1024: their weights */
 #define L3_POS                        41008 /*       1024: row of each assignment in expert order (int32) */
 #define L3_OFFSETS                    42032 /*          9: first row of each expert (int32) */
-#define DLOGITS                       42048 /*       4096: gradient of the router logits */
-#define DWTS                          46144 /*       1024: gradient of the routing weights */
-#define AUX                           47168 /*         24: load-balancing loss scratch */
-#define RSTDF                         47200 /*        512: its 1/rms per token */
-#define LSEF                          47712 /*        512: log-sum-exp of each token's logits */
-#define CE                            48224 /*     262144: logits of one vocabulary chunk and their gradient */
+#define DWTS                          42048 /*       1024: gradient of the routing weights */
+#define AUX                           43072 /*         24: load-balancing loss scratch */
+#define RSTDF                         43104 /*        512: its 1/rms per token */
+#define LSEF                          43616 /*        512: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*      16384: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM                16384 /*      74368: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM              90752 /*     393216: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM               483968 /*      74368: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM             558336 /*     393216: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM               951552 /*      74368: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM            1025920 /*     393216: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM              1419136 /*      74368: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM            1493504 /*     393216: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM                  1886720 /*      16448: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                   1903168 /*     935168: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                   2838336 /*     935168: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                       3773504 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                       4708672 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                          5643840 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                          5709376 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                          5774912 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                          5840448 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                          5905984 /*      65536: output of the last layer */
-#define L0_LN1                      5971520 /*      65536: attention norm output */
-#define L0_Q                        6037056 /*      65536: queries (rotated) */
-#define L0_K                        6102592 /*      32768: keys (rotated) */
-#define L0_V                        6135360 /*      32768: values */
-#define L0_ATT                      6168128 /*      65536: attention output */
-#define L0_RES                      6233664 /*      65536: residual stream after attention */
-#define L0_LN2                      6299200 /*      65536: mlp norm output */
-#define L0_XP                       6364736 /*     131072: token copies in expert order: the experts' input */
-#define L0_YP                       6495808 /*     131072: expert outputs in that order */
-#define L0_EG                       6626880 /*     262144: routed experts' gate */
-#define L0_EU                       6889024 /*     262144: routed experts' up */
-#define L0_EH                       7151168 /*     262144: routed experts' activation */
-#define L0_SG                       7413312 /*     131072: shared experts' gate */
-#define L0_SU                       7544384 /*     131072: shared experts' up */
-#define L0_SH                       7675456 /*     131072: shared experts' activation */
-#define L1_LN1                      7806528 /*      65536: attention norm output */
-#define L1_Q                        7872064 /*      65536: queries (rotated) */
-#define L1_K                        7937600 /*      32768: keys (rotated) */
-#define L1_V                        7970368 /*      32768: values */
-#define L1_ATT                      8003136 /*      65536: attention output */
-#define L1_RES                      8068672 /*      65536: residual stream after attention */
-#define L1_LN2                      8134208 /*      65536: mlp norm output */
-#define L1_XP                       8199744 /*     131072: token copies in expert order: the experts' input */
-#define L1_YP                       8330816 /*     131072: expert outputs in that order */
-#define L1_EG                       8461888 /*     262144: routed experts' gate */
-#define L1_EU                       8724032 /*     262144: routed experts' up */
-#define L1_EH                       8986176 /*     262144: routed experts' activation */
-#define L1_SG                       9248320 /*     131072: shared experts' gate */
-#define L1_SU                       9379392 /*     131072: shared experts' up */
-#define L1_SH                       9510464 /*     131072: shared experts' activation */
-#define L2_LN1                      9641536 /*      65536: attention norm output */
-#define L2_Q                        9707072 /*      65536: queries (rotated) */
-#define L2_K                        9772608 /*      32768: keys (rotated) */
-#define L2_V                        9805376 /*      32768: values */
-#define L2_ATT                      9838144 /*      65536: attention output */
-#define L2_RES                      9903680 /*      65536: residual stream after attention */
-#define L2_LN2                      9969216 /*      65536: mlp norm output */
-#define L2_XP                      10034752 /*     131072: token copies in expert order: the experts' input */
-#define L2_YP                      10165824 /*     131072: expert outputs in that order */
-#define L2_EG                      10296896 /*     262144: routed experts' gate */
-#define L2_EU                      10559040 /*     262144: routed experts' up */
-#define L2_EH                      10821184 /*     262144: routed experts' activation */
-#define L2_SG                      11083328 /*     131072: shared experts' gate */
-#define L2_SU                      11214400 /*     131072: shared experts' up */
-#define L2_SH                      11345472 /*     131072: shared experts' activation */
-#define L3_LN1                     11476544 /*      65536: attention norm output */
-#define L3_Q                       11542080 /*      65536: queries (rotated) */
-#define L3_K                       11607616 /*      32768: keys (rotated) */
-#define L3_V                       11640384 /*      32768: values */
-#define L3_ATT                     11673152 /*      65536: attention output */
-#define L3_RES                     11738688 /*      65536: residual stream after attention */
-#define L3_LN2                     11804224 /*      65536: mlp norm output */
-#define L3_XP                      11869760 /*     131072: token copies in expert order: the experts' input */
-#define L3_YP                      12000832 /*     131072: expert outputs in that order */
-#define L3_EG                      12131904 /*     262144: routed experts' gate */
-#define L3_EU                      12394048 /*     262144: routed experts' up */
-#define L3_EH                      12656192 /*     262144: routed experts' activation */
-#define L3_SG                      12918336 /*     131072: shared experts' gate */
-#define L3_SU                      13049408 /*     131072: shared experts' up */
-#define L3_SH                      13180480 /*     131072: shared experts' activation */
-#define WS_Y                       13311552 /*      65536: a block's output before the residual add */
-#define WS_Y2                      13377088 /*      65536: shared experts' output */
-#define DX_A                       13442624 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                       13508160 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                        13573696 /*      65536: gradient of a norm's output */
-#define DATT                       13639232 /*      65536: gradient of the attention output */
-#define DQ                         13704768 /*      65536: gradient of the queries */
-#define DK                         13770304 /*      32768: gradient of the keys */
-#define DV                         13803072 /*      32768: gradient of the values */
-#define EDG                        13835840 /*     262144: routed experts' gate gradient */
+#define CAST0                             0 /*     467584: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define CAST1                        467584 /*     467584: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define GATHERED0                    935168 /*     935168: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                   1870336 /*     935168: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define GRAD0                       2805504 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                       3740672 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                          4675840 /*      65536: boundary: input of layer 0 (residual stream) */
+#define X1                          4741376 /*      65536: boundary: input of layer 1 (residual stream) */
+#define X2                          4806912 /*      65536: boundary: input of layer 2 (residual stream) */
+#define X3                          4872448 /*      65536: boundary: input of layer 3 (residual stream) */
+#define X4                          4937984 /*      65536: output of the last layer */
+#define L0_LN1                      5003520 /*      65536: attention norm output */
+#define L0_Q                        5069056 /*      65536: queries (rotated) */
+#define L0_K                        5134592 /*      32768: keys (rotated) */
+#define L0_V                        5167360 /*      32768: values */
+#define L0_ATT                      5200128 /*      65536: attention output */
+#define L0_RES                      5265664 /*      65536: residual stream after attention */
+#define L0_LN2                      5331200 /*      65536: mlp norm output */
+#define L0_XP                       5396736 /*     131072: token copies in expert order: the experts' input */
+#define L0_YP                       5527808 /*     131072: expert outputs in that order */
+#define L0_EG                       5658880 /*     262144: routed experts' gate */
+#define L0_EU                       5921024 /*     262144: routed experts' up */
+#define L0_EH                       6183168 /*     262144: routed experts' activation */
+#define L0_SG                       6445312 /*     131072: shared experts' gate */
+#define L0_SU                       6576384 /*     131072: shared experts' up */
+#define L0_SH                       6707456 /*     131072: shared experts' activation */
+#define L1_LN1                      6838528 /*      65536: attention norm output */
+#define L1_Q                        6904064 /*      65536: queries (rotated) */
+#define L1_K                        6969600 /*      32768: keys (rotated) */
+#define L1_V                        7002368 /*      32768: values */
+#define L1_ATT                      7035136 /*      65536: attention output */
+#define L1_RES                      7100672 /*      65536: residual stream after attention */
+#define L1_LN2                      7166208 /*      65536: mlp norm output */
+#define L1_XP                       7231744 /*     131072: token copies in expert order: the experts' input */
+#define L1_YP                       7362816 /*     131072: expert outputs in that order */
+#define L1_EG                       7493888 /*     262144: routed experts' gate */
+#define L1_EU                       7756032 /*     262144: routed experts' up */
+#define L1_EH                       8018176 /*     262144: routed experts' activation */
+#define L1_SG                       8280320 /*     131072: shared experts' gate */
+#define L1_SU                       8411392 /*     131072: shared experts' up */
+#define L1_SH                       8542464 /*     131072: shared experts' activation */
+#define L2_LN1                      8673536 /*      65536: attention norm output */
+#define L2_Q                        8739072 /*      65536: queries (rotated) */
+#define L2_K                        8804608 /*      32768: keys (rotated) */
+#define L2_V                        8837376 /*      32768: values */
+#define L2_ATT                      8870144 /*      65536: attention output */
+#define L2_RES                      8935680 /*      65536: residual stream after attention */
+#define L2_LN2                      9001216 /*      65536: mlp norm output */
+#define L2_XP                       9066752 /*     131072: token copies in expert order: the experts' input */
+#define L2_YP                       9197824 /*     131072: expert outputs in that order */
+#define L2_EG                       9328896 /*     262144: routed experts' gate */
+#define L2_EU                       9591040 /*     262144: routed experts' up */
+#define L2_EH                       9853184 /*     262144: routed experts' activation */
+#define L2_SG                      10115328 /*     131072: shared experts' gate */
+#define L2_SU                      10246400 /*     131072: shared experts' up */
+#define L2_SH                      10377472 /*     131072: shared experts' activation */
+#define L3_LN1                     10508544 /*      65536: attention norm output */
+#define L3_Q                       10574080 /*      65536: queries (rotated) */
+#define L3_K                       10639616 /*      32768: keys (rotated) */
+#define L3_V                       10672384 /*      32768: values */
+#define L3_ATT                     10705152 /*      65536: attention output */
+#define L3_RES                     10770688 /*      65536: residual stream after attention */
+#define L3_LN2                     10836224 /*      65536: mlp norm output */
+#define L3_XP                      10901760 /*     131072: token copies in expert order: the experts' input */
+#define L3_YP                      11032832 /*     131072: expert outputs in that order */
+#define L3_EG                      11163904 /*     262144: routed experts' gate */
+#define L3_EU                      11426048 /*     262144: routed experts' up */
+#define L3_EH                      11688192 /*     262144: routed experts' activation */
+#define L3_SG                      11950336 /*     131072: shared experts' gate */
+#define L3_SU                      12081408 /*     131072: shared experts' up */
+#define L3_SH                      12212480 /*     131072: shared experts' activation */
+#define DX_A                       12343552 /*      65536: gradient of the residual stream (even layers' output) */
+#define DX_B                       12409088 /*      65536: gradient of the residual stream (odd layers' output) */
+#define DLN                        12474624 /*      65536: gradient of a norm's output */
+#define LWS                        12540160 /*     786432: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define EDG                             LWS /*     262144: routed experts' gate gradient: in LWS (an FFN's backward) */
 #define DSG                             EDG /*     131072: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
-#define EDU                        14097984 /*     262144: routed experts' up gradient */
+#define EDU                    (LWS + 262144) /*     262144: routed experts' up gradient: in LWS (an FFN's backward) */
 #define DSU                             EDU /*     131072: shared experts' up gradient: in EDU (one FFN's backward at a time) */
-#define EDH                        14360128 /*     262144: routed experts' activation gradient */
+#define EDH                    (LWS + 524288) /*     262144: routed experts' activation gradient: in LWS (an FFN's backward) */
 #define DSH                             EDH /*     131072: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
-#define DYP                        14622272 /*     131072: gradient of the expert outputs */
-#define LNF                        14753344 /*      65536: final norm output */
+#define DATT                            LWS /*      65536: gradient of the attention output: in LWS (the attention's backward) */
+#define DQ                     (LWS + 65536) /*      65536: gradient of the queries: in LWS (the attention's backward) */
+#define DK                     (LWS + 131072) /*      32768: gradient of the keys: in LWS (the attention's backward) */
+#define DV                     (LWS + 163840) /*      32768: gradient of the values: in LWS (the attention's backward) */
+#define WS_Y                            LWS /*      65536: a block's output before the residual add: in LWS (a layer's forward) */
+#define WS_Y2                  (LWS + 65536) /*      65536: shared experts' output: in LWS (a layer's forward) */
+#define LNF                             LWS /*      65536: final norm output: in LWS (the loss) */
+#define CE                     (LWS + 65536) /*     524288: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
+#define DLOGITS                         LWS /*       8192: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
+#define DYP                        13326592 /*     131072: gradient of the expert outputs */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
  * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
- * all-gathers read in the activation arena. */
+ * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
-    {"embedding", RT_GROUP_FSDP, 32768, 16384, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
-    {"layer 0 dense", RT_GROUP_FSDP, 148736, 74368, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},
-    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V, L0_EXPERTS_PARAM},
-    {"layer 1 dense", RT_GROUP_FSDP, 148736, 74368, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, L1_DENSE_PARAM},
-    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V, L1_EXPERTS_PARAM},
-    {"layer 2 dense", RT_GROUP_FSDP, 148736, 74368, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, L2_DENSE_PARAM},
-    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V, L2_EXPERTS_PARAM},
-    {"layer 3 dense", RT_GROUP_FSDP, 148736, 74368, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, L3_DENSE_PARAM},
-    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V, L3_EXPERTS_PARAM},
-    {"head", RT_GROUP_FSDP, 32896, 16448, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, HEAD_PARAM},
+    {"embedding", RT_GROUP_FSDP, 32768, 16384, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},
+    {"layer 0 dense", RT_GROUP_FSDP, 148736, 74368, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, -1},
+    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V, -1},
+    {"layer 1 dense", RT_GROUP_FSDP, 148736, 74368, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, -1},
+    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V, -1},
+    {"layer 2 dense", RT_GROUP_FSDP, 148736, 74368, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, -1},
+    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V, -1},
+    {"layer 3 dense", RT_GROUP_FSDP, 148736, 74368, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, -1},
+    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 786432, 393216, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V, -1},
+    {"head", RT_GROUP_FSDP, 32896, 16448, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, -1},
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
@@ -418,10 +412,10 @@ static void layer3_backward(RtCtx *c) {
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(L3_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L3_YP), I(L3_POS), 512, 2, 128);
-  rt_zero_real(R(DLOGITS), 4096);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(49408), R(DLOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 4096);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(49280), A(DLN), A(L3_RES), W(49280), R(L3_RSTD2), 512, 128);
   rt_zero(A(DATT), 65536);
@@ -457,10 +451,10 @@ static void layer2_backward(RtCtx *c) {
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(L2_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L2_YP), I(L2_POS), 512, 2, 128);
-  rt_zero_real(R(DLOGITS), 4096);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(49408), R(DLOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 4096);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(49280), A(DLN), A(L2_RES), W(49280), R(L2_RSTD2), 512, 128);
   rt_zero(A(DATT), 65536);
@@ -496,10 +490,10 @@ static void layer1_backward(RtCtx *c) {
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(L1_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L1_YP), I(L1_POS), 512, 2, 128);
-  rt_zero_real(R(DLOGITS), 4096);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(49408), R(DLOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 4096);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(49280), A(DLN), A(L1_RES), W(49280), R(L1_RSTD2), 512, 128);
   rt_zero(A(DATT), 65536);
@@ -535,10 +529,10 @@ static void layer0_backward(RtCtx *c) {
   for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
       rt_experts_backward(A(L0_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L0_YP), I(L0_POS), 512, 2, 128);
-  rt_zero_real(R(DLOGITS), 4096);
-  rt_router_backward(R(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);
-  rt_aux_loss_backward(R(DLOGITS), R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
-  rt_router_logits_backward(A(DLN), DW(49408), R(DLOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router */
+  rt_zero_real(RA(DLOGITS), 4096);
+  rt_router_backward(RA(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);
+  rt_aux_loss_backward(RA(DLOGITS), R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
+  rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(49280), A(DLN), A(L0_RES), W(49280), R(L0_RSTD2), 512, 128);
   rt_zero(A(DATT), 65536);
@@ -564,44 +558,54 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 16384, 0); /* embedding: 2 ranks x 16384 */
+  rt_cast_to_act(A(CAST0), S(EMBED_MASTER), 16384); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 16384, 0); /* embedding: 2 ranks x 16384 */
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L0_EXPERTS_PARAM), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_cast_to_act(A(CAST1) + 74368, S(L0_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(CAST1) + 74368, 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 512, 128);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L1_EXPERTS_PARAM), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_cast_to_act(A(CAST0) + 74368, S(L1_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(CAST0) + 74368, 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L2_EXPERTS_PARAM), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_cast_to_act(A(CAST1) + 74368, S(L2_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(CAST1) + 74368, 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L3_EXPERTS_PARAM), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_cast_to_act(A(CAST0) + 74368, S(L3_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(CAST0) + 74368, 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(HEAD_PARAM), 16448, 2); /* head: 2 ranks x 16448, prefetch */
+  rt_cast_to_act(A(CAST1), S(HEAD_MASTER), 16448); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 16448, 2); /* head: 2 ranks x 16448, prefetch */
   layer3_forward(c, false);
   rt_comm_label("head forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X4), W(0), 512, 128, EPS); /* model.norm */
-  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(128), I(TARGETS), 512, 128, 256, 256, R(CE));
+  return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(128), I(TARGETS), 512, 128, 256, 256, RA(CE));
 }
 
 /* Backward, in reverse: each unit's gradient is reduce-scattered over its ranks as soon as
@@ -611,12 +615,14 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L3_EXPERTS_PARAM), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
+  rt_cast_to_act(A(CAST0) + 74368, S(L3_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(CAST0) + 74368, 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 32896);
   rt_zero(A(DLN), 65536);
-  rt_lm_head_ce_backward(A(DLN), DW(128), A(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, R(CE), c->dloss);
+  rt_lm_head_ce_backward(A(DLN), DW(128), A(LNF), W(128), I(TARGETS), R(LSEF), 512, 128, 256, 256, RA(CE), c->dloss);
   rt_zero(A(DX_A), 65536);
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(RSTDF), 512, 128);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 16448, true, NULL, 2); /* head: 2 ranks, bf16 on the wire */
@@ -625,8 +631,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L2_EXPERTS_PARAM), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
+  rt_cast_to_act(A(CAST1) + 74368, S(L2_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(CAST1) + 74368, 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 148736;
   rt_zero(A(GRAD0), 935168);
   layer3_backward(c);
@@ -637,8 +645,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L1_EXPERTS_PARAM), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
+  rt_cast_to_act(A(CAST0) + 74368, S(L1_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(CAST0) + 74368, 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 148736;
   rt_zero(A(GRAD1), 935168);
@@ -650,8 +660,10 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L0_EXPERTS_PARAM), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
+  rt_cast_to_act(A(CAST1) + 74368, S(L0_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(CAST1) + 74368, 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 148736;
   rt_zero(A(GRAD0), 935168);

@@ -83,7 +83,9 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
  * delta (tokens × heads fp32), cross-entropy's sums (2 × tokens + 1 fp32), one double, the grouped GEMMs'
  * pointer arrays (CU_GROUPED_SLOTS × 3 × experts), the MoE scratch (cu_moe_layout); on the host the
  * MoE scratch's mirror and CU_OFF_CACHE offsets arrays (experts + 1 ints each). rt_cuda_setup
- * allocates exactly these; rt_cuda_scratch_bytes reports them. */
+ * allocates exactly these; rt_cuda_scratch_bytes reports them. The plan's workspace.runtime item
+ * is the device part less cuBLAS's workspace, bf16 build (compiler/placement.c
+ * plan_runtime_scratch): change both together. */
 typedef struct {
   size_t delta, ce, red, gptr, rl, moe, off;
 } Scratch;
