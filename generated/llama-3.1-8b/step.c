@@ -296,376 +296,375 @@
 #define L30_DENSE_PARAM          1767174144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define L31_DENSE_PARAM          1821702144 /*   54528000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define HEAD_PARAM               1876230144 /*  131335168: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                2007565312 /*  525340672: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                2532905984 /*  525340672: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                    3058246656 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                    3583587328 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                       4108928000 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                       4142482432 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                       4176036864 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                       4209591296 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                       4243145728 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                       4276700160 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                       4310254592 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                       4343809024 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                       4377363456 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                       4410917888 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                      4444472320 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                      4478026752 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                      4511581184 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                      4545135616 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                      4578690048 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                      4612244480 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                      4645798912 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                      4679353344 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                      4712907776 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                      4746462208 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                      4780016640 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                      4813571072 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                      4847125504 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                      4880679936 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                      4914234368 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                      4947788800 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                      4981343232 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                      5014897664 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                      5048452096 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                      5082006528 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                      5115560960 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                      5149115392 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                      5182669824 /*   33554432: output of the last layer */
-#define L0_LN1                   5216224256 /*   33554432: attention norm output */
-#define L0_Q                     5249778688 /*   33554432: queries (rotated) */
-#define L0_K                     5283333120 /*    8388608: keys (rotated) */
-#define L0_V                     5291721728 /*    8388608: values */
-#define L0_ATT                   5300110336 /*   33554432: attention output */
-#define L0_RES                   5333664768 /*   33554432: residual stream after attention */
-#define L0_LN2                   5367219200 /*   33554432: mlp norm output */
-#define L0_G                     5400773632 /*  117440512: mlp gate */
-#define L0_U                     5518214144 /*  117440512: mlp up */
-#define L0_H                     5635654656 /*  117440512: mlp activation */
-#define L1_LN1                   5753095168 /*   33554432: attention norm output */
-#define L1_Q                     5786649600 /*   33554432: queries (rotated) */
-#define L1_K                     5820204032 /*    8388608: keys (rotated) */
-#define L1_V                     5828592640 /*    8388608: values */
-#define L1_ATT                   5836981248 /*   33554432: attention output */
-#define L1_RES                   5870535680 /*   33554432: residual stream after attention */
-#define L1_LN2                   5904090112 /*   33554432: mlp norm output */
-#define L1_G                     5937644544 /*  117440512: mlp gate */
-#define L1_U                     6055085056 /*  117440512: mlp up */
-#define L1_H                     6172525568 /*  117440512: mlp activation */
-#define L2_LN1                   6289966080 /*   33554432: attention norm output */
-#define L2_Q                     6323520512 /*   33554432: queries (rotated) */
-#define L2_K                     6357074944 /*    8388608: keys (rotated) */
-#define L2_V                     6365463552 /*    8388608: values */
-#define L2_ATT                   6373852160 /*   33554432: attention output */
-#define L2_RES                   6407406592 /*   33554432: residual stream after attention */
-#define L2_LN2                   6440961024 /*   33554432: mlp norm output */
-#define L2_G                     6474515456 /*  117440512: mlp gate */
-#define L2_U                     6591955968 /*  117440512: mlp up */
-#define L2_H                     6709396480 /*  117440512: mlp activation */
-#define L3_LN1                   6826836992 /*   33554432: attention norm output */
-#define L3_Q                     6860391424 /*   33554432: queries (rotated) */
-#define L3_K                     6893945856 /*    8388608: keys (rotated) */
-#define L3_V                     6902334464 /*    8388608: values */
-#define L3_ATT                   6910723072 /*   33554432: attention output */
-#define L3_RES                   6944277504 /*   33554432: residual stream after attention */
-#define L3_LN2                   6977831936 /*   33554432: mlp norm output */
-#define L3_G                     7011386368 /*  117440512: mlp gate */
-#define L3_U                     7128826880 /*  117440512: mlp up */
-#define L3_H                     7246267392 /*  117440512: mlp activation */
-#define L4_LN1                   7363707904 /*   33554432: attention norm output */
-#define L4_Q                     7397262336 /*   33554432: queries (rotated) */
-#define L4_K                     7430816768 /*    8388608: keys (rotated) */
-#define L4_V                     7439205376 /*    8388608: values */
-#define L4_ATT                   7447593984 /*   33554432: attention output */
-#define L4_RES                   7481148416 /*   33554432: residual stream after attention */
-#define L4_LN2                   7514702848 /*   33554432: mlp norm output */
-#define L4_G                     7548257280 /*  117440512: mlp gate */
-#define L4_U                     7665697792 /*  117440512: mlp up */
-#define L4_H                     7783138304 /*  117440512: mlp activation */
-#define L5_LN1                   7900578816 /*   33554432: attention norm output */
-#define L5_Q                     7934133248 /*   33554432: queries (rotated) */
-#define L5_K                     7967687680 /*    8388608: keys (rotated) */
-#define L5_V                     7976076288 /*    8388608: values */
-#define L5_ATT                   7984464896 /*   33554432: attention output */
-#define L5_RES                   8018019328 /*   33554432: residual stream after attention */
-#define L5_LN2                   8051573760 /*   33554432: mlp norm output */
-#define L5_G                     8085128192 /*  117440512: mlp gate */
-#define L5_U                     8202568704 /*  117440512: mlp up */
-#define L5_H                     8320009216 /*  117440512: mlp activation */
-#define L6_LN1                   8437449728 /*   33554432: attention norm output */
-#define L6_Q                     8471004160 /*   33554432: queries (rotated) */
-#define L6_K                     8504558592 /*    8388608: keys (rotated) */
-#define L6_V                     8512947200 /*    8388608: values */
-#define L6_ATT                   8521335808 /*   33554432: attention output */
-#define L6_RES                   8554890240 /*   33554432: residual stream after attention */
-#define L6_LN2                   8588444672 /*   33554432: mlp norm output */
-#define L6_G                     8621999104 /*  117440512: mlp gate */
-#define L6_U                     8739439616 /*  117440512: mlp up */
-#define L6_H                     8856880128 /*  117440512: mlp activation */
-#define L7_LN1                   8974320640 /*   33554432: attention norm output */
-#define L7_Q                     9007875072 /*   33554432: queries (rotated) */
-#define L7_K                     9041429504 /*    8388608: keys (rotated) */
-#define L7_V                     9049818112 /*    8388608: values */
-#define L7_ATT                   9058206720 /*   33554432: attention output */
-#define L7_RES                   9091761152 /*   33554432: residual stream after attention */
-#define L7_LN2                   9125315584 /*   33554432: mlp norm output */
-#define L7_G                     9158870016 /*  117440512: mlp gate */
-#define L7_U                     9276310528 /*  117440512: mlp up */
-#define L7_H                     9393751040 /*  117440512: mlp activation */
-#define L8_LN1                   9511191552 /*   33554432: attention norm output */
-#define L8_Q                     9544745984 /*   33554432: queries (rotated) */
-#define L8_K                     9578300416 /*    8388608: keys (rotated) */
-#define L8_V                     9586689024 /*    8388608: values */
-#define L8_ATT                   9595077632 /*   33554432: attention output */
-#define L8_RES                   9628632064 /*   33554432: residual stream after attention */
-#define L8_LN2                   9662186496 /*   33554432: mlp norm output */
-#define L8_G                     9695740928 /*  117440512: mlp gate */
-#define L8_U                     9813181440 /*  117440512: mlp up */
-#define L8_H                     9930621952 /*  117440512: mlp activation */
-#define L9_LN1                  10048062464 /*   33554432: attention norm output */
-#define L9_Q                    10081616896 /*   33554432: queries (rotated) */
-#define L9_K                    10115171328 /*    8388608: keys (rotated) */
-#define L9_V                    10123559936 /*    8388608: values */
-#define L9_ATT                  10131948544 /*   33554432: attention output */
-#define L9_RES                  10165502976 /*   33554432: residual stream after attention */
-#define L9_LN2                  10199057408 /*   33554432: mlp norm output */
-#define L9_G                    10232611840 /*  117440512: mlp gate */
-#define L9_U                    10350052352 /*  117440512: mlp up */
-#define L9_H                    10467492864 /*  117440512: mlp activation */
-#define L10_LN1                 10584933376 /*   33554432: attention norm output */
-#define L10_Q                   10618487808 /*   33554432: queries (rotated) */
-#define L10_K                   10652042240 /*    8388608: keys (rotated) */
-#define L10_V                   10660430848 /*    8388608: values */
-#define L10_ATT                 10668819456 /*   33554432: attention output */
-#define L10_RES                 10702373888 /*   33554432: residual stream after attention */
-#define L10_LN2                 10735928320 /*   33554432: mlp norm output */
-#define L10_G                   10769482752 /*  117440512: mlp gate */
-#define L10_U                   10886923264 /*  117440512: mlp up */
-#define L10_H                   11004363776 /*  117440512: mlp activation */
-#define L11_LN1                 11121804288 /*   33554432: attention norm output */
-#define L11_Q                   11155358720 /*   33554432: queries (rotated) */
-#define L11_K                   11188913152 /*    8388608: keys (rotated) */
-#define L11_V                   11197301760 /*    8388608: values */
-#define L11_ATT                 11205690368 /*   33554432: attention output */
-#define L11_RES                 11239244800 /*   33554432: residual stream after attention */
-#define L11_LN2                 11272799232 /*   33554432: mlp norm output */
-#define L11_G                   11306353664 /*  117440512: mlp gate */
-#define L11_U                   11423794176 /*  117440512: mlp up */
-#define L11_H                   11541234688 /*  117440512: mlp activation */
-#define L12_LN1                 11658675200 /*   33554432: attention norm output */
-#define L12_Q                   11692229632 /*   33554432: queries (rotated) */
-#define L12_K                   11725784064 /*    8388608: keys (rotated) */
-#define L12_V                   11734172672 /*    8388608: values */
-#define L12_ATT                 11742561280 /*   33554432: attention output */
-#define L12_RES                 11776115712 /*   33554432: residual stream after attention */
-#define L12_LN2                 11809670144 /*   33554432: mlp norm output */
-#define L12_G                   11843224576 /*  117440512: mlp gate */
-#define L12_U                   11960665088 /*  117440512: mlp up */
-#define L12_H                   12078105600 /*  117440512: mlp activation */
-#define L13_LN1                 12195546112 /*   33554432: attention norm output */
-#define L13_Q                   12229100544 /*   33554432: queries (rotated) */
-#define L13_K                   12262654976 /*    8388608: keys (rotated) */
-#define L13_V                   12271043584 /*    8388608: values */
-#define L13_ATT                 12279432192 /*   33554432: attention output */
-#define L13_RES                 12312986624 /*   33554432: residual stream after attention */
-#define L13_LN2                 12346541056 /*   33554432: mlp norm output */
-#define L13_G                   12380095488 /*  117440512: mlp gate */
-#define L13_U                   12497536000 /*  117440512: mlp up */
-#define L13_H                   12614976512 /*  117440512: mlp activation */
-#define L14_LN1                 12732417024 /*   33554432: attention norm output */
-#define L14_Q                   12765971456 /*   33554432: queries (rotated) */
-#define L14_K                   12799525888 /*    8388608: keys (rotated) */
-#define L14_V                   12807914496 /*    8388608: values */
-#define L14_ATT                 12816303104 /*   33554432: attention output */
-#define L14_RES                 12849857536 /*   33554432: residual stream after attention */
-#define L14_LN2                 12883411968 /*   33554432: mlp norm output */
-#define L14_G                   12916966400 /*  117440512: mlp gate */
-#define L14_U                   13034406912 /*  117440512: mlp up */
-#define L14_H                   13151847424 /*  117440512: mlp activation */
-#define L15_LN1                 13269287936 /*   33554432: attention norm output */
-#define L15_Q                   13302842368 /*   33554432: queries (rotated) */
-#define L15_K                   13336396800 /*    8388608: keys (rotated) */
-#define L15_V                   13344785408 /*    8388608: values */
-#define L15_ATT                 13353174016 /*   33554432: attention output */
-#define L15_RES                 13386728448 /*   33554432: residual stream after attention */
-#define L15_LN2                 13420282880 /*   33554432: mlp norm output */
-#define L15_G                   13453837312 /*  117440512: mlp gate */
-#define L15_U                   13571277824 /*  117440512: mlp up */
-#define L15_H                   13688718336 /*  117440512: mlp activation */
-#define L16_LN1                 13806158848 /*   33554432: attention norm output */
-#define L16_Q                   13839713280 /*   33554432: queries (rotated) */
-#define L16_K                   13873267712 /*    8388608: keys (rotated) */
-#define L16_V                   13881656320 /*    8388608: values */
-#define L16_ATT                 13890044928 /*   33554432: attention output */
-#define L16_RES                 13923599360 /*   33554432: residual stream after attention */
-#define L16_LN2                 13957153792 /*   33554432: mlp norm output */
-#define L16_G                   13990708224 /*  117440512: mlp gate */
-#define L16_U                   14108148736 /*  117440512: mlp up */
-#define L16_H                   14225589248 /*  117440512: mlp activation */
-#define L17_LN1                 14343029760 /*   33554432: attention norm output */
-#define L17_Q                   14376584192 /*   33554432: queries (rotated) */
-#define L17_K                   14410138624 /*    8388608: keys (rotated) */
-#define L17_V                   14418527232 /*    8388608: values */
-#define L17_ATT                 14426915840 /*   33554432: attention output */
-#define L17_RES                 14460470272 /*   33554432: residual stream after attention */
-#define L17_LN2                 14494024704 /*   33554432: mlp norm output */
-#define L17_G                   14527579136 /*  117440512: mlp gate */
-#define L17_U                   14645019648 /*  117440512: mlp up */
-#define L17_H                   14762460160 /*  117440512: mlp activation */
-#define L18_LN1                 14879900672 /*   33554432: attention norm output */
-#define L18_Q                   14913455104 /*   33554432: queries (rotated) */
-#define L18_K                   14947009536 /*    8388608: keys (rotated) */
-#define L18_V                   14955398144 /*    8388608: values */
-#define L18_ATT                 14963786752 /*   33554432: attention output */
-#define L18_RES                 14997341184 /*   33554432: residual stream after attention */
-#define L18_LN2                 15030895616 /*   33554432: mlp norm output */
-#define L18_G                   15064450048 /*  117440512: mlp gate */
-#define L18_U                   15181890560 /*  117440512: mlp up */
-#define L18_H                   15299331072 /*  117440512: mlp activation */
-#define L19_LN1                 15416771584 /*   33554432: attention norm output */
-#define L19_Q                   15450326016 /*   33554432: queries (rotated) */
-#define L19_K                   15483880448 /*    8388608: keys (rotated) */
-#define L19_V                   15492269056 /*    8388608: values */
-#define L19_ATT                 15500657664 /*   33554432: attention output */
-#define L19_RES                 15534212096 /*   33554432: residual stream after attention */
-#define L19_LN2                 15567766528 /*   33554432: mlp norm output */
-#define L19_G                   15601320960 /*  117440512: mlp gate */
-#define L19_U                   15718761472 /*  117440512: mlp up */
-#define L19_H                   15836201984 /*  117440512: mlp activation */
-#define L20_LN1                 15953642496 /*   33554432: attention norm output */
-#define L20_Q                   15987196928 /*   33554432: queries (rotated) */
-#define L20_K                   16020751360 /*    8388608: keys (rotated) */
-#define L20_V                   16029139968 /*    8388608: values */
-#define L20_ATT                 16037528576 /*   33554432: attention output */
-#define L20_RES                 16071083008 /*   33554432: residual stream after attention */
-#define L20_LN2                 16104637440 /*   33554432: mlp norm output */
-#define L20_G                   16138191872 /*  117440512: mlp gate */
-#define L20_U                   16255632384 /*  117440512: mlp up */
-#define L20_H                   16373072896 /*  117440512: mlp activation */
-#define L21_LN1                 16490513408 /*   33554432: attention norm output */
-#define L21_Q                   16524067840 /*   33554432: queries (rotated) */
-#define L21_K                   16557622272 /*    8388608: keys (rotated) */
-#define L21_V                   16566010880 /*    8388608: values */
-#define L21_ATT                 16574399488 /*   33554432: attention output */
-#define L21_RES                 16607953920 /*   33554432: residual stream after attention */
-#define L21_LN2                 16641508352 /*   33554432: mlp norm output */
-#define L21_G                   16675062784 /*  117440512: mlp gate */
-#define L21_U                   16792503296 /*  117440512: mlp up */
-#define L21_H                   16909943808 /*  117440512: mlp activation */
-#define L22_LN1                 17027384320 /*   33554432: attention norm output */
-#define L22_Q                   17060938752 /*   33554432: queries (rotated) */
-#define L22_K                   17094493184 /*    8388608: keys (rotated) */
-#define L22_V                   17102881792 /*    8388608: values */
-#define L22_ATT                 17111270400 /*   33554432: attention output */
-#define L22_RES                 17144824832 /*   33554432: residual stream after attention */
-#define L22_LN2                 17178379264 /*   33554432: mlp norm output */
-#define L22_G                   17211933696 /*  117440512: mlp gate */
-#define L22_U                   17329374208 /*  117440512: mlp up */
-#define L22_H                   17446814720 /*  117440512: mlp activation */
-#define L23_LN1                 17564255232 /*   33554432: attention norm output */
-#define L23_Q                   17597809664 /*   33554432: queries (rotated) */
-#define L23_K                   17631364096 /*    8388608: keys (rotated) */
-#define L23_V                   17639752704 /*    8388608: values */
-#define L23_ATT                 17648141312 /*   33554432: attention output */
-#define L23_RES                 17681695744 /*   33554432: residual stream after attention */
-#define L23_LN2                 17715250176 /*   33554432: mlp norm output */
-#define L23_G                   17748804608 /*  117440512: mlp gate */
-#define L23_U                   17866245120 /*  117440512: mlp up */
-#define L23_H                   17983685632 /*  117440512: mlp activation */
-#define L24_LN1                 18101126144 /*   33554432: attention norm output */
-#define L24_Q                   18134680576 /*   33554432: queries (rotated) */
-#define L24_K                   18168235008 /*    8388608: keys (rotated) */
-#define L24_V                   18176623616 /*    8388608: values */
-#define L24_ATT                 18185012224 /*   33554432: attention output */
-#define L24_RES                 18218566656 /*   33554432: residual stream after attention */
-#define L24_LN2                 18252121088 /*   33554432: mlp norm output */
-#define L24_G                   18285675520 /*  117440512: mlp gate */
-#define L24_U                   18403116032 /*  117440512: mlp up */
-#define L24_H                   18520556544 /*  117440512: mlp activation */
-#define L25_LN1                 18637997056 /*   33554432: attention norm output */
-#define L25_Q                   18671551488 /*   33554432: queries (rotated) */
-#define L25_K                   18705105920 /*    8388608: keys (rotated) */
-#define L25_V                   18713494528 /*    8388608: values */
-#define L25_ATT                 18721883136 /*   33554432: attention output */
-#define L25_RES                 18755437568 /*   33554432: residual stream after attention */
-#define L25_LN2                 18788992000 /*   33554432: mlp norm output */
-#define L25_G                   18822546432 /*  117440512: mlp gate */
-#define L25_U                   18939986944 /*  117440512: mlp up */
-#define L25_H                   19057427456 /*  117440512: mlp activation */
-#define L26_LN1                 19174867968 /*   33554432: attention norm output */
-#define L26_Q                   19208422400 /*   33554432: queries (rotated) */
-#define L26_K                   19241976832 /*    8388608: keys (rotated) */
-#define L26_V                   19250365440 /*    8388608: values */
-#define L26_ATT                 19258754048 /*   33554432: attention output */
-#define L26_RES                 19292308480 /*   33554432: residual stream after attention */
-#define L26_LN2                 19325862912 /*   33554432: mlp norm output */
-#define L26_G                   19359417344 /*  117440512: mlp gate */
-#define L26_U                   19476857856 /*  117440512: mlp up */
-#define L26_H                   19594298368 /*  117440512: mlp activation */
-#define L27_LN1                 19711738880 /*   33554432: attention norm output */
-#define L27_Q                   19745293312 /*   33554432: queries (rotated) */
-#define L27_K                   19778847744 /*    8388608: keys (rotated) */
-#define L27_V                   19787236352 /*    8388608: values */
-#define L27_ATT                 19795624960 /*   33554432: attention output */
-#define L27_RES                 19829179392 /*   33554432: residual stream after attention */
-#define L27_LN2                 19862733824 /*   33554432: mlp norm output */
-#define L27_G                   19896288256 /*  117440512: mlp gate */
-#define L27_U                   20013728768 /*  117440512: mlp up */
-#define L27_H                   20131169280 /*  117440512: mlp activation */
-#define L28_LN1                 20248609792 /*   33554432: attention norm output */
-#define L28_Q                   20282164224 /*   33554432: queries (rotated) */
-#define L28_K                   20315718656 /*    8388608: keys (rotated) */
-#define L28_V                   20324107264 /*    8388608: values */
-#define L28_ATT                 20332495872 /*   33554432: attention output */
-#define L28_RES                 20366050304 /*   33554432: residual stream after attention */
-#define L28_LN2                 20399604736 /*   33554432: mlp norm output */
-#define L28_G                   20433159168 /*  117440512: mlp gate */
-#define L28_U                   20550599680 /*  117440512: mlp up */
-#define L28_H                   20668040192 /*  117440512: mlp activation */
-#define L29_LN1                 20785480704 /*   33554432: attention norm output */
-#define L29_Q                   20819035136 /*   33554432: queries (rotated) */
-#define L29_K                   20852589568 /*    8388608: keys (rotated) */
-#define L29_V                   20860978176 /*    8388608: values */
-#define L29_ATT                 20869366784 /*   33554432: attention output */
-#define L29_RES                 20902921216 /*   33554432: residual stream after attention */
-#define L29_LN2                 20936475648 /*   33554432: mlp norm output */
-#define L29_G                   20970030080 /*  117440512: mlp gate */
-#define L29_U                   21087470592 /*  117440512: mlp up */
-#define L29_H                   21204911104 /*  117440512: mlp activation */
-#define L30_LN1                 21322351616 /*   33554432: attention norm output */
-#define L30_Q                   21355906048 /*   33554432: queries (rotated) */
-#define L30_K                   21389460480 /*    8388608: keys (rotated) */
-#define L30_V                   21397849088 /*    8388608: values */
-#define L30_ATT                 21406237696 /*   33554432: attention output */
-#define L30_RES                 21439792128 /*   33554432: residual stream after attention */
-#define L30_LN2                 21473346560 /*   33554432: mlp norm output */
-#define L30_G                   21506900992 /*  117440512: mlp gate */
-#define L30_U                   21624341504 /*  117440512: mlp up */
-#define L30_H                   21741782016 /*  117440512: mlp activation */
-#define L31_LN1                 21859222528 /*   33554432: attention norm output */
-#define L31_Q                   21892776960 /*   33554432: queries (rotated) */
-#define L31_K                   21926331392 /*    8388608: keys (rotated) */
-#define L31_V                   21934720000 /*    8388608: values */
-#define L31_ATT                 21943108608 /*   33554432: attention output */
-#define L31_RES                 21976663040 /*   33554432: residual stream after attention */
-#define L31_LN2                 22010217472 /*   33554432: mlp norm output */
-#define L31_G                   22043771904 /*  117440512: mlp gate */
-#define L31_U                   22161212416 /*  117440512: mlp up */
-#define L31_H                   22278652928 /*  117440512: mlp activation */
-#define WS_Y                    22396093440 /*   33554432: a block's output before the residual add */
-#define WS_Y2                   22429647872 /*   33554432: shared experts' output */
-#define DX_A                    22463202304 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    22496756736 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     22530311168 /*   33554432: gradient of a norm's output */
-#define DATT                    22563865600 /*   33554432: gradient of the attention output */
-#define DQ                      22597420032 /*   33554432: gradient of the queries */
-#define DK                      22630974464 /*    8388608: gradient of the keys */
-#define DV                      22639363072 /*    8388608: gradient of the values */
-#define DG                      22647751680 /*  117440512: gradient of the mlp gate */
-#define DU                      22765192192 /*  117440512: gradient of the mlp up */
-#define DH                      22882632704 /*  117440512: gradient of the mlp activation */
-#define LNF                     23000073216 /*   33554432: final norm output */
+#define KEPT                     2007565312 /* 8030261248: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
+#define GRAD0                   10037826560 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   10563167232 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                      11088507904 /*   33554432: boundary: input of layer 0 (residual stream) */
+#define X1                      11122062336 /*   33554432: boundary: input of layer 1 (residual stream) */
+#define X2                      11155616768 /*   33554432: boundary: input of layer 2 (residual stream) */
+#define X3                      11189171200 /*   33554432: boundary: input of layer 3 (residual stream) */
+#define X4                      11222725632 /*   33554432: boundary: input of layer 4 (residual stream) */
+#define X5                      11256280064 /*   33554432: boundary: input of layer 5 (residual stream) */
+#define X6                      11289834496 /*   33554432: boundary: input of layer 6 (residual stream) */
+#define X7                      11323388928 /*   33554432: boundary: input of layer 7 (residual stream) */
+#define X8                      11356943360 /*   33554432: boundary: input of layer 8 (residual stream) */
+#define X9                      11390497792 /*   33554432: boundary: input of layer 9 (residual stream) */
+#define X10                     11424052224 /*   33554432: boundary: input of layer 10 (residual stream) */
+#define X11                     11457606656 /*   33554432: boundary: input of layer 11 (residual stream) */
+#define X12                     11491161088 /*   33554432: boundary: input of layer 12 (residual stream) */
+#define X13                     11524715520 /*   33554432: boundary: input of layer 13 (residual stream) */
+#define X14                     11558269952 /*   33554432: boundary: input of layer 14 (residual stream) */
+#define X15                     11591824384 /*   33554432: boundary: input of layer 15 (residual stream) */
+#define X16                     11625378816 /*   33554432: boundary: input of layer 16 (residual stream) */
+#define X17                     11658933248 /*   33554432: boundary: input of layer 17 (residual stream) */
+#define X18                     11692487680 /*   33554432: boundary: input of layer 18 (residual stream) */
+#define X19                     11726042112 /*   33554432: boundary: input of layer 19 (residual stream) */
+#define X20                     11759596544 /*   33554432: boundary: input of layer 20 (residual stream) */
+#define X21                     11793150976 /*   33554432: boundary: input of layer 21 (residual stream) */
+#define X22                     11826705408 /*   33554432: boundary: input of layer 22 (residual stream) */
+#define X23                     11860259840 /*   33554432: boundary: input of layer 23 (residual stream) */
+#define X24                     11893814272 /*   33554432: boundary: input of layer 24 (residual stream) */
+#define X25                     11927368704 /*   33554432: boundary: input of layer 25 (residual stream) */
+#define X26                     11960923136 /*   33554432: boundary: input of layer 26 (residual stream) */
+#define X27                     11994477568 /*   33554432: boundary: input of layer 27 (residual stream) */
+#define X28                     12028032000 /*   33554432: boundary: input of layer 28 (residual stream) */
+#define X29                     12061586432 /*   33554432: boundary: input of layer 29 (residual stream) */
+#define X30                     12095140864 /*   33554432: boundary: input of layer 30 (residual stream) */
+#define X31                     12128695296 /*   33554432: boundary: input of layer 31 (residual stream) */
+#define X32                     12162249728 /*   33554432: output of the last layer */
+#define L0_LN1                  12195804160 /*   33554432: attention norm output */
+#define L0_Q                    12229358592 /*   33554432: queries (rotated) */
+#define L0_K                    12262913024 /*    8388608: keys (rotated) */
+#define L0_V                    12271301632 /*    8388608: values */
+#define L0_ATT                  12279690240 /*   33554432: attention output */
+#define L0_RES                  12313244672 /*   33554432: residual stream after attention */
+#define L0_LN2                  12346799104 /*   33554432: mlp norm output */
+#define L0_G                    12380353536 /*  117440512: mlp gate */
+#define L0_U                    12497794048 /*  117440512: mlp up */
+#define L0_H                    12615234560 /*  117440512: mlp activation */
+#define L1_LN1                  12732675072 /*   33554432: attention norm output */
+#define L1_Q                    12766229504 /*   33554432: queries (rotated) */
+#define L1_K                    12799783936 /*    8388608: keys (rotated) */
+#define L1_V                    12808172544 /*    8388608: values */
+#define L1_ATT                  12816561152 /*   33554432: attention output */
+#define L1_RES                  12850115584 /*   33554432: residual stream after attention */
+#define L1_LN2                  12883670016 /*   33554432: mlp norm output */
+#define L1_G                    12917224448 /*  117440512: mlp gate */
+#define L1_U                    13034664960 /*  117440512: mlp up */
+#define L1_H                    13152105472 /*  117440512: mlp activation */
+#define L2_LN1                  13269545984 /*   33554432: attention norm output */
+#define L2_Q                    13303100416 /*   33554432: queries (rotated) */
+#define L2_K                    13336654848 /*    8388608: keys (rotated) */
+#define L2_V                    13345043456 /*    8388608: values */
+#define L2_ATT                  13353432064 /*   33554432: attention output */
+#define L2_RES                  13386986496 /*   33554432: residual stream after attention */
+#define L2_LN2                  13420540928 /*   33554432: mlp norm output */
+#define L2_G                    13454095360 /*  117440512: mlp gate */
+#define L2_U                    13571535872 /*  117440512: mlp up */
+#define L2_H                    13688976384 /*  117440512: mlp activation */
+#define L3_LN1                  13806416896 /*   33554432: attention norm output */
+#define L3_Q                    13839971328 /*   33554432: queries (rotated) */
+#define L3_K                    13873525760 /*    8388608: keys (rotated) */
+#define L3_V                    13881914368 /*    8388608: values */
+#define L3_ATT                  13890302976 /*   33554432: attention output */
+#define L3_RES                  13923857408 /*   33554432: residual stream after attention */
+#define L3_LN2                  13957411840 /*   33554432: mlp norm output */
+#define L3_G                    13990966272 /*  117440512: mlp gate */
+#define L3_U                    14108406784 /*  117440512: mlp up */
+#define L3_H                    14225847296 /*  117440512: mlp activation */
+#define L4_LN1                  14343287808 /*   33554432: attention norm output */
+#define L4_Q                    14376842240 /*   33554432: queries (rotated) */
+#define L4_K                    14410396672 /*    8388608: keys (rotated) */
+#define L4_V                    14418785280 /*    8388608: values */
+#define L4_ATT                  14427173888 /*   33554432: attention output */
+#define L4_RES                  14460728320 /*   33554432: residual stream after attention */
+#define L4_LN2                  14494282752 /*   33554432: mlp norm output */
+#define L4_G                    14527837184 /*  117440512: mlp gate */
+#define L4_U                    14645277696 /*  117440512: mlp up */
+#define L4_H                    14762718208 /*  117440512: mlp activation */
+#define L5_LN1                  14880158720 /*   33554432: attention norm output */
+#define L5_Q                    14913713152 /*   33554432: queries (rotated) */
+#define L5_K                    14947267584 /*    8388608: keys (rotated) */
+#define L5_V                    14955656192 /*    8388608: values */
+#define L5_ATT                  14964044800 /*   33554432: attention output */
+#define L5_RES                  14997599232 /*   33554432: residual stream after attention */
+#define L5_LN2                  15031153664 /*   33554432: mlp norm output */
+#define L5_G                    15064708096 /*  117440512: mlp gate */
+#define L5_U                    15182148608 /*  117440512: mlp up */
+#define L5_H                    15299589120 /*  117440512: mlp activation */
+#define L6_LN1                  15417029632 /*   33554432: attention norm output */
+#define L6_Q                    15450584064 /*   33554432: queries (rotated) */
+#define L6_K                    15484138496 /*    8388608: keys (rotated) */
+#define L6_V                    15492527104 /*    8388608: values */
+#define L6_ATT                  15500915712 /*   33554432: attention output */
+#define L6_RES                  15534470144 /*   33554432: residual stream after attention */
+#define L6_LN2                  15568024576 /*   33554432: mlp norm output */
+#define L6_G                    15601579008 /*  117440512: mlp gate */
+#define L6_U                    15719019520 /*  117440512: mlp up */
+#define L6_H                    15836460032 /*  117440512: mlp activation */
+#define L7_LN1                  15953900544 /*   33554432: attention norm output */
+#define L7_Q                    15987454976 /*   33554432: queries (rotated) */
+#define L7_K                    16021009408 /*    8388608: keys (rotated) */
+#define L7_V                    16029398016 /*    8388608: values */
+#define L7_ATT                  16037786624 /*   33554432: attention output */
+#define L7_RES                  16071341056 /*   33554432: residual stream after attention */
+#define L7_LN2                  16104895488 /*   33554432: mlp norm output */
+#define L7_G                    16138449920 /*  117440512: mlp gate */
+#define L7_U                    16255890432 /*  117440512: mlp up */
+#define L7_H                    16373330944 /*  117440512: mlp activation */
+#define L8_LN1                  16490771456 /*   33554432: attention norm output */
+#define L8_Q                    16524325888 /*   33554432: queries (rotated) */
+#define L8_K                    16557880320 /*    8388608: keys (rotated) */
+#define L8_V                    16566268928 /*    8388608: values */
+#define L8_ATT                  16574657536 /*   33554432: attention output */
+#define L8_RES                  16608211968 /*   33554432: residual stream after attention */
+#define L8_LN2                  16641766400 /*   33554432: mlp norm output */
+#define L8_G                    16675320832 /*  117440512: mlp gate */
+#define L8_U                    16792761344 /*  117440512: mlp up */
+#define L8_H                    16910201856 /*  117440512: mlp activation */
+#define L9_LN1                  17027642368 /*   33554432: attention norm output */
+#define L9_Q                    17061196800 /*   33554432: queries (rotated) */
+#define L9_K                    17094751232 /*    8388608: keys (rotated) */
+#define L9_V                    17103139840 /*    8388608: values */
+#define L9_ATT                  17111528448 /*   33554432: attention output */
+#define L9_RES                  17145082880 /*   33554432: residual stream after attention */
+#define L9_LN2                  17178637312 /*   33554432: mlp norm output */
+#define L9_G                    17212191744 /*  117440512: mlp gate */
+#define L9_U                    17329632256 /*  117440512: mlp up */
+#define L9_H                    17447072768 /*  117440512: mlp activation */
+#define L10_LN1                 17564513280 /*   33554432: attention norm output */
+#define L10_Q                   17598067712 /*   33554432: queries (rotated) */
+#define L10_K                   17631622144 /*    8388608: keys (rotated) */
+#define L10_V                   17640010752 /*    8388608: values */
+#define L10_ATT                 17648399360 /*   33554432: attention output */
+#define L10_RES                 17681953792 /*   33554432: residual stream after attention */
+#define L10_LN2                 17715508224 /*   33554432: mlp norm output */
+#define L10_G                   17749062656 /*  117440512: mlp gate */
+#define L10_U                   17866503168 /*  117440512: mlp up */
+#define L10_H                   17983943680 /*  117440512: mlp activation */
+#define L11_LN1                 18101384192 /*   33554432: attention norm output */
+#define L11_Q                   18134938624 /*   33554432: queries (rotated) */
+#define L11_K                   18168493056 /*    8388608: keys (rotated) */
+#define L11_V                   18176881664 /*    8388608: values */
+#define L11_ATT                 18185270272 /*   33554432: attention output */
+#define L11_RES                 18218824704 /*   33554432: residual stream after attention */
+#define L11_LN2                 18252379136 /*   33554432: mlp norm output */
+#define L11_G                   18285933568 /*  117440512: mlp gate */
+#define L11_U                   18403374080 /*  117440512: mlp up */
+#define L11_H                   18520814592 /*  117440512: mlp activation */
+#define L12_LN1                 18638255104 /*   33554432: attention norm output */
+#define L12_Q                   18671809536 /*   33554432: queries (rotated) */
+#define L12_K                   18705363968 /*    8388608: keys (rotated) */
+#define L12_V                   18713752576 /*    8388608: values */
+#define L12_ATT                 18722141184 /*   33554432: attention output */
+#define L12_RES                 18755695616 /*   33554432: residual stream after attention */
+#define L12_LN2                 18789250048 /*   33554432: mlp norm output */
+#define L12_G                   18822804480 /*  117440512: mlp gate */
+#define L12_U                   18940244992 /*  117440512: mlp up */
+#define L12_H                   19057685504 /*  117440512: mlp activation */
+#define L13_LN1                 19175126016 /*   33554432: attention norm output */
+#define L13_Q                   19208680448 /*   33554432: queries (rotated) */
+#define L13_K                   19242234880 /*    8388608: keys (rotated) */
+#define L13_V                   19250623488 /*    8388608: values */
+#define L13_ATT                 19259012096 /*   33554432: attention output */
+#define L13_RES                 19292566528 /*   33554432: residual stream after attention */
+#define L13_LN2                 19326120960 /*   33554432: mlp norm output */
+#define L13_G                   19359675392 /*  117440512: mlp gate */
+#define L13_U                   19477115904 /*  117440512: mlp up */
+#define L13_H                   19594556416 /*  117440512: mlp activation */
+#define L14_LN1                 19711996928 /*   33554432: attention norm output */
+#define L14_Q                   19745551360 /*   33554432: queries (rotated) */
+#define L14_K                   19779105792 /*    8388608: keys (rotated) */
+#define L14_V                   19787494400 /*    8388608: values */
+#define L14_ATT                 19795883008 /*   33554432: attention output */
+#define L14_RES                 19829437440 /*   33554432: residual stream after attention */
+#define L14_LN2                 19862991872 /*   33554432: mlp norm output */
+#define L14_G                   19896546304 /*  117440512: mlp gate */
+#define L14_U                   20013986816 /*  117440512: mlp up */
+#define L14_H                   20131427328 /*  117440512: mlp activation */
+#define L15_LN1                 20248867840 /*   33554432: attention norm output */
+#define L15_Q                   20282422272 /*   33554432: queries (rotated) */
+#define L15_K                   20315976704 /*    8388608: keys (rotated) */
+#define L15_V                   20324365312 /*    8388608: values */
+#define L15_ATT                 20332753920 /*   33554432: attention output */
+#define L15_RES                 20366308352 /*   33554432: residual stream after attention */
+#define L15_LN2                 20399862784 /*   33554432: mlp norm output */
+#define L15_G                   20433417216 /*  117440512: mlp gate */
+#define L15_U                   20550857728 /*  117440512: mlp up */
+#define L15_H                   20668298240 /*  117440512: mlp activation */
+#define L16_LN1                 20785738752 /*   33554432: attention norm output */
+#define L16_Q                   20819293184 /*   33554432: queries (rotated) */
+#define L16_K                   20852847616 /*    8388608: keys (rotated) */
+#define L16_V                   20861236224 /*    8388608: values */
+#define L16_ATT                 20869624832 /*   33554432: attention output */
+#define L16_RES                 20903179264 /*   33554432: residual stream after attention */
+#define L16_LN2                 20936733696 /*   33554432: mlp norm output */
+#define L16_G                   20970288128 /*  117440512: mlp gate */
+#define L16_U                   21087728640 /*  117440512: mlp up */
+#define L16_H                   21205169152 /*  117440512: mlp activation */
+#define L17_LN1                 21322609664 /*   33554432: attention norm output */
+#define L17_Q                   21356164096 /*   33554432: queries (rotated) */
+#define L17_K                   21389718528 /*    8388608: keys (rotated) */
+#define L17_V                   21398107136 /*    8388608: values */
+#define L17_ATT                 21406495744 /*   33554432: attention output */
+#define L17_RES                 21440050176 /*   33554432: residual stream after attention */
+#define L17_LN2                 21473604608 /*   33554432: mlp norm output */
+#define L17_G                   21507159040 /*  117440512: mlp gate */
+#define L17_U                   21624599552 /*  117440512: mlp up */
+#define L17_H                   21742040064 /*  117440512: mlp activation */
+#define L18_LN1                 21859480576 /*   33554432: attention norm output */
+#define L18_Q                   21893035008 /*   33554432: queries (rotated) */
+#define L18_K                   21926589440 /*    8388608: keys (rotated) */
+#define L18_V                   21934978048 /*    8388608: values */
+#define L18_ATT                 21943366656 /*   33554432: attention output */
+#define L18_RES                 21976921088 /*   33554432: residual stream after attention */
+#define L18_LN2                 22010475520 /*   33554432: mlp norm output */
+#define L18_G                   22044029952 /*  117440512: mlp gate */
+#define L18_U                   22161470464 /*  117440512: mlp up */
+#define L18_H                   22278910976 /*  117440512: mlp activation */
+#define L19_LN1                 22396351488 /*   33554432: attention norm output */
+#define L19_Q                   22429905920 /*   33554432: queries (rotated) */
+#define L19_K                   22463460352 /*    8388608: keys (rotated) */
+#define L19_V                   22471848960 /*    8388608: values */
+#define L19_ATT                 22480237568 /*   33554432: attention output */
+#define L19_RES                 22513792000 /*   33554432: residual stream after attention */
+#define L19_LN2                 22547346432 /*   33554432: mlp norm output */
+#define L19_G                   22580900864 /*  117440512: mlp gate */
+#define L19_U                   22698341376 /*  117440512: mlp up */
+#define L19_H                   22815781888 /*  117440512: mlp activation */
+#define L20_LN1                 22933222400 /*   33554432: attention norm output */
+#define L20_Q                   22966776832 /*   33554432: queries (rotated) */
+#define L20_K                   23000331264 /*    8388608: keys (rotated) */
+#define L20_V                   23008719872 /*    8388608: values */
+#define L20_ATT                 23017108480 /*   33554432: attention output */
+#define L20_RES                 23050662912 /*   33554432: residual stream after attention */
+#define L20_LN2                 23084217344 /*   33554432: mlp norm output */
+#define L20_G                   23117771776 /*  117440512: mlp gate */
+#define L20_U                   23235212288 /*  117440512: mlp up */
+#define L20_H                   23352652800 /*  117440512: mlp activation */
+#define L21_LN1                 23470093312 /*   33554432: attention norm output */
+#define L21_Q                   23503647744 /*   33554432: queries (rotated) */
+#define L21_K                   23537202176 /*    8388608: keys (rotated) */
+#define L21_V                   23545590784 /*    8388608: values */
+#define L21_ATT                 23553979392 /*   33554432: attention output */
+#define L21_RES                 23587533824 /*   33554432: residual stream after attention */
+#define L21_LN2                 23621088256 /*   33554432: mlp norm output */
+#define L21_G                   23654642688 /*  117440512: mlp gate */
+#define L21_U                   23772083200 /*  117440512: mlp up */
+#define L21_H                   23889523712 /*  117440512: mlp activation */
+#define L22_LN1                 24006964224 /*   33554432: attention norm output */
+#define L22_Q                   24040518656 /*   33554432: queries (rotated) */
+#define L22_K                   24074073088 /*    8388608: keys (rotated) */
+#define L22_V                   24082461696 /*    8388608: values */
+#define L22_ATT                 24090850304 /*   33554432: attention output */
+#define L22_RES                 24124404736 /*   33554432: residual stream after attention */
+#define L22_LN2                 24157959168 /*   33554432: mlp norm output */
+#define L22_G                   24191513600 /*  117440512: mlp gate */
+#define L22_U                   24308954112 /*  117440512: mlp up */
+#define L22_H                   24426394624 /*  117440512: mlp activation */
+#define L23_LN1                 24543835136 /*   33554432: attention norm output */
+#define L23_Q                   24577389568 /*   33554432: queries (rotated) */
+#define L23_K                   24610944000 /*    8388608: keys (rotated) */
+#define L23_V                   24619332608 /*    8388608: values */
+#define L23_ATT                 24627721216 /*   33554432: attention output */
+#define L23_RES                 24661275648 /*   33554432: residual stream after attention */
+#define L23_LN2                 24694830080 /*   33554432: mlp norm output */
+#define L23_G                   24728384512 /*  117440512: mlp gate */
+#define L23_U                   24845825024 /*  117440512: mlp up */
+#define L23_H                   24963265536 /*  117440512: mlp activation */
+#define L24_LN1                 25080706048 /*   33554432: attention norm output */
+#define L24_Q                   25114260480 /*   33554432: queries (rotated) */
+#define L24_K                   25147814912 /*    8388608: keys (rotated) */
+#define L24_V                   25156203520 /*    8388608: values */
+#define L24_ATT                 25164592128 /*   33554432: attention output */
+#define L24_RES                 25198146560 /*   33554432: residual stream after attention */
+#define L24_LN2                 25231700992 /*   33554432: mlp norm output */
+#define L24_G                   25265255424 /*  117440512: mlp gate */
+#define L24_U                   25382695936 /*  117440512: mlp up */
+#define L24_H                   25500136448 /*  117440512: mlp activation */
+#define L25_LN1                 25617576960 /*   33554432: attention norm output */
+#define L25_Q                   25651131392 /*   33554432: queries (rotated) */
+#define L25_K                   25684685824 /*    8388608: keys (rotated) */
+#define L25_V                   25693074432 /*    8388608: values */
+#define L25_ATT                 25701463040 /*   33554432: attention output */
+#define L25_RES                 25735017472 /*   33554432: residual stream after attention */
+#define L25_LN2                 25768571904 /*   33554432: mlp norm output */
+#define L25_G                   25802126336 /*  117440512: mlp gate */
+#define L25_U                   25919566848 /*  117440512: mlp up */
+#define L25_H                   26037007360 /*  117440512: mlp activation */
+#define L26_LN1                 26154447872 /*   33554432: attention norm output */
+#define L26_Q                   26188002304 /*   33554432: queries (rotated) */
+#define L26_K                   26221556736 /*    8388608: keys (rotated) */
+#define L26_V                   26229945344 /*    8388608: values */
+#define L26_ATT                 26238333952 /*   33554432: attention output */
+#define L26_RES                 26271888384 /*   33554432: residual stream after attention */
+#define L26_LN2                 26305442816 /*   33554432: mlp norm output */
+#define L26_G                   26338997248 /*  117440512: mlp gate */
+#define L26_U                   26456437760 /*  117440512: mlp up */
+#define L26_H                   26573878272 /*  117440512: mlp activation */
+#define L27_LN1                 26691318784 /*   33554432: attention norm output */
+#define L27_Q                   26724873216 /*   33554432: queries (rotated) */
+#define L27_K                   26758427648 /*    8388608: keys (rotated) */
+#define L27_V                   26766816256 /*    8388608: values */
+#define L27_ATT                 26775204864 /*   33554432: attention output */
+#define L27_RES                 26808759296 /*   33554432: residual stream after attention */
+#define L27_LN2                 26842313728 /*   33554432: mlp norm output */
+#define L27_G                   26875868160 /*  117440512: mlp gate */
+#define L27_U                   26993308672 /*  117440512: mlp up */
+#define L27_H                   27110749184 /*  117440512: mlp activation */
+#define L28_LN1                 27228189696 /*   33554432: attention norm output */
+#define L28_Q                   27261744128 /*   33554432: queries (rotated) */
+#define L28_K                   27295298560 /*    8388608: keys (rotated) */
+#define L28_V                   27303687168 /*    8388608: values */
+#define L28_ATT                 27312075776 /*   33554432: attention output */
+#define L28_RES                 27345630208 /*   33554432: residual stream after attention */
+#define L28_LN2                 27379184640 /*   33554432: mlp norm output */
+#define L28_G                   27412739072 /*  117440512: mlp gate */
+#define L28_U                   27530179584 /*  117440512: mlp up */
+#define L28_H                   27647620096 /*  117440512: mlp activation */
+#define L29_LN1                 27765060608 /*   33554432: attention norm output */
+#define L29_Q                   27798615040 /*   33554432: queries (rotated) */
+#define L29_K                   27832169472 /*    8388608: keys (rotated) */
+#define L29_V                   27840558080 /*    8388608: values */
+#define L29_ATT                 27848946688 /*   33554432: attention output */
+#define L29_RES                 27882501120 /*   33554432: residual stream after attention */
+#define L29_LN2                 27916055552 /*   33554432: mlp norm output */
+#define L29_G                   27949609984 /*  117440512: mlp gate */
+#define L29_U                   28067050496 /*  117440512: mlp up */
+#define L29_H                   28184491008 /*  117440512: mlp activation */
+#define L30_LN1                 28301931520 /*   33554432: attention norm output */
+#define L30_Q                   28335485952 /*   33554432: queries (rotated) */
+#define L30_K                   28369040384 /*    8388608: keys (rotated) */
+#define L30_V                   28377428992 /*    8388608: values */
+#define L30_ATT                 28385817600 /*   33554432: attention output */
+#define L30_RES                 28419372032 /*   33554432: residual stream after attention */
+#define L30_LN2                 28452926464 /*   33554432: mlp norm output */
+#define L30_G                   28486480896 /*  117440512: mlp gate */
+#define L30_U                   28603921408 /*  117440512: mlp up */
+#define L30_H                   28721361920 /*  117440512: mlp activation */
+#define L31_LN1                 28838802432 /*   33554432: attention norm output */
+#define L31_Q                   28872356864 /*   33554432: queries (rotated) */
+#define L31_K                   28905911296 /*    8388608: keys (rotated) */
+#define L31_V                   28914299904 /*    8388608: values */
+#define L31_ATT                 28922688512 /*   33554432: attention output */
+#define L31_RES                 28956242944 /*   33554432: residual stream after attention */
+#define L31_LN2                 28989797376 /*   33554432: mlp norm output */
+#define L31_G                   29023351808 /*  117440512: mlp gate */
+#define L31_U                   29140792320 /*  117440512: mlp up */
+#define L31_H                   29258232832 /*  117440512: mlp activation */
+#define WS_Y                    29375673344 /*   33554432: a block's output before the residual add */
+#define WS_Y2                   29409227776 /*   33554432: shared experts' output */
+#define DX_A                    29442782208 /*   33554432: gradient of the residual stream (even layers' output) */
+#define DX_B                    29476336640 /*   33554432: gradient of the residual stream (odd layers' output) */
+#define DLN                     29509891072 /*   33554432: gradient of a norm's output */
+#define DATT                    29543445504 /*   33554432: gradient of the attention output */
+#define DQ                      29576999936 /*   33554432: gradient of the queries */
+#define DK                      29610554368 /*    8388608: gradient of the keys */
+#define DV                      29618942976 /*    8388608: gradient of the values */
+#define DG                      29627331584 /*  117440512: gradient of the mlp gate */
+#define DU                      29744772096 /*  117440512: gradient of the mlp up */
+#define DH                      29862212608 /*  117440512: gradient of the mlp activation */
+#define LNF                     29979653120 /*   33554432: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -2613,174 +2612,174 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 131334144, 0); /* embedding: 4 ranks x 131334144 */
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT), A(EMBED_PARAM), 131334144, 0); /* embedding: 4 ranks x 131334144, kept until the optimizer step */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 525336576, A(L0_DENSE_PARAM), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 8192, 4096);
   rt_comm_label("layer 0 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 525336576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 743448576, A(L1_DENSE_PARAM), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 743448576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 961560576, A(L2_DENSE_PARAM), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 961560576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1179672576, A(L3_DENSE_PARAM), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 1179672576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1397784576, A(L4_DENSE_PARAM), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer3_forward(c, false);
   rt_comm_label("layer 4 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 1397784576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1615896576, A(L5_DENSE_PARAM), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer4_forward(c, false);
   rt_comm_label("layer 5 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 1615896576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1834008576, A(L6_DENSE_PARAM), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer5_forward(c, false);
   rt_comm_label("layer 6 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 1834008576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2052120576, A(L7_DENSE_PARAM), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer6_forward(c, false);
   rt_comm_label("layer 7 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 2052120576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2270232576, A(L8_DENSE_PARAM), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer7_forward(c, false);
   rt_comm_label("layer 8 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 2270232576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2488344576, A(L9_DENSE_PARAM), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer8_forward(c, false);
   rt_comm_label("layer 9 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 2488344576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2706456576, A(L10_DENSE_PARAM), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer9_forward(c, false);
   rt_comm_label("layer 10 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 2706456576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2924568576, A(L11_DENSE_PARAM), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer10_forward(c, false);
   rt_comm_label("layer 11 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 2924568576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3142680576, A(L12_DENSE_PARAM), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer11_forward(c, false);
   rt_comm_label("layer 12 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 3142680576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3360792576, A(L13_DENSE_PARAM), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer12_forward(c, false);
   rt_comm_label("layer 13 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 3360792576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3578904576, A(L14_DENSE_PARAM), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer13_forward(c, false);
   rt_comm_label("layer 14 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 3578904576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3797016576, A(L15_DENSE_PARAM), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer14_forward(c, false);
   rt_comm_label("layer 15 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 3797016576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4015128576, A(L16_DENSE_PARAM), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer15_forward(c, false);
   rt_comm_label("layer 16 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 4015128576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4233240576, A(L17_DENSE_PARAM), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer16_forward(c, false);
   rt_comm_label("layer 17 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 4233240576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4451352576, A(L18_DENSE_PARAM), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer17_forward(c, false);
   rt_comm_label("layer 18 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 4451352576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4669464576, A(L19_DENSE_PARAM), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer18_forward(c, false);
   rt_comm_label("layer 19 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 4669464576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4887576576, A(L20_DENSE_PARAM), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer19_forward(c, false);
   rt_comm_label("layer 20 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 4887576576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5105688576, A(L21_DENSE_PARAM), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer20_forward(c, false);
   rt_comm_label("layer 21 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 5105688576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5323800576, A(L22_DENSE_PARAM), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer21_forward(c, false);
   rt_comm_label("layer 22 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 5323800576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5541912576, A(L23_DENSE_PARAM), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer22_forward(c, false);
   rt_comm_label("layer 23 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 5541912576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5760024576, A(L24_DENSE_PARAM), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer23_forward(c, false);
   rt_comm_label("layer 24 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 5760024576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5978136576, A(L25_DENSE_PARAM), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer24_forward(c, false);
   rt_comm_label("layer 25 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 5978136576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 6196248576, A(L26_DENSE_PARAM), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer25_forward(c, false);
   rt_comm_label("layer 26 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 6196248576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 6414360576, A(L27_DENSE_PARAM), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer26_forward(c, false);
   rt_comm_label("layer 27 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 6414360576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 6632472576, A(L28_DENSE_PARAM), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer27_forward(c, false);
   rt_comm_label("layer 28 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 6632472576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 6850584576, A(L29_DENSE_PARAM), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer28_forward(c, false);
   rt_comm_label("layer 29 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 6850584576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 7068696576, A(L30_DENSE_PARAM), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer29_forward(c, false);
   rt_comm_label("layer 30 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 7068696576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 7286808576, A(L31_DENSE_PARAM), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(HEAD_PARAM), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 7286808576;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 7504920576, A(HEAD_PARAM), 131335168, 2); /* head: 4 ranks x 131335168, prefetch, kept until the optimizer step */
   layer31_forward(c, false);
   rt_comm_label("head forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 7504920576;
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X32), W(0), 8192, 4096, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(4096), I(TARGETS), 8192, 4096, 128256, 4096, R(CE));
 }
@@ -2792,7 +2791,6 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 525340672);
   rt_zero(A(DLN), 33554432);
@@ -2802,18 +2800,14 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 131335168, true, NULL, 2); /* head: 4 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 7286808576;
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
   layer31_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 31 dense: 4 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 7068696576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2821,9 +2815,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 30 dense: 4 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 6850584576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2831,9 +2823,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 29 dense: 4 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 6632472576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2841,9 +2831,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 28 dense: 4 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 6414360576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2851,9 +2839,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 27 dense: 4 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 6196248576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2861,9 +2847,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 26 dense: 4 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 5978136576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2871,9 +2855,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 25 dense: 4 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 5760024576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2881,9 +2863,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 24 dense: 4 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 5541912576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2891,9 +2871,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 23 dense: 4 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 5323800576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2901,9 +2879,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 22 dense: 4 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 5105688576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2911,9 +2887,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 21 dense: 4 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 4887576576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2921,9 +2895,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 20 dense: 4 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 4669464576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2931,9 +2903,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 19 dense: 4 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 4451352576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2941,9 +2911,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 18 dense: 4 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 4233240576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2951,9 +2919,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 17 dense: 4 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 4015128576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2961,9 +2927,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 16 dense: 4 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 3797016576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2971,9 +2935,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 15 dense: 4 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 3578904576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2981,9 +2943,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 14 dense: 4 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 3360792576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2991,9 +2951,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 13 dense: 4 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 3142680576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3001,9 +2959,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 12 dense: 4 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 2924568576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3011,9 +2967,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 11 dense: 4 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 2706456576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3021,9 +2975,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 10 dense: 4 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 2488344576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3031,9 +2983,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 9 dense: 4 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 2270232576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3041,9 +2991,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 8 dense: 4 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 2052120576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3051,9 +2999,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 7 dense: 4 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 1834008576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3061,9 +3007,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 6 dense: 4 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 1615896576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3071,9 +3015,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 5 dense: 4 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 1397784576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3081,9 +3023,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 4 dense: 4 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 1179672576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3091,9 +3031,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 3 dense: 4 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 961560576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3101,9 +3039,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 2 dense: 4 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 743448576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3111,8 +3047,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 1 dense: 4 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
+  c->wd = A(KEPT) + 525336576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);

@@ -115,92 +115,91 @@
 #define L3_DENSE_PARAM              1419136 /*      74368: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define L3_EXPERTS_PARAM            1493504 /*     393216: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define HEAD_PARAM                  1886720 /*      16448: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                   1903168 /*     935168: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                   2838336 /*     935168: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                       3773504 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                       4708672 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                          5643840 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                          5709376 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                          5774912 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                          5840448 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                          5905984 /*      65536: output of the last layer */
-#define L0_LN1                      5971520 /*      65536: attention norm output */
-#define L0_Q                        6037056 /*      65536: queries (rotated) */
-#define L0_K                        6102592 /*      32768: keys (rotated) */
-#define L0_V                        6135360 /*      32768: values */
-#define L0_ATT                      6168128 /*      65536: attention output */
-#define L0_RES                      6233664 /*      65536: residual stream after attention */
-#define L0_LN2                      6299200 /*      65536: mlp norm output */
-#define L0_XP                       6364736 /*     131072: token copies in expert order: the experts' input */
-#define L0_YP                       6495808 /*     131072: expert outputs in that order */
-#define L0_EG                       6626880 /*     262144: routed experts' gate */
-#define L0_EU                       6889024 /*     262144: routed experts' up */
-#define L0_EH                       7151168 /*     262144: routed experts' activation */
-#define L0_SG                       7413312 /*     131072: shared experts' gate */
-#define L0_SU                       7544384 /*     131072: shared experts' up */
-#define L0_SH                       7675456 /*     131072: shared experts' activation */
-#define L1_LN1                      7806528 /*      65536: attention norm output */
-#define L1_Q                        7872064 /*      65536: queries (rotated) */
-#define L1_K                        7937600 /*      32768: keys (rotated) */
-#define L1_V                        7970368 /*      32768: values */
-#define L1_ATT                      8003136 /*      65536: attention output */
-#define L1_RES                      8068672 /*      65536: residual stream after attention */
-#define L1_LN2                      8134208 /*      65536: mlp norm output */
-#define L1_XP                       8199744 /*     131072: token copies in expert order: the experts' input */
-#define L1_YP                       8330816 /*     131072: expert outputs in that order */
-#define L1_EG                       8461888 /*     262144: routed experts' gate */
-#define L1_EU                       8724032 /*     262144: routed experts' up */
-#define L1_EH                       8986176 /*     262144: routed experts' activation */
-#define L1_SG                       9248320 /*     131072: shared experts' gate */
-#define L1_SU                       9379392 /*     131072: shared experts' up */
-#define L1_SH                       9510464 /*     131072: shared experts' activation */
-#define L2_LN1                      9641536 /*      65536: attention norm output */
-#define L2_Q                        9707072 /*      65536: queries (rotated) */
-#define L2_K                        9772608 /*      32768: keys (rotated) */
-#define L2_V                        9805376 /*      32768: values */
-#define L2_ATT                      9838144 /*      65536: attention output */
-#define L2_RES                      9903680 /*      65536: residual stream after attention */
-#define L2_LN2                      9969216 /*      65536: mlp norm output */
-#define L2_XP                      10034752 /*     131072: token copies in expert order: the experts' input */
-#define L2_YP                      10165824 /*     131072: expert outputs in that order */
-#define L2_EG                      10296896 /*     262144: routed experts' gate */
-#define L2_EU                      10559040 /*     262144: routed experts' up */
-#define L2_EH                      10821184 /*     262144: routed experts' activation */
-#define L2_SG                      11083328 /*     131072: shared experts' gate */
-#define L2_SU                      11214400 /*     131072: shared experts' up */
-#define L2_SH                      11345472 /*     131072: shared experts' activation */
-#define L3_LN1                     11476544 /*      65536: attention norm output */
-#define L3_Q                       11542080 /*      65536: queries (rotated) */
-#define L3_K                       11607616 /*      32768: keys (rotated) */
-#define L3_V                       11640384 /*      32768: values */
-#define L3_ATT                     11673152 /*      65536: attention output */
-#define L3_RES                     11738688 /*      65536: residual stream after attention */
-#define L3_LN2                     11804224 /*      65536: mlp norm output */
-#define L3_XP                      11869760 /*     131072: token copies in expert order: the experts' input */
-#define L3_YP                      12000832 /*     131072: expert outputs in that order */
-#define L3_EG                      12131904 /*     262144: routed experts' gate */
-#define L3_EU                      12394048 /*     262144: routed experts' up */
-#define L3_EH                      12656192 /*     262144: routed experts' activation */
-#define L3_SG                      12918336 /*     131072: shared experts' gate */
-#define L3_SU                      13049408 /*     131072: shared experts' up */
-#define L3_SH                      13180480 /*     131072: shared experts' activation */
-#define WS_Y                       13311552 /*      65536: a block's output before the residual add */
-#define WS_Y2                      13377088 /*      65536: shared experts' output */
-#define DX_A                       13442624 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                       13508160 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                        13573696 /*      65536: gradient of a norm's output */
-#define DATT                       13639232 /*      65536: gradient of the attention output */
-#define DQ                         13704768 /*      65536: gradient of the queries */
-#define DK                         13770304 /*      32768: gradient of the keys */
-#define DV                         13803072 /*      32768: gradient of the values */
-#define EDG                        13835840 /*     262144: routed experts' gate gradient */
+#define KEPT                        1903168 /*    3806336: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
+#define GRAD0                       5709504 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                       6644672 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                          7579840 /*      65536: boundary: input of layer 0 (residual stream) */
+#define X1                          7645376 /*      65536: boundary: input of layer 1 (residual stream) */
+#define X2                          7710912 /*      65536: boundary: input of layer 2 (residual stream) */
+#define X3                          7776448 /*      65536: boundary: input of layer 3 (residual stream) */
+#define X4                          7841984 /*      65536: output of the last layer */
+#define L0_LN1                      7907520 /*      65536: attention norm output */
+#define L0_Q                        7973056 /*      65536: queries (rotated) */
+#define L0_K                        8038592 /*      32768: keys (rotated) */
+#define L0_V                        8071360 /*      32768: values */
+#define L0_ATT                      8104128 /*      65536: attention output */
+#define L0_RES                      8169664 /*      65536: residual stream after attention */
+#define L0_LN2                      8235200 /*      65536: mlp norm output */
+#define L0_XP                       8300736 /*     131072: token copies in expert order: the experts' input */
+#define L0_YP                       8431808 /*     131072: expert outputs in that order */
+#define L0_EG                       8562880 /*     262144: routed experts' gate */
+#define L0_EU                       8825024 /*     262144: routed experts' up */
+#define L0_EH                       9087168 /*     262144: routed experts' activation */
+#define L0_SG                       9349312 /*     131072: shared experts' gate */
+#define L0_SU                       9480384 /*     131072: shared experts' up */
+#define L0_SH                       9611456 /*     131072: shared experts' activation */
+#define L1_LN1                      9742528 /*      65536: attention norm output */
+#define L1_Q                        9808064 /*      65536: queries (rotated) */
+#define L1_K                        9873600 /*      32768: keys (rotated) */
+#define L1_V                        9906368 /*      32768: values */
+#define L1_ATT                      9939136 /*      65536: attention output */
+#define L1_RES                     10004672 /*      65536: residual stream after attention */
+#define L1_LN2                     10070208 /*      65536: mlp norm output */
+#define L1_XP                      10135744 /*     131072: token copies in expert order: the experts' input */
+#define L1_YP                      10266816 /*     131072: expert outputs in that order */
+#define L1_EG                      10397888 /*     262144: routed experts' gate */
+#define L1_EU                      10660032 /*     262144: routed experts' up */
+#define L1_EH                      10922176 /*     262144: routed experts' activation */
+#define L1_SG                      11184320 /*     131072: shared experts' gate */
+#define L1_SU                      11315392 /*     131072: shared experts' up */
+#define L1_SH                      11446464 /*     131072: shared experts' activation */
+#define L2_LN1                     11577536 /*      65536: attention norm output */
+#define L2_Q                       11643072 /*      65536: queries (rotated) */
+#define L2_K                       11708608 /*      32768: keys (rotated) */
+#define L2_V                       11741376 /*      32768: values */
+#define L2_ATT                     11774144 /*      65536: attention output */
+#define L2_RES                     11839680 /*      65536: residual stream after attention */
+#define L2_LN2                     11905216 /*      65536: mlp norm output */
+#define L2_XP                      11970752 /*     131072: token copies in expert order: the experts' input */
+#define L2_YP                      12101824 /*     131072: expert outputs in that order */
+#define L2_EG                      12232896 /*     262144: routed experts' gate */
+#define L2_EU                      12495040 /*     262144: routed experts' up */
+#define L2_EH                      12757184 /*     262144: routed experts' activation */
+#define L2_SG                      13019328 /*     131072: shared experts' gate */
+#define L2_SU                      13150400 /*     131072: shared experts' up */
+#define L2_SH                      13281472 /*     131072: shared experts' activation */
+#define L3_LN1                     13412544 /*      65536: attention norm output */
+#define L3_Q                       13478080 /*      65536: queries (rotated) */
+#define L3_K                       13543616 /*      32768: keys (rotated) */
+#define L3_V                       13576384 /*      32768: values */
+#define L3_ATT                     13609152 /*      65536: attention output */
+#define L3_RES                     13674688 /*      65536: residual stream after attention */
+#define L3_LN2                     13740224 /*      65536: mlp norm output */
+#define L3_XP                      13805760 /*     131072: token copies in expert order: the experts' input */
+#define L3_YP                      13936832 /*     131072: expert outputs in that order */
+#define L3_EG                      14067904 /*     262144: routed experts' gate */
+#define L3_EU                      14330048 /*     262144: routed experts' up */
+#define L3_EH                      14592192 /*     262144: routed experts' activation */
+#define L3_SG                      14854336 /*     131072: shared experts' gate */
+#define L3_SU                      14985408 /*     131072: shared experts' up */
+#define L3_SH                      15116480 /*     131072: shared experts' activation */
+#define WS_Y                       15247552 /*      65536: a block's output before the residual add */
+#define WS_Y2                      15313088 /*      65536: shared experts' output */
+#define DX_A                       15378624 /*      65536: gradient of the residual stream (even layers' output) */
+#define DX_B                       15444160 /*      65536: gradient of the residual stream (odd layers' output) */
+#define DLN                        15509696 /*      65536: gradient of a norm's output */
+#define DATT                       15575232 /*      65536: gradient of the attention output */
+#define DQ                         15640768 /*      65536: gradient of the queries */
+#define DK                         15706304 /*      32768: gradient of the keys */
+#define DV                         15739072 /*      32768: gradient of the values */
+#define EDG                        15771840 /*     262144: routed experts' gate gradient */
 #define DSG                             EDG /*     131072: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
-#define EDU                        14097984 /*     262144: routed experts' up gradient */
+#define EDU                        16033984 /*     262144: routed experts' up gradient */
 #define DSU                             EDU /*     131072: shared experts' up gradient: in EDU (one FFN's backward at a time) */
-#define EDH                        14360128 /*     262144: routed experts' activation gradient */
+#define EDH                        16296128 /*     262144: routed experts' activation gradient */
 #define DSH                             EDH /*     131072: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
-#define DYP                        14622272 /*     131072: gradient of the expert outputs */
-#define LNF                        14753344 /*      65536: final norm output */
+#define DYP                        16558272 /*     131072: gradient of the expert outputs */
+#define LNF                        16689344 /*      65536: final norm output */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -564,42 +563,38 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 16384, 0); /* embedding: 2 ranks x 16384 */
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L0_EXPERTS_PARAM), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT), A(EMBED_PARAM), 16384, 0); /* embedding: 2 ranks x 16384, kept until the optimizer step */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 32768, A(L0_DENSE_PARAM), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch, kept until the optimizer step */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 181504, A(L0_EXPERTS_PARAM), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch, kept until the optimizer step */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 512, 128);
   rt_comm_label("layer 0 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L1_EXPERTS_PARAM), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
+  c->wd = A(KEPT) + 32768, c->we = A(KEPT) + 181504;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 967936, A(L1_DENSE_PARAM), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch, kept until the optimizer step */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 1116672, A(L1_EXPERTS_PARAM), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch, kept until the optimizer step */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L2_EXPERTS_PARAM), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
+  c->wd = A(KEPT) + 967936, c->we = A(KEPT) + 1116672;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1903104, A(L2_DENSE_PARAM), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch, kept until the optimizer step */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 2051840, A(L2_EXPERTS_PARAM), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch, kept until the optimizer step */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L3_EXPERTS_PARAM), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
+  c->wd = A(KEPT) + 1903104, c->we = A(KEPT) + 2051840;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2838272, A(L3_DENSE_PARAM), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch, kept until the optimizer step */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 2987008, A(L3_EXPERTS_PARAM), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch, kept until the optimizer step */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(HEAD_PARAM), 16448, 2); /* head: 2 ranks x 16448, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
+  c->wd = A(KEPT) + 2838272, c->we = A(KEPT) + 2987008;
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3773440, A(HEAD_PARAM), 16448, 2); /* head: 2 ranks x 16448, prefetch, kept until the optimizer step */
   layer3_forward(c, false);
   rt_comm_label("head forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 3773440;
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X4), W(0), 512, 128, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(128), I(TARGETS), 512, 128, 256, 256, R(CE));
 }
@@ -611,8 +606,6 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L3_EXPERTS_PARAM), 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 32896);
   rt_zero(A(DLN), 65536);
@@ -622,11 +615,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 16448, true, NULL, 2); /* head: 2 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L2_EXPERTS_PARAM), 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(KEPT) + 2838272, c->we = A(KEPT) + 2987008;
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 148736;
   rt_zero(A(GRAD0), 935168);
   layer3_backward(c);
@@ -634,11 +623,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 148736, 393216, true, NULL, 1); /* layer 3 experts: 2 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(L1_EXPERTS_PARAM), 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(KEPT) + 1903104, c->we = A(KEPT) + 2051840;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 148736;
   rt_zero(A(GRAD1), 935168);
@@ -647,11 +632,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), A(GRAD1) + 148736, 393216, true, NULL, 3); /* layer 2 experts: 2 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(L0_EXPERTS_PARAM), 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(KEPT) + 967936, c->we = A(KEPT) + 1116672;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 148736;
   rt_zero(A(GRAD0), 935168);
@@ -660,9 +641,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), A(GRAD0) + 148736, 393216, true, NULL, 1); /* layer 1 experts: 2 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
+  c->wd = A(KEPT) + 32768, c->we = A(KEPT) + 181504;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 148736;
   rt_zero(A(GRAD1), 935168);
