@@ -370,6 +370,16 @@ static void body(Em *e, const char *spec_base) {
        " * %s activation checkpointing; %lld micro-batch(es) of %lld x %lld tokens per rank and step.\n",
     (long long)e->world, (long long)e->dpr, (long long)e->fsdp, (long long)e->ep, (long long)e->El,
     plan_ac_words(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
+  if (e->keep[0] || e->keep[1]) {
+    bool both = e->keep[0] && e->keep[1];
+    P(e, " * Reshard after_step: %s gathered once per step, by the first micro-batch's forward, into\n"
+         " * %s, and read there by every forward and backward until the optimizer step (c->gather_kept)%s\n"
+         " * gradients are reduce-scattered after each micro-batch's backward.\n",
+      both ? "every parameter group is" : e->keep[0] ? "all but the routed experts are" : "the routed experts are",
+      e->kept_buf[e->keep[0] ? 0 : 1],
+      both ? ";" : e->keep[0] ? ";\n * the routed experts are re-gathered into GATHERED<i> for each pass;"
+                              : ";\n * the rest is re-gathered into GATHERED<i> for each pass;");
+  }
   P(e, " * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),\n"
        " * each allocated once at start-up: the maps below. Tokens are B x T = %lld rows of hidden %lld.\n */\n",
     (long long)e->N, (long long)e->C);

@@ -2,6 +2,10 @@
  *
  * The plan: 32 ranks = 1 replica(s) x 32-way FSDP, EP 1 (8 experts per rank),
  * full activation checkpointing; 2 micro-batch(es) of 4 x 32768 tokens per rank and step.
+ * Reshard after_step: all but the routed experts are gathered once per step, by the first micro-batch's forward, into
+ * DENSE_KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
+ * the routed experts are re-gathered into GATHERED<i> for each pass;
+ * gradients are reduce-scattered after each micro-batch's backward.
  * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
  * each allocated once at start-up: the maps below. Tokens are B x T = 131072 rows of hidden 4096.
  */

@@ -2,6 +2,9 @@
  *
  * The plan: 16 ranks = 1 replica(s) x 16-way FSDP, EP 1 (128 experts per rank),
  * full activation checkpointing; 1 micro-batch(es) of 16 x 4096 tokens per rank and step.
+ * Reshard after_step: every parameter group is gathered once per step, by the first micro-batch's forward, into
+ * KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
+ * gradients are reduce-scattered after each micro-batch's backward.
  * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
  * each allocated once at start-up: the maps below. Tokens are B x T = 65536 rows of hidden 2048.
  */

@@ -2,6 +2,9 @@
  *
  * The plan: 2 ranks = 1 replica(s) x 2-way FSDP, EP 1 (8 experts per rank),
  * no activation checkpointing; 2 micro-batch(es) of 2 x 256 tokens per rank and step.
+ * Reshard after_step: every parameter group is gathered once per step, by the first micro-batch's forward, into
+ * KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
+ * gradients are reduce-scattered after each micro-batch's backward.
  * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
  * each allocated once at start-up: the maps below. Tokens are B x T = 512 rows of hidden 128.
  */
