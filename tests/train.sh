@@ -179,12 +179,15 @@ assert abs(mfu - 100 * tps * fpt / want_peak) <= 0.005 + 100 * 0.5 * fpt / want_
 assert abs(pmfu - 100 * plan["predicted"]["mfu"]) <= 0.01, (pmfu, plan["predicted"]["mfu"])
 assert abs(ratio - tps / pred) <= 0.001 + 0.5 / pred + 0.5 / tps, (ratio, tps, pred)
 PY
-  # ep 2 and 4 inside one 4-rank node, and ep 4 across 2 nodes x 2 ranks (an EP group of whole nodes)
+  # ep 2 and 4 inside one 4-rank node, and ep 4 across 2 nodes x 2 ranks (an EP group of whole nodes),
+  # re-gathering for every pass (the search would keep everything gathered: kept below)
   for ep in 2 4 4x; do
-    layout=(--set cluster.gpus_per_node=4)
-    [ "$ep" = 4x ] && layout=(--set cluster.nodes=2 --set cluster.gpus_per_node=2)
+    layout=(--set cluster.gpus_per_node=4 --set plan.reshard=every_micro_batch)
+    [ "$ep" = 4x ] && layout=(--set cluster.nodes=2 --set cluster.gpus_per_node=2 --set plan.reshard=every_micro_batch)
     build "w4ep$ep" "$tiny" float "${small[@]}" "${layout[@]}" --set plan.fsdp=4 --set plan.ep=${ep%x} || continue
     grep -q "^#define PLAN_EP ${ep%x}$" "$work/w4ep$ep/step.h" || die "w4ep$ep: the plan did not take ep ${ep%x}"
+    grep -q "^#define GATHERED0 " "$work/w4ep$ep/step.c" && ! grep -q "_KEPT\|^#define KEPT " "$work/w4ep$ep/step.c" ||
+      die "w4ep$ep: not a program that re-gathers every pass"
     [ "$ep" = 4x ] && { grep -q "EP 4 across 2 nodes" "$work/w4ep$ep/plan.txt" || die "w4ep4x: plan.txt does not lay EP across 2 nodes"; }
     (cd "$work" && "${mpirun[@]}" -np 4 "./w4ep$ep/build/train" --data "$text" --metrics "w4ep$ep.jsonl" >/dev/null) ||
       { die "4 rank run (ep $ep)"; continue; }
