@@ -370,7 +370,7 @@ static void body(Em *e, const char *spec_base) {
        " * %s activation checkpointing; %lld micro-batch(es) of %lld x %lld tokens per rank and step.\n",
     (long long)e->world, (long long)e->dpr, (long long)e->fsdp, (long long)e->ep, (long long)e->El,
     plan_ac_words(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
-  if (e->keep[0] || e->keep[1]) {
+  if ((e->keep[0] || e->keep[1]) && e->kept_buf[e->keep[0] ? 0 : 1]) { /* (a kind kept that has groups) */
     bool both = e->keep[0] && e->keep[1];
     P(e, " * Reshard after_step: %s gathered once per step, by the first micro-batch's forward, into\n"
          " * %s, and read there by every forward and backward until the optimizer step (c->gather_kept)%s\n"
