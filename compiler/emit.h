@@ -48,6 +48,8 @@ typedef struct {
   int64_t elems, full, shard;
   int first, last;          /* its tensors are among tensors[first..last] (none: first > last) */
   bool adamw, muon;         /* some tensor is optimized by AdamW (two moments), by Muon (one) */
+  int64_t kept_at;          /* kept gathered (Em.keep): its first element in its kind's kept
+                               buffer (Em.kept_buf); else -1 */
 } EmGroup;
 
 /* A parameter tensor in its group (one expert's size for routed tensors). */
@@ -81,6 +83,13 @@ typedef struct {
   bool mla;
   int64_t fsdp, ep, efsdp, dpr, accum, world;
   int prefetch; /* the plan's prefetch depth P: units u+1..u+P are gathered while u computes */
+  /* the plan's reshard (keep[0]: every group but the routed experts) and reshard_experts
+   * (keep[1]) after_step: those groups are gathered by the first micro-batch's forward into
+   * kept_buf[k] (the plan's gathered.params_kept "KEPT" for both, gathered.dense_kept
+   * "DENSE_KEPT", gathered.experts_kept "EXPERTS_KEPT") and stay there until the optimizer
+   * step; the pool GATHERED<i> holds the other kind only (none when both are kept) */
+  bool keep[2];
+  const char *kept_buf[2];
   CheckpointPolicy ac;
   bool aux_free, sigmoid;
   QkNorm qk_norm; /* model.attention.qk_norm: q and k normalized before RoPE (Qwen3, OLMoE) */

@@ -105,7 +105,7 @@ static int add_group(Em *e, const char *name, const char *cname, int comm) {
   EmGroup *g = &e->groups[e->ngroups];
   memset(g, 0, sizeof *g);
   g->name = name, g->cname = cname, g->comm = comm;
-  g->first = INT_MAX, g->last = -1;
+  g->first = INT_MAX, g->last = -1, g->kept_at = -1;
   return e->ngroups++;
 }
 
@@ -297,6 +297,42 @@ void em_mla_workspace(Em *e) {
                    "mla: gradient of kv_b_proj's output: in WS_KVB (dead once K and V are built from it)");
 }
 
+/* Reshard after_step (Em.keep): the buffers that hold the kept groups from the first
+ * micro-batch's forward to the optimizer step, each group at its kept_at, in forward order (a
+ * tied head is the embedding group: held once). One buffer for both kinds, as the plan's
+ * gathered.params_kept (2 B x (params - routed params + routed params / ep)), or one for the kind
+ * kept, as gathered.dense_kept (2 B x (params - routed params)) or gathered.experts_kept (2 B x
+ * routed params / ep); each group padded as its all-gather writes it (full), to whole 64-byte
+ * lines. Before the scratch: they live across micro-batches. */
+static void kept_buffers(Em *e) {
+  int64_t n[2] = {0, 0};
+  bool both = e->keep[0] && e->keep[1];
+  for (int g = 0; g < e->ngroups; g++) {
+    EmGroup *G = &e->groups[g];
+    int k = G->comm ? 1 : 0;
+    if (!e->keep[k]) continue;
+    int b = both ? 0 : k; /* which buffer */
+    G->kept_at = n[b];
+    n[b] += round_up(G->full, ALIGN);
+  }
+  if (both) {
+    e->kept_buf[0] = e->kept_buf[1] = "KEPT";
+    abuf(e, "KEPT", n[0], "reshard after_step: every group gathered by the first micro-batch's forward, kept "
+         "until the optimizer step (the plan's gathered.params_kept)");
+    return;
+  }
+  if (e->keep[0]) {
+    e->kept_buf[0] = "DENSE_KEPT";
+    abuf(e, "DENSE_KEPT", n[0], "reshard after_step: all but the routed experts, gathered by the first "
+         "micro-batch's forward, kept until the optimizer step (the plan's gathered.dense_kept)");
+  }
+  if (e->keep[1] && n[1]) {
+    e->kept_buf[1] = "EXPERTS_KEPT";
+    abuf(e, "EXPERTS_KEPT", n[1], "reshard_experts after_step: this EP rank's routed experts, gathered by the "
+         "first micro-batch's forward, kept until the optimizer step (the plan's gathered.experts_kept)");
+  }
+}
+
 void em_layout(Em *e) {
   const Model *md = e->md;
   int64_t N = e->N, C = e->C, K = e->K;
@@ -372,6 +408,7 @@ void em_layout(Em *e) {
     for (int g = 0; g < e->ngroups; g++)
       abuf(e, mem_printf(e->m, "%s_PARAM", e->groups[g].cname), e->groups[g].shard,
            "its shard cast to the activation type, gathered from: refreshed after each optimizer step");
+  kept_buffers(e);
   e->scratch[EM_REAL] = e->top[EM_REAL], e->scratch[EM_ACT] = e->top[EM_ACT];
   if (!e->state_host) {
     int64_t unit = e->groups[e->g_embed].shard > e->groups[e->g_head].shard ? e->groups[e->g_embed].shard
@@ -389,16 +426,22 @@ void em_layout(Em *e) {
    * (P the plan's prefetch depth) are in flight into the other buffers of the pool, and in the
    * backward the previous unit's gradient is reduce-scattered from the other of two gradient
    * buffers. A unit's dense group and its experts share one buffer (dense first), as the plan's
-   * gathered.params[i] and grads.bf16_unsharded[i] items hold a layer: sized by the largest unit */
-  int64_t max_unit = e->groups[e->g_embed].full > e->groups[e->g_head].full ? e->groups[e->g_embed].full
-                                                                             : e->groups[e->g_head].full;
-  for (int l = 0; l < e->L; l++) {
-    int64_t u = e->groups[e->layer_dense[l]].full + (e->layer_experts[l] >= 0 ? e->groups[e->layer_experts[l]].full : 0);
-    if (u > max_unit) max_unit = u;
+   * gathered.params[i] and grads.bf16_unsharded[i] items hold a layer: sized by the largest unit
+   * (the pool by the largest unit's groups not kept gathered: the plan's gathered_group_bytes) */
+  int64_t max_unit = 0, max_pool = 0;
+  for (int u = 0; u <= e->L + 1; u++) {
+    int gd = u == 0 ? e->g_embed : u == e->L + 1 ? e->g_head : e->layer_dense[u - 1];
+    int gx = u >= 1 && u <= e->L ? e->layer_experts[u - 1] : -1;
+    int64_t d = e->groups[gd].full, x = gx >= 0 ? e->groups[gx].full : 0;
+    int64_t pool = (e->keep[0] ? 0 : d) + (e->keep[1] ? 0 : x);
+    if (d + x > max_unit) max_unit = d + x;
+    if (pool > max_pool) max_pool = pool;
   }
-  for (int i = 0; i <= e->prefetch; i++) /* the plan's gathered.params[i]: unit u in GATHERED<u % (P + 1)> */
-    abuf(e, mem_printf(e->m, "GATHERED%d", i), max_unit,
-        mem_printf(e->m, "units u with u %% %d = %d: parameters all-gathered, dense then experts", e->prefetch + 1, i));
+  for (int i = 0; max_pool && i <= e->prefetch; i++) /* the plan's gathered.params[i]: unit u in GATHERED<u % (P + 1)> */
+    abuf(e, mem_printf(e->m, "GATHERED%d", i), max_pool,
+        mem_printf(e->m, "units u with u %% %d = %d: parameters all-gathered, %s", e->prefetch + 1, i,
+                   e->keep[0] ? "the routed experts (the rest is kept in DENSE_KEPT)"
+                   : e->keep[1] ? "all but the routed experts (kept in EXPERTS_KEPT)" : "dense then experts"));
   /* the plan's grads.bf16_unsharded[0..1]: the unit's weight gradients in the activation type
    * (bf16 on cuda), reduce-scattered from these bytes (bf16 wire: in place) */
   abuf(e, "GRAD0", max_unit, "an even unit's gradient, dense then experts, then its reduce-scatters' input (in place)");

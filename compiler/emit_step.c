@@ -31,35 +31,61 @@ static const char *in_unit(Em *e, int u, int k) {
   return k && g >= 0 ? mem_printf(e->m, " + %lld", (long long)e->groups[g].full) : "";
 }
 
-/* Starts the all-gathers of unit u's groups (a prefetch: waited for in use_unit). */
-static void start_unit(Em *e, int u, const char *why) {
+/* Where unit u's group of kind k is gathered to and read from: its place in the kept buffer when
+ * the plan keeps that kind gathered (Em.keep), else GATHERED<u % (P + 1)>, dense first, then the
+ * experts (only the kinds not kept are in the pool: with the dense groups kept, the experts
+ * start at 0). */
+static const char *unit_at(Em *e, int u, int k) {
+  const EmGroup *G = &e->groups[unit_group(e, u, k)];
+  if (e->keep[k])
+    return G->kept_at ? mem_printf(e->m, "R(%s) + %lld", e->kept_buf[k], (long long)G->kept_at)
+                      : mem_printf(e->m, "R(%s)", e->kept_buf[k]);
+  return mem_printf(e->m, "R(GATHERED%d)%s", u % (e->prefetch + 1), e->keep[0] ? "" : in_unit(e, u, k));
+}
+
+/* Whether unit u's group of kind k, kept gathered, was gathered by an earlier unit of the forward:
+ * the head of tied embeddings is the embedding group. */
+static bool gathered_earlier(const Em *e, int u, int k) {
+  return e->keep[k] && k == 0 && u == e->L + 1 && e->g_head == e->g_embed;
+}
+
+/* Starts the all-gathers of unit u's groups (a prefetch: waited for in use_unit). A group kept
+ * gathered (Em.keep) is gathered only in the forward (fwd) of the first micro-batch of a step
+ * (c->gather_kept), once (gathered_earlier); a backward or a later micro-batch reads it where it
+ * is. */
+static void start_unit(Em *e, int u, const char *why, bool fwd) {
   if (u > e->L + 1) return; /* past the head: nothing to prefetch */
   for (int k = 0; k < 2; k++) {
     int g = unit_group(e, u, k);
-    if (g < 0) continue;
+    if (g < 0 || (e->keep[k] && (!fwd || gathered_earlier(e, u, k)))) continue;
     const EmGroup *G = &e->groups[g];
     int b = u % (e->prefetch + 1);
+    const char *cond = e->keep[k] ? "if (c->gather_kept) " : ""; /* kept: the first micro-batch's forward only */
     const char *src = mem_printf(e->m, "R(%s_PARAM)", G->cname);
     if (!e->state_host) { /* the master in HBM: cast on the compute stream, which the gather waits for */
       int gd = unit_group(e, u, 0);
       src = mem_printf(e->m, "R(CAST%d)%s", b, k && gd >= 0 ? mem_printf(e->m, " + %lld", (long long)e->groups[gd].shard) : "");
-      P(e, "  rt_cast_to_act(%s, S(%s_MASTER), %lld); /* its master shard, cast for the gather */\n", src, G->cname,
-        (long long)G->shard);
+      P(e, "  %srt_cast_to_act(%s, S(%s_MASTER), %lld); /* its master shard, cast for the gather */\n", cond, src,
+        G->cname, (long long)G->shard);
     }
-    P(e, "  rt_comm_all_gather_start(c->comm.%s, R(GATHERED%d)%s, %s, %lld, %d); /* %s: %lld ranks x %lld%s */\n",
-      kind_comm[k], b, in_unit(e, u, k), src,
-      (long long)G->shard, 2 * b + k, G->name, (long long)(k ? e->efsdp : e->fsdp), (long long)G->shard, why);
+    P(e, "  %srt_comm_all_gather_start(c->comm.%s, %s, %s, %lld, %d); /* %s: %lld ranks x %lld%s */\n", cond,
+      kind_comm[k], unit_at(e, u, k), src, (long long)G->shard, 2 * b + k, G->name, (long long)(k ? e->efsdp : e->fsdp),
+      (long long)G->shard, e->keep[k] ? mem_printf(e->m, "%s, kept until the optimizer step", why) : why);
   }
 }
 
-/* Waits for unit u's gathers and points W and WE at them. */
-static void use_unit(Em *e, int u) {
+/* Waits for unit u's gathers (those start_unit started) and points W and WE at them. */
+static void use_unit(Em *e, int u, bool fwd) {
   bool experts = unit_group(e, u, 1) >= 0;
   int b = u % (e->prefetch + 1);
-  P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * b);
-  if (experts) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * b + 1);
-  P(e, "  c->wd = R(GATHERED%d)%s;\n", b,
-    experts ? mem_printf(e->m, ", c->we = R(GATHERED%d)%s", b, in_unit(e, u, 1)) : "");
+  const char *kept = ""; /* the waits for kept groups: only when this forward gathered them */
+  for (int k = 0; k < (experts ? 2 : 1); k++) {
+    if (!e->keep[k]) P(e, "  rt_comm_all_gather_wait(%d);\n", 2 * b + k);
+    else if (fwd && !gathered_earlier(e, u, k))
+      kept = mem_printf(e->m, "%s%srt_comm_all_gather_wait(%d)", kept, kept[0] ? ", " : "", 2 * b + k);
+  }
+  if (kept[0]) P(e, "  if (c->gather_kept) %s;\n", kept);
+  P(e, "  c->wd = %s;\n", experts ? mem_printf(e->m, "%s, c->we = %s", unit_at(e, u, 0), unit_at(e, u, 1)) : unit_at(e, u, 0));
 }
 
 /* Unit u's backward begins: the reduce-scatters that last used its parity's gradient buffer are
@@ -116,17 +142,17 @@ static void schedule(Em *e) {
     L - 1, D);
   P(e, "real step_forward(RtCtx *c) {\n");
   P(e, "  rt_comm_label(\"embedding forward\");\n");
-  for (int u = 0; u < D; u++) start_unit(e, u, u ? ", prefetch" : "");
-  use_unit(e, 0);
-  start_unit(e, D, ", prefetch");
+  for (int u = 0; u < D; u++) start_unit(e, u, u ? ", prefetch" : "", true);
+  use_unit(e, 0, true);
+  start_unit(e, D, ", prefetch", true);
   P(e, "  rt_embedding_forward(R(X0), I(INPUTS), W(0), %lld, %lld);\n", N, C);
   if (!e->rope)
     P(e, "  rt_position_forward(R(X0), W(%lld), %lld, %lld, %lld); /* + learned positions (embed_positions) */\n",
       (long long)off(e, e->g_embed, "embed_positions.weight"), (long long)e->B, (long long)e->T, C);
   for (int l = 0; l < L; l++) {
     P(e, "  rt_comm_label(\"layer %d forward\");\n", l);
-    use_unit(e, l + 1);
-    start_unit(e, l + 1 + D, ", prefetch");
+    use_unit(e, l + 1, true);
+    start_unit(e, l + 1 + D, ", prefetch", true);
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
       P(e, "  rt_offload_wait(c, %d); /* X%d is on the host: its slot takes X%d */\n", l - 2, l - 2, l + 1);
     P(e, "  layer%d_forward(c, false);\n", l);
@@ -134,7 +160,7 @@ static void schedule(Em *e) {
       P(e, "  rt_offload_store(c, %d, H(HX%d), R(X%d), %lld); /* to the host while the next layers run */\n", l, l, l, N * C);
   }
   P(e, "  rt_comm_label(\"head forward\");\n");
-  use_unit(e, L + 1);
+  use_unit(e, L + 1, true);
   em_norm_forward(e, gh, "LNF", "RSTDF", mem_printf(e->m, "X%d", L), "norm");
   P(e, "  return rt_lm_head_ce_forward(R(LSEF), R(LNF), W(%lld), I(TARGETS), %lld, %lld, %lld, %lld, R(CE));\n}\n",
     (long long)off(e, gh, head_key(e)), N, C, V, (long long)e->chunk);
@@ -146,7 +172,7 @@ static void schedule(Em *e) {
   P(e, "void step_backward(RtCtx *c) {\n");
   P(e, "  /* head (its parameters are still gathered from the forward) */\n");
   P(e, "  rt_comm_label(\"head backward\");\n");
-  for (int u = L; u > L - D && u >= 1; u--) start_unit(e, u, ", prefetch");
+  for (int u = L; u > L - D && u >= 1; u--) start_unit(e, u, ", prefetch", false);
   begin_grads(e, L + 1);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   int64_t o = off(e, gh, head_key(e));
@@ -160,8 +186,8 @@ static void schedule(Em *e) {
   for (int l = L - 1; l >= 0; l--) {
     P(e, "  /* layer %d */\n", l);
     P(e, "  rt_comm_label(\"layer %d backward\");\n", l);
-    use_unit(e, l + 1);
-    if (l + 1 - D >= 1) start_unit(e, l + 1 - D, ", prefetch");
+    use_unit(e, l + 1, false);
+    if (l + 1 - D >= 1) start_unit(e, l + 1 - D, ", prefetch", false);
     if (e->host_elems && l <= L - 3) P(e, "  rt_offload_wait(c, %d); /* X%d is back */\n", l, l);
     if (e->ac != AC_NONE) P(e, "  layer%d_forward(c, true); /* recompute from X%d (%s checkpointing) */\n", l, l, plan_ac_name(e->ac));
     if (e->host_elems && l >= 2 && l - 2 <= L - 3)
@@ -352,6 +378,16 @@ static void body(Em *e, const char *spec_base) {
        " * %s activation checkpointing; %lld micro-batch(es) of %lld x %lld tokens per rank and step.\n",
     (long long)e->world, (long long)e->dpr, (long long)e->fsdp, (long long)e->ep, (long long)e->El,
     plan_ac_words(e->ac), (long long)e->accum, (long long)e->B, (long long)e->T);
+  if ((e->keep[0] || e->keep[1]) && e->kept_buf[e->keep[0] ? 0 : 1]) { /* (a kind kept that has groups) */
+    bool both = e->keep[0] && e->keep[1];
+    P(e, " * Reshard after_step: %s gathered once per step, by the first micro-batch's forward, into\n"
+         " * %s, and read there by every forward and backward until the optimizer step (c->gather_kept)%s\n"
+         " * gradients are reduce-scattered after each micro-batch's backward.\n",
+      both ? "every parameter group is" : e->keep[0] ? "all but the routed experts are" : "the routed experts are",
+      e->kept_buf[e->keep[0] ? 0 : 1],
+      both ? ";" : e->keep[0] ? ";\n * the routed experts are re-gathered into GATHERED<i> for each pass;"
+                              : ";\n * the rest is re-gathered into GATHERED<i> for each pass;");
+  }
   P(e, " * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),\n"
        " * each allocated once at start-up: the maps below. Tokens are B x T = %lld rows of hidden %lld.\n */\n",
     (long long)e->N, (long long)e->C);
@@ -451,6 +487,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   e->rope = s->model.position == POS_ROPE;
   e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;
   e->world = p->world, e->ac = ch->ac, e->prefetch = ch->prefetch;
+  e->keep[0] = ch->reshard == RESHARD_AFTER_STEP, e->keep[1] = ch->reshard_experts == RESHARD_AFTER_STEP;
   e->offload = (ch->offload == OFF_HOST || ch->offload == OFF_NVME) && ch->ac == AC_FULL;
   e->state_host = ch->opt_tier == TIER_HOST, e->step_host = ch->opt_on_host;
   if (s->model.moe.present) {

@@ -236,24 +236,12 @@ static int run(Args *a) {
       report_plan_text(stdout, p, true);
     }
     if (!p->feasible && status == EXIT_DONE) status = EXIT_NO_PLAN;
-  } else if (s->plan.reshard == RESHARD_AFTER_STEP) { /* compile */
-    /* the planner prices it; the program re-gathers for every micro-batch, so refuse */
-    diag_error(&d, spec_loc(s, "plan.reshard"), "'plan.reshard' is after_step: keeping parameters gathered across "
-               "micro-batches is planned but not yet emitted (the generated program re-gathers them for every "
-               "micro-batch); expected every_micro_batch or auto (compile then plans every_micro_batch)");
-    status = EXIT_BAD_INPUT;
-  } else if (s->plan.reshard_experts == RESHARD_AFTER_STEP) { /* compile */
-    diag_error(&d, spec_loc(s, "plan.reshard_experts"), "'plan.reshard_experts' is after_step: keeping the routed "
-               "experts gathered across micro-batches is planned but not yet emitted (the generated program "
-               "re-gathers them for every micro-batch); expected every_micro_batch or auto (compile then plans "
-               "every_micro_batch)");
-    status = EXIT_BAD_INPUT;
   } else if (s->plan.moe_dispatch == DISPATCH_HIERARCHICAL) { /* compile */
     diag_error(&d, spec_loc(s, "plan.moe_dispatch"), "'plan.moe_dispatch' is hierarchical: the node-local then "
                "inter-node all-to-all is planned but not yet emitted (the generated program sends every token copy "
                "straight to its expert's rank); expected flat or auto (compile then plans flat)");
     status = EXIT_BAD_INPUT;
-  } else { /* compile: only what the program implements (reshard every_micro_batch, flat all-to-all) */
+  } else { /* compile: only what the program implements (the flat all-to-all) */
     Plan *p = plan_search_for(&mem, md, true);
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);

@@ -193,9 +193,6 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
           (long long)s->training.micro_batch);
   fprintf(out, "policy     %s\n", choice_text(&m, ch));
-  if (ch->reshard == RESHARD_AFTER_STEP || ch->reshard_experts == RESHARD_AFTER_STEP)
-    fprintf(out, "note       reshard after_step is planned but `mtc compile` does not emit it yet: compile plans with "
-                 "every_micro_batch\n");
   if (ch->dispatch == DISPATCH_HIERARCHICAL)
     fprintf(out, "note       the hierarchical all-to-all is planned but `mtc compile` does not emit it yet: compile "
                  "plans with the flat one\n");

@@ -175,7 +175,6 @@ static void search_once(const Model *md, Found *f) {
             if (off == OFF_NVME && !s->cluster.nvme.present) continue;
             for (int r = RESHARD_EVERY_MICRO_BATCH; r <= RESHARD_AFTER_STEP; r++) {
               if (pin->reshard != RESHARD_AUTO && r != (int)pin->reshard) continue;
-              if (f->program && r == RESHARD_AFTER_STEP) continue; /* not emitted yet */
               for (int re = RESHARD_EVERY_MICRO_BATCH; re <= RESHARD_AFTER_STEP; re++) {
               /* the experts' policy: pinned, else as the rest's when that is pinned (or the model
                * has no experts), else searched */
@@ -183,7 +182,6 @@ static void search_once(const Model *md, Found *f) {
                                  : pin->reshard != RESHARD_AUTO || !s->model.moe.present ? (ReshardPolicy)r
                                                                                          : RESHARD_AUTO;
               if (pe != RESHARD_AUTO && re != (int)pe) continue;
-              if (f->program && re == RESHARD_AFTER_STEP) continue;
               if (f->coarse && re != r) continue;
               /* experts not sharded (efsdp 1) are never gathered: their policy changes nothing
                * but where they sit, so only the pair with the rest's policy is tried */

@@ -202,6 +202,9 @@ typedef struct {
   act *dwd, *dwe; /* their gradients in the backward, in the activation type (GRAD0 or GRAD1:
                      the other's reduce-scatter is in flight) */
   RtA2A a2a;      /* MoE all-to-all counts (ep > 1) */
+  bool gather_kept; /* this micro-batch's forward gathers the groups the plan keeps gathered
+                       until the optimizer step (reshard after_step: KEPT, DENSE_KEPT or
+                       EXPERTS_KEPT): true for the first micro-batch of a step, false for the rest */
   real dloss;     /* weight of this micro-batch's loss in the step's objective: 1 / (accum × world) */
   double aux_loss;/* load-balancing loss added by the forward (summed over MoE layers) */
   double moe_load;       /* this step so far: the most rows an EP rank received in one MoE layer

@@ -71,12 +71,19 @@ expect 0 'across nodes: an EP group is 64 consecutive ranks on 16 nodes' "$mtc" 
 # a pinned micro_batch is honoured; the hint names a faster one from every divisor tried
 expect 0 '^hint: FSDP re-gathers every parameter for each of the 60 micro-batches.*micro_batch=12 ' "$mtc" plan specs/deepseek-v3.yaml --set training.micro_batch=1 --set plan.ep=4 --set plan.reshard=every_micro_batch
 expect 0 '^policy     fsdp 256 x dp 1, ep 4, micro_batch 12, ' "$mtc" plan specs/deepseek-v3.yaml
-expect 2 "'plan.reshard' is after_step: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.reshard=after_step
+# reshard after_step is emitted: the kept groups in the plan's buffers, gathered once per step
+tmpk=$(mktemp -d)
+expect 0 '^plan: .*parameters kept gathered until the optimizer step' "$mtc" compile specs/tiny-moe.yaml -o "$tmpk/k" --set plan.reshard=after_step
+grep -q '^#define KEPT ' "$tmpk/k/step.c" && grep -q 'if (c->gather_kept) rt_comm_all_gather_start' "$tmpk/k/step.c" ||
+  { echo "FAIL: reshard after_step: no KEPT buffer or conditional gathers in step.c"; fail=1; }
+expect 0 '^plan: .*routed experts kept gathered until the optimizer step' "$mtc" compile specs/tiny-moe.yaml -o "$tmpk/x" --set plan.reshard=every_micro_batch --set plan.reshard_experts=after_step
+grep -q '^#define EXPERTS_KEPT ' "$tmpk/x/step.c" && grep -q '^#define GATHERED1 ' "$tmpk/x/step.c" ||
+  { echo "FAIL: reshard_experts after_step: no EXPERTS_KEPT and pool in step.c"; fail=1; }
+rm -rf "$tmpk"
 # the hierarchical all-to-all: searched for EP groups across nodes, explained, refused by compile
 expect 0 '^  across      fsdp 256 x dp 1, ep 8 \(hierarchical all-to-all\)' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
 expect 0 'why: .*the all-to-all is hierarchical: a token crosses InfiniBand once per other node holding one of its experts, 0.99 of its 8 copies on average \(flat: 4.00\) with group-limited routing' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
 expect 0 '^  across      fsdp 256 x dp 1, ep 8, micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set plan.moe_dispatch=flat
-expect 2 "'plan.reshard_experts' is after_step: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.reshard_experts=after_step
 expect 0 '^chosen     fsdp 256 x dp 1, ep 32 \(hierarchical all-to-all\), micro_batch 1, .*all but the routed experts kept gathered until the optimizer step' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
 expect 0 '^  why: EP across nodes wins by' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
 expect 0 '^  why: EP across nodes wins by .*most of it in exposed FSDP communication.*a MoE layer is 3.28 GB per rank with ep 8 against 6.10 GB with ep 4' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=32

@@ -2,6 +2,9 @@
  *
  * The plan: 8 ranks = 2 replica(s) x 4-way FSDP, EP 1 (0 experts per rank),
  * no activation checkpointing; 64 micro-batch(es) of 1 x 8192 tokens per rank and step.
+ * Reshard after_step: every parameter group is gathered once per step, by the first micro-batch's forward, into
+ * KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
+ * gradients are reduce-scattered after each micro-batch's backward.
  * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
  * each allocated once at start-up: the maps below. Tokens are B x T = 8192 rows of hidden 4096.
  */
@@ -262,369 +265,368 @@
 #define LSEF                        8937472 /*       8192: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define CAST0                             0 /*  131335168: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define CAST1                     131335168 /*  131335168: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define GATHERED0                 262670336 /*  525340672: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                 788011008 /*  525340672: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                    1313351680 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                    1838692352 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                       2364033024 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                       2397587456 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                       2431141888 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                       2464696320 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                       2498250752 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                       2531805184 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                       2565359616 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                       2598914048 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                       2632468480 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                       2666022912 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                      2699577344 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                      2733131776 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                      2766686208 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                      2800240640 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                      2833795072 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                      2867349504 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                      2900903936 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                      2934458368 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                      2968012800 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                      3001567232 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                      3035121664 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                      3068676096 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                      3102230528 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                      3135784960 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                      3169339392 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                      3202893824 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                      3236448256 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                      3270002688 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                      3303557120 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                      3337111552 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                      3370665984 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                      3404220416 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                      3437774848 /*   33554432: output of the last layer */
-#define L0_LN1                   3471329280 /*   33554432: attention norm output */
-#define L0_Q                     3504883712 /*   33554432: queries (rotated) */
-#define L0_K                     3538438144 /*    8388608: keys (rotated) */
-#define L0_V                     3546826752 /*    8388608: values */
-#define L0_ATT                   3555215360 /*   33554432: attention output */
-#define L0_RES                   3588769792 /*   33554432: residual stream after attention */
-#define L0_LN2                   3622324224 /*   33554432: mlp norm output */
-#define L0_G                     3655878656 /*  117440512: mlp gate */
-#define L0_U                     3773319168 /*  117440512: mlp up */
-#define L0_H                     3890759680 /*  117440512: mlp activation */
-#define L1_LN1                   4008200192 /*   33554432: attention norm output */
-#define L1_Q                     4041754624 /*   33554432: queries (rotated) */
-#define L1_K                     4075309056 /*    8388608: keys (rotated) */
-#define L1_V                     4083697664 /*    8388608: values */
-#define L1_ATT                   4092086272 /*   33554432: attention output */
-#define L1_RES                   4125640704 /*   33554432: residual stream after attention */
-#define L1_LN2                   4159195136 /*   33554432: mlp norm output */
-#define L1_G                     4192749568 /*  117440512: mlp gate */
-#define L1_U                     4310190080 /*  117440512: mlp up */
-#define L1_H                     4427630592 /*  117440512: mlp activation */
-#define L2_LN1                   4545071104 /*   33554432: attention norm output */
-#define L2_Q                     4578625536 /*   33554432: queries (rotated) */
-#define L2_K                     4612179968 /*    8388608: keys (rotated) */
-#define L2_V                     4620568576 /*    8388608: values */
-#define L2_ATT                   4628957184 /*   33554432: attention output */
-#define L2_RES                   4662511616 /*   33554432: residual stream after attention */
-#define L2_LN2                   4696066048 /*   33554432: mlp norm output */
-#define L2_G                     4729620480 /*  117440512: mlp gate */
-#define L2_U                     4847060992 /*  117440512: mlp up */
-#define L2_H                     4964501504 /*  117440512: mlp activation */
-#define L3_LN1                   5081942016 /*   33554432: attention norm output */
-#define L3_Q                     5115496448 /*   33554432: queries (rotated) */
-#define L3_K                     5149050880 /*    8388608: keys (rotated) */
-#define L3_V                     5157439488 /*    8388608: values */
-#define L3_ATT                   5165828096 /*   33554432: attention output */
-#define L3_RES                   5199382528 /*   33554432: residual stream after attention */
-#define L3_LN2                   5232936960 /*   33554432: mlp norm output */
-#define L3_G                     5266491392 /*  117440512: mlp gate */
-#define L3_U                     5383931904 /*  117440512: mlp up */
-#define L3_H                     5501372416 /*  117440512: mlp activation */
-#define L4_LN1                   5618812928 /*   33554432: attention norm output */
-#define L4_Q                     5652367360 /*   33554432: queries (rotated) */
-#define L4_K                     5685921792 /*    8388608: keys (rotated) */
-#define L4_V                     5694310400 /*    8388608: values */
-#define L4_ATT                   5702699008 /*   33554432: attention output */
-#define L4_RES                   5736253440 /*   33554432: residual stream after attention */
-#define L4_LN2                   5769807872 /*   33554432: mlp norm output */
-#define L4_G                     5803362304 /*  117440512: mlp gate */
-#define L4_U                     5920802816 /*  117440512: mlp up */
-#define L4_H                     6038243328 /*  117440512: mlp activation */
-#define L5_LN1                   6155683840 /*   33554432: attention norm output */
-#define L5_Q                     6189238272 /*   33554432: queries (rotated) */
-#define L5_K                     6222792704 /*    8388608: keys (rotated) */
-#define L5_V                     6231181312 /*    8388608: values */
-#define L5_ATT                   6239569920 /*   33554432: attention output */
-#define L5_RES                   6273124352 /*   33554432: residual stream after attention */
-#define L5_LN2                   6306678784 /*   33554432: mlp norm output */
-#define L5_G                     6340233216 /*  117440512: mlp gate */
-#define L5_U                     6457673728 /*  117440512: mlp up */
-#define L5_H                     6575114240 /*  117440512: mlp activation */
-#define L6_LN1                   6692554752 /*   33554432: attention norm output */
-#define L6_Q                     6726109184 /*   33554432: queries (rotated) */
-#define L6_K                     6759663616 /*    8388608: keys (rotated) */
-#define L6_V                     6768052224 /*    8388608: values */
-#define L6_ATT                   6776440832 /*   33554432: attention output */
-#define L6_RES                   6809995264 /*   33554432: residual stream after attention */
-#define L6_LN2                   6843549696 /*   33554432: mlp norm output */
-#define L6_G                     6877104128 /*  117440512: mlp gate */
-#define L6_U                     6994544640 /*  117440512: mlp up */
-#define L6_H                     7111985152 /*  117440512: mlp activation */
-#define L7_LN1                   7229425664 /*   33554432: attention norm output */
-#define L7_Q                     7262980096 /*   33554432: queries (rotated) */
-#define L7_K                     7296534528 /*    8388608: keys (rotated) */
-#define L7_V                     7304923136 /*    8388608: values */
-#define L7_ATT                   7313311744 /*   33554432: attention output */
-#define L7_RES                   7346866176 /*   33554432: residual stream after attention */
-#define L7_LN2                   7380420608 /*   33554432: mlp norm output */
-#define L7_G                     7413975040 /*  117440512: mlp gate */
-#define L7_U                     7531415552 /*  117440512: mlp up */
-#define L7_H                     7648856064 /*  117440512: mlp activation */
-#define L8_LN1                   7766296576 /*   33554432: attention norm output */
-#define L8_Q                     7799851008 /*   33554432: queries (rotated) */
-#define L8_K                     7833405440 /*    8388608: keys (rotated) */
-#define L8_V                     7841794048 /*    8388608: values */
-#define L8_ATT                   7850182656 /*   33554432: attention output */
-#define L8_RES                   7883737088 /*   33554432: residual stream after attention */
-#define L8_LN2                   7917291520 /*   33554432: mlp norm output */
-#define L8_G                     7950845952 /*  117440512: mlp gate */
-#define L8_U                     8068286464 /*  117440512: mlp up */
-#define L8_H                     8185726976 /*  117440512: mlp activation */
-#define L9_LN1                   8303167488 /*   33554432: attention norm output */
-#define L9_Q                     8336721920 /*   33554432: queries (rotated) */
-#define L9_K                     8370276352 /*    8388608: keys (rotated) */
-#define L9_V                     8378664960 /*    8388608: values */
-#define L9_ATT                   8387053568 /*   33554432: attention output */
-#define L9_RES                   8420608000 /*   33554432: residual stream after attention */
-#define L9_LN2                   8454162432 /*   33554432: mlp norm output */
-#define L9_G                     8487716864 /*  117440512: mlp gate */
-#define L9_U                     8605157376 /*  117440512: mlp up */
-#define L9_H                     8722597888 /*  117440512: mlp activation */
-#define L10_LN1                  8840038400 /*   33554432: attention norm output */
-#define L10_Q                    8873592832 /*   33554432: queries (rotated) */
-#define L10_K                    8907147264 /*    8388608: keys (rotated) */
-#define L10_V                    8915535872 /*    8388608: values */
-#define L10_ATT                  8923924480 /*   33554432: attention output */
-#define L10_RES                  8957478912 /*   33554432: residual stream after attention */
-#define L10_LN2                  8991033344 /*   33554432: mlp norm output */
-#define L10_G                    9024587776 /*  117440512: mlp gate */
-#define L10_U                    9142028288 /*  117440512: mlp up */
-#define L10_H                    9259468800 /*  117440512: mlp activation */
-#define L11_LN1                  9376909312 /*   33554432: attention norm output */
-#define L11_Q                    9410463744 /*   33554432: queries (rotated) */
-#define L11_K                    9444018176 /*    8388608: keys (rotated) */
-#define L11_V                    9452406784 /*    8388608: values */
-#define L11_ATT                  9460795392 /*   33554432: attention output */
-#define L11_RES                  9494349824 /*   33554432: residual stream after attention */
-#define L11_LN2                  9527904256 /*   33554432: mlp norm output */
-#define L11_G                    9561458688 /*  117440512: mlp gate */
-#define L11_U                    9678899200 /*  117440512: mlp up */
-#define L11_H                    9796339712 /*  117440512: mlp activation */
-#define L12_LN1                  9913780224 /*   33554432: attention norm output */
-#define L12_Q                    9947334656 /*   33554432: queries (rotated) */
-#define L12_K                    9980889088 /*    8388608: keys (rotated) */
-#define L12_V                    9989277696 /*    8388608: values */
-#define L12_ATT                  9997666304 /*   33554432: attention output */
-#define L12_RES                 10031220736 /*   33554432: residual stream after attention */
-#define L12_LN2                 10064775168 /*   33554432: mlp norm output */
-#define L12_G                   10098329600 /*  117440512: mlp gate */
-#define L12_U                   10215770112 /*  117440512: mlp up */
-#define L12_H                   10333210624 /*  117440512: mlp activation */
-#define L13_LN1                 10450651136 /*   33554432: attention norm output */
-#define L13_Q                   10484205568 /*   33554432: queries (rotated) */
-#define L13_K                   10517760000 /*    8388608: keys (rotated) */
-#define L13_V                   10526148608 /*    8388608: values */
-#define L13_ATT                 10534537216 /*   33554432: attention output */
-#define L13_RES                 10568091648 /*   33554432: residual stream after attention */
-#define L13_LN2                 10601646080 /*   33554432: mlp norm output */
-#define L13_G                   10635200512 /*  117440512: mlp gate */
-#define L13_U                   10752641024 /*  117440512: mlp up */
-#define L13_H                   10870081536 /*  117440512: mlp activation */
-#define L14_LN1                 10987522048 /*   33554432: attention norm output */
-#define L14_Q                   11021076480 /*   33554432: queries (rotated) */
-#define L14_K                   11054630912 /*    8388608: keys (rotated) */
-#define L14_V                   11063019520 /*    8388608: values */
-#define L14_ATT                 11071408128 /*   33554432: attention output */
-#define L14_RES                 11104962560 /*   33554432: residual stream after attention */
-#define L14_LN2                 11138516992 /*   33554432: mlp norm output */
-#define L14_G                   11172071424 /*  117440512: mlp gate */
-#define L14_U                   11289511936 /*  117440512: mlp up */
-#define L14_H                   11406952448 /*  117440512: mlp activation */
-#define L15_LN1                 11524392960 /*   33554432: attention norm output */
-#define L15_Q                   11557947392 /*   33554432: queries (rotated) */
-#define L15_K                   11591501824 /*    8388608: keys (rotated) */
-#define L15_V                   11599890432 /*    8388608: values */
-#define L15_ATT                 11608279040 /*   33554432: attention output */
-#define L15_RES                 11641833472 /*   33554432: residual stream after attention */
-#define L15_LN2                 11675387904 /*   33554432: mlp norm output */
-#define L15_G                   11708942336 /*  117440512: mlp gate */
-#define L15_U                   11826382848 /*  117440512: mlp up */
-#define L15_H                   11943823360 /*  117440512: mlp activation */
-#define L16_LN1                 12061263872 /*   33554432: attention norm output */
-#define L16_Q                   12094818304 /*   33554432: queries (rotated) */
-#define L16_K                   12128372736 /*    8388608: keys (rotated) */
-#define L16_V                   12136761344 /*    8388608: values */
-#define L16_ATT                 12145149952 /*   33554432: attention output */
-#define L16_RES                 12178704384 /*   33554432: residual stream after attention */
-#define L16_LN2                 12212258816 /*   33554432: mlp norm output */
-#define L16_G                   12245813248 /*  117440512: mlp gate */
-#define L16_U                   12363253760 /*  117440512: mlp up */
-#define L16_H                   12480694272 /*  117440512: mlp activation */
-#define L17_LN1                 12598134784 /*   33554432: attention norm output */
-#define L17_Q                   12631689216 /*   33554432: queries (rotated) */
-#define L17_K                   12665243648 /*    8388608: keys (rotated) */
-#define L17_V                   12673632256 /*    8388608: values */
-#define L17_ATT                 12682020864 /*   33554432: attention output */
-#define L17_RES                 12715575296 /*   33554432: residual stream after attention */
-#define L17_LN2                 12749129728 /*   33554432: mlp norm output */
-#define L17_G                   12782684160 /*  117440512: mlp gate */
-#define L17_U                   12900124672 /*  117440512: mlp up */
-#define L17_H                   13017565184 /*  117440512: mlp activation */
-#define L18_LN1                 13135005696 /*   33554432: attention norm output */
-#define L18_Q                   13168560128 /*   33554432: queries (rotated) */
-#define L18_K                   13202114560 /*    8388608: keys (rotated) */
-#define L18_V                   13210503168 /*    8388608: values */
-#define L18_ATT                 13218891776 /*   33554432: attention output */
-#define L18_RES                 13252446208 /*   33554432: residual stream after attention */
-#define L18_LN2                 13286000640 /*   33554432: mlp norm output */
-#define L18_G                   13319555072 /*  117440512: mlp gate */
-#define L18_U                   13436995584 /*  117440512: mlp up */
-#define L18_H                   13554436096 /*  117440512: mlp activation */
-#define L19_LN1                 13671876608 /*   33554432: attention norm output */
-#define L19_Q                   13705431040 /*   33554432: queries (rotated) */
-#define L19_K                   13738985472 /*    8388608: keys (rotated) */
-#define L19_V                   13747374080 /*    8388608: values */
-#define L19_ATT                 13755762688 /*   33554432: attention output */
-#define L19_RES                 13789317120 /*   33554432: residual stream after attention */
-#define L19_LN2                 13822871552 /*   33554432: mlp norm output */
-#define L19_G                   13856425984 /*  117440512: mlp gate */
-#define L19_U                   13973866496 /*  117440512: mlp up */
-#define L19_H                   14091307008 /*  117440512: mlp activation */
-#define L20_LN1                 14208747520 /*   33554432: attention norm output */
-#define L20_Q                   14242301952 /*   33554432: queries (rotated) */
-#define L20_K                   14275856384 /*    8388608: keys (rotated) */
-#define L20_V                   14284244992 /*    8388608: values */
-#define L20_ATT                 14292633600 /*   33554432: attention output */
-#define L20_RES                 14326188032 /*   33554432: residual stream after attention */
-#define L20_LN2                 14359742464 /*   33554432: mlp norm output */
-#define L20_G                   14393296896 /*  117440512: mlp gate */
-#define L20_U                   14510737408 /*  117440512: mlp up */
-#define L20_H                   14628177920 /*  117440512: mlp activation */
-#define L21_LN1                 14745618432 /*   33554432: attention norm output */
-#define L21_Q                   14779172864 /*   33554432: queries (rotated) */
-#define L21_K                   14812727296 /*    8388608: keys (rotated) */
-#define L21_V                   14821115904 /*    8388608: values */
-#define L21_ATT                 14829504512 /*   33554432: attention output */
-#define L21_RES                 14863058944 /*   33554432: residual stream after attention */
-#define L21_LN2                 14896613376 /*   33554432: mlp norm output */
-#define L21_G                   14930167808 /*  117440512: mlp gate */
-#define L21_U                   15047608320 /*  117440512: mlp up */
-#define L21_H                   15165048832 /*  117440512: mlp activation */
-#define L22_LN1                 15282489344 /*   33554432: attention norm output */
-#define L22_Q                   15316043776 /*   33554432: queries (rotated) */
-#define L22_K                   15349598208 /*    8388608: keys (rotated) */
-#define L22_V                   15357986816 /*    8388608: values */
-#define L22_ATT                 15366375424 /*   33554432: attention output */
-#define L22_RES                 15399929856 /*   33554432: residual stream after attention */
-#define L22_LN2                 15433484288 /*   33554432: mlp norm output */
-#define L22_G                   15467038720 /*  117440512: mlp gate */
-#define L22_U                   15584479232 /*  117440512: mlp up */
-#define L22_H                   15701919744 /*  117440512: mlp activation */
-#define L23_LN1                 15819360256 /*   33554432: attention norm output */
-#define L23_Q                   15852914688 /*   33554432: queries (rotated) */
-#define L23_K                   15886469120 /*    8388608: keys (rotated) */
-#define L23_V                   15894857728 /*    8388608: values */
-#define L23_ATT                 15903246336 /*   33554432: attention output */
-#define L23_RES                 15936800768 /*   33554432: residual stream after attention */
-#define L23_LN2                 15970355200 /*   33554432: mlp norm output */
-#define L23_G                   16003909632 /*  117440512: mlp gate */
-#define L23_U                   16121350144 /*  117440512: mlp up */
-#define L23_H                   16238790656 /*  117440512: mlp activation */
-#define L24_LN1                 16356231168 /*   33554432: attention norm output */
-#define L24_Q                   16389785600 /*   33554432: queries (rotated) */
-#define L24_K                   16423340032 /*    8388608: keys (rotated) */
-#define L24_V                   16431728640 /*    8388608: values */
-#define L24_ATT                 16440117248 /*   33554432: attention output */
-#define L24_RES                 16473671680 /*   33554432: residual stream after attention */
-#define L24_LN2                 16507226112 /*   33554432: mlp norm output */
-#define L24_G                   16540780544 /*  117440512: mlp gate */
-#define L24_U                   16658221056 /*  117440512: mlp up */
-#define L24_H                   16775661568 /*  117440512: mlp activation */
-#define L25_LN1                 16893102080 /*   33554432: attention norm output */
-#define L25_Q                   16926656512 /*   33554432: queries (rotated) */
-#define L25_K                   16960210944 /*    8388608: keys (rotated) */
-#define L25_V                   16968599552 /*    8388608: values */
-#define L25_ATT                 16976988160 /*   33554432: attention output */
-#define L25_RES                 17010542592 /*   33554432: residual stream after attention */
-#define L25_LN2                 17044097024 /*   33554432: mlp norm output */
-#define L25_G                   17077651456 /*  117440512: mlp gate */
-#define L25_U                   17195091968 /*  117440512: mlp up */
-#define L25_H                   17312532480 /*  117440512: mlp activation */
-#define L26_LN1                 17429972992 /*   33554432: attention norm output */
-#define L26_Q                   17463527424 /*   33554432: queries (rotated) */
-#define L26_K                   17497081856 /*    8388608: keys (rotated) */
-#define L26_V                   17505470464 /*    8388608: values */
-#define L26_ATT                 17513859072 /*   33554432: attention output */
-#define L26_RES                 17547413504 /*   33554432: residual stream after attention */
-#define L26_LN2                 17580967936 /*   33554432: mlp norm output */
-#define L26_G                   17614522368 /*  117440512: mlp gate */
-#define L26_U                   17731962880 /*  117440512: mlp up */
-#define L26_H                   17849403392 /*  117440512: mlp activation */
-#define L27_LN1                 17966843904 /*   33554432: attention norm output */
-#define L27_Q                   18000398336 /*   33554432: queries (rotated) */
-#define L27_K                   18033952768 /*    8388608: keys (rotated) */
-#define L27_V                   18042341376 /*    8388608: values */
-#define L27_ATT                 18050729984 /*   33554432: attention output */
-#define L27_RES                 18084284416 /*   33554432: residual stream after attention */
-#define L27_LN2                 18117838848 /*   33554432: mlp norm output */
-#define L27_G                   18151393280 /*  117440512: mlp gate */
-#define L27_U                   18268833792 /*  117440512: mlp up */
-#define L27_H                   18386274304 /*  117440512: mlp activation */
-#define L28_LN1                 18503714816 /*   33554432: attention norm output */
-#define L28_Q                   18537269248 /*   33554432: queries (rotated) */
-#define L28_K                   18570823680 /*    8388608: keys (rotated) */
-#define L28_V                   18579212288 /*    8388608: values */
-#define L28_ATT                 18587600896 /*   33554432: attention output */
-#define L28_RES                 18621155328 /*   33554432: residual stream after attention */
-#define L28_LN2                 18654709760 /*   33554432: mlp norm output */
-#define L28_G                   18688264192 /*  117440512: mlp gate */
-#define L28_U                   18805704704 /*  117440512: mlp up */
-#define L28_H                   18923145216 /*  117440512: mlp activation */
-#define L29_LN1                 19040585728 /*   33554432: attention norm output */
-#define L29_Q                   19074140160 /*   33554432: queries (rotated) */
-#define L29_K                   19107694592 /*    8388608: keys (rotated) */
-#define L29_V                   19116083200 /*    8388608: values */
-#define L29_ATT                 19124471808 /*   33554432: attention output */
-#define L29_RES                 19158026240 /*   33554432: residual stream after attention */
-#define L29_LN2                 19191580672 /*   33554432: mlp norm output */
-#define L29_G                   19225135104 /*  117440512: mlp gate */
-#define L29_U                   19342575616 /*  117440512: mlp up */
-#define L29_H                   19460016128 /*  117440512: mlp activation */
-#define L30_LN1                 19577456640 /*   33554432: attention norm output */
-#define L30_Q                   19611011072 /*   33554432: queries (rotated) */
-#define L30_K                   19644565504 /*    8388608: keys (rotated) */
-#define L30_V                   19652954112 /*    8388608: values */
-#define L30_ATT                 19661342720 /*   33554432: attention output */
-#define L30_RES                 19694897152 /*   33554432: residual stream after attention */
-#define L30_LN2                 19728451584 /*   33554432: mlp norm output */
-#define L30_G                   19762006016 /*  117440512: mlp gate */
-#define L30_U                   19879446528 /*  117440512: mlp up */
-#define L30_H                   19996887040 /*  117440512: mlp activation */
-#define L31_LN1                 20114327552 /*   33554432: attention norm output */
-#define L31_Q                   20147881984 /*   33554432: queries (rotated) */
-#define L31_K                   20181436416 /*    8388608: keys (rotated) */
-#define L31_V                   20189825024 /*    8388608: values */
-#define L31_ATT                 20198213632 /*   33554432: attention output */
-#define L31_RES                 20231768064 /*   33554432: residual stream after attention */
-#define L31_LN2                 20265322496 /*   33554432: mlp norm output */
-#define L31_G                   20298876928 /*  117440512: mlp gate */
-#define L31_U                   20416317440 /*  117440512: mlp up */
-#define L31_H                   20533757952 /*  117440512: mlp activation */
-#define DX_A                    20651198464 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    20684752896 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     20718307328 /*   33554432: gradient of a norm's output */
-#define LWS                     20751861760 /*  352321536: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define KEPT                              0 /* 8030261248: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
+#define CAST0                    8030261248 /*  131335168: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define CAST1                    8161596416 /*  131335168: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define GRAD0                    8292931584 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                    8818272256 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                       9343612928 /*   33554432: boundary: input of layer 0 (residual stream) */
+#define X1                       9377167360 /*   33554432: boundary: input of layer 1 (residual stream) */
+#define X2                       9410721792 /*   33554432: boundary: input of layer 2 (residual stream) */
+#define X3                       9444276224 /*   33554432: boundary: input of layer 3 (residual stream) */
+#define X4                       9477830656 /*   33554432: boundary: input of layer 4 (residual stream) */
+#define X5                       9511385088 /*   33554432: boundary: input of layer 5 (residual stream) */
+#define X6                       9544939520 /*   33554432: boundary: input of layer 6 (residual stream) */
+#define X7                       9578493952 /*   33554432: boundary: input of layer 7 (residual stream) */
+#define X8                       9612048384 /*   33554432: boundary: input of layer 8 (residual stream) */
+#define X9                       9645602816 /*   33554432: boundary: input of layer 9 (residual stream) */
+#define X10                      9679157248 /*   33554432: boundary: input of layer 10 (residual stream) */
+#define X11                      9712711680 /*   33554432: boundary: input of layer 11 (residual stream) */
+#define X12                      9746266112 /*   33554432: boundary: input of layer 12 (residual stream) */
+#define X13                      9779820544 /*   33554432: boundary: input of layer 13 (residual stream) */
+#define X14                      9813374976 /*   33554432: boundary: input of layer 14 (residual stream) */
+#define X15                      9846929408 /*   33554432: boundary: input of layer 15 (residual stream) */
+#define X16                      9880483840 /*   33554432: boundary: input of layer 16 (residual stream) */
+#define X17                      9914038272 /*   33554432: boundary: input of layer 17 (residual stream) */
+#define X18                      9947592704 /*   33554432: boundary: input of layer 18 (residual stream) */
+#define X19                      9981147136 /*   33554432: boundary: input of layer 19 (residual stream) */
+#define X20                     10014701568 /*   33554432: boundary: input of layer 20 (residual stream) */
+#define X21                     10048256000 /*   33554432: boundary: input of layer 21 (residual stream) */
+#define X22                     10081810432 /*   33554432: boundary: input of layer 22 (residual stream) */
+#define X23                     10115364864 /*   33554432: boundary: input of layer 23 (residual stream) */
+#define X24                     10148919296 /*   33554432: boundary: input of layer 24 (residual stream) */
+#define X25                     10182473728 /*   33554432: boundary: input of layer 25 (residual stream) */
+#define X26                     10216028160 /*   33554432: boundary: input of layer 26 (residual stream) */
+#define X27                     10249582592 /*   33554432: boundary: input of layer 27 (residual stream) */
+#define X28                     10283137024 /*   33554432: boundary: input of layer 28 (residual stream) */
+#define X29                     10316691456 /*   33554432: boundary: input of layer 29 (residual stream) */
+#define X30                     10350245888 /*   33554432: boundary: input of layer 30 (residual stream) */
+#define X31                     10383800320 /*   33554432: boundary: input of layer 31 (residual stream) */
+#define X32                     10417354752 /*   33554432: output of the last layer */
+#define L0_LN1                  10450909184 /*   33554432: attention norm output */
+#define L0_Q                    10484463616 /*   33554432: queries (rotated) */
+#define L0_K                    10518018048 /*    8388608: keys (rotated) */
+#define L0_V                    10526406656 /*    8388608: values */
+#define L0_ATT                  10534795264 /*   33554432: attention output */
+#define L0_RES                  10568349696 /*   33554432: residual stream after attention */
+#define L0_LN2                  10601904128 /*   33554432: mlp norm output */
+#define L0_G                    10635458560 /*  117440512: mlp gate */
+#define L0_U                    10752899072 /*  117440512: mlp up */
+#define L0_H                    10870339584 /*  117440512: mlp activation */
+#define L1_LN1                  10987780096 /*   33554432: attention norm output */
+#define L1_Q                    11021334528 /*   33554432: queries (rotated) */
+#define L1_K                    11054888960 /*    8388608: keys (rotated) */
+#define L1_V                    11063277568 /*    8388608: values */
+#define L1_ATT                  11071666176 /*   33554432: attention output */
+#define L1_RES                  11105220608 /*   33554432: residual stream after attention */
+#define L1_LN2                  11138775040 /*   33554432: mlp norm output */
+#define L1_G                    11172329472 /*  117440512: mlp gate */
+#define L1_U                    11289769984 /*  117440512: mlp up */
+#define L1_H                    11407210496 /*  117440512: mlp activation */
+#define L2_LN1                  11524651008 /*   33554432: attention norm output */
+#define L2_Q                    11558205440 /*   33554432: queries (rotated) */
+#define L2_K                    11591759872 /*    8388608: keys (rotated) */
+#define L2_V                    11600148480 /*    8388608: values */
+#define L2_ATT                  11608537088 /*   33554432: attention output */
+#define L2_RES                  11642091520 /*   33554432: residual stream after attention */
+#define L2_LN2                  11675645952 /*   33554432: mlp norm output */
+#define L2_G                    11709200384 /*  117440512: mlp gate */
+#define L2_U                    11826640896 /*  117440512: mlp up */
+#define L2_H                    11944081408 /*  117440512: mlp activation */
+#define L3_LN1                  12061521920 /*   33554432: attention norm output */
+#define L3_Q                    12095076352 /*   33554432: queries (rotated) */
+#define L3_K                    12128630784 /*    8388608: keys (rotated) */
+#define L3_V                    12137019392 /*    8388608: values */
+#define L3_ATT                  12145408000 /*   33554432: attention output */
+#define L3_RES                  12178962432 /*   33554432: residual stream after attention */
+#define L3_LN2                  12212516864 /*   33554432: mlp norm output */
+#define L3_G                    12246071296 /*  117440512: mlp gate */
+#define L3_U                    12363511808 /*  117440512: mlp up */
+#define L3_H                    12480952320 /*  117440512: mlp activation */
+#define L4_LN1                  12598392832 /*   33554432: attention norm output */
+#define L4_Q                    12631947264 /*   33554432: queries (rotated) */
+#define L4_K                    12665501696 /*    8388608: keys (rotated) */
+#define L4_V                    12673890304 /*    8388608: values */
+#define L4_ATT                  12682278912 /*   33554432: attention output */
+#define L4_RES                  12715833344 /*   33554432: residual stream after attention */
+#define L4_LN2                  12749387776 /*   33554432: mlp norm output */
+#define L4_G                    12782942208 /*  117440512: mlp gate */
+#define L4_U                    12900382720 /*  117440512: mlp up */
+#define L4_H                    13017823232 /*  117440512: mlp activation */
+#define L5_LN1                  13135263744 /*   33554432: attention norm output */
+#define L5_Q                    13168818176 /*   33554432: queries (rotated) */
+#define L5_K                    13202372608 /*    8388608: keys (rotated) */
+#define L5_V                    13210761216 /*    8388608: values */
+#define L5_ATT                  13219149824 /*   33554432: attention output */
+#define L5_RES                  13252704256 /*   33554432: residual stream after attention */
+#define L5_LN2                  13286258688 /*   33554432: mlp norm output */
+#define L5_G                    13319813120 /*  117440512: mlp gate */
+#define L5_U                    13437253632 /*  117440512: mlp up */
+#define L5_H                    13554694144 /*  117440512: mlp activation */
+#define L6_LN1                  13672134656 /*   33554432: attention norm output */
+#define L6_Q                    13705689088 /*   33554432: queries (rotated) */
+#define L6_K                    13739243520 /*    8388608: keys (rotated) */
+#define L6_V                    13747632128 /*    8388608: values */
+#define L6_ATT                  13756020736 /*   33554432: attention output */
+#define L6_RES                  13789575168 /*   33554432: residual stream after attention */
+#define L6_LN2                  13823129600 /*   33554432: mlp norm output */
+#define L6_G                    13856684032 /*  117440512: mlp gate */
+#define L6_U                    13974124544 /*  117440512: mlp up */
+#define L6_H                    14091565056 /*  117440512: mlp activation */
+#define L7_LN1                  14209005568 /*   33554432: attention norm output */
+#define L7_Q                    14242560000 /*   33554432: queries (rotated) */
+#define L7_K                    14276114432 /*    8388608: keys (rotated) */
+#define L7_V                    14284503040 /*    8388608: values */
+#define L7_ATT                  14292891648 /*   33554432: attention output */
+#define L7_RES                  14326446080 /*   33554432: residual stream after attention */
+#define L7_LN2                  14360000512 /*   33554432: mlp norm output */
+#define L7_G                    14393554944 /*  117440512: mlp gate */
+#define L7_U                    14510995456 /*  117440512: mlp up */
+#define L7_H                    14628435968 /*  117440512: mlp activation */
+#define L8_LN1                  14745876480 /*   33554432: attention norm output */
+#define L8_Q                    14779430912 /*   33554432: queries (rotated) */
+#define L8_K                    14812985344 /*    8388608: keys (rotated) */
+#define L8_V                    14821373952 /*    8388608: values */
+#define L8_ATT                  14829762560 /*   33554432: attention output */
+#define L8_RES                  14863316992 /*   33554432: residual stream after attention */
+#define L8_LN2                  14896871424 /*   33554432: mlp norm output */
+#define L8_G                    14930425856 /*  117440512: mlp gate */
+#define L8_U                    15047866368 /*  117440512: mlp up */
+#define L8_H                    15165306880 /*  117440512: mlp activation */
+#define L9_LN1                  15282747392 /*   33554432: attention norm output */
+#define L9_Q                    15316301824 /*   33554432: queries (rotated) */
+#define L9_K                    15349856256 /*    8388608: keys (rotated) */
+#define L9_V                    15358244864 /*    8388608: values */
+#define L9_ATT                  15366633472 /*   33554432: attention output */
+#define L9_RES                  15400187904 /*   33554432: residual stream after attention */
+#define L9_LN2                  15433742336 /*   33554432: mlp norm output */
+#define L9_G                    15467296768 /*  117440512: mlp gate */
+#define L9_U                    15584737280 /*  117440512: mlp up */
+#define L9_H                    15702177792 /*  117440512: mlp activation */
+#define L10_LN1                 15819618304 /*   33554432: attention norm output */
+#define L10_Q                   15853172736 /*   33554432: queries (rotated) */
+#define L10_K                   15886727168 /*    8388608: keys (rotated) */
+#define L10_V                   15895115776 /*    8388608: values */
+#define L10_ATT                 15903504384 /*   33554432: attention output */
+#define L10_RES                 15937058816 /*   33554432: residual stream after attention */
+#define L10_LN2                 15970613248 /*   33554432: mlp norm output */
+#define L10_G                   16004167680 /*  117440512: mlp gate */
+#define L10_U                   16121608192 /*  117440512: mlp up */
+#define L10_H                   16239048704 /*  117440512: mlp activation */
+#define L11_LN1                 16356489216 /*   33554432: attention norm output */
+#define L11_Q                   16390043648 /*   33554432: queries (rotated) */
+#define L11_K                   16423598080 /*    8388608: keys (rotated) */
+#define L11_V                   16431986688 /*    8388608: values */
+#define L11_ATT                 16440375296 /*   33554432: attention output */
+#define L11_RES                 16473929728 /*   33554432: residual stream after attention */
+#define L11_LN2                 16507484160 /*   33554432: mlp norm output */
+#define L11_G                   16541038592 /*  117440512: mlp gate */
+#define L11_U                   16658479104 /*  117440512: mlp up */
+#define L11_H                   16775919616 /*  117440512: mlp activation */
+#define L12_LN1                 16893360128 /*   33554432: attention norm output */
+#define L12_Q                   16926914560 /*   33554432: queries (rotated) */
+#define L12_K                   16960468992 /*    8388608: keys (rotated) */
+#define L12_V                   16968857600 /*    8388608: values */
+#define L12_ATT                 16977246208 /*   33554432: attention output */
+#define L12_RES                 17010800640 /*   33554432: residual stream after attention */
+#define L12_LN2                 17044355072 /*   33554432: mlp norm output */
+#define L12_G                   17077909504 /*  117440512: mlp gate */
+#define L12_U                   17195350016 /*  117440512: mlp up */
+#define L12_H                   17312790528 /*  117440512: mlp activation */
+#define L13_LN1                 17430231040 /*   33554432: attention norm output */
+#define L13_Q                   17463785472 /*   33554432: queries (rotated) */
+#define L13_K                   17497339904 /*    8388608: keys (rotated) */
+#define L13_V                   17505728512 /*    8388608: values */
+#define L13_ATT                 17514117120 /*   33554432: attention output */
+#define L13_RES                 17547671552 /*   33554432: residual stream after attention */
+#define L13_LN2                 17581225984 /*   33554432: mlp norm output */
+#define L13_G                   17614780416 /*  117440512: mlp gate */
+#define L13_U                   17732220928 /*  117440512: mlp up */
+#define L13_H                   17849661440 /*  117440512: mlp activation */
+#define L14_LN1                 17967101952 /*   33554432: attention norm output */
+#define L14_Q                   18000656384 /*   33554432: queries (rotated) */
+#define L14_K                   18034210816 /*    8388608: keys (rotated) */
+#define L14_V                   18042599424 /*    8388608: values */
+#define L14_ATT                 18050988032 /*   33554432: attention output */
+#define L14_RES                 18084542464 /*   33554432: residual stream after attention */
+#define L14_LN2                 18118096896 /*   33554432: mlp norm output */
+#define L14_G                   18151651328 /*  117440512: mlp gate */
+#define L14_U                   18269091840 /*  117440512: mlp up */
+#define L14_H                   18386532352 /*  117440512: mlp activation */
+#define L15_LN1                 18503972864 /*   33554432: attention norm output */
+#define L15_Q                   18537527296 /*   33554432: queries (rotated) */
+#define L15_K                   18571081728 /*    8388608: keys (rotated) */
+#define L15_V                   18579470336 /*    8388608: values */
+#define L15_ATT                 18587858944 /*   33554432: attention output */
+#define L15_RES                 18621413376 /*   33554432: residual stream after attention */
+#define L15_LN2                 18654967808 /*   33554432: mlp norm output */
+#define L15_G                   18688522240 /*  117440512: mlp gate */
+#define L15_U                   18805962752 /*  117440512: mlp up */
+#define L15_H                   18923403264 /*  117440512: mlp activation */
+#define L16_LN1                 19040843776 /*   33554432: attention norm output */
+#define L16_Q                   19074398208 /*   33554432: queries (rotated) */
+#define L16_K                   19107952640 /*    8388608: keys (rotated) */
+#define L16_V                   19116341248 /*    8388608: values */
+#define L16_ATT                 19124729856 /*   33554432: attention output */
+#define L16_RES                 19158284288 /*   33554432: residual stream after attention */
+#define L16_LN2                 19191838720 /*   33554432: mlp norm output */
+#define L16_G                   19225393152 /*  117440512: mlp gate */
+#define L16_U                   19342833664 /*  117440512: mlp up */
+#define L16_H                   19460274176 /*  117440512: mlp activation */
+#define L17_LN1                 19577714688 /*   33554432: attention norm output */
+#define L17_Q                   19611269120 /*   33554432: queries (rotated) */
+#define L17_K                   19644823552 /*    8388608: keys (rotated) */
+#define L17_V                   19653212160 /*    8388608: values */
+#define L17_ATT                 19661600768 /*   33554432: attention output */
+#define L17_RES                 19695155200 /*   33554432: residual stream after attention */
+#define L17_LN2                 19728709632 /*   33554432: mlp norm output */
+#define L17_G                   19762264064 /*  117440512: mlp gate */
+#define L17_U                   19879704576 /*  117440512: mlp up */
+#define L17_H                   19997145088 /*  117440512: mlp activation */
+#define L18_LN1                 20114585600 /*   33554432: attention norm output */
+#define L18_Q                   20148140032 /*   33554432: queries (rotated) */
+#define L18_K                   20181694464 /*    8388608: keys (rotated) */
+#define L18_V                   20190083072 /*    8388608: values */
+#define L18_ATT                 20198471680 /*   33554432: attention output */
+#define L18_RES                 20232026112 /*   33554432: residual stream after attention */
+#define L18_LN2                 20265580544 /*   33554432: mlp norm output */
+#define L18_G                   20299134976 /*  117440512: mlp gate */
+#define L18_U                   20416575488 /*  117440512: mlp up */
+#define L18_H                   20534016000 /*  117440512: mlp activation */
+#define L19_LN1                 20651456512 /*   33554432: attention norm output */
+#define L19_Q                   20685010944 /*   33554432: queries (rotated) */
+#define L19_K                   20718565376 /*    8388608: keys (rotated) */
+#define L19_V                   20726953984 /*    8388608: values */
+#define L19_ATT                 20735342592 /*   33554432: attention output */
+#define L19_RES                 20768897024 /*   33554432: residual stream after attention */
+#define L19_LN2                 20802451456 /*   33554432: mlp norm output */
+#define L19_G                   20836005888 /*  117440512: mlp gate */
+#define L19_U                   20953446400 /*  117440512: mlp up */
+#define L19_H                   21070886912 /*  117440512: mlp activation */
+#define L20_LN1                 21188327424 /*   33554432: attention norm output */
+#define L20_Q                   21221881856 /*   33554432: queries (rotated) */
+#define L20_K                   21255436288 /*    8388608: keys (rotated) */
+#define L20_V                   21263824896 /*    8388608: values */
+#define L20_ATT                 21272213504 /*   33554432: attention output */
+#define L20_RES                 21305767936 /*   33554432: residual stream after attention */
+#define L20_LN2                 21339322368 /*   33554432: mlp norm output */
+#define L20_G                   21372876800 /*  117440512: mlp gate */
+#define L20_U                   21490317312 /*  117440512: mlp up */
+#define L20_H                   21607757824 /*  117440512: mlp activation */
+#define L21_LN1                 21725198336 /*   33554432: attention norm output */
+#define L21_Q                   21758752768 /*   33554432: queries (rotated) */
+#define L21_K                   21792307200 /*    8388608: keys (rotated) */
+#define L21_V                   21800695808 /*    8388608: values */
+#define L21_ATT                 21809084416 /*   33554432: attention output */
+#define L21_RES                 21842638848 /*   33554432: residual stream after attention */
+#define L21_LN2                 21876193280 /*   33554432: mlp norm output */
+#define L21_G                   21909747712 /*  117440512: mlp gate */
+#define L21_U                   22027188224 /*  117440512: mlp up */
+#define L21_H                   22144628736 /*  117440512: mlp activation */
+#define L22_LN1                 22262069248 /*   33554432: attention norm output */
+#define L22_Q                   22295623680 /*   33554432: queries (rotated) */
+#define L22_K                   22329178112 /*    8388608: keys (rotated) */
+#define L22_V                   22337566720 /*    8388608: values */
+#define L22_ATT                 22345955328 /*   33554432: attention output */
+#define L22_RES                 22379509760 /*   33554432: residual stream after attention */
+#define L22_LN2                 22413064192 /*   33554432: mlp norm output */
+#define L22_G                   22446618624 /*  117440512: mlp gate */
+#define L22_U                   22564059136 /*  117440512: mlp up */
+#define L22_H                   22681499648 /*  117440512: mlp activation */
+#define L23_LN1                 22798940160 /*   33554432: attention norm output */
+#define L23_Q                   22832494592 /*   33554432: queries (rotated) */
+#define L23_K                   22866049024 /*    8388608: keys (rotated) */
+#define L23_V                   22874437632 /*    8388608: values */
+#define L23_ATT                 22882826240 /*   33554432: attention output */
+#define L23_RES                 22916380672 /*   33554432: residual stream after attention */
+#define L23_LN2                 22949935104 /*   33554432: mlp norm output */
+#define L23_G                   22983489536 /*  117440512: mlp gate */
+#define L23_U                   23100930048 /*  117440512: mlp up */
+#define L23_H                   23218370560 /*  117440512: mlp activation */
+#define L24_LN1                 23335811072 /*   33554432: attention norm output */
+#define L24_Q                   23369365504 /*   33554432: queries (rotated) */
+#define L24_K                   23402919936 /*    8388608: keys (rotated) */
+#define L24_V                   23411308544 /*    8388608: values */
+#define L24_ATT                 23419697152 /*   33554432: attention output */
+#define L24_RES                 23453251584 /*   33554432: residual stream after attention */
+#define L24_LN2                 23486806016 /*   33554432: mlp norm output */
+#define L24_G                   23520360448 /*  117440512: mlp gate */
+#define L24_U                   23637800960 /*  117440512: mlp up */
+#define L24_H                   23755241472 /*  117440512: mlp activation */
+#define L25_LN1                 23872681984 /*   33554432: attention norm output */
+#define L25_Q                   23906236416 /*   33554432: queries (rotated) */
+#define L25_K                   23939790848 /*    8388608: keys (rotated) */
+#define L25_V                   23948179456 /*    8388608: values */
+#define L25_ATT                 23956568064 /*   33554432: attention output */
+#define L25_RES                 23990122496 /*   33554432: residual stream after attention */
+#define L25_LN2                 24023676928 /*   33554432: mlp norm output */
+#define L25_G                   24057231360 /*  117440512: mlp gate */
+#define L25_U                   24174671872 /*  117440512: mlp up */
+#define L25_H                   24292112384 /*  117440512: mlp activation */
+#define L26_LN1                 24409552896 /*   33554432: attention norm output */
+#define L26_Q                   24443107328 /*   33554432: queries (rotated) */
+#define L26_K                   24476661760 /*    8388608: keys (rotated) */
+#define L26_V                   24485050368 /*    8388608: values */
+#define L26_ATT                 24493438976 /*   33554432: attention output */
+#define L26_RES                 24526993408 /*   33554432: residual stream after attention */
+#define L26_LN2                 24560547840 /*   33554432: mlp norm output */
+#define L26_G                   24594102272 /*  117440512: mlp gate */
+#define L26_U                   24711542784 /*  117440512: mlp up */
+#define L26_H                   24828983296 /*  117440512: mlp activation */
+#define L27_LN1                 24946423808 /*   33554432: attention norm output */
+#define L27_Q                   24979978240 /*   33554432: queries (rotated) */
+#define L27_K                   25013532672 /*    8388608: keys (rotated) */
+#define L27_V                   25021921280 /*    8388608: values */
+#define L27_ATT                 25030309888 /*   33554432: attention output */
+#define L27_RES                 25063864320 /*   33554432: residual stream after attention */
+#define L27_LN2                 25097418752 /*   33554432: mlp norm output */
+#define L27_G                   25130973184 /*  117440512: mlp gate */
+#define L27_U                   25248413696 /*  117440512: mlp up */
+#define L27_H                   25365854208 /*  117440512: mlp activation */
+#define L28_LN1                 25483294720 /*   33554432: attention norm output */
+#define L28_Q                   25516849152 /*   33554432: queries (rotated) */
+#define L28_K                   25550403584 /*    8388608: keys (rotated) */
+#define L28_V                   25558792192 /*    8388608: values */
+#define L28_ATT                 25567180800 /*   33554432: attention output */
+#define L28_RES                 25600735232 /*   33554432: residual stream after attention */
+#define L28_LN2                 25634289664 /*   33554432: mlp norm output */
+#define L28_G                   25667844096 /*  117440512: mlp gate */
+#define L28_U                   25785284608 /*  117440512: mlp up */
+#define L28_H                   25902725120 /*  117440512: mlp activation */
+#define L29_LN1                 26020165632 /*   33554432: attention norm output */
+#define L29_Q                   26053720064 /*   33554432: queries (rotated) */
+#define L29_K                   26087274496 /*    8388608: keys (rotated) */
+#define L29_V                   26095663104 /*    8388608: values */
+#define L29_ATT                 26104051712 /*   33554432: attention output */
+#define L29_RES                 26137606144 /*   33554432: residual stream after attention */
+#define L29_LN2                 26171160576 /*   33554432: mlp norm output */
+#define L29_G                   26204715008 /*  117440512: mlp gate */
+#define L29_U                   26322155520 /*  117440512: mlp up */
+#define L29_H                   26439596032 /*  117440512: mlp activation */
+#define L30_LN1                 26557036544 /*   33554432: attention norm output */
+#define L30_Q                   26590590976 /*   33554432: queries (rotated) */
+#define L30_K                   26624145408 /*    8388608: keys (rotated) */
+#define L30_V                   26632534016 /*    8388608: values */
+#define L30_ATT                 26640922624 /*   33554432: attention output */
+#define L30_RES                 26674477056 /*   33554432: residual stream after attention */
+#define L30_LN2                 26708031488 /*   33554432: mlp norm output */
+#define L30_G                   26741585920 /*  117440512: mlp gate */
+#define L30_U                   26859026432 /*  117440512: mlp up */
+#define L30_H                   26976466944 /*  117440512: mlp activation */
+#define L31_LN1                 27093907456 /*   33554432: attention norm output */
+#define L31_Q                   27127461888 /*   33554432: queries (rotated) */
+#define L31_K                   27161016320 /*    8388608: keys (rotated) */
+#define L31_V                   27169404928 /*    8388608: values */
+#define L31_ATT                 27177793536 /*   33554432: attention output */
+#define L31_RES                 27211347968 /*   33554432: residual stream after attention */
+#define L31_LN2                 27244902400 /*   33554432: mlp norm output */
+#define L31_G                   27278456832 /*  117440512: mlp gate */
+#define L31_U                   27395897344 /*  117440512: mlp up */
+#define L31_H                   27513337856 /*  117440512: mlp activation */
+#define DX_A                    27630778368 /*   33554432: gradient of the residual stream (even layers' output) */
+#define DX_B                    27664332800 /*   33554432: gradient of the residual stream (odd layers' output) */
+#define DLN                     27697887232 /*   33554432: gradient of a norm's output */
+#define LWS                     27731441664 /*  352321536: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
 #define DG                              LWS /*  117440512: gradient of the mlp gate: in LWS (an FFN's backward) */
 #define DU                     (LWS + 117440512) /*  117440512: gradient of the mlp up: in LWS (an FFN's backward) */
 #define DH                     (LWS + 234881024) /*  117440512: gradient of the mlp activation: in LWS (an FFN's backward) */
@@ -2582,208 +2584,208 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_cast_to_act(A(CAST0), S(EMBED_MASTER), 131334144); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 131334144, 0); /* embedding: 4 ranks x 131334144 */
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(EMBED_MASTER), 131334144); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT), A(CAST0), 131334144, 0); /* embedding: 4 ranks x 131334144, kept until the optimizer step */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 525336576, A(CAST1), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 8192, 4096);
   rt_comm_label("layer 0 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 525336576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 743448576, A(CAST0), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 743448576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 961560576, A(CAST1), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 961560576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1179672576, A(CAST0), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L4_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 1179672576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L4_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1397784576, A(CAST1), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer3_forward(c, false);
   rt_comm_label("layer 4 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L5_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 1397784576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L5_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1615896576, A(CAST0), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer4_forward(c, false);
   rt_comm_label("layer 5 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L6_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 1615896576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L6_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1834008576, A(CAST1), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer5_forward(c, false);
   rt_comm_label("layer 6 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L7_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 1834008576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L7_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2052120576, A(CAST0), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer6_forward(c, false);
   rt_comm_label("layer 7 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L8_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 2052120576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L8_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2270232576, A(CAST1), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer7_forward(c, false);
   rt_comm_label("layer 8 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L9_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 2270232576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L9_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2488344576, A(CAST0), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer8_forward(c, false);
   rt_comm_label("layer 9 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L10_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 2488344576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L10_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2706456576, A(CAST1), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer9_forward(c, false);
   rt_comm_label("layer 10 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L11_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 2706456576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L11_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2924568576, A(CAST0), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer10_forward(c, false);
   rt_comm_label("layer 11 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L12_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 2924568576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L12_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3142680576, A(CAST1), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer11_forward(c, false);
   rt_comm_label("layer 12 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L13_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 3142680576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L13_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3360792576, A(CAST0), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer12_forward(c, false);
   rt_comm_label("layer 13 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L14_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 3360792576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L14_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3578904576, A(CAST1), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer13_forward(c, false);
   rt_comm_label("layer 14 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L15_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 3578904576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L15_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3797016576, A(CAST0), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer14_forward(c, false);
   rt_comm_label("layer 15 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L16_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 3797016576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L16_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4015128576, A(CAST1), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer15_forward(c, false);
   rt_comm_label("layer 16 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L17_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 4015128576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L17_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4233240576, A(CAST0), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer16_forward(c, false);
   rt_comm_label("layer 17 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L18_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 4233240576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L18_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4451352576, A(CAST1), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer17_forward(c, false);
   rt_comm_label("layer 18 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L19_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 4451352576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L19_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4669464576, A(CAST0), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer18_forward(c, false);
   rt_comm_label("layer 19 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L20_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 4669464576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L20_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4887576576, A(CAST1), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer19_forward(c, false);
   rt_comm_label("layer 20 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L21_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 4887576576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L21_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5105688576, A(CAST0), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer20_forward(c, false);
   rt_comm_label("layer 21 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L22_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 5105688576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L22_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5323800576, A(CAST1), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer21_forward(c, false);
   rt_comm_label("layer 22 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L23_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 5323800576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L23_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5541912576, A(CAST0), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer22_forward(c, false);
   rt_comm_label("layer 23 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L24_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 5541912576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L24_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5760024576, A(CAST1), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer23_forward(c, false);
   rt_comm_label("layer 24 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L25_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 5760024576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L25_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5978136576, A(CAST0), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer24_forward(c, false);
   rt_comm_label("layer 25 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L26_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 5978136576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L26_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 6196248576, A(CAST1), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer25_forward(c, false);
   rt_comm_label("layer 26 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L27_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 6196248576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L27_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 6414360576, A(CAST0), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer26_forward(c, false);
   rt_comm_label("layer 27 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L28_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 6414360576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L28_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 6632472576, A(CAST1), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer27_forward(c, false);
   rt_comm_label("layer 28 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L29_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 6632472576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L29_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 6850584576, A(CAST0), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer28_forward(c, false);
   rt_comm_label("layer 29 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L30_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 6850584576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L30_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 7068696576, A(CAST1), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer29_forward(c, false);
   rt_comm_label("layer 30 forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L31_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 7068696576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L31_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 7286808576, A(CAST0), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch, kept until the optimizer step */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(HEAD_MASTER), 131335168); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 131335168, 2); /* head: 4 ranks x 131335168, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT) + 7286808576;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(HEAD_MASTER), 131335168); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 7504920576, A(CAST1), 131335168, 2); /* head: 4 ranks x 131335168, prefetch, kept until the optimizer step */
   layer31_forward(c, false);
   rt_comm_label("head forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 7504920576;
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X32), W(0), 8192, 4096, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(4096), I(TARGETS), 8192, 4096, 128256, 4096, RA(CE));
 }
@@ -2795,8 +2797,6 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_cast_to_act(A(CAST0), S(L31_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 31 dense: 4 ranks x 54528000, prefetch */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 525340672);
   rt_zero(A(DLN), 33554432);
@@ -2806,20 +2806,14 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 131335168, true, NULL, 2); /* head: 4 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L30_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 30 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 7286808576;
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
   layer31_backward(c);
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L31_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 31 dense: 4 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L29_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 29 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 7068696576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2827,10 +2821,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L30_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 30 dense: 4 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L28_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 28 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 6850584576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2838,10 +2829,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L29_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 29 dense: 4 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L27_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 27 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 6632472576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2849,10 +2837,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L28_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 28 dense: 4 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L26_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 26 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 6414360576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2860,10 +2845,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L27_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 27 dense: 4 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L25_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 25 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 6196248576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2871,10 +2853,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L26_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 26 dense: 4 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L24_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 24 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 5978136576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2882,10 +2861,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L25_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 25 dense: 4 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L23_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 23 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 5760024576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2893,10 +2869,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L24_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 24 dense: 4 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L22_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 22 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 5541912576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2904,10 +2877,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L23_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 23 dense: 4 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L21_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 21 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 5323800576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2915,10 +2885,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L22_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 22 dense: 4 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L20_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 20 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 5105688576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2926,10 +2893,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L21_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 21 dense: 4 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L19_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 19 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 4887576576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2937,10 +2901,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L20_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 20 dense: 4 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L18_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 18 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 4669464576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2948,10 +2909,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L19_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 19 dense: 4 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L17_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 17 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 4451352576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2959,10 +2917,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L18_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 18 dense: 4 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L16_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 16 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 4233240576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2970,10 +2925,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L17_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 17 dense: 4 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L15_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 15 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 4015128576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -2981,10 +2933,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L16_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 16 dense: 4 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L14_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 14 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 3797016576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -2992,10 +2941,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L15_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 15 dense: 4 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L13_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 13 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 3578904576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3003,10 +2949,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L14_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 14 dense: 4 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L12_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 12 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 3360792576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3014,10 +2957,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L13_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 13 dense: 4 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L11_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 11 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 3142680576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3025,10 +2965,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L12_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 12 dense: 4 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L10_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 10 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 2924568576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3036,10 +2973,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L11_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 11 dense: 4 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L9_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 9 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 2706456576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3047,10 +2981,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L10_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 10 dense: 4 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L8_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 8 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 2488344576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3058,10 +2989,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L9_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 9 dense: 4 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L7_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 7 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 2270232576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3069,10 +2997,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L8_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 8 dense: 4 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L6_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 6 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 2052120576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3080,10 +3005,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L7_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 7 dense: 4 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L5_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 5 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 1834008576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3091,10 +3013,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L6_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 6 dense: 4 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L4_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 4 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 1615896576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3102,10 +3021,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L5_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 5 dense: 4 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 3 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 1397784576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3113,10 +3029,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L4_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 4 dense: 4 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 2 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 1179672576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3124,10 +3037,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L3_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 3 dense: 4 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
-  rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 54528000, 0); /* layer 1 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 961560576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);
@@ -3135,10 +3045,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), A(GRAD1), 54528000, true, NULL, 2); /* layer 2 dense: 4 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 54528000); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 54528000, 2); /* layer 0 dense: 4 ranks x 54528000, prefetch */
+  c->wd = A(KEPT) + 743448576;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 218112000);
@@ -3146,8 +3053,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L1_DENSE_GRAD), A(GRAD0), 54528000, true, NULL, 0); /* layer 1 dense: 4 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
+  c->wd = A(KEPT) + 525336576;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 218112000);

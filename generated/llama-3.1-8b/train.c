@@ -370,6 +370,7 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
     tokens_to_device(c);
     c->dloss = (real)(1.0 / ((double)ACCUM * c->comm.world));
     c->aux_loss = 0;
+    c->gather_kept = micro == 0; /* parameters kept gathered (reshard after_step): once per step */
     loss += (double)step_forward(c);
     *aux += c->aux_loss;
     step_backward(c);
@@ -385,6 +386,7 @@ static double objective(RtCtx *c, const RtData *d, uint64_t seed) {
     rt_data_batch(d, (int32_t *)(c->arena + INPUTS), (int32_t *)(c->arena + TARGETS), MICRO_BATCH, SEQ_LEN, 0, ACCUM,
                   micro, 0, 1, seed);
     c->aux_loss = 0;
+    c->gather_kept = micro == 0; /* the parameters may have moved since the last call */
     double ce = (double)step_forward(c);
     j += (ce + c->aux_loss) / ACCUM;
   }

@@ -2,6 +2,10 @@
  *
  * The plan: 32 ranks = 1 replica(s) x 32-way FSDP, EP 1 (8 experts per rank),
  * full activation checkpointing; 2 micro-batch(es) of 4 x 32768 tokens per rank and step.
+ * Reshard after_step: all but the routed experts are gathered once per step, by the first micro-batch's forward, into
+ * DENSE_KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
+ * the routed experts are re-gathered into GATHERED<i> for each pass;
+ * gradients are reduce-scattered after each micro-batch's backward.
  * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
  * each allocated once at start-up: the maps below. Tokens are B x T = 131072 rows of hidden 4096.
  */
@@ -371,29 +375,30 @@
 #define L31_DENSE_PARAM          1410013952 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define L31_EXPERTS_PARAM        1411325952 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
 #define HEAD_PARAM               1455366144 /*    4096128: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                1459462272 /* 1451270144: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                2910732416 /* 1451270144: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                    4362002560 /* 1451270144: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                    5813272704 /* 1451270144: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                   7264542848 /*  536870912: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                   7801413760 /*  536870912: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                   8338284672 /*  536870912: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                   8875155584 /*  536870912: attention norm output */
-#define WS_Q                     9412026496 /*  536870912: queries (rotated) */
-#define WS_K                     9948897408 /*  134217728: keys (rotated) */
-#define WS_V                    10083115136 /*  134217728: values */
-#define WS_ATT                  10217332864 /*  536870912: attention output */
-#define WS_RES                  10754203776 /*  536870912: residual stream after attention */
-#define WS_LN2                  11291074688 /*  536870912: mlp norm output */
-#define WS_XP                   11827945600 /* 1073741824: token copies in expert order: the experts' input */
-#define WS_YP                   12901687424 /* 1073741824: expert outputs in that order */
-#define WS_EG                   13975429248 /* 3758096384: routed experts' gate */
-#define WS_EU                   17733525632 /* 3758096384: routed experts' up */
-#define WS_EH                   21491622016 /* 3758096384: routed experts' activation */
-#define DX_A                    25249718400 /*  536870912: gradient of the residual stream (even layers' output) */
-#define DX_B                    25786589312 /*  536870912: gradient of the residual stream (odd layers' output) */
-#define DLN                     26323460224 /*  536870912: gradient of a norm's output */
-#define LWS                     26860331136 /* 11274289152: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define DENSE_KEPT               1459462272 /* 1605636096: reshard after_step: all but the routed experts, gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.dense_kept) */
+#define GATHERED0                3065098368 /* 1409286144: units u with u % 2 = 0: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
+#define GATHERED1                4474384512 /* 1409286144: units u with u % 2 = 1: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
+#define GRAD0                    5883670656 /* 1451270144: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                    7334940800 /* 1451270144: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                   8786210944 /*  536870912: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                   9323081856 /*  536870912: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                   9859952768 /*  536870912: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  10396823680 /*  536870912: attention norm output */
+#define WS_Q                    10933694592 /*  536870912: queries (rotated) */
+#define WS_K                    11470565504 /*  134217728: keys (rotated) */
+#define WS_V                    11604783232 /*  134217728: values */
+#define WS_ATT                  11739000960 /*  536870912: attention output */
+#define WS_RES                  12275871872 /*  536870912: residual stream after attention */
+#define WS_LN2                  12812742784 /*  536870912: mlp norm output */
+#define WS_XP                   13349613696 /* 1073741824: token copies in expert order: the experts' input */
+#define WS_YP                   14423355520 /* 1073741824: expert outputs in that order */
+#define WS_EG                   15497097344 /* 3758096384: routed experts' gate */
+#define WS_EU                   19255193728 /* 3758096384: routed experts' up */
+#define WS_EH                   23013290112 /* 3758096384: routed experts' activation */
+#define DX_A                    26771386496 /*  536870912: gradient of the residual stream (even layers' output) */
+#define DX_B                    27308257408 /*  536870912: gradient of the residual stream (odd layers' output) */
+#define DLN                     27845128320 /*  536870912: gradient of a norm's output */
+#define LWS                     28381999232 /* 11274289152: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
 #define EDG                             LWS /* 3758096384: routed experts' gate gradient: in LWS (an FFN's backward) */
 #define EDU                    (LWS + 3758096384) /* 3758096384: routed experts' up gradient: in LWS (an FFN's backward) */
 #define EDH                    (LWS + 7516192768) /* 3758096384: routed experts' activation gradient: in LWS (an FFN's backward) */
@@ -405,7 +410,7 @@
 #define LNF                             LWS /*  536870912: final norm output: in LWS (the loss) */
 #define CE                     (LWS + 536870912) /* 1073741824: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
 #define DLOGITS                         LWS /*    2097152: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
-#define DYP                     38134620288 /* 1073741824: gradient of the expert outputs */
+#define DYP                     39656288384 /* 1073741824: gradient of the expert outputs */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-29 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -2643,298 +2648,298 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 4096000, 0); /* embedding: 32 ranks x 4096000 */
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT), A(EMBED_PARAM), 4096000, 0); /* embedding: 32 ranks x 4096000, kept until the optimizer step */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 131072000, A(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 131072, 4096);
   rt_comm_label("layer 0 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 131072000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 173056000, A(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
   layer0_forward(c, false);
   rt_offload_store(c, 0, H(HX0), A(X0), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 1 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 173056000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 215040000, A(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
   layer1_forward(c, false);
   rt_offload_store(c, 1, H(HX1), A(X1), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 2 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 215040000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 257024000, A(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
   layer2_forward(c, false);
   rt_offload_store(c, 2, H(HX2), A(X2), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 3 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 257024000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 299008000, A(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
   layer3_forward(c, false);
   rt_offload_store(c, 3, H(HX3), A(X3), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 4 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 299008000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 340992000, A(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
   layer4_forward(c, false);
   rt_offload_store(c, 4, H(HX4), A(X4), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 5 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 340992000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 382976000, A(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
   layer5_forward(c, false);
   rt_offload_store(c, 5, H(HX5), A(X5), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 6 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 382976000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 424960000, A(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
   layer6_forward(c, false);
   rt_offload_store(c, 6, H(HX6), A(X6), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 7 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 424960000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 466944000, A(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
   layer7_forward(c, false);
   rt_offload_store(c, 7, H(HX7), A(X7), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 8 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 466944000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 508928000, A(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
   layer8_forward(c, false);
   rt_offload_store(c, 8, H(HX8), A(X8), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 9 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 508928000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 550912000, A(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
   layer9_forward(c, false);
   rt_offload_store(c, 9, H(HX9), A(X9), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 10 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 550912000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 592896000, A(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
   layer10_forward(c, false);
   rt_offload_store(c, 10, H(HX10), A(X10), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 11 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 592896000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 634880000, A(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
   layer11_forward(c, false);
   rt_offload_store(c, 11, H(HX11), A(X11), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 12 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 634880000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 676864000, A(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
   layer12_forward(c, false);
   rt_offload_store(c, 12, H(HX12), A(X12), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 13 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 676864000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 718848000, A(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
   layer13_forward(c, false);
   rt_offload_store(c, 13, H(HX13), A(X13), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 14 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 718848000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 760832000, A(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
   layer14_forward(c, false);
   rt_offload_store(c, 14, H(HX14), A(X14), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 15 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 760832000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 802816000, A(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
   layer15_forward(c, false);
   rt_offload_store(c, 15, H(HX15), A(X15), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 16 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 802816000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 844800000, A(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
   layer16_forward(c, false);
   rt_offload_store(c, 16, H(HX16), A(X16), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 17 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 844800000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 886784000, A(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
   layer17_forward(c, false);
   rt_offload_store(c, 17, H(HX17), A(X17), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 18 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 886784000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 928768000, A(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
   layer18_forward(c, false);
   rt_offload_store(c, 18, H(HX18), A(X18), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 19 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 928768000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 970752000, A(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
   layer19_forward(c, false);
   rt_offload_store(c, 19, H(HX19), A(X19), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 20 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 970752000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1012736000, A(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
   layer20_forward(c, false);
   rt_offload_store(c, 20, H(HX20), A(X20), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 21 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1012736000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1054720000, A(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
   layer21_forward(c, false);
   rt_offload_store(c, 21, H(HX21), A(X21), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 22 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1054720000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1096704000, A(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
   layer22_forward(c, false);
   rt_offload_store(c, 22, H(HX22), A(X22), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 23 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1096704000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1138688000, A(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
   layer23_forward(c, false);
   rt_offload_store(c, 23, H(HX23), A(X23), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 24 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1138688000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1180672000, A(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
   layer24_forward(c, false);
   rt_offload_store(c, 24, H(HX24), A(X24), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 25 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1180672000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1222656000, A(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
   layer25_forward(c, false);
   rt_offload_store(c, 25, H(HX25), A(X25), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 26 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1222656000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1264640000, A(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
   layer26_forward(c, false);
   rt_offload_store(c, 26, H(HX26), A(X26), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 27 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1264640000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1306624000, A(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
   layer27_forward(c, false);
   rt_offload_store(c, 27, H(HX27), A(X27), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 28 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1306624000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1348608000, A(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
   layer28_forward(c, false);
   rt_offload_store(c, 28, H(HX28), A(X28), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 29 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1348608000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1390592000, A(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
   layer29_forward(c, false);
   rt_offload_store(c, 29, H(HX29), A(X29), 536870912); /* to the host while the next layers run */
   rt_comm_label("layer 30 forward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1390592000, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1432576000, A(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
   layer30_forward(c, false);
   rt_comm_label("layer 31 forward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(HEAD_PARAM), 4096128, 2); /* head: 32 ranks x 4096128, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1432576000, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1474560000, A(HEAD_PARAM), 4096128, 2); /* head: 32 ranks x 4096128, prefetch, kept until the optimizer step */
   rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
   layer31_forward(c, false);
   rt_comm_label("head forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1474560000;
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X32), W(0), 131072, 4096, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(4096), I(TARGETS), 131072, 4096, 32000, 2048, RA(CE));
 }
@@ -2946,8 +2951,7 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 1312000, 0); /* layer 31 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 32 ranks x 44040192, prefetch */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 131076096);
   rt_zero(A(DLN), 536870912);
@@ -2957,11 +2961,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 4096128, true, NULL, 2); /* head: 32 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 1312000, 2); /* layer 30 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1432576000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 32 ranks x 44040192, prefetch */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, A(X29), H(HX29), 536870912); /* prefetch: X32's slot is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 41984000;
@@ -2971,11 +2973,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 31 experts: 32 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 1312000, 0); /* layer 29 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1390592000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 32 ranks x 44040192, prefetch */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_offload_load(c, 28, A(X28), H(HX28), 536870912); /* prefetch: X31's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
@@ -2986,11 +2986,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 30 experts: 32 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 1312000, 2); /* layer 28 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1348608000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 29); /* X29 is back */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_offload_load(c, 27, A(X27), H(HX27), 536870912); /* prefetch: X30's slot is free */
@@ -3002,11 +3000,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 29 experts: 32 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 1312000, 0); /* layer 27 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1306624000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 28); /* X28 is back */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_offload_load(c, 26, A(X26), H(HX26), 536870912); /* prefetch: X29's slot is free */
@@ -3018,11 +3014,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 28 experts: 32 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 1312000, 2); /* layer 26 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1264640000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 27); /* X27 is back */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_offload_load(c, 25, A(X25), H(HX25), 536870912); /* prefetch: X28's slot is free */
@@ -3034,11 +3028,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 27 experts: 32 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 1312000, 0); /* layer 25 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1222656000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 26); /* X26 is back */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_offload_load(c, 24, A(X24), H(HX24), 536870912); /* prefetch: X27's slot is free */
@@ -3050,11 +3042,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 26 experts: 32 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 1312000, 2); /* layer 24 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1180672000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 25); /* X25 is back */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_offload_load(c, 23, A(X23), H(HX23), 536870912); /* prefetch: X26's slot is free */
@@ -3066,11 +3056,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 25 experts: 32 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 1312000, 0); /* layer 23 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1138688000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 24); /* X24 is back */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_offload_load(c, 22, A(X22), H(HX22), 536870912); /* prefetch: X25's slot is free */
@@ -3082,11 +3070,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 24 experts: 32 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 1312000, 2); /* layer 22 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1096704000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 23); /* X23 is back */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_offload_load(c, 21, A(X21), H(HX21), 536870912); /* prefetch: X24's slot is free */
@@ -3098,11 +3084,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 23 experts: 32 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 1312000, 0); /* layer 21 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1054720000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 22); /* X22 is back */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_offload_load(c, 20, A(X20), H(HX20), 536870912); /* prefetch: X23's slot is free */
@@ -3114,11 +3098,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 22 experts: 32 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 1312000, 2); /* layer 20 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 1012736000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 21); /* X21 is back */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_offload_load(c, 19, A(X19), H(HX19), 536870912); /* prefetch: X22's slot is free */
@@ -3130,11 +3112,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 21 experts: 32 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 1312000, 0); /* layer 19 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 970752000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 20); /* X20 is back */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_offload_load(c, 18, A(X18), H(HX18), 536870912); /* prefetch: X21's slot is free */
@@ -3146,11 +3126,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 20 experts: 32 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 1312000, 2); /* layer 18 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 928768000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 19); /* X19 is back */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_offload_load(c, 17, A(X17), H(HX17), 536870912); /* prefetch: X20's slot is free */
@@ -3162,11 +3140,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 19 experts: 32 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 1312000, 0); /* layer 17 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 886784000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 18); /* X18 is back */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_offload_load(c, 16, A(X16), H(HX16), 536870912); /* prefetch: X19's slot is free */
@@ -3178,11 +3154,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 18 experts: 32 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 1312000, 2); /* layer 16 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 844800000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 17); /* X17 is back */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_offload_load(c, 15, A(X15), H(HX15), 536870912); /* prefetch: X18's slot is free */
@@ -3194,11 +3168,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 17 experts: 32 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 1312000, 0); /* layer 15 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 802816000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 16); /* X16 is back */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_offload_load(c, 14, A(X14), H(HX14), 536870912); /* prefetch: X17's slot is free */
@@ -3210,11 +3182,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 16 experts: 32 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 1312000, 2); /* layer 14 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 760832000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 15); /* X15 is back */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_offload_load(c, 13, A(X13), H(HX13), 536870912); /* prefetch: X16's slot is free */
@@ -3226,11 +3196,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 15 experts: 32 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 1312000, 0); /* layer 13 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 718848000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 14); /* X14 is back */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_offload_load(c, 12, A(X12), H(HX12), 536870912); /* prefetch: X15's slot is free */
@@ -3242,11 +3210,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 14 experts: 32 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 1312000, 2); /* layer 12 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 676864000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 13); /* X13 is back */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_offload_load(c, 11, A(X11), H(HX11), 536870912); /* prefetch: X14's slot is free */
@@ -3258,11 +3224,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 13 experts: 32 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 1312000, 0); /* layer 11 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 634880000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 12); /* X12 is back */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_offload_load(c, 10, A(X10), H(HX10), 536870912); /* prefetch: X13's slot is free */
@@ -3274,11 +3238,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 12 experts: 32 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 1312000, 2); /* layer 10 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 592896000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 11); /* X11 is back */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_offload_load(c, 9, A(X9), H(HX9), 536870912); /* prefetch: X12's slot is free */
@@ -3290,11 +3252,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 11 experts: 32 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 1312000, 0); /* layer 9 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 550912000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 10); /* X10 is back */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_offload_load(c, 8, A(X8), H(HX8), 536870912); /* prefetch: X11's slot is free */
@@ -3306,11 +3266,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 10 experts: 32 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 1312000, 2); /* layer 8 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 508928000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 9); /* X9 is back */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_offload_load(c, 7, A(X7), H(HX7), 536870912); /* prefetch: X10's slot is free */
@@ -3322,11 +3280,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 9 experts: 32 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 1312000, 0); /* layer 7 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 466944000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 8); /* X8 is back */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_offload_load(c, 6, A(X6), H(HX6), 536870912); /* prefetch: X9's slot is free */
@@ -3338,11 +3294,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 8 experts: 32 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 1312000, 2); /* layer 6 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 424960000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 7); /* X7 is back */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_offload_load(c, 5, A(X5), H(HX5), 536870912); /* prefetch: X8's slot is free */
@@ -3354,11 +3308,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 7 experts: 32 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 1312000, 0); /* layer 5 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 382976000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 6); /* X6 is back */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_offload_load(c, 4, A(X4), H(HX4), 536870912); /* prefetch: X7's slot is free */
@@ -3370,11 +3322,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 6 experts: 32 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 1312000, 2); /* layer 4 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 340992000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 5); /* X5 is back */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_offload_load(c, 3, A(X3), H(HX3), 536870912); /* prefetch: X6's slot is free */
@@ -3386,11 +3336,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 5 experts: 32 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 1312000, 0); /* layer 3 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 299008000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 4); /* X4 is back */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_offload_load(c, 2, A(X2), H(HX2), 536870912); /* prefetch: X5's slot is free */
@@ -3402,11 +3350,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 4 experts: 32 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 1312000, 2); /* layer 2 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 257024000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L2_EXPERTS_PARAM), 44040192, 3); /* layer 2 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 3); /* X3 is back */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_offload_load(c, 1, A(X1), H(HX1), 536870912); /* prefetch: X4's slot is free */
@@ -3418,11 +3364,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 3 experts: 32 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 1312000, 0); /* layer 1 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 41984000, A(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 215040000, c->we = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(L1_EXPERTS_PARAM), 44040192, 1); /* layer 1 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 2); /* X2 is back */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_offload_load(c, 0, A(X0), H(HX0), 536870912); /* prefetch: X3's slot is free */
@@ -3434,11 +3378,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), A(GRAD1) + 41984000, 44040192, true, NULL, 3); /* layer 2 experts: 32 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
-  rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 41984000;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 1312000, 2); /* layer 0 dense: 32 ranks x 1312000, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 41984000, A(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
+  c->wd = A(DENSE_KEPT) + 173056000, c->we = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(L0_EXPERTS_PARAM), 44040192, 3); /* layer 0 experts: 32 ranks x 44040192, prefetch */
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
@@ -3449,9 +3391,8 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), A(GRAD0) + 41984000, 44040192, true, NULL, 1); /* layer 1 experts: 32 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
-  rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 41984000;
+  c->wd = A(DENSE_KEPT) + 131072000, c->we = A(GATHERED1);
   rt_offload_wait(c, 0); /* X0 is back */
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */

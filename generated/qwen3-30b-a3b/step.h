@@ -8,33 +8,33 @@
 #define MODEL_NAME "qwen3-30b-a3b"
 #define SPEC_FILE "qwen3-30b-a3b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "20deb4731dcc369d"
+#define PLAN_HASH "fb8556fa41ef6308"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 16
 #define PLAN_FSDP 16
-#define PLAN_EP 4
+#define PLAN_EP 1
 #define PLAN_DP_REPLICATE 1
-#define EXPERTS_PER_RANK 32
-#define CHECKPOINT_POLICY "selective"
+#define EXPERTS_PER_RANK 128
+#define CHECKPOINT_POLICY "full"
 #define SHARD_EXPERTS 8 /* whole experts per rank of an EP rank's shard group */
 #define SHARD_EXPERTS_ELEMS 37748736 /* elements of such a shard: gathered experts b·SHARD_EXPERTS.. at b x it */
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"
 /* training */
 #define GLOBAL_BATCH 256
-#define MICRO_BATCH 8
-#define ACCUM 2
+#define MICRO_BATCH 16
+#define ACCUM 1
 #define SEQ_LEN 4096
 #define VOCAB 151936
-#define TOKENS 32768 /* per micro-batch and rank */
+#define TOKENS 65536 /* per micro-batch and rank */
 /* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */
 #define HIDDEN 2048
 #define HEADS 32
 #define EXPERTS 128
 #define TOP_K 8
 #define AUX_FREE 0
-#define MOE_CAP_ROWS 327680 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
-#define MOE_MEAN_ROWS 262144 /* rows a rank sends per MoE layer pass: tokens x top_k */
+#define MOE_CAP_ROWS 524288 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
+#define MOE_MEAN_ROWS 524288 /* rows a rank sends per MoE layer pass: tokens x top_k */
 #define TRAIN_STEPS 1000
 #define LR 0.0003
 #define WARMUP_STEPS 0
@@ -42,33 +42,33 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 2.300628e+10 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 8569.08 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 8923.82 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 94619740176 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 34827089920 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 84874005504 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 47175120896 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
 /* the state arena: 7633030656 elements of real (fp32 master shards, gradients, moments) in
- * device (HBM) memory; the optimizer step runs on the GPU */
+ * host (Grace) memory; the optimizer step runs on the host CPU */
 #define STATE_ELEMS 7633030656
-#define STATE_ON_HOST 0
-#define OPT_STEP_ON_HOST 0
+#define STATE_ON_HOST 1
+#define OPT_STEP_ON_HOST 1
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 112394816
-#define ARENA_SCRATCH 65536
-#define ACT_ELEMS 30816903712
-#define ACT_SCRATCH 0
+#define ARENA_ELEMS 15335952
+#define ARENA_SCRATCH 131072
+#define ACT_ELEMS 41437695360
+#define ACT_SCRATCH 32440380288
 #define INPUTS 0
-#define TARGETS 32768
-#define STATE_STAGING 700224032 /* GRAD0 (activation arena), free between steps: a state arena on the host
+#define TARGETS 65536
+#define STATE_STAGING 32440380288 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
-#define STATE_STAGING_ELEMS 311166976
-#define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
-#define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
+#define STATE_STAGING_ELEMS 623120640
+#define HOST_ELEMS 6174015488 /* the host arena (activation offload): boundaries waiting for the backward */
+#define OFFLOAD_IDS 46 /* boundaries that go to the host and back */
 #define N_GROUPS 98
 #define N_TENSORS 579
 extern const RtGroup step_groups[N_GROUPS];

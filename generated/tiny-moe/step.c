@@ -2,6 +2,9 @@
  *
  * The plan: 2 ranks = 1 replica(s) x 2-way FSDP, EP 1 (8 experts per rank),
  * no activation checkpointing; 2 micro-batch(es) of 2 x 256 tokens per rank and step.
+ * Reshard after_step: every parameter group is gathered once per step, by the first micro-batch's forward, into
+ * KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
+ * gradients are reduce-scattered after each micro-batch's backward.
  * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
  * each allocated once at start-up: the maps below. Tokens are B x T = 512 rows of hidden 128.
  */
@@ -104,81 +107,80 @@
 #define LSEF                          43616 /*        512: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define CAST0                             0 /*     467584: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define CAST1                        467584 /*     467584: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define GATHERED0                    935168 /*     935168: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                   1870336 /*     935168: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                       2805504 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                       3740672 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                          4675840 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                          4741376 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                          4806912 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                          4872448 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                          4937984 /*      65536: output of the last layer */
-#define L0_LN1                      5003520 /*      65536: attention norm output */
-#define L0_Q                        5069056 /*      65536: queries (rotated) */
-#define L0_K                        5134592 /*      32768: keys (rotated) */
-#define L0_V                        5167360 /*      32768: values */
-#define L0_ATT                      5200128 /*      65536: attention output */
-#define L0_RES                      5265664 /*      65536: residual stream after attention */
-#define L0_LN2                      5331200 /*      65536: mlp norm output */
-#define L0_XP                       5396736 /*     131072: token copies in expert order: the experts' input */
-#define L0_YP                       5527808 /*     131072: expert outputs in that order */
-#define L0_EG                       5658880 /*     262144: routed experts' gate */
-#define L0_EU                       5921024 /*     262144: routed experts' up */
-#define L0_EH                       6183168 /*     262144: routed experts' activation */
-#define L0_SG                       6445312 /*     131072: shared experts' gate */
-#define L0_SU                       6576384 /*     131072: shared experts' up */
-#define L0_SH                       6707456 /*     131072: shared experts' activation */
-#define L1_LN1                      6838528 /*      65536: attention norm output */
-#define L1_Q                        6904064 /*      65536: queries (rotated) */
-#define L1_K                        6969600 /*      32768: keys (rotated) */
-#define L1_V                        7002368 /*      32768: values */
-#define L1_ATT                      7035136 /*      65536: attention output */
-#define L1_RES                      7100672 /*      65536: residual stream after attention */
-#define L1_LN2                      7166208 /*      65536: mlp norm output */
-#define L1_XP                       7231744 /*     131072: token copies in expert order: the experts' input */
-#define L1_YP                       7362816 /*     131072: expert outputs in that order */
-#define L1_EG                       7493888 /*     262144: routed experts' gate */
-#define L1_EU                       7756032 /*     262144: routed experts' up */
-#define L1_EH                       8018176 /*     262144: routed experts' activation */
-#define L1_SG                       8280320 /*     131072: shared experts' gate */
-#define L1_SU                       8411392 /*     131072: shared experts' up */
-#define L1_SH                       8542464 /*     131072: shared experts' activation */
-#define L2_LN1                      8673536 /*      65536: attention norm output */
-#define L2_Q                        8739072 /*      65536: queries (rotated) */
-#define L2_K                        8804608 /*      32768: keys (rotated) */
-#define L2_V                        8837376 /*      32768: values */
-#define L2_ATT                      8870144 /*      65536: attention output */
-#define L2_RES                      8935680 /*      65536: residual stream after attention */
-#define L2_LN2                      9001216 /*      65536: mlp norm output */
-#define L2_XP                       9066752 /*     131072: token copies in expert order: the experts' input */
-#define L2_YP                       9197824 /*     131072: expert outputs in that order */
-#define L2_EG                       9328896 /*     262144: routed experts' gate */
-#define L2_EU                       9591040 /*     262144: routed experts' up */
-#define L2_EH                       9853184 /*     262144: routed experts' activation */
-#define L2_SG                      10115328 /*     131072: shared experts' gate */
-#define L2_SU                      10246400 /*     131072: shared experts' up */
-#define L2_SH                      10377472 /*     131072: shared experts' activation */
-#define L3_LN1                     10508544 /*      65536: attention norm output */
-#define L3_Q                       10574080 /*      65536: queries (rotated) */
-#define L3_K                       10639616 /*      32768: keys (rotated) */
-#define L3_V                       10672384 /*      32768: values */
-#define L3_ATT                     10705152 /*      65536: attention output */
-#define L3_RES                     10770688 /*      65536: residual stream after attention */
-#define L3_LN2                     10836224 /*      65536: mlp norm output */
-#define L3_XP                      10901760 /*     131072: token copies in expert order: the experts' input */
-#define L3_YP                      11032832 /*     131072: expert outputs in that order */
-#define L3_EG                      11163904 /*     262144: routed experts' gate */
-#define L3_EU                      11426048 /*     262144: routed experts' up */
-#define L3_EH                      11688192 /*     262144: routed experts' activation */
-#define L3_SG                      11950336 /*     131072: shared experts' gate */
-#define L3_SU                      12081408 /*     131072: shared experts' up */
-#define L3_SH                      12212480 /*     131072: shared experts' activation */
-#define DX_A                       12343552 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                       12409088 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                        12474624 /*      65536: gradient of a norm's output */
-#define LWS                        12540160 /*     786432: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define KEPT                              0 /*    3806336: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
+#define CAST0                       3806336 /*     467584: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define CAST1                       4273920 /*     467584: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define GRAD0                       4741504 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                       5676672 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                          6611840 /*      65536: boundary: input of layer 0 (residual stream) */
+#define X1                          6677376 /*      65536: boundary: input of layer 1 (residual stream) */
+#define X2                          6742912 /*      65536: boundary: input of layer 2 (residual stream) */
+#define X3                          6808448 /*      65536: boundary: input of layer 3 (residual stream) */
+#define X4                          6873984 /*      65536: output of the last layer */
+#define L0_LN1                      6939520 /*      65536: attention norm output */
+#define L0_Q                        7005056 /*      65536: queries (rotated) */
+#define L0_K                        7070592 /*      32768: keys (rotated) */
+#define L0_V                        7103360 /*      32768: values */
+#define L0_ATT                      7136128 /*      65536: attention output */
+#define L0_RES                      7201664 /*      65536: residual stream after attention */
+#define L0_LN2                      7267200 /*      65536: mlp norm output */
+#define L0_XP                       7332736 /*     131072: token copies in expert order: the experts' input */
+#define L0_YP                       7463808 /*     131072: expert outputs in that order */
+#define L0_EG                       7594880 /*     262144: routed experts' gate */
+#define L0_EU                       7857024 /*     262144: routed experts' up */
+#define L0_EH                       8119168 /*     262144: routed experts' activation */
+#define L0_SG                       8381312 /*     131072: shared experts' gate */
+#define L0_SU                       8512384 /*     131072: shared experts' up */
+#define L0_SH                       8643456 /*     131072: shared experts' activation */
+#define L1_LN1                      8774528 /*      65536: attention norm output */
+#define L1_Q                        8840064 /*      65536: queries (rotated) */
+#define L1_K                        8905600 /*      32768: keys (rotated) */
+#define L1_V                        8938368 /*      32768: values */
+#define L1_ATT                      8971136 /*      65536: attention output */
+#define L1_RES                      9036672 /*      65536: residual stream after attention */
+#define L1_LN2                      9102208 /*      65536: mlp norm output */
+#define L1_XP                       9167744 /*     131072: token copies in expert order: the experts' input */
+#define L1_YP                       9298816 /*     131072: expert outputs in that order */
+#define L1_EG                       9429888 /*     262144: routed experts' gate */
+#define L1_EU                       9692032 /*     262144: routed experts' up */
+#define L1_EH                       9954176 /*     262144: routed experts' activation */
+#define L1_SG                      10216320 /*     131072: shared experts' gate */
+#define L1_SU                      10347392 /*     131072: shared experts' up */
+#define L1_SH                      10478464 /*     131072: shared experts' activation */
+#define L2_LN1                     10609536 /*      65536: attention norm output */
+#define L2_Q                       10675072 /*      65536: queries (rotated) */
+#define L2_K                       10740608 /*      32768: keys (rotated) */
+#define L2_V                       10773376 /*      32768: values */
+#define L2_ATT                     10806144 /*      65536: attention output */
+#define L2_RES                     10871680 /*      65536: residual stream after attention */
+#define L2_LN2                     10937216 /*      65536: mlp norm output */
+#define L2_XP                      11002752 /*     131072: token copies in expert order: the experts' input */
+#define L2_YP                      11133824 /*     131072: expert outputs in that order */
+#define L2_EG                      11264896 /*     262144: routed experts' gate */
+#define L2_EU                      11527040 /*     262144: routed experts' up */
+#define L2_EH                      11789184 /*     262144: routed experts' activation */
+#define L2_SG                      12051328 /*     131072: shared experts' gate */
+#define L2_SU                      12182400 /*     131072: shared experts' up */
+#define L2_SH                      12313472 /*     131072: shared experts' activation */
+#define L3_LN1                     12444544 /*      65536: attention norm output */
+#define L3_Q                       12510080 /*      65536: queries (rotated) */
+#define L3_K                       12575616 /*      32768: keys (rotated) */
+#define L3_V                       12608384 /*      32768: values */
+#define L3_ATT                     12641152 /*      65536: attention output */
+#define L3_RES                     12706688 /*      65536: residual stream after attention */
+#define L3_LN2                     12772224 /*      65536: mlp norm output */
+#define L3_XP                      12837760 /*     131072: token copies in expert order: the experts' input */
+#define L3_YP                      12968832 /*     131072: expert outputs in that order */
+#define L3_EG                      13099904 /*     262144: routed experts' gate */
+#define L3_EU                      13362048 /*     262144: routed experts' up */
+#define L3_EH                      13624192 /*     262144: routed experts' activation */
+#define L3_SG                      13886336 /*     131072: shared experts' gate */
+#define L3_SU                      14017408 /*     131072: shared experts' up */
+#define L3_SH                      14148480 /*     131072: shared experts' activation */
+#define DX_A                       14279552 /*      65536: gradient of the residual stream (even layers' output) */
+#define DX_B                       14345088 /*      65536: gradient of the residual stream (odd layers' output) */
+#define DLN                        14410624 /*      65536: gradient of a norm's output */
+#define LWS                        14476160 /*     786432: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
 #define EDG                             LWS /*     262144: routed experts' gate gradient: in LWS (an FFN's backward) */
 #define DSG                             EDG /*     131072: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
 #define EDU                    (LWS + 262144) /*     262144: routed experts' up gradient: in LWS (an FFN's backward) */
@@ -194,7 +196,7 @@
 #define LNF                             LWS /*      65536: final norm output: in LWS (the loss) */
 #define CE                     (LWS + 65536) /*     524288: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
 #define DLOGITS                         LWS /*       8192: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
-#define DYP                        13326592 /*     131072: gradient of the expert outputs */
+#define DYP                        15262592 /*     131072: gradient of the expert outputs */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -558,52 +560,48 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  rt_cast_to_act(A(CAST0), S(EMBED_MASTER), 16384); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 16384, 0); /* embedding: 2 ranks x 16384 */
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_cast_to_act(A(CAST1) + 74368, S(L0_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(CAST1) + 74368, 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(EMBED_MASTER), 16384); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT), A(CAST0), 16384, 0); /* embedding: 2 ranks x 16384, kept until the optimizer step */
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(KEPT);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 32768, A(CAST1), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch, kept until the optimizer step */
+  if (c->gather_kept) rt_cast_to_act(A(CAST1) + 74368, S(L0_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 181504, A(CAST1) + 74368, 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch, kept until the optimizer step */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 512, 128);
   rt_comm_label("layer 0 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_cast_to_act(A(CAST0) + 74368, S(L1_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(CAST0) + 74368, 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
+  c->wd = A(KEPT) + 32768, c->we = A(KEPT) + 181504;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 967936, A(CAST0), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch, kept until the optimizer step */
+  if (c->gather_kept) rt_cast_to_act(A(CAST0) + 74368, S(L1_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 1116672, A(CAST0) + 74368, 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch, kept until the optimizer step */
   layer0_forward(c, false);
   rt_comm_label("layer 1 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_cast_to_act(A(CAST1) + 74368, S(L2_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(CAST1) + 74368, 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
+  c->wd = A(KEPT) + 967936, c->we = A(KEPT) + 1116672;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1903104, A(CAST1), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch, kept until the optimizer step */
+  if (c->gather_kept) rt_cast_to_act(A(CAST1) + 74368, S(L2_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 2051840, A(CAST1) + 74368, 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch, kept until the optimizer step */
   layer1_forward(c, false);
   rt_comm_label("layer 2 forward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_cast_to_act(A(CAST0) + 74368, S(L3_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(CAST0) + 74368, 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
+  c->wd = A(KEPT) + 1903104, c->we = A(KEPT) + 2051840;
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2838272, A(CAST0), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch, kept until the optimizer step */
+  if (c->gather_kept) rt_cast_to_act(A(CAST0) + 74368, S(L3_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 2987008, A(CAST0) + 74368, 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch, kept until the optimizer step */
   layer2_forward(c, false);
   rt_comm_label("layer 3 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_cast_to_act(A(CAST1), S(HEAD_MASTER), 16448); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 16448, 2); /* head: 2 ranks x 16448, prefetch */
+  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
+  c->wd = A(KEPT) + 2838272, c->we = A(KEPT) + 2987008;
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(HEAD_MASTER), 16448); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3773440, A(CAST1), 16448, 2); /* head: 2 ranks x 16448, prefetch, kept until the optimizer step */
   layer3_forward(c, false);
   rt_comm_label("head forward");
-  rt_comm_all_gather_wait(2);
-  c->wd = A(GATHERED1);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(KEPT) + 3773440;
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X4), W(0), 512, 128, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(128), I(TARGETS), 512, 128, 256, 256, RA(CE));
 }
@@ -615,10 +613,6 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
-  rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 74368, 0); /* layer 3 dense: 2 ranks x 74368, prefetch */
-  rt_cast_to_act(A(CAST0) + 74368, S(L3_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(CAST0) + 74368, 393216, 1); /* layer 3 experts: 2 ranks x 393216, prefetch */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 32896);
   rt_zero(A(DLN), 65536);
@@ -628,13 +622,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 16448, true, NULL, 2); /* head: 2 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 74368, 2); /* layer 2 dense: 2 ranks x 74368, prefetch */
-  rt_cast_to_act(A(CAST1) + 74368, S(L2_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(CAST1) + 74368, 393216, 3); /* layer 2 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(KEPT) + 2838272, c->we = A(KEPT) + 2987008;
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 148736;
   rt_zero(A(GRAD0), 935168);
   layer3_backward(c);
@@ -642,13 +630,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 148736, 393216, true, NULL, 1); /* layer 3 experts: 2 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
-  rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(CAST0), 74368, 0); /* layer 1 dense: 2 ranks x 74368, prefetch */
-  rt_cast_to_act(A(CAST0) + 74368, S(L1_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 148736, A(CAST0) + 74368, 393216, 1); /* layer 1 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(KEPT) + 1903104, c->we = A(KEPT) + 2051840;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 148736;
   rt_zero(A(GRAD1), 935168);
@@ -657,13 +639,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), A(GRAD1) + 148736, 393216, true, NULL, 3); /* layer 2 experts: 2 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 148736;
-  rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 74368); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(CAST1), 74368, 2); /* layer 0 dense: 2 ranks x 74368, prefetch */
-  rt_cast_to_act(A(CAST1) + 74368, S(L0_EXPERTS_MASTER), 393216); /* its master shard, cast for the gather */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 148736, A(CAST1) + 74368, 393216, 3); /* layer 0 experts: 2 ranks x 393216, prefetch */
+  c->wd = A(KEPT) + 967936, c->we = A(KEPT) + 1116672;
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 148736;
   rt_zero(A(GRAD0), 935168);
@@ -672,9 +648,7 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), A(GRAD0) + 148736, 393216, true, NULL, 1); /* layer 1 experts: 2 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 148736;
+  c->wd = A(KEPT) + 32768, c->we = A(KEPT) + 181504;
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 148736;
   rt_zero(A(GRAD1), 935168);

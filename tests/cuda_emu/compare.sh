@@ -12,10 +12,18 @@
 #   bf16-offload 2 ranks, EP 2, full checkpointing + activation offload, bf16  (tol 2e-2)
 #   muon         2 ranks (FSDP 2), training.optimizer=muon with its step on the GPU: the experts'
 #                Newton-Schulz in batches, the dense matrices through the owners' exchange, bf16 (tol 2e-2)
+#   keep2        2 ranks, EP 2, parameters kept gathered (reshard after_step) over 4 micro-batches,
+#                EMU_STREAMS=lazy, EMU_POISON_ARENA=1 (what lives past a micro-batch must be outside
+#                the scratch), fp32                                                        (tol 1e-3)
+#   keep4x       4 ranks as 2 nodes x 2, EP 4 (an EP group across nodes), every group kept over 4
+#                micro-batches, as keep2 (not in the default list: 4 emulated ranks)     (tol 1e-3)
+#   keepd2       2 ranks, EP 1, only the dense groups kept (DENSE_KEPT; the experts through a pool
+#                of prefetch 2), 4 micro-batches, bf16, lazy streams, poisoned scratch   (tol 2e-2)
 # (the fp32 cases build the fp32-activation runtime, mtrt_cuda_f32act: -DEMU_ACT_FLOAT=ON)
 #   2rank        2 ranks (FSDP 2, NCCL over MPI, bf16 reduce-scatter), fp32, flash (tol 1e-3)
 #   offload      1 rank, full checkpointing + activation offload, EMU_STREAMS=lazy, fp32, flash (tol 1e-3)
-#   lazy2        2 ranks as 2rank, EMU_STREAMS=lazy (prefetching all-gathers deferred)  (tol 1e-3)
+#   lazy2        2 ranks as 2rank, EMU_STREAMS=lazy (prefetching all-gathers deferred), re-gathering
+#                every pass (reshard every_micro_batch)                                    (tol 1e-3)
 #   statehost    1 rank, HBM too small for the optimizer state: the state arena in pinned host
 #                memory, the step on the GPU (a slow host), EMU_STREAMS=lazy, fp32        (tol 1e-4)
 #   prefetch3    2 ranks, the plan's prefetch depth 3 (a pool of 4 gathered units), EP 2,
@@ -105,7 +113,8 @@ case_run() {
   check "$name" "$tol"
 }
 
-cases=${*:-fp32-simple fp32-flash fp32-exact bf16 bf16-ep2 bf16-offload 2rank offload lazy2 statehost prefetch3 statehost2 muon}
+cases=${*:-fp32-simple fp32-flash fp32-exact bf16 bf16-ep2 bf16-offload 2rank offload lazy2 statehost prefetch3 statehost2 muon
+keep2 keepd2}
 for c in $cases; do
   case $c in
   fp32-simple) case_run "$c" 1 1e-4 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON MTC_ATTENTION=simple ;;
@@ -117,13 +126,19 @@ for c in $cases; do
     EMU_STREAMS=lazy ;;
   2rank) case_run "$c" 2 1e-3 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON ;;
   offload) case_run "$c" 1 1e-3 plan.activation_checkpoint=full plan.offload_activations=host MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
-  lazy2) case_run "$c" 2 1e-3 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
+  lazy2) case_run "$c" 2 1e-3 plan.reshard=every_micro_batch MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
   statehost) case_run "$c" 1 1e-4 cluster.gpu.hbm=150MB cluster.host.fp32_flops=1e9 cluster.host.bandwidth=1e9 \
     MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON MTC_ATTENTION=simple EMU_STREAMS=lazy ;;
   prefetch3) case_run "$c" 2 1e-3 plan.prefetch=3 plan.ep=2 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
   statehost2) case_run "$c" 2 1e-3 cluster.gpu.hbm=150MB cluster.gpus_per_node=2 plan.fsdp=1 plan.dp_replicate=2 \
     MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
   muon) case_run "$c" 2 2e-2 training.optimizer=muon ;;
+  keep2) case_run "$c" 2 1e-3 plan.ep=2 plan.reshard=after_step training.global_batch=8 training.micro_batch=1 \
+    MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy EMU_POISON_ARENA=1 ;;
+  keep4x) case_run "$c" 4 1e-3 cluster.nodes=2 cluster.gpus_per_node=2 plan.fsdp=4 plan.ep=4 plan.reshard=after_step \
+    training.global_batch=16 training.micro_batch=1 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy EMU_POISON_ARENA=1 ;;
+  keepd2) case_run "$c" 2 2e-2 plan.ep=1 plan.reshard=after_step plan.reshard_experts=every_micro_batch plan.prefetch=2 \
+    training.global_batch=8 training.micro_batch=1 EMU_STREAMS=lazy EMU_POISON_ARENA=1 ;;
   *:*:*:*)
     IFS=: read -r n np tol args <<<"$c"
     IFS=, read -r -a list <<<"$args"
