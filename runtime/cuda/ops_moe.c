@@ -12,6 +12,7 @@
  * grouped GEMMs and the backward read them without another copy. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cu_internal.h"
@@ -116,8 +117,8 @@ void rt_moe_count(real *load, const int32_t *idx, int64_t n) {
 /* The step's loads summed over the world on the host (E values: one small copy each way and a
  * synchronization, once per MoE layer and step). */
 void rt_moe_load_all_reduce(real *load, int E) {
-  float host[4096];
-  if (E > (int)(sizeof host / sizeof host[0])) rt_cuda_fail("rt_moe_load_all_reduce", "more than 4096 experts");
+  static float *host; /* E values, kept for the next call (E is the program's, fixed) */
+  if (!host && !(host = malloc(sizeof(float) * (size_t)E))) rt_cuda_fail("rt_moe_load_all_reduce", "out of host memory");
   rt_cuda_download(host, load, sizeof(float) * (size_t)E);
   rt_comm_all_reduce(MPI_COMM_WORLD, host, (size_t)E);
   rt_cuda_upload(load, host, sizeof(float) * (size_t)E);
