@@ -32,7 +32,7 @@ export MTC_KERNEL_CACHE=$PWD/$build/kernel-cache
 mtc=$PWD/$build/mtc
 
 # ---- kernels
-"$build/tests/test_kernels" templates/kernels.cu >"$out/test_kernels.log" 2>&1; k=$?
+"$build/tests/test_kernels" templates/kernels/*.cu >"$out/test_kernels.log" 2>&1; k=$?
 tail -70 "$out/test_kernels.log" # the per-op table
 arch=sm_90a
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)

@@ -36,7 +36,7 @@ run() { # NAME SECONDS ENV... : one program's run, log in $out/NAME.log
 want() { [ -z "$checks" ] || [[ " $checks " == *" $1 "* ]]; }
 checks=${*:-}
 # side by side on the GPU: correctness only
-want kernels && { timeout 150 "$K/bin/test_kernels" templates/kernels.cu >"$out/test_kernels.log" 2>&1; echo "test_kernels exit $?" >>"$out/exits.log"; } &
+want kernels && { timeout 150 "$K/bin/test_kernels" templates/kernels/*.cu >"$out/test_kernels.log" 2>&1; echo "test_kernels exit $?" >>"$out/exits.log"; } &
 want tiny && { run tiny.bf16 120 MTC_GEMM=bf16 & run tiny-f32.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple &
   run tiny-muon-f32.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple & run tiny-muon.bf16 120 MTC_GEMM=bf16 & }
 want mid && { run mid-f32.fp32 150 MTC_GEMM=fp32 MTC_ATTENTION=simple & run mid.bf16 150 MTC_GEMM=bf16 & }

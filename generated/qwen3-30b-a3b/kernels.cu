@@ -15,10 +15,11 @@
 
 // kernels.cu — the cuda backend's elementwise, normalization, routing, loss and attention
 // kernels (the GEMMs go to cuBLAS; attention is a flash kernel below, or a simple one where
-// head_dim and seq_len do not fit its tiles). mtc writes this file into each
-// generated program after a prelude of #defines with the plan's shapes, so every loop bound is a
-// compile-time constant; the program compiles it at start-up with NVRTC for the device's
-// architecture (sm_90a on Hopper), and `train --check-kernels` compiles it without a GPU.
+// head_dim and seq_len do not fit its tiles). mtc writes templates/kernels/*.cu, in name order
+// (this file first, then one file per op family, each opening with a ==== line), into each
+// generated program's kernels.cu after a prelude of #defines with the plan's shapes, so every
+// loop bound is a compile-time constant; the program compiles it at start-up with NVRTC for the
+// device's architecture (sm_90a on Hopper), and `train --check-kernels` compiles it without a GPU.
 //
 // Storage type `act`: bf16 by default (the activation arena of the program's cuda build), fp32
 // with ACT_FLOAT (the runtime prepends it when built with fp32 activations, mtrt_cuda_f32act);
@@ -68,6 +69,8 @@ __device__ __forceinline__ float block_sum(float v, float *shared) {
   __syncthreads();
   return r;
 }
+
+// ==== templates/kernels/10-norm.cu: embeddings, positions, norms, biases, column sums ====
 
 // out (TOKENS, HIDDEN) = wte[tok]; grid TOKENS, block ROW_THREADS.
 extern "C" __global__ void embedding_forward(act *out, const int *tok, const act *wte) {
@@ -262,6 +265,8 @@ extern "C" __global__ void colsum_add(act *dw, const act *a, const act *b, const
   }
 }
 
+// ==== templates/kernels/20-rope.cu: rotary position embeddings (plain, YaRN, Llama 3.1) ====
+
 // RoPE (Su et al. 2021), half-split pairs (i, i + HEAD_DIM/2), in place on x (TOKENS, heads,
 // HEAD_DIM); sign -1 rotates back (the backward). grid TOKENS, block heads × HEAD_DIM/2.
 extern "C" __global__ void rope(act *x, int heads, float sign) {
@@ -327,6 +332,8 @@ extern "C" __global__ void rope_llama3(act *x, int heads, float sign, float fact
     p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
   }
 }
+
+// ==== templates/kernels/30-elementwise.cu: activations, sums, casts ====
 
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
 
@@ -442,6 +449,8 @@ extern "C" __global__ void residual_add(act *out, const act *a, const act *b, lo
   for (int j = 0; j < VEC; j++) o.h[j] = to_act(f32(x.h[j]) + f32(y.h[j]));
   ((Vec *)out)[i] = o;
 }
+
+// ==== templates/kernels/40-attention.cu: warp-per-row attention, MLA's key/value assembly and partial RoPE ====
 
 // ---- causal GQA attention, O(SEQ_LEN) memory: one warp per (token, query head), scores
 // recomputed in backward from the saved log-sum-exp (the structure of FlashAttention, Dao et
@@ -627,6 +636,8 @@ extern "C" __global__ void rope_strided(act *x, int heads, int stride, int rd, f
   }
 }
 
+// ==== templates/kernels/50-optim.cu: AdamW, reduce-scatter sums, gradient norm, Muon ====
+
 // ---- optimizer and casts (fp32 master weights, bf16 copies for compute) ----
 
 // AdamW (Loshchilov & Hutter 2019) on n values: c1, c2 the bias corrections 1 − beta^step.
@@ -720,6 +731,8 @@ extern "C" __global__ void ns_finish(float *out, const float *x, int rows, int c
   out[b * n + i] = v * scale;
 }
 
+// ==== templates/kernels/60-loss.cu: chunked cross-entropy ====
+
 // Cross-entropy over one vocabulary chunk of `cols` logits (fp32, from cuBLAS; cols <=
 // VOCAB_CHUNK, less for a last partial chunk) starting at column `first`: an online log-sum-exp
 // per row merged into (mx, sum) across chunks (mx starts at -inf, sum at 0), and the target's
@@ -769,6 +782,8 @@ extern "C" __global__ void cross_entropy_backward(act *dlogits, const float *log
   for (int i = threadIdx.x; i < cols; i += blockDim.x)
     dlogits[row + i] = to_act(scale * (__expf(logits[row + i] - lse) - (i == t ? 1.f : 0.f)));
 }
+
+// ==== templates/kernels/70-moe.cu: routing, balancing losses, permutation, all-to-all regroup ====
 
 #if EXPERTS > 0
 // Router: the TOP_K largest scores (+ bias, which only selects) of EXPERTS logits per token, ties
@@ -1125,6 +1140,8 @@ extern "C" __global__ void moe_regroup(act *xe, act *buf, const long long *tab, 
   }
 }
 #endif
+
+// ==== templates/kernels/80-flash.cu: flash attention on tensor cores ====
 
 // ---- tiled causal GQA flash attention on tensor cores (FlashAttention-2, Dao 2023) ----------
 // The same layouts and results as attention_forward / attention_backward_{dq,dkv} above, tiled:

@@ -1,6 +1,6 @@
 /* test_kernels.c — the cuda backend's ops against the cpu backend's, as a generated program
  * calls them: the mtrt_ops.h API over device pointers (runtime/cuda/ops.c, ops_moe.c: cuBLAS
- * GEMMs, the experts' grouped GEMMs, the kernels of templates/kernels.cu) and the device
+ * GEMMs, the experts' grouped GEMMs, the kernels of templates/kernels/NN-*.cu) and the device
  * optimizer (train_cuda.c, muon_cuda.c's Newton-Schulz), forward and backward on random inputs.
  *
  * The cuda runtime is set up as train.c does it: rt_cuda_setup with kernels.cu after a prelude
@@ -13,7 +13,7 @@
  * ref_matmul_forward is runtime/cpu's rt_matmul_forward, rt_matmul_forward the cuda one.
  * An error is max |cuda − cpu| / max |cpu| over a tensor; the last lines are the table of
  * errors per op and pass.
- *   usage: test_kernels TEMPLATES/kernels.cu
+ *   usage: test_kernels TEMPLATES/kernels/NN-*.cu... (in name order: the generated kernels.cu's body)
  * Without a GPU it prints why and exits 77 (ctest: skipped); tests/cuda_emu runs it on the CPU. */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -571,24 +571,28 @@ static void newton_schulz(void) {
 
 /* ---- the passes ---- */
 
-/* kernels.cu at path after the prelude of the test's shapes, as emit_prog.c writes it (malloc'ed). */
-static char *kernels_source(const char *path, size_t *len) {
+/* kernels.cu: the files at paths[0..n) (templates/kernels/NN-*.cu in name order) after the prelude
+ * of the test's shapes, as emit_prog.c writes it (malloc'ed; NULL when a file cannot be read). */
+static char *kernels_source(char **paths, int n, size_t *len) {
   char pre[512];
   int pl = snprintf(pre, sizeof pre,
                     "#define ACT_FLOAT\n#define TOKENS %d\n#define SEQ_LEN %d\n#define HIDDEN %d\n#define HEADS %d\n"
                     "#define KV_HEADS %d\n#define HEAD_DIM %d\n#define ROPE_THETA ((float)%.17g)\n#define RMS_EPS 1e-5f\n"
                     "#define VOCAB %d\n#define VOCAB_CHUNK %d\n#define EXPERTS %d\n#define TOP_K %d\n\n",
                     N, T, C, NH, NKV, HD, (double)THETA, V, CH, E, K);
-  FILE *f = fopen(path, "rb");
-  if (!f) return fprintf(stderr, "test_kernels: cannot open %s\n", path), NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  char *src = malloc((size_t)pl + (size_t)n + 1);
-  fseek(f, 0, SEEK_SET);
+  char *src = malloc((size_t)pl + 1);
   memcpy(src, pre, (size_t)pl);
-  size_t got = fread(src + pl, 1, (size_t)n, f);
-  fclose(f);
-  *len = (size_t)pl + got;
+  *len = (size_t)pl;
+  for (int i = 0; i < n; i++) {
+    FILE *f = fopen(paths[i], "rb");
+    if (!f) return fprintf(stderr, "test_kernels: cannot open %s\n", paths[i]), free(src), NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    src = realloc(src, *len + (size_t)size + 1);
+    *len += fread(src + *len, 1, (size_t)size, f);
+    fclose(f);
+  }
   src[*len] = 0;
   return src;
 }
@@ -631,9 +635,9 @@ int main(int argc, char **argv) {
     printf("test_kernels: skipped: no GPU (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
     return 77;
   }
-  if (argc != 2) return fprintf(stderr, "usage: test_kernels TEMPLATES/kernels.cu\n"), 2;
+  if (argc < 2) return fprintf(stderr, "usage: test_kernels TEMPLATES/kernels/*.cu\n"), 2;
   size_t len;
-  char *src = kernels_source(argv[1], &len);
+  char *src = kernels_source(argv + 1, argc - 1, &len);
   if (!src) return 1;
   for (pass = 0; pass < NPASS; pass++)
     if (run_pass(&passes[pass], src, len) != 0) return free(src), 1;
