@@ -160,7 +160,7 @@ static void build_items(Items *it, const Model *md) {
   item(it, "grads.fp32_shard", CAT_GRADS, ot, 4 * shard, 0, END,
        "4 B x params / fsdp (reduce-scattered, accumulated in fp32)");
   /* the state in HBM: the cuda program keeps a host copy of it (pageable), which initialization,
-   * resume and checkpoints read and write (templates/train.c's state_mirror) */
+   * resume and checkpoints read and write (templates/train/00-backend.c's state_mirror) */
   if (ot == TIER_HBM)
     item(it, "state.host_mirror", CAT_OPTIMIZER, TIER_HOST, 4 * shard * 2 + 4 * p_muon / (double)ch->fsdp +
          8 * p_adam / (double)ch->fsdp, 0, END,

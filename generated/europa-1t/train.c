@@ -1,5 +1,6 @@
-/* train.c — the training program mtc writes next to its step code (copied from mtc's
- * templates/train.c; do not edit here: regenerate with `mtc compile`).
+/* train.c — the training program mtc writes next to its step code (mtc's templates/train/*.c in
+ * name order, each part after the first opening with a ==== line; do not edit here: regenerate
+ * with `mtc compile`).
  *
  *   train --data PATH [--steps N] [--metrics PATH] [--seed S]     (N: stop after step N; the
  *         learning-rate schedule always spans the spec's training.steps)
@@ -128,6 +129,8 @@ static void grads_all_reduce(RtCtx *c) {
   }
 }
 
+/* ==== templates/train/10-memory.c: what this build allocates (train --memory), Muon's groups ==== */
+
 /* ---- memory: what this build allocates per GPU (rank 0) at start-up ----
  * hbm: the device arena and the state arena when the plan keeps the state in HBM (on the cpu
  * backend, the memory that stands in for them) and the runtime's device buffers (cuBLAS's
@@ -233,6 +236,8 @@ static int print_memory(int argc) {
          (long long)f.pinned);
   return 0;
 }
+
+/* ==== templates/train/20-args.c: the command line ==== */
 
 typedef struct {
   const char *data, *metrics, *ckpt_dir, *profile;
@@ -351,6 +356,8 @@ static int parse_args(Args *a, int argc, char **argv) {
   if (a->keep_ckpts && !a->ckpt_dir) return usage("--keep-checkpoints needs --checkpoint-dir DIR");
   return 0;
 }
+
+/* ==== templates/train/30-step.c: micro-batches, the gradient check, the GPU's start ==== */
 
 /* First gathered index of this rank's shard of group g. */
 static int64_t shard_lo(const RtCtx *c, int g) {
@@ -516,222 +523,217 @@ static int cuda_start(RtCtx *c, const Args *a) {
 static volatile sig_atomic_t stop_signal;
 static void on_stop_signal(int sig) { stop_signal = sig; }
 
-int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--memory") == 0) return print_memory(argc);
-#ifdef MTC_BACKEND_CUDA
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--check-kernels") == 0) return check_kernels(argc, argv);
-#endif
-  Args a;
+/* ==== templates/train/40-start.c: start-up: arenas, Muon's buffers, resume, the start-up report ==== */
+
+/* What main's phases share: the context, the arguments, the data, Muon's buffers and the
+ * metrics file. One per process. */
+typedef struct {
   RtCtx c;
-  memset(&c, 0, sizeof c);
-  MPI_Init(&argc, &argv); /* arguments first: a usage error is reported even on a wrong launch */
-  int world_rank;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
-  struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
-  int status = parse_args(&a, argc, argv);
-  if (status || rt_comm_init(&c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
-                             SPEC_GPUS_PER_NODE) != 0) {
-    MPI_Finalize();
-    return status < 0 ? 0 : 2; /* --help: 0 */
-  }
-  int rank0 = c.comm.rank == 0;
-  if (!status && a.ckpt_dir) { /* a checkpoint directory that cannot be written fails now, not at the first save */
-    int bad = 0;
-    char err0[1400];
-    if (rank0) {
-      struct stat st;
-      int made = mkdir(a.ckpt_dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
-      if (stat(a.ckpt_dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(a.ckpt_dir, W_OK | X_OK) != 0) {
-        fprintf(stderr, "error: --checkpoint-dir %s: %s; expected a writable directory (it is created if missing)\n",
-                a.ckpt_dir, stat(a.ckpt_dir, &st) != 0 ? strerror(made ? made : errno)
-                            : !S_ISDIR(st.st_mode) ? "not a directory" : "not writable");
-        bad = 1;
-      } else if (rt_ckpt_lock(a.ckpt_dir, err0, sizeof err0) != 0) { /* held until exit */
-        fprintf(stderr, "error: %s\n", err0);
-        bad = 1;
-      }
-    }
-    MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (bad) status = 2;
-  }
+  Args a;
   RtData data;
-  char err[512];
-  if (!status && rt_data_open(&data, a.data, VOCAB, SEQ_LEN, err, sizeof err) != 0) {
-    if (rank0) fprintf(stderr, "error: %s\n", err);
-    status = 2;
-  }
-  int64_t rss0 = rt_peak_rss_bytes(); /* before the start-up allocations */
-#ifdef MTC_BACKEND_CUDA
-  if (!status) status = cuda_start(&c, &a);
-  if (!status) {
-    const size_t state = (size_t)STATE_ELEMS * sizeof(real);
-    c.arena = rt_cuda_alloc((size_t)ARENA_ELEMS * sizeof(real), err, sizeof err);
-    if (c.arena) c.acts = rt_cuda_alloc((size_t)ACT_ELEMS * sizeof(act), err, sizeof err);
-    if (c.acts) c.state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
-    if (c.state && STATE_ON_HOST) memset(c.state, 0, state); /* (pinned memory comes uninitialized) */
-    if (c.state && !STATE_ON_HOST && (state_mirror = calloc(1, state))) rt_prefault(state_mirror, state);
-    host_tokens = calloc(2 * TOKENS, sizeof(int32_t));
-    if (!c.arena || !c.acts || !c.state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
-      fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU and host (mtc compile ... --set ...)\n",
-              c.comm.rank, c.arena && c.acts && c.state ? "no host memory for the state's mirror or the tokens" : err);
-      status = 2;
+  int rank0;
+  RtMetrics mf;
+  long start, resumed; /* the first step this run trains; the step it resumed from, or -1 */
+  void *muon_counts;   /* Muon's all-to-all counts and displacements */
+  real *muon_work;     /* Muon's scratch: in the activation arena (step.h) or on the host */
+  real *muon_host;     /* the cuda Muon exchange's host scratch */
+  int muon_list[N_GROUPS], muon_n; /* the dense Muon groups: one exchange for all of them */
+  RtMuonShard muon_gs[N_GROUPS];
+} Run;
+
+/* --checkpoint-dir: a directory that cannot be written fails now, not at the first save; rank 0
+ * creates it and takes its lock (held until exit). Returns 0 or 2 on every rank. */
+static int check_ckpt_dir(const Run *r) {
+  int bad = 0;
+  const char *dir = r->a.ckpt_dir;
+  if (r->rank0) {
+    char err[1400];
+    struct stat st;
+    int made = mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
+      fprintf(stderr, "error: --checkpoint-dir %s: %s; expected a writable directory (it is created if missing)\n",
+              dir, stat(dir, &st) != 0 ? strerror(made ? made : errno)
+                   : !S_ISDIR(st.st_mode) ? "not a directory" : "not writable");
+      bad = 1;
+    } else if (rt_ckpt_lock(dir, err, sizeof err) != 0) {
+      fprintf(stderr, "error: %s\n", err);
+      bad = 1;
     }
   }
-  if (!status && PLAN_EP > 1 &&
-      rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK, c.comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
-    fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c.comm.rank);
-    status = 2;
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return bad ? 2 : 0;
+}
+
+/* The arenas of step.h (ARENA_ELEMS real, ACT_ELEMS act, STATE_ELEMS real, HOST_ELEMS act), the
+ * MoE all-to-all's counts and, on the cuda backend, the GPU, its kernels and NCCL first.
+ * Returns 0 or 2 (this rank's failure, said on stderr). */
+static int alloc_arenas(Run *r) {
+  RtCtx *c = &r->c;
+  char err[512];
+#ifdef MTC_BACKEND_CUDA
+  if (cuda_start(c, &r->a) != 0) return 2;
+  const size_t state = (size_t)STATE_ELEMS * sizeof(real);
+  c->arena = rt_cuda_alloc((size_t)ARENA_ELEMS * sizeof(real), err, sizeof err);
+  if (c->arena) c->acts = rt_cuda_alloc((size_t)ACT_ELEMS * sizeof(act), err, sizeof err);
+  if (c->acts) c->state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
+  if (c->state && STATE_ON_HOST) memset(c->state, 0, state); /* (pinned memory comes uninitialized) */
+  if (c->state && !STATE_ON_HOST && (state_mirror = calloc(1, state))) rt_prefault(state_mirror, state);
+  host_tokens = calloc(2 * TOKENS, sizeof(int32_t));
+  if (!c->arena || !c->acts || !c->state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
+    fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU and host (mtc compile ... --set ...)\n",
+            c->comm.rank, c->arena && c->acts && c->state ? "no host memory for the state's mirror or the tokens" : err);
+    return 2;
   }
-  if (!status && HOST_ELEMS > 0 && !(c.host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(act), err, sizeof err))) {
-    fprintf(stderr, "error: rank %d: activation offload: %s\n", c.comm.rank, err);
-    status = 2;
+  if (PLAN_EP > 1 && rt_a2a_init(&c->a2a, PLAN_EP, EXPERTS_PER_RANK, c->comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c->comm.rank);
+    return 2;
+  }
+  if (HOST_ELEMS > 0 && !(c->host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(act), err, sizeof err))) {
+    fprintf(stderr, "error: rank %d: activation offload: %s\n", c->comm.rank, err);
+    return 2;
   }
 #else
-  if (!status && HOST_ELEMS > 0 && !(c.host = calloc((size_t)HOST_ELEMS, sizeof(act)))) {
-    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB host arena of activation offload\n", c.comm.rank,
+  (void)err;
+  if (HOST_ELEMS > 0 && !(c->host = calloc((size_t)HOST_ELEMS, sizeof(act)))) {
+    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB host arena of activation offload\n", c->comm.rank,
             (double)HOST_ELEMS * sizeof(act) / 1048576.0);
-    status = 2;
+    return 2;
   }
-  c.arena = status ? NULL : calloc((size_t)ARENA_ELEMS, sizeof(real));
-  c.acts = status ? NULL : calloc((size_t)ACT_ELEMS, sizeof(act));
-  c.state = status ? NULL : calloc((size_t)STATE_ELEMS, sizeof(real));
-  if (!status && (!c.arena || !c.acts || !c.state)) {
+  c->arena = calloc((size_t)ARENA_ELEMS, sizeof(real));
+  c->acts = calloc((size_t)ACT_ELEMS, sizeof(act));
+  c->state = calloc((size_t)STATE_ELEMS, sizeof(real));
+  if (!c->arena || !c->acts || !c->state) {
     fprintf(stderr, "error: rank %d: cannot allocate the arenas (%.1f MiB, %.1f MiB of activations, %.1f MiB of state); "
-            "expected that much free memory\n", c.comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
+            "expected that much free memory\n", c->comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
             (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0);
-    status = 2;
+    return 2;
   }
-  if (!status && PLAN_EP > 1 &&
-      rt_a2a_init(&c.a2a, PLAN_EP, EXPERTS_PER_RANK, c.comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
-    fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c.comm.rank);
-    status = 2;
+  if (PLAN_EP > 1 && rt_a2a_init(&c->a2a, PLAN_EP, EXPERTS_PER_RANK, c->comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c->comm.rank);
+    return 2;
   }
   /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
-   * not in the middle of a step, and the resident growth below measures what was allocated */
-  if (!status) rt_prefault(c.arena, (size_t)ARENA_ELEMS * sizeof(real));
-  if (!status) rt_prefault(c.acts, (size_t)ACT_ELEMS * sizeof(act));
-  if (!status) rt_prefault(c.state, (size_t)STATE_ELEMS * sizeof(real));
-  if (!status && c.host) rt_prefault(c.host, (size_t)HOST_ELEMS * sizeof(act));
+   * not in the middle of a step, and the resident growth measures what was allocated */
+  rt_prefault(c->arena, (size_t)ARENA_ELEMS * sizeof(real));
+  rt_prefault(c->acts, (size_t)ACT_ELEMS * sizeof(act));
+  rt_prefault(c->state, (size_t)STATE_ELEMS * sizeof(real));
+  if (c->host) rt_prefault(c->host, (size_t)HOST_ELEMS * sizeof(act));
 #endif
-  if (!status && rt_offload_init(OFFLOAD_IDS) != 0) {
-    fprintf(stderr, "error: rank %d: cannot create the streams and events of activation offload\n", c.comm.rank);
-    status = 2;
+  if (rt_offload_init(OFFLOAD_IDS) != 0) {
+    fprintf(stderr, "error: rank %d: cannot create the streams and events of activation offload\n", c->comm.rank);
+    return 2;
   }
-  MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); /* one rank's failure stops all */
-  if (status) {
-    rt_comm_finalize(&c.comm);
-    return status;
-  }
-  for (int g = 0; g < N_GROUPS; g++)
-    rt_init_shard(HOST(&c) + step_groups[g].master, step_tensors, N_TENSORS, g, shard_lo(&c, g),
-                  shard_lo(&c, g) + step_groups[g].shard, c.comm.ep_rank, a.seed);
-  to_device(&c, 0, STATE_ELEMS);
-  refresh_params(&c);
-  void *muon_counts = calloc(1, rt_muon_counts_bytes(PLAN_FSDP)); /* Muon's all-to-all counts, displacements */
-#ifdef MUON_WORK /* Muon's scratch: in the activation arena's bytes (step.h), or on the host beside the optimizer state */
-  real *muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : (real *)(c.acts + MUON_WORK);
+  return 0;
+}
+
+/* Muon's buffers (counts; scratch in the activation arena, or on the host with the step there)
+ * and its dense groups, checked against the MUON_WORK the compiler sized. Returns 0 or 2. */
+static int muon_setup(Run *r) {
+  r->muon_counts = calloc(1, rt_muon_counts_bytes(PLAN_FSDP));
+#ifdef MUON_WORK
+  r->muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : (real *)(r->c.acts + MUON_WORK);
 #ifdef MTC_BACKEND_CUDA
-  real *muon_host = muon_host_elems() ? malloc((size_t)muon_host_elems() * sizeof(real)) : NULL;
-  if (muon_host_elems() && !muon_host) muon_work = NULL;
-#else
-  real *muon_host = NULL; /* (the exchange's host scratch of the GPU step) */
+  r->muon_host = muon_host_elems() ? malloc((size_t)muon_host_elems() * sizeof(real)) : NULL;
+  if (muon_host_elems() && !r->muon_host) r->muon_work = NULL;
 #endif
-  if (!muon_work || !muon_counts) {
-    fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", c.comm.rank);
-    status = 2;
-    goto done;
+  if (!r->muon_work || !r->muon_counts) {
+    fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", r->c.comm.rank);
+    return 2;
   }
-  int muon_list[N_GROUPS], muon_n; /* the dense groups: one Muon exchange for all of them */
-  RtMuonShard muon_gs[N_GROUPS];
-  muon_dense(muon_list, &muon_n);
-  for (int i = 0; i < muon_n; i++) muon_gs[i] = (RtMuonShard){.g = muon_list[i], .S = step_groups[muon_list[i]].shard};
-  size_t muon_need = rt_muon_groups_work(step_tensors, N_TENSORS, muon_gs, muon_n, PLAN_FSDP);
+  muon_dense(r->muon_list, &r->muon_n);
+  for (int i = 0; i < r->muon_n; i++)
+    r->muon_gs[i] = (RtMuonShard){.g = r->muon_list[i], .S = step_groups[r->muon_list[i]].shard};
+  size_t dense = rt_muon_groups_work(step_tensors, N_TENSORS, r->muon_gs, r->muon_n, PLAN_FSDP);
   for (int g = 0; g < N_GROUPS; g++) { /* the compiler sized MUON_WORK for the dense groups and each expert group */
-    size_t need = step_groups[g].comm == RT_GROUP_FSDP || !muon_in(g) ? 0
-                      : rt_muon_group_work(step_tensors, N_TENSORS, g, step_groups[g].shard, PLAN_FSDP / PLAN_EP);
-    if (need > (size_t)MUON_WORK_ELEMS || muon_need > (size_t)MUON_WORK_ELEMS) {
+    size_t need = step_groups[g].comm == RT_GROUP_FSDP || !muon_in(g)
+                      ? 0 : rt_muon_group_work(step_tensors, N_TENSORS, g, step_groups[g].shard, PLAN_FSDP / PLAN_EP);
+    if (need > (size_t)MUON_WORK_ELEMS || dense > (size_t)MUON_WORK_ELEMS) {
       fprintf(stderr, "error: %s needs %zu values of Muon scratch; MUON_WORK has %lld (regenerate with this mtc)\n",
-              need > muon_need ? step_groups[g].name : "the dense groups", need > muon_need ? need : muon_need,
+              need > dense ? step_groups[g].name : "the dense groups", need > dense ? need : dense,
               (long long)MUON_WORK_ELEMS);
-      status = 2;
-      goto done;
+      return 2;
     }
   }
 #endif
+  return 0;
+}
+
+/* Rank 0's memory line: what this build allocated (train --memory's figures) next to the plan's
+ * (cuda), or the measured start-up resident growth rss1 - rss0 (cpu; -1 unknown). */
+static void report_memory(const Run *r, int64_t rss0, int64_t rss1) {
   Footprint fp = footprint();
-  int64_t rss1 = rt_peak_rss_bytes();
-  if (rank0 && !a.grad_check) {
+  if (!r->rank0 || r->a.grad_check) return;
 #ifdef MTC_BACKEND_CUDA
-    printf("memory: this program allocates %.3f GiB on the GPU and %.3f GiB of host memory (%.3f GiB pinned) per GPU "
-           "(train --memory); the plan: HBM %.3f GiB and host %.3f GiB, besides %.3f GiB and %.3f GiB reserved for "
-           "the CUDA context, NCCL and the system\n", fp.hbm / 1073741824.0, fp.host / 1073741824.0,
-           fp.pinned / 1073741824.0, (PLAN_HBM_BYTES - PLAN_HBM_RESERVE_BYTES) / 1073741824.0,
-           (PLAN_HOST_BYTES - PLAN_HOST_RESERVE_BYTES) / 1073741824.0, PLAN_HBM_RESERVE_BYTES / 1073741824.0,
-           PLAN_HOST_RESERVE_BYTES / 1073741824.0);
-#else
-    printf("memory: start-up resident growth %lld bytes (VmHWM); this program allocates %lld bytes per rank (train "
-           "--memory: arena %lld + host %lld)\n", rss0 < 0 || rss1 < 0 ? -1LL : (long long)(rss1 - rss0),
-           (long long)(fp.hbm + fp.host), (long long)fp.hbm, (long long)fp.host);
-#endif
-  }
   (void)rss0, (void)rss1;
-  if (a.grad_check) {
-    status = grad_check(&c, &data, a.seed + 1);
-    goto done;
+  printf("memory: this program allocates %.3f GiB on the GPU and %.3f GiB of host memory (%.3f GiB pinned) per GPU "
+         "(train --memory); the plan: HBM %.3f GiB and host %.3f GiB, besides %.3f GiB and %.3f GiB reserved for "
+         "the CUDA context, NCCL and the system\n", fp.hbm / 1073741824.0, fp.host / 1073741824.0,
+         fp.pinned / 1073741824.0, (PLAN_HBM_BYTES - PLAN_HBM_RESERVE_BYTES) / 1073741824.0,
+         (PLAN_HOST_BYTES - PLAN_HOST_RESERVE_BYTES) / 1073741824.0, PLAN_HBM_RESERVE_BYTES / 1073741824.0,
+         PLAN_HOST_RESERVE_BYTES / 1073741824.0);
+#else
+  printf("memory: start-up resident growth %lld bytes (VmHWM); this program allocates %lld bytes per rank (train "
+         "--memory: arena %lld + host %lld)\n", rss0 < 0 || rss1 < 0 ? -1LL : (long long)(rss1 - rss0),
+         (long long)(fp.hbm + fp.host), (long long)fp.hbm, (long long)fp.host);
+#endif
+}
+
+/* With --checkpoint-dir: resume from the newest complete checkpoint there (found by rank 0;
+ * incomplete ones of an interrupted save removed), setting r->start, r->resumed and the seed.
+ * Returns 0, 2 when the checkpoint cannot be read, or -1 when it is already at --steps. */
+static int resume(Run *r) {
+  Args *a = &r->a;
+  char path[1100] = "", gone[512], err[512];
+  int cleaned = r->rank0 ? rt_ckpt_clean_incomplete(a->ckpt_dir, gone, sizeof gone, err, sizeof err) : 0;
+  if (cleaned > 0) printf("removed %d incomplete checkpoint(s) of an interrupted save in %s: %s\n", cleaned, a->ckpt_dir, gone);
+  if (cleaned < 0) fprintf(stderr, "warning: %s\n", err);
+  int64_t saved = r->rank0 ? rt_ckpt_latest(a->ckpt_dir, path, sizeof path) : 0;
+  MPI_Bcast(&saved, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (!saved) return 0;
+  int64_t at = 0;
+  uint64_t seed = a->seed;
+  if (rt_ckpt_load(path, &at, &seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
+                   MODEL_NAME, OPTIMIZER, err, sizeof err) != 0) {
+    if (r->rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
+    return 2;
   }
-  long start = 0, resumed = -1; /* resumed: the step of the checkpoint this run resumed from */
-  if (a.ckpt_dir) { /* resume from the newest complete checkpoint, found by rank 0 */
-    char path[1100] = "", gone[512];
-    int cleaned = rank0 ? rt_ckpt_clean_incomplete(a.ckpt_dir, gone, sizeof gone, err, sizeof err) : 0;
-    if (cleaned > 0) printf("removed %d incomplete checkpoint(s) of an interrupted save in %s: %s\n", cleaned, a.ckpt_dir, gone);
-    if (cleaned < 0) fprintf(stderr, "warning: %s\n", err);
-    int64_t saved = rank0 ? rt_ckpt_latest(a.ckpt_dir, path, sizeof path) : 0;
-    MPI_Bcast(&saved, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
-    int64_t at = 0;
-    uint64_t seed = a.seed;
-    if (saved && rt_ckpt_load(path, &at, &seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                              MODEL_NAME, OPTIMIZER, err, sizeof err) != 0) {
-      if (rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
-      status = 2;
-      goto done;
-    }
-    if (saved && rank0) {
-      printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
-      if (a.seed_given && seed != a.seed)
-        printf("note: --seed %llu ignored: a resumed run keeps the checkpoint's seed %llu\n", a.seed,
-               (unsigned long long)seed);
-    }
-    if (saved) start = resumed = (long)at, a.seed = seed, to_device(&c, 0, STATE_ELEMS), refresh_params(&c);
-    if (start >= a.steps) {
-      if (rank0) printf("nothing to train: the checkpoint is at step %ld, --steps is %ld\n", start, a.steps);
-      goto done;
-    }
+  if (r->rank0) {
+    printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
+    if (a->seed_given && seed != a->seed)
+      printf("note: --seed %llu ignored: a resumed run keeps the checkpoint's seed %llu\n", a->seed,
+             (unsigned long long)seed);
   }
-  uint64_t data_seed = a.seed + 1;
-  if (rank0 && a.steps > TRAIN_STEPS)
+  r->start = r->resumed = (long)at, a->seed = seed;
+  to_device(&r->c, 0, STATE_ELEMS), refresh_params(&r->c);
+  if (r->start >= a->steps) {
+    if (r->rank0) printf("nothing to train: the checkpoint is at step %ld, --steps is %ld\n", r->start, a->steps);
+    return -1;
+  }
+  return 0;
+}
+
+/* Rank 0's start-up lines: the layout, batch and arenas; activation offload; the GPU's memory. */
+static void report_start(const Run *r) {
+  const Args *a = &r->a;
+  if (r->rank0 && a->steps > TRAIN_STEPS)
     printf("note: --steps %ld is past the spec's training.steps %lld: the learning-rate schedule ends there, so "
-           "steps %lld..%ld run at its minimum (min_lr_ratio x lr = %.3e)\n", a.steps, (long long)TRAIN_STEPS,
-           (long long)TRAIN_STEPS + 1, a.steps, LR * MIN_LR_RATIO);
-  if (rank0)
+           "steps %lld..%ld run at its minimum (min_lr_ratio x lr = %.3e)\n", a->steps, (long long)TRAIN_STEPS,
+           (long long)TRAIN_STEPS + 1, a->steps, LR * MIN_LR_RATIO);
+  if (r->rank0)
     printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
            "%s, gradients reduced in %s; arenas %.1f MiB (fp32) + %.1f MiB (activations) + %.1f MiB (state) per "
            "rank; data %s (%lld tokens)\n",
-           MODEL_NAME, c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
+           MODEL_NAME, r->c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
            SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
-           (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a.data,
-           (long long)data.ntokens);
-  if (rank0 && HOST_ELEMS > 0)
+           (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a->data,
+           (long long)r->data.ntokens);
+  if (r->rank0 && HOST_ELEMS > 0)
     printf("activation offload: %d layer boundaries wait for the backward in a %.1f MiB host arena per rank (the plan's "
            "host arena: %.1f MiB)\n", OFFLOAD_IDS, (double)HOST_ELEMS * sizeof(act) / 1048576.0,
            PLAN_HOST_BYTES / 1048576.0);
 #ifdef PLAN_OFFLOAD_NVME
-  if (rank0)
+  if (r->rank0)
     fprintf(stderr, "warning: the plan puts the layer boundaries on NVMe, but this program keeps them in host memory: "
                     "%.1f MiB per rank that the plan's host memory does not count; expected that much free host memory "
                     "(or mtc compile ... --set plan.offload_activations=host for a plan that counts it)\n",
@@ -740,176 +742,217 @@ int main(int argc, char **argv) {
 #ifdef MTC_BACKEND_CUDA
   size_t free_b = 0, total_b = 0;
   rt_cuda_mem_info(&free_b, &total_b);
-  if (rank0)
+  if (r->rank0)
     printf("memory: %.2f GiB of the GPU's %.2f GiB in use after start-up (this program, the CUDA context and NCCL)\n",
            (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
 #endif
-  /* rank 0's metrics file; a resumed run first drops the lines past its checkpoint's step */
-  RtMetrics mf = {.fd = -1};
-  int no_metrics = rank0 && rt_metrics_open(&mf, a.metrics, resumed, err, sizeof err) != 0;
-  if (no_metrics) fprintf(stderr, "error: --metrics %s\n", err);
-  if (!no_metrics && mf.replaced)
+}
+
+/* Rank 0's metrics file; a resumed run first drops the lines past its checkpoint's step.
+ * Returns 0, or 2 on every rank when rank 0 cannot open it. */
+static int open_metrics(Run *r) {
+  char err[512];
+  int bad = r->rank0 && rt_metrics_open(&r->mf, r->a.metrics, r->resumed, err, sizeof err) != 0;
+  if (bad) fprintf(stderr, "error: --metrics %s\n", err);
+  if (!bad && r->mf.replaced)
     printf("note: --metrics %s held %lld bytes of an earlier run; emptied, as this run starts at step 0 (a resumed "
-           "run keeps the lines up to its checkpoint)\n", a.metrics, (long long)mf.replaced);
-  MPI_Bcast(&no_metrics, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (no_metrics) {
-    status = 2;
-    goto done;
-  }
-  RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
-  long skips = 0, skipped = 0, timed = 0;
-  int metrics_bad = 0; /* rank 0 could not write a metrics line */
-  double seconds = 0, opt_seconds = 0; /* steps after the first (which includes warm-up effects); of them, the optimizer step's */
-  if (a.profile) rt_prof_start();
-  for (long step = start; step < a.steps; step++) {
-    double t0 = rt_now(), aux;
-    double loss = run_micro_batches(&c, &data, step, data_seed, &aux);
-    if (rank0 && step + 1 >= a.nan_first && step + 1 < a.nan_first + a.nan_count) {
-      to_host(&c, step_groups[0].grad, 1);
-      HOST(&c)[step_groups[0].grad] = NAN; /* --inject-nan */
-      to_device(&c, step_groups[0].grad, 1);
+           "run keeps the lines up to its checkpoint)\n", r->a.metrics, (long long)r->mf.replaced);
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return bad ? 2 : 0;
+}
+
+/* ==== templates/train/50-loop.c: the training loop, checkpoints, the end-of-run report, main ==== */
+
+/* The optimizer step over every group where the plan runs it (skip: a non-finite step, which
+ * changes nothing), gradients scaled by the clipping factor scale; then step_end and fresh
+ * bf16 copies of the parameters. */
+static void optimizer_step(Run *r, int skip, float scale, const RtAdamW *adam) {
+  RtCtx *c = &r->c;
+  real *opt = OPT_ON_HOST ? HOST(c) : c->state; /* where the optimizer state is updated */
+  for (int g = 0; g < N_GROUPS && !skip; g++) {
+    const RtGroup *G = &step_groups[g];
+    if (OPT_ON_HOST) to_host(c, G->grad, G->shard);
+    float *v = G->adam_v < 0 ? NULL : (float *)(opt + G->adam_v); /* (none: Muon matrices only) */
+    (OPT_ON_HOST ? rt_adamw_shard : ADAMW_SHARD)(opt + G->master, (float *)(opt + G->adam_m), v, opt + G->grad,
+                                                 step_tensors, N_TENSORS, g, shard_lo(c, g), shard_lo(c, g) + G->shard,
+                                                 scale, adam);
+#ifdef MUON_WORK
+    /* Muon: matrices whole in one shard (experts in whole-expert shards) orthogonalized where
+     * they are held, the others (dense, and experts split over a flat expert group) at their
+     * owners: an expert group's in one all-to-all there and one back now, the dense groups'
+     * all together after this loop */
+    RtMuonShard q = {g, G->shard, opt + G->master, (float *)(opt + G->adam_m), opt + G->grad, NULL};
+    if (G->comm == RT_GROUP_FSDP) {
+      for (int i = 0; i < r->muon_n; i++)
+        if (r->muon_list[i] == g) r->muon_gs[i] = q;
+    } else if (muon_in(g)) {
+      muon_step(c->comm.shard_comm, PLAN_FSDP / PLAN_EP, &q, 1, scale, adam->lr, r->muon_work, r->muon_host,
+                r->muon_counts);
     }
-    if (PLAN_DP_REPLICATE > 1) grads_all_reduce(&c);
+#endif
+    if (OPT_ON_HOST && G->comm != RT_GROUP_FSDP) to_device(c, G->master, G->shard);
+  }
+#ifdef MUON_WORK
+  if (!skip && r->muon_n)
+    muon_step(c->comm.fsdp_comm, PLAN_FSDP, r->muon_gs, r->muon_n, scale, adam->lr, r->muon_work, r->muon_host,
+              r->muon_counts);
+#endif
+  for (int g = 0; OPT_ON_HOST && g < N_GROUPS && !skip; g++)
+    if (step_groups[g].comm == RT_GROUP_FSDP) to_device(c, step_groups[g].master, step_groups[g].shard);
+  step_end(c, !skip);
+}
+
+/* After step `step` (skip: it was not finite; skips: consecutive such steps; metrics_bad: rank 0
+ * could not write its line): saves a checkpoint when one is due, or when the run stops on too
+ * many skips, a lost metrics line or a signal. Returns -1 to go on, else the exit status. */
+static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) {
+  const Args *a = &r->a;
+  char err[512];
+  long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
+  int stop = (skip && skips >= a->max_skips) || metrics_bad;
+  int sig = stop_signal; /* a signal to any rank stops every rank, at this step */
+  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  int save = a->ckpt_dir && (stop || sig ||
+                             (!skip && (step + 1 == a->steps || (a->ckpt_every && (step + 1) % a->ckpt_every == 0))));
+  if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
+    to_host(&r->c, 0, STATE_ELEMS);
+  if (save && rt_ckpt_save(a->ckpt_dir, done_steps, a->seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS,
+                           step_tensors, N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER,
+                           a->kill_at_save == done_steps, err, sizeof err) != 0) {
+    if (r->rank0)
+      fprintf(stderr, "error: saving the checkpoint of step %ld: %s; the run stops, and its partial files are "
+                      "removed (a resume takes the checkpoint before)\n", done_steps, err);
+    return 1;
+  }
+  if (save && r->rank0) printf("saved checkpoint %s/step-%08ld\n", a->ckpt_dir, done_steps);
+  if (save && r->rank0 && a->keep_ckpts && rt_ckpt_prune(a->ckpt_dir, (int)a->keep_ckpts, err, sizeof err) < 0)
+    fprintf(stderr, "warning: --keep-checkpoints %ld: %s\n", a->keep_ckpts, err);
+  if (stop && metrics_bad) {
+    if (r->rank0)
+      fprintf(stderr, "error: stopped after step %ld: its metrics line could not be written%s%s; expected room "
+                      "for --metrics %s\n", step + 1, a->ckpt_dir ? "; the state is saved in " : "",
+              a->ckpt_dir ? a->ckpt_dir : "", a->metrics);
+    return 1;
+  }
+  if (sig && !stop) {
+    if (r->rank0)
+      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+             a->ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
+             a->ckpt_dir ? a->ckpt_dir : "");
+    return a->ckpt_dir ? 0 : 1;
+  }
+  if (stop) {
+    if (r->rank0)
+      fprintf(stderr, "error: %ld consecutive steps had a non-finite loss or gradient norm (steps %ld-%ld); "
+                      "stopped%s%s; expected a lower training.lr or a look at the data\n",
+              skips, step + 2 - skips, step + 1, a->ckpt_dir ? " with the last good state saved in " : "",
+              a->ckpt_dir ? a->ckpt_dir : "");
+    return 1;
+  }
+  return -1;
+}
+
+/* The training loop from r->start to --steps: per step the micro-batches, the gradient norm and
+ * clipping, the optimizer step, rank 0's metrics line, checkpoints. Returns the exit status;
+ * timed, seconds, opt_seconds: the steps after the first, their time and their optimizer's. */
+static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds) {
+  RtCtx *c = &r->c;
+  const Args *a = &r->a;
+  char err[512];
+  uint64_t data_seed = a->seed + 1;
+  RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
+  long skips = 0, skipped = 0;
+  int metrics_bad = 0, status = 0; /* metrics_bad: rank 0 could not write a metrics line */
+  *timed = 0, *seconds = 0, *opt_seconds = 0;
+  if (a->profile) rt_prof_start();
+  for (long step = r->start; step < a->steps; step++) {
+    double t0 = rt_now(), aux;
+    double loss = run_micro_batches(c, &r->data, step, data_seed, &aux);
+    if (r->rank0 && step + 1 >= a->nan_first && step + 1 < a->nan_first + a->nan_count) {
+      to_host(c, step_groups[0].grad, 1);
+      HOST(c)[step_groups[0].grad] = NAN; /* --inject-nan */
+      to_device(c, step_groups[0].grad, 1);
+    }
+    if (PLAN_DP_REPLICATE > 1) grads_all_reduce(c);
     /* global gradient norm: the shards of one replica partition every parameter */
     real sq = 0;
     for (int g = 0; g < N_GROUPS; g++)
-      sq += (real)SUM_SQUARES(c.state + step_groups[g].grad, (size_t)step_groups[g].shard);
-    rt_comm_all_reduce(c.comm.fsdp_comm, &sq, 1);
-    rt_comm_all_reduce(c.comm.replicate_comm, &sq, 1); /* a NaN on any replica reaches every rank */
+      sq += (real)SUM_SQUARES(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    rt_comm_all_reduce(c->comm.fsdp_comm, &sq, 1);
+    rt_comm_all_reduce(c->comm.replicate_comm, &sq, 1); /* a NaN on any replica reaches every rank */
     double norm = sqrt((double)sq / PLAN_DP_REPLICATE);
     real sums[2] = {(real)loss, (real)aux};
     rt_comm_all_reduce(MPI_COMM_WORLD, sums, 2);
     /* the MoE all-to-all figures of the step: the worst EP group's load, and the extra rounds summed
      * over micro-batches, MoE layers and EP groups (each rank of a group counts its group's: / ep) */
-    double moe_load = c.moe_load;
-    long moe_rounds = c.moe_extra_rounds;
+    double moe_load = c->moe_load;
+    long moe_rounds = c->moe_extra_rounds;
     RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &moe_load, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &moe_rounds, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD));
     moe_rounds /= PLAN_EP;
-    double mean = (double)sums[0] / ((double)ACCUM * c.comm.world);
-    double aux_mean = (double)sums[1] / ((double)ACCUM * c.comm.world);
+    double mean = (double)sums[0] / ((double)ACCUM * c->comm.world);
+    double aux_mean = (double)sums[1] / ((double)ACCUM * c->comm.world);
     /* the schedule spans the spec's training.steps whatever --steps says: a run stopped early and
      * resumed follows the same learning rates as one that was not */
     float lr = rt_lr_at(step, TRAIN_STEPS, WARMUP_STEPS, (float)LR, (float)MIN_LR_RATIO);
     int skip = !isfinite(mean) || !isfinite(norm); /* the same decision on every rank */
     adam.lr = lr, adam.step = step + 1;
-    float scale = rt_clip_scale(norm, (float)GRAD_CLIP);
-    real *opt = OPT_ON_HOST ? HOST(&c) : c.state; /* where the optimizer state is updated */
     double t_opt = rt_prof_on ? rt_prof_begin() : rt_now();
-    for (int g = 0; g < N_GROUPS && !skip; g++) {
-      const RtGroup *G = &step_groups[g];
-      if (OPT_ON_HOST) to_host(&c, G->grad, G->shard);
-      float *v = G->adam_v < 0 ? NULL : (float *)(opt + G->adam_v); /* (none: Muon matrices only) */
-      (OPT_ON_HOST ? rt_adamw_shard : ADAMW_SHARD)(opt + G->master, (float *)(opt + G->adam_m), v, opt + G->grad,
-                                                   step_tensors, N_TENSORS, g, shard_lo(&c, g),
-                                                   shard_lo(&c, g) + G->shard, scale, &adam);
-#ifdef MUON_WORK
-      /* Muon: matrices whole in one shard (experts in whole-expert shards) orthogonalized where
-       * they are held, the others (dense, and experts split over a flat expert group) at their
-       * owners: an expert group's in one all-to-all there and one back now, the dense groups'
-       * all together after this loop */
-      RtMuonShard q = {g, G->shard, opt + G->master, (float *)(opt + G->adam_m), opt + G->grad, NULL};
-      if (G->comm == RT_GROUP_FSDP) {
-        for (int i = 0; i < muon_n; i++)
-          if (muon_list[i] == g) muon_gs[i] = q;
-      } else if (muon_in(g)) {
-        muon_step(c.comm.shard_comm, PLAN_FSDP / PLAN_EP, &q, 1, scale, lr, muon_work, muon_host, muon_counts);
-      }
-#endif
-      if (OPT_ON_HOST && G->comm != RT_GROUP_FSDP) to_device(&c, G->master, G->shard);
-    }
-#ifdef MUON_WORK
-    if (!skip && muon_n) muon_step(c.comm.fsdp_comm, PLAN_FSDP, muon_gs, muon_n, scale, lr, muon_work, muon_host, muon_counts);
-#endif
-    for (int g = 0; OPT_ON_HOST && g < N_GROUPS && !skip; g++)
-      if (step_groups[g].comm == RT_GROUP_FSDP) to_device(&c, step_groups[g].master, step_groups[g].shard);
-    step_end(&c, !skip);
+    optimizer_step(r, skip, rt_clip_scale(norm, (float)GRAD_CLIP), &adam);
     if (rt_prof_on) rt_prof_end(RT_PROF_OPTIMIZER, t_opt, 0, 0);
-    if (step > start) opt_seconds += rt_now() - t_opt; /* the optimizer step: every group's update */
-    if (!skip) refresh_params(&c);
+    if (step > r->start) *opt_seconds += rt_now() - t_opt; /* the optimizer step: every group's update */
+    if (!skip) refresh_params(c);
     skips = skip ? skips + 1 : 0, skipped += skip;
     double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
-    if (step > start) seconds += dt, timed++;
-    if (step == start) rt_prof_reset(); /* the profile covers the timed steps */
-    if (rank0) {
+    if (step > r->start) *seconds += dt, (*timed)++;
+    if (step == r->start) rt_prof_reset(); /* the profile covers the timed steps */
+    if (r->rank0) {
       char moe[64] = "";
       if (PLAN_EP > 1) snprintf(moe, sizeof moe, " | moe load %.2f, +%ld rounds", moe_load, moe_rounds);
       printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)%s%s\n",
-             step + 1, a.steps, mean, aux_mean, lr, norm, tps, tps / c.comm.world, moe,
+             step + 1, a->steps, mean, aux_mean, lr, norm, tps, tps / c->comm.world, moe,
              skip ? " | SKIPPED: not finite" : "");
       fflush(stdout);
       RtStepMetrics sm = {step + 1, mean, aux_mean, lr, norm, tps, skip, PLAN_EP > 1 ? moe_load : -1, moe_rounds};
-      if (!metrics_bad && rt_metrics_write(&mf, &sm, err, sizeof err) != 0) {
+      if (!metrics_bad && rt_metrics_write(&r->mf, &sm, err, sizeof err) != 0) {
         fprintf(stderr, "error: --metrics %s\n", err);
         metrics_bad = 1;
       }
     }
     MPI_Bcast(&metrics_bad, 1, MPI_INT, 0, MPI_COMM_WORLD); /* a lost metrics line stops every rank */
-    long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
-    int stop = (skip && skips >= a.max_skips) || metrics_bad;
-    int sig = stop_signal; /* a signal to any rank stops every rank, at this step */
-    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-    int save = a.ckpt_dir && (stop || sig ||
-                              (!skip && (step + 1 == a.steps || (a.ckpt_every && (step + 1) % a.ckpt_every == 0))));
-    if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
-      to_host(&c, 0, STATE_ELEMS);
-    if (save && rt_ckpt_save(a.ckpt_dir, done_steps, a.seed, &c.comm, HOST(&c), step_groups, N_GROUPS, step_tensors,
-                             N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, a.kill_at_save == done_steps, err,
-                             sizeof err) != 0) {
-      if (rank0)
-        fprintf(stderr, "error: saving the checkpoint of step %ld: %s; the run stops, and its partial files are "
-                        "removed (a resume takes the checkpoint before)\n", done_steps, err);
-      status = 1;
-      break;
-    }
-    if (save && rank0) printf("saved checkpoint %s/step-%08ld\n", a.ckpt_dir, done_steps);
-    if (save && rank0 && a.keep_ckpts && rt_ckpt_prune(a.ckpt_dir, (int)a.keep_ckpts, err, sizeof err) < 0)
-      fprintf(stderr, "warning: --keep-checkpoints %ld: %s\n", a.keep_ckpts, err);
-    if (stop && metrics_bad) {
-      if (rank0)
-        fprintf(stderr, "error: stopped after step %ld: its metrics line could not be written%s%s; expected room "
-                        "for --metrics %s\n", step + 1, a.ckpt_dir ? "; the state is saved in " : "",
-                a.ckpt_dir ? a.ckpt_dir : "", a.metrics);
-      status = 1;
-      break;
-    }
-    if (sig && !stop) {
-      if (rank0)
-        printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
-               a.ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
-               a.ckpt_dir ? a.ckpt_dir : "");
-      status = a.ckpt_dir ? 0 : 1;
-      break;
-    }
-    if (stop) {
-      if (rank0)
-        fprintf(stderr, "error: %ld consecutive steps had a non-finite loss or gradient norm (steps %ld-%ld); "
-                        "stopped%s%s; expected a lower training.lr or a look at the data\n",
-                skips, step + 2 - skips, step + 1, a.ckpt_dir ? " with the last good state saved in " : "",
-                a.ckpt_dir ? a.ckpt_dir : "");
-      status = 1;
+    int end = after_step(r, step, skip, skips, metrics_bad);
+    if (end >= 0) {
+      status = end;
       break;
     }
   }
-  if (rank0 && skipped) printf("%ld step(s) skipped for non-finite values\n", skipped);
-  if (a.profile && timed) {
-    double tokens = (double)GLOBAL_BATCH * SEQ_LEN / c.comm.world;
+  if (r->rank0 && skipped) printf("%ld step(s) skipped for non-finite values\n", skipped);
+  return status;
+}
+
+/* The end of a run: the --profile file, rank 0's throughput, MFU and optimizer lines over the
+ * timed steps, the GPU's memory. Returns 0, or 1 when the profile cannot be written. */
+static int report_end(const Run *r, long timed, double seconds, double opt_seconds) {
+  int status = 0;
+  if (r->a.profile && timed) {
+    char err[512];
+    double tokens = (double)GLOBAL_BATCH * SEQ_LEN / r->c.comm.world;
 #ifdef MTC_BACKEND_CUDA
     const char *backend = "cuda";
 #else
     const char *backend = "cpu";
 #endif
-    RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed, tokens,
+    RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, r->c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed, tokens,
                     tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU};
-    if (rt_prof_write(a.profile, &pr, err, sizeof err) != 0) {
-      if (rank0) fprintf(stderr, "error: --profile %s: %s; expected a writable path\n", a.profile, err);
+    if (rt_prof_write(r->a.profile, &pr, err, sizeof err) != 0) {
+      if (r->rank0) fprintf(stderr, "error: --profile %s: %s; expected a writable path\n", r->a.profile, err);
       status = 1;
-    } else if (rank0)
-      printf("profile: %s (%ld steps)\n", a.profile, timed);
+    } else if (r->rank0)
+      printf("profile: %s (%ld steps)\n", r->a.profile, timed);
   }
-  if (rank0 && timed) {
+  if (r->rank0 && timed) {
     /* MFU = FLOPS_PER_TOKEN x tokens/s / the plan's peak per GPU, as plan.json's predicted.mfu */
-    double tps = (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / c.comm.world;
+    double tps = (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / r->c.comm.world;
     double mfu = tps * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
     double predicted_mfu = PREDICTED_TOKENS_PER_S_PER_GPU * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
     printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step), MFU %.2f%% of %.4g TFLOP/s; the plan "
@@ -921,41 +964,106 @@ int main(int argc, char **argv) {
   }
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_sync("the last step");
+  size_t free_b = 0, total_b = 0;
   rt_cuda_mem_info(&free_b, &total_b);
-  if (rank0)
+  if (r->rank0)
     printf("memory: %.2f GiB of the GPU's %.2f GiB in use after the last step (arena, runtime scratch, cuBLAS and "
            "NCCL buffers)\n", (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
 #endif
-  if (rt_metrics_close(&mf, err, sizeof err) != 0) {
+  return status;
+}
+
+/* A run after start-up: resume (--checkpoint-dir), the start-up lines, the metrics file, the
+ * training loop and the end-of-run report. Returns the exit status. */
+static int train(Run *r) {
+  int status = r->a.ckpt_dir ? resume(r) : 0;
+  if (status) return status < 0 ? 0 : status; /* -1: the checkpoint is already at --steps */
+  report_start(r);
+  if (open_metrics(r) != 0) return 2;
+  long timed;
+  double seconds, opt_seconds;
+  status = train_loop(r, &timed, &seconds, &opt_seconds);
+  if (report_end(r, timed, seconds, opt_seconds) != 0) status = 1;
+  char err[512];
+  if (rt_metrics_close(&r->mf, err, sizeof err) != 0) {
     fprintf(stderr, "error: --metrics %s\n", err);
     status = 1;
   }
-done:
-  rt_data_close(&data);
-  if (PLAN_EP > 1) rt_a2a_free(&c.a2a);
-  free(muon_counts);
-#ifdef MUON_WORK
-  if (OPT_ON_HOST) free(muon_work);
+  return status;
+}
+
+/* Frees what alloc_arenas and muon_setup allocated (NULL-safe) and leaves MPI. */
+static void release(Run *r) {
+  RtCtx *c = &r->c;
+  if (PLAN_EP > 1) rt_a2a_free(&c->a2a);
+  free(r->muon_counts);
+  if (OPT_ON_HOST) free(r->muon_work);
+  free(r->muon_host);
 #ifdef MTC_BACKEND_CUDA
-  free(muon_host);
-#endif
-#endif
-#ifdef MTC_BACKEND_CUDA
-  rt_cuda_free(c.arena);
-  rt_cuda_free(c.acts);
-  rt_cuda_free_host(c.host);
-  if (STATE_ON_HOST) rt_cuda_free_host(c.state);
-  else rt_cuda_free(c.state);
+  rt_cuda_free(c->arena);
+  rt_cuda_free(c->acts);
+  rt_cuda_free_host(c->host);
+  if (STATE_ON_HOST) rt_cuda_free_host(c->state);
+  else rt_cuda_free(c->state);
   free(state_mirror);
   free(host_tokens);
   rt_comm_nccl_free();
   rt_cuda_teardown();
 #else
-  free(c.arena);
-  free(c.acts);
-  free(c.state);
-  free(c.host);
+  free(c->arena);
+  free(c->acts);
+  free(c->state);
+  free(c->host);
 #endif
-  rt_comm_finalize(&c.comm);
+  rt_comm_finalize(&c->comm);
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--memory") == 0) return print_memory(argc);
+#ifdef MTC_BACKEND_CUDA
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--check-kernels") == 0) return check_kernels(argc, argv);
+#endif
+  static Run run; /* zeroed */
+  Run *r = &run;
+  r->mf.fd = -1, r->resumed = -1;
+  MPI_Init(&argc, &argv); /* arguments first: a usage error is reported even on a wrong launch */
+  int world_rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
+  struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
+  int status = parse_args(&r->a, argc, argv);
+  if (status || rt_comm_init(&r->c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
+                             SPEC_GPUS_PER_NODE) != 0) {
+    MPI_Finalize();
+    return status < 0 ? 0 : 2; /* --help: 0 */
+  }
+  r->rank0 = r->c.comm.rank == 0;
+  if (r->a.ckpt_dir) status = check_ckpt_dir(r);
+  char err[512];
+  if (!status && rt_data_open(&r->data, r->a.data, VOCAB, SEQ_LEN, err, sizeof err) != 0) {
+    if (r->rank0) fprintf(stderr, "error: %s\n", err);
+    status = 2;
+  }
+  int64_t rss0 = rt_peak_rss_bytes(); /* before the start-up allocations */
+  if (!status) status = alloc_arenas(r);
+  MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); /* one rank's failure stops all */
+  if (status) {
+    rt_comm_finalize(&r->c.comm);
+    return status;
+  }
+  for (int g = 0; g < N_GROUPS; g++)
+    rt_init_shard(HOST(&r->c) + step_groups[g].master, step_tensors, N_TENSORS, g, shard_lo(&r->c, g),
+                  shard_lo(&r->c, g) + step_groups[g].shard, r->c.comm.ep_rank, r->a.seed);
+  to_device(&r->c, 0, STATE_ELEMS);
+  refresh_params(&r->c);
+  status = muon_setup(r);
+  if (!status) report_memory(r, rss0, rt_peak_rss_bytes());
+  if (!status) status = r->a.grad_check ? grad_check(&r->c, &r->data, r->a.seed + 1) : train(r);
+  rt_data_close(&r->data);
+  release(r);
   return status;
 }

@@ -1,0 +1,238 @@
+/* ==== templates/train/40-start.c: start-up: arenas, Muon's buffers, resume, the start-up report ==== */
+
+/* What main's phases share: the context, the arguments, the data, Muon's buffers and the
+ * metrics file. One per process. */
+typedef struct {
+  RtCtx c;
+  Args a;
+  RtData data;
+  int rank0;
+  RtMetrics mf;
+  long start, resumed; /* the first step this run trains; the step it resumed from, or -1 */
+  void *muon_counts;   /* Muon's all-to-all counts and displacements */
+  real *muon_work;     /* Muon's scratch: in the activation arena (step.h) or on the host */
+  real *muon_host;     /* the cuda Muon exchange's host scratch */
+  int muon_list[N_GROUPS], muon_n; /* the dense Muon groups: one exchange for all of them */
+  RtMuonShard muon_gs[N_GROUPS];
+} Run;
+
+/* --checkpoint-dir: a directory that cannot be written fails now, not at the first save; rank 0
+ * creates it and takes its lock (held until exit). Returns 0 or 2 on every rank. */
+static int check_ckpt_dir(const Run *r) {
+  int bad = 0;
+  const char *dir = r->a.ckpt_dir;
+  if (r->rank0) {
+    char err[1400];
+    struct stat st;
+    int made = mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
+      fprintf(stderr, "error: --checkpoint-dir %s: %s; expected a writable directory (it is created if missing)\n",
+              dir, stat(dir, &st) != 0 ? strerror(made ? made : errno)
+                   : !S_ISDIR(st.st_mode) ? "not a directory" : "not writable");
+      bad = 1;
+    } else if (rt_ckpt_lock(dir, err, sizeof err) != 0) {
+      fprintf(stderr, "error: %s\n", err);
+      bad = 1;
+    }
+  }
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return bad ? 2 : 0;
+}
+
+/* The arenas of step.h (ARENA_ELEMS real, ACT_ELEMS act, STATE_ELEMS real, HOST_ELEMS act), the
+ * MoE all-to-all's counts and, on the cuda backend, the GPU, its kernels and NCCL first.
+ * Returns 0 or 2 (this rank's failure, said on stderr). */
+static int alloc_arenas(Run *r) {
+  RtCtx *c = &r->c;
+  char err[512];
+#ifdef MTC_BACKEND_CUDA
+  if (cuda_start(c, &r->a) != 0) return 2;
+  const size_t state = (size_t)STATE_ELEMS * sizeof(real);
+  c->arena = rt_cuda_alloc((size_t)ARENA_ELEMS * sizeof(real), err, sizeof err);
+  if (c->arena) c->acts = rt_cuda_alloc((size_t)ACT_ELEMS * sizeof(act), err, sizeof err);
+  if (c->acts) c->state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
+  if (c->state && STATE_ON_HOST) memset(c->state, 0, state); /* (pinned memory comes uninitialized) */
+  if (c->state && !STATE_ON_HOST && (state_mirror = calloc(1, state))) rt_prefault(state_mirror, state);
+  host_tokens = calloc(2 * TOKENS, sizeof(int32_t));
+  if (!c->arena || !c->acts || !c->state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
+    fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU and host (mtc compile ... --set ...)\n",
+            c->comm.rank, c->arena && c->acts && c->state ? "no host memory for the state's mirror or the tokens" : err);
+    return 2;
+  }
+  if (PLAN_EP > 1 && rt_a2a_init(&c->a2a, PLAN_EP, EXPERTS_PER_RANK, c->comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c->comm.rank);
+    return 2;
+  }
+  if (HOST_ELEMS > 0 && !(c->host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(act), err, sizeof err))) {
+    fprintf(stderr, "error: rank %d: activation offload: %s\n", c->comm.rank, err);
+    return 2;
+  }
+#else
+  (void)err;
+  if (HOST_ELEMS > 0 && !(c->host = calloc((size_t)HOST_ELEMS, sizeof(act)))) {
+    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB host arena of activation offload\n", c->comm.rank,
+            (double)HOST_ELEMS * sizeof(act) / 1048576.0);
+    return 2;
+  }
+  c->arena = calloc((size_t)ARENA_ELEMS, sizeof(real));
+  c->acts = calloc((size_t)ACT_ELEMS, sizeof(act));
+  c->state = calloc((size_t)STATE_ELEMS, sizeof(real));
+  if (!c->arena || !c->acts || !c->state) {
+    fprintf(stderr, "error: rank %d: cannot allocate the arenas (%.1f MiB, %.1f MiB of activations, %.1f MiB of state); "
+            "expected that much free memory\n", c->comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
+            (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0);
+    return 2;
+  }
+  if (PLAN_EP > 1 && rt_a2a_init(&c->a2a, PLAN_EP, EXPERTS_PER_RANK, c->comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c->comm.rank);
+    return 2;
+  }
+  /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
+   * not in the middle of a step, and the resident growth measures what was allocated */
+  rt_prefault(c->arena, (size_t)ARENA_ELEMS * sizeof(real));
+  rt_prefault(c->acts, (size_t)ACT_ELEMS * sizeof(act));
+  rt_prefault(c->state, (size_t)STATE_ELEMS * sizeof(real));
+  if (c->host) rt_prefault(c->host, (size_t)HOST_ELEMS * sizeof(act));
+#endif
+  if (rt_offload_init(OFFLOAD_IDS) != 0) {
+    fprintf(stderr, "error: rank %d: cannot create the streams and events of activation offload\n", c->comm.rank);
+    return 2;
+  }
+  return 0;
+}
+
+/* Muon's buffers (counts; scratch in the activation arena, or on the host with the step there)
+ * and its dense groups, checked against the MUON_WORK the compiler sized. Returns 0 or 2. */
+static int muon_setup(Run *r) {
+  r->muon_counts = calloc(1, rt_muon_counts_bytes(PLAN_FSDP));
+#ifdef MUON_WORK
+  r->muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : (real *)(r->c.acts + MUON_WORK);
+#ifdef MTC_BACKEND_CUDA
+  r->muon_host = muon_host_elems() ? malloc((size_t)muon_host_elems() * sizeof(real)) : NULL;
+  if (muon_host_elems() && !r->muon_host) r->muon_work = NULL;
+#endif
+  if (!r->muon_work || !r->muon_counts) {
+    fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", r->c.comm.rank);
+    return 2;
+  }
+  muon_dense(r->muon_list, &r->muon_n);
+  for (int i = 0; i < r->muon_n; i++)
+    r->muon_gs[i] = (RtMuonShard){.g = r->muon_list[i], .S = step_groups[r->muon_list[i]].shard};
+  size_t dense = rt_muon_groups_work(step_tensors, N_TENSORS, r->muon_gs, r->muon_n, PLAN_FSDP);
+  for (int g = 0; g < N_GROUPS; g++) { /* the compiler sized MUON_WORK for the dense groups and each expert group */
+    size_t need = step_groups[g].comm == RT_GROUP_FSDP || !muon_in(g)
+                      ? 0 : rt_muon_group_work(step_tensors, N_TENSORS, g, step_groups[g].shard, PLAN_FSDP / PLAN_EP);
+    if (need > (size_t)MUON_WORK_ELEMS || dense > (size_t)MUON_WORK_ELEMS) {
+      fprintf(stderr, "error: %s needs %zu values of Muon scratch; MUON_WORK has %lld (regenerate with this mtc)\n",
+              need > dense ? step_groups[g].name : "the dense groups", need > dense ? need : dense,
+              (long long)MUON_WORK_ELEMS);
+      return 2;
+    }
+  }
+#endif
+  return 0;
+}
+
+/* Rank 0's memory line: what this build allocated (train --memory's figures) next to the plan's
+ * (cuda), or the measured start-up resident growth rss1 - rss0 (cpu; -1 unknown). */
+static void report_memory(const Run *r, int64_t rss0, int64_t rss1) {
+  Footprint fp = footprint();
+  if (!r->rank0 || r->a.grad_check) return;
+#ifdef MTC_BACKEND_CUDA
+  (void)rss0, (void)rss1;
+  printf("memory: this program allocates %.3f GiB on the GPU and %.3f GiB of host memory (%.3f GiB pinned) per GPU "
+         "(train --memory); the plan: HBM %.3f GiB and host %.3f GiB, besides %.3f GiB and %.3f GiB reserved for "
+         "the CUDA context, NCCL and the system\n", fp.hbm / 1073741824.0, fp.host / 1073741824.0,
+         fp.pinned / 1073741824.0, (PLAN_HBM_BYTES - PLAN_HBM_RESERVE_BYTES) / 1073741824.0,
+         (PLAN_HOST_BYTES - PLAN_HOST_RESERVE_BYTES) / 1073741824.0, PLAN_HBM_RESERVE_BYTES / 1073741824.0,
+         PLAN_HOST_RESERVE_BYTES / 1073741824.0);
+#else
+  printf("memory: start-up resident growth %lld bytes (VmHWM); this program allocates %lld bytes per rank (train "
+         "--memory: arena %lld + host %lld)\n", rss0 < 0 || rss1 < 0 ? -1LL : (long long)(rss1 - rss0),
+         (long long)(fp.hbm + fp.host), (long long)fp.hbm, (long long)fp.host);
+#endif
+}
+
+/* With --checkpoint-dir: resume from the newest complete checkpoint there (found by rank 0;
+ * incomplete ones of an interrupted save removed), setting r->start, r->resumed and the seed.
+ * Returns 0, 2 when the checkpoint cannot be read, or -1 when it is already at --steps. */
+static int resume(Run *r) {
+  Args *a = &r->a;
+  char path[1100] = "", gone[512], err[512];
+  int cleaned = r->rank0 ? rt_ckpt_clean_incomplete(a->ckpt_dir, gone, sizeof gone, err, sizeof err) : 0;
+  if (cleaned > 0) printf("removed %d incomplete checkpoint(s) of an interrupted save in %s: %s\n", cleaned, a->ckpt_dir, gone);
+  if (cleaned < 0) fprintf(stderr, "warning: %s\n", err);
+  int64_t saved = r->rank0 ? rt_ckpt_latest(a->ckpt_dir, path, sizeof path) : 0;
+  MPI_Bcast(&saved, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (!saved) return 0;
+  int64_t at = 0;
+  uint64_t seed = a->seed;
+  if (rt_ckpt_load(path, &at, &seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
+                   MODEL_NAME, OPTIMIZER, err, sizeof err) != 0) {
+    if (r->rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
+    return 2;
+  }
+  if (r->rank0) {
+    printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
+    if (a->seed_given && seed != a->seed)
+      printf("note: --seed %llu ignored: a resumed run keeps the checkpoint's seed %llu\n", a->seed,
+             (unsigned long long)seed);
+  }
+  r->start = r->resumed = (long)at, a->seed = seed;
+  to_device(&r->c, 0, STATE_ELEMS), refresh_params(&r->c);
+  if (r->start >= a->steps) {
+    if (r->rank0) printf("nothing to train: the checkpoint is at step %ld, --steps is %ld\n", r->start, a->steps);
+    return -1;
+  }
+  return 0;
+}
+
+/* Rank 0's start-up lines: the layout, batch and arenas; activation offload; the GPU's memory. */
+static void report_start(const Run *r) {
+  const Args *a = &r->a;
+  if (r->rank0 && a->steps > TRAIN_STEPS)
+    printf("note: --steps %ld is past the spec's training.steps %lld: the learning-rate schedule ends there, so "
+           "steps %lld..%ld run at its minimum (min_lr_ratio x lr = %.3e)\n", a->steps, (long long)TRAIN_STEPS,
+           (long long)TRAIN_STEPS + 1, a->steps, LR * MIN_LR_RATIO);
+  if (r->rank0)
+    printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
+           "%s, gradients reduced in %s; arenas %.1f MiB (fp32) + %.1f MiB (activations) + %.1f MiB (state) per "
+           "rank; data %s (%lld tokens)\n",
+           MODEL_NAME, r->c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
+           SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
+           (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a->data,
+           (long long)r->data.ntokens);
+  if (r->rank0 && HOST_ELEMS > 0)
+    printf("activation offload: %d layer boundaries wait for the backward in a %.1f MiB host arena per rank (the plan's "
+           "host arena: %.1f MiB)\n", OFFLOAD_IDS, (double)HOST_ELEMS * sizeof(act) / 1048576.0,
+           PLAN_HOST_BYTES / 1048576.0);
+#ifdef PLAN_OFFLOAD_NVME
+  if (r->rank0)
+    fprintf(stderr, "warning: the plan puts the layer boundaries on NVMe, but this program keeps them in host memory: "
+                    "%.1f MiB per rank that the plan's host memory does not count; expected that much free host memory "
+                    "(or mtc compile ... --set plan.offload_activations=host for a plan that counts it)\n",
+            (double)HOST_ELEMS * sizeof(real) / 1048576.0);
+#endif
+#ifdef MTC_BACKEND_CUDA
+  size_t free_b = 0, total_b = 0;
+  rt_cuda_mem_info(&free_b, &total_b);
+  if (r->rank0)
+    printf("memory: %.2f GiB of the GPU's %.2f GiB in use after start-up (this program, the CUDA context and NCCL)\n",
+           (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
+#endif
+}
+
+/* Rank 0's metrics file; a resumed run first drops the lines past its checkpoint's step.
+ * Returns 0, or 2 on every rank when rank 0 cannot open it. */
+static int open_metrics(Run *r) {
+  char err[512];
+  int bad = r->rank0 && rt_metrics_open(&r->mf, r->a.metrics, r->resumed, err, sizeof err) != 0;
+  if (bad) fprintf(stderr, "error: --metrics %s\n", err);
+  if (!bad && r->mf.replaced)
+    printf("note: --metrics %s held %lld bytes of an earlier run; emptied, as this run starts at step 0 (a resumed "
+           "run keeps the lines up to its checkpoint)\n", r->a.metrics, (long long)r->mf.replaced);
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return bad ? 2 : 0;
+}
+

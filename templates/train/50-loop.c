@@ -1,0 +1,306 @@
+/* ==== templates/train/50-loop.c: the training loop, checkpoints, the end-of-run report, main ==== */
+
+/* The optimizer step over every group where the plan runs it (skip: a non-finite step, which
+ * changes nothing), gradients scaled by the clipping factor scale; then step_end and fresh
+ * bf16 copies of the parameters. */
+static void optimizer_step(Run *r, int skip, float scale, const RtAdamW *adam) {
+  RtCtx *c = &r->c;
+  real *opt = OPT_ON_HOST ? HOST(c) : c->state; /* where the optimizer state is updated */
+  for (int g = 0; g < N_GROUPS && !skip; g++) {
+    const RtGroup *G = &step_groups[g];
+    if (OPT_ON_HOST) to_host(c, G->grad, G->shard);
+    float *v = G->adam_v < 0 ? NULL : (float *)(opt + G->adam_v); /* (none: Muon matrices only) */
+    (OPT_ON_HOST ? rt_adamw_shard : ADAMW_SHARD)(opt + G->master, (float *)(opt + G->adam_m), v, opt + G->grad,
+                                                 step_tensors, N_TENSORS, g, shard_lo(c, g), shard_lo(c, g) + G->shard,
+                                                 scale, adam);
+#ifdef MUON_WORK
+    /* Muon: matrices whole in one shard (experts in whole-expert shards) orthogonalized where
+     * they are held, the others (dense, and experts split over a flat expert group) at their
+     * owners: an expert group's in one all-to-all there and one back now, the dense groups'
+     * all together after this loop */
+    RtMuonShard q = {g, G->shard, opt + G->master, (float *)(opt + G->adam_m), opt + G->grad, NULL};
+    if (G->comm == RT_GROUP_FSDP) {
+      for (int i = 0; i < r->muon_n; i++)
+        if (r->muon_list[i] == g) r->muon_gs[i] = q;
+    } else if (muon_in(g)) {
+      muon_step(c->comm.shard_comm, PLAN_FSDP / PLAN_EP, &q, 1, scale, adam->lr, r->muon_work, r->muon_host,
+                r->muon_counts);
+    }
+#endif
+    if (OPT_ON_HOST && G->comm != RT_GROUP_FSDP) to_device(c, G->master, G->shard);
+  }
+#ifdef MUON_WORK
+  if (!skip && r->muon_n)
+    muon_step(c->comm.fsdp_comm, PLAN_FSDP, r->muon_gs, r->muon_n, scale, adam->lr, r->muon_work, r->muon_host,
+              r->muon_counts);
+#endif
+  for (int g = 0; OPT_ON_HOST && g < N_GROUPS && !skip; g++)
+    if (step_groups[g].comm == RT_GROUP_FSDP) to_device(c, step_groups[g].master, step_groups[g].shard);
+  step_end(c, !skip);
+}
+
+/* After step `step` (skip: it was not finite; skips: consecutive such steps; metrics_bad: rank 0
+ * could not write its line): saves a checkpoint when one is due, or when the run stops on too
+ * many skips, a lost metrics line or a signal. Returns -1 to go on, else the exit status. */
+static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) {
+  const Args *a = &r->a;
+  char err[512];
+  long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
+  int stop = (skip && skips >= a->max_skips) || metrics_bad;
+  int sig = stop_signal; /* a signal to any rank stops every rank, at this step */
+  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  int save = a->ckpt_dir && (stop || sig ||
+                             (!skip && (step + 1 == a->steps || (a->ckpt_every && (step + 1) % a->ckpt_every == 0))));
+  if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
+    to_host(&r->c, 0, STATE_ELEMS);
+  if (save && rt_ckpt_save(a->ckpt_dir, done_steps, a->seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS,
+                           step_tensors, N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER,
+                           a->kill_at_save == done_steps, err, sizeof err) != 0) {
+    if (r->rank0)
+      fprintf(stderr, "error: saving the checkpoint of step %ld: %s; the run stops, and its partial files are "
+                      "removed (a resume takes the checkpoint before)\n", done_steps, err);
+    return 1;
+  }
+  if (save && r->rank0) printf("saved checkpoint %s/step-%08ld\n", a->ckpt_dir, done_steps);
+  if (save && r->rank0 && a->keep_ckpts && rt_ckpt_prune(a->ckpt_dir, (int)a->keep_ckpts, err, sizeof err) < 0)
+    fprintf(stderr, "warning: --keep-checkpoints %ld: %s\n", a->keep_ckpts, err);
+  if (stop && metrics_bad) {
+    if (r->rank0)
+      fprintf(stderr, "error: stopped after step %ld: its metrics line could not be written%s%s; expected room "
+                      "for --metrics %s\n", step + 1, a->ckpt_dir ? "; the state is saved in " : "",
+              a->ckpt_dir ? a->ckpt_dir : "", a->metrics);
+    return 1;
+  }
+  if (sig && !stop) {
+    if (r->rank0)
+      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+             a->ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
+             a->ckpt_dir ? a->ckpt_dir : "");
+    return a->ckpt_dir ? 0 : 1;
+  }
+  if (stop) {
+    if (r->rank0)
+      fprintf(stderr, "error: %ld consecutive steps had a non-finite loss or gradient norm (steps %ld-%ld); "
+                      "stopped%s%s; expected a lower training.lr or a look at the data\n",
+              skips, step + 2 - skips, step + 1, a->ckpt_dir ? " with the last good state saved in " : "",
+              a->ckpt_dir ? a->ckpt_dir : "");
+    return 1;
+  }
+  return -1;
+}
+
+/* The training loop from r->start to --steps: per step the micro-batches, the gradient norm and
+ * clipping, the optimizer step, rank 0's metrics line, checkpoints. Returns the exit status;
+ * timed, seconds, opt_seconds: the steps after the first, their time and their optimizer's. */
+static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds) {
+  RtCtx *c = &r->c;
+  const Args *a = &r->a;
+  char err[512];
+  uint64_t data_seed = a->seed + 1;
+  RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
+  long skips = 0, skipped = 0;
+  int metrics_bad = 0, status = 0; /* metrics_bad: rank 0 could not write a metrics line */
+  *timed = 0, *seconds = 0, *opt_seconds = 0;
+  if (a->profile) rt_prof_start();
+  for (long step = r->start; step < a->steps; step++) {
+    double t0 = rt_now(), aux;
+    double loss = run_micro_batches(c, &r->data, step, data_seed, &aux);
+    if (r->rank0 && step + 1 >= a->nan_first && step + 1 < a->nan_first + a->nan_count) {
+      to_host(c, step_groups[0].grad, 1);
+      HOST(c)[step_groups[0].grad] = NAN; /* --inject-nan */
+      to_device(c, step_groups[0].grad, 1);
+    }
+    if (PLAN_DP_REPLICATE > 1) grads_all_reduce(c);
+    /* global gradient norm: the shards of one replica partition every parameter */
+    real sq = 0;
+    for (int g = 0; g < N_GROUPS; g++)
+      sq += (real)SUM_SQUARES(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    rt_comm_all_reduce(c->comm.fsdp_comm, &sq, 1);
+    rt_comm_all_reduce(c->comm.replicate_comm, &sq, 1); /* a NaN on any replica reaches every rank */
+    double norm = sqrt((double)sq / PLAN_DP_REPLICATE);
+    real sums[2] = {(real)loss, (real)aux};
+    rt_comm_all_reduce(MPI_COMM_WORLD, sums, 2);
+    /* the MoE all-to-all figures of the step: the worst EP group's load, and the extra rounds summed
+     * over micro-batches, MoE layers and EP groups (each rank of a group counts its group's: / ep) */
+    double moe_load = c->moe_load;
+    long moe_rounds = c->moe_extra_rounds;
+    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &moe_load, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &moe_rounds, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD));
+    moe_rounds /= PLAN_EP;
+    double mean = (double)sums[0] / ((double)ACCUM * c->comm.world);
+    double aux_mean = (double)sums[1] / ((double)ACCUM * c->comm.world);
+    /* the schedule spans the spec's training.steps whatever --steps says: a run stopped early and
+     * resumed follows the same learning rates as one that was not */
+    float lr = rt_lr_at(step, TRAIN_STEPS, WARMUP_STEPS, (float)LR, (float)MIN_LR_RATIO);
+    int skip = !isfinite(mean) || !isfinite(norm); /* the same decision on every rank */
+    adam.lr = lr, adam.step = step + 1;
+    double t_opt = rt_prof_on ? rt_prof_begin() : rt_now();
+    optimizer_step(r, skip, rt_clip_scale(norm, (float)GRAD_CLIP), &adam);
+    if (rt_prof_on) rt_prof_end(RT_PROF_OPTIMIZER, t_opt, 0, 0);
+    if (step > r->start) *opt_seconds += rt_now() - t_opt; /* the optimizer step: every group's update */
+    if (!skip) refresh_params(c);
+    skips = skip ? skips + 1 : 0, skipped += skip;
+    double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
+    if (step > r->start) *seconds += dt, (*timed)++;
+    if (step == r->start) rt_prof_reset(); /* the profile covers the timed steps */
+    if (r->rank0) {
+      char moe[64] = "";
+      if (PLAN_EP > 1) snprintf(moe, sizeof moe, " | moe load %.2f, +%ld rounds", moe_load, moe_rounds);
+      printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)%s%s\n",
+             step + 1, a->steps, mean, aux_mean, lr, norm, tps, tps / c->comm.world, moe,
+             skip ? " | SKIPPED: not finite" : "");
+      fflush(stdout);
+      RtStepMetrics sm = {step + 1, mean, aux_mean, lr, norm, tps, skip, PLAN_EP > 1 ? moe_load : -1, moe_rounds};
+      if (!metrics_bad && rt_metrics_write(&r->mf, &sm, err, sizeof err) != 0) {
+        fprintf(stderr, "error: --metrics %s\n", err);
+        metrics_bad = 1;
+      }
+    }
+    MPI_Bcast(&metrics_bad, 1, MPI_INT, 0, MPI_COMM_WORLD); /* a lost metrics line stops every rank */
+    int end = after_step(r, step, skip, skips, metrics_bad);
+    if (end >= 0) {
+      status = end;
+      break;
+    }
+  }
+  if (r->rank0 && skipped) printf("%ld step(s) skipped for non-finite values\n", skipped);
+  return status;
+}
+
+/* The end of a run: the --profile file, rank 0's throughput, MFU and optimizer lines over the
+ * timed steps, the GPU's memory. Returns 0, or 1 when the profile cannot be written. */
+static int report_end(const Run *r, long timed, double seconds, double opt_seconds) {
+  int status = 0;
+  if (r->a.profile && timed) {
+    char err[512];
+    double tokens = (double)GLOBAL_BATCH * SEQ_LEN / r->c.comm.world;
+#ifdef MTC_BACKEND_CUDA
+    const char *backend = "cuda";
+#else
+    const char *backend = "cpu";
+#endif
+    RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, r->c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed, tokens,
+                    tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU};
+    if (rt_prof_write(r->a.profile, &pr, err, sizeof err) != 0) {
+      if (r->rank0) fprintf(stderr, "error: --profile %s: %s; expected a writable path\n", r->a.profile, err);
+      status = 1;
+    } else if (r->rank0)
+      printf("profile: %s (%ld steps)\n", r->a.profile, timed);
+  }
+  if (r->rank0 && timed) {
+    /* MFU = FLOPS_PER_TOKEN x tokens/s / the plan's peak per GPU, as plan.json's predicted.mfu */
+    double tps = (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / r->c.comm.world;
+    double mfu = tps * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
+    double predicted_mfu = PREDICTED_TOKENS_PER_S_PER_GPU * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
+    printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step), MFU %.2f%% of %.4g TFLOP/s; the plan "
+           "predicted %.0f per GPU of its cluster, MFU %.2f%%: measured / predicted %.3f\n", tps, timed, seconds / timed,
+           100 * mfu, PEAK_FLOPS_PER_GPU / 1e12, (double)PREDICTED_TOKENS_PER_S_PER_GPU, 100 * predicted_mfu,
+           tps / (double)PREDICTED_TOKENS_PER_S_PER_GPU);
+    printf("optimizer: %.2f ms per step on rank 0 (%s, mean over %ld steps)\n", 1e3 * opt_seconds / timed, OPTIMIZER,
+           timed);
+  }
+#ifdef MTC_BACKEND_CUDA
+  rt_cuda_sync("the last step");
+  size_t free_b = 0, total_b = 0;
+  rt_cuda_mem_info(&free_b, &total_b);
+  if (r->rank0)
+    printf("memory: %.2f GiB of the GPU's %.2f GiB in use after the last step (arena, runtime scratch, cuBLAS and "
+           "NCCL buffers)\n", (double)(total_b - free_b) / 1073741824.0, (double)total_b / 1073741824.0);
+#endif
+  return status;
+}
+
+/* A run after start-up: resume (--checkpoint-dir), the start-up lines, the metrics file, the
+ * training loop and the end-of-run report. Returns the exit status. */
+static int train(Run *r) {
+  int status = r->a.ckpt_dir ? resume(r) : 0;
+  if (status) return status < 0 ? 0 : status; /* -1: the checkpoint is already at --steps */
+  report_start(r);
+  if (open_metrics(r) != 0) return 2;
+  long timed;
+  double seconds, opt_seconds;
+  status = train_loop(r, &timed, &seconds, &opt_seconds);
+  if (report_end(r, timed, seconds, opt_seconds) != 0) status = 1;
+  char err[512];
+  if (rt_metrics_close(&r->mf, err, sizeof err) != 0) {
+    fprintf(stderr, "error: --metrics %s\n", err);
+    status = 1;
+  }
+  return status;
+}
+
+/* Frees what alloc_arenas and muon_setup allocated (NULL-safe) and leaves MPI. */
+static void release(Run *r) {
+  RtCtx *c = &r->c;
+  if (PLAN_EP > 1) rt_a2a_free(&c->a2a);
+  free(r->muon_counts);
+  if (OPT_ON_HOST) free(r->muon_work);
+  free(r->muon_host);
+#ifdef MTC_BACKEND_CUDA
+  rt_cuda_free(c->arena);
+  rt_cuda_free(c->acts);
+  rt_cuda_free_host(c->host);
+  if (STATE_ON_HOST) rt_cuda_free_host(c->state);
+  else rt_cuda_free(c->state);
+  free(state_mirror);
+  free(host_tokens);
+  rt_comm_nccl_free();
+  rt_cuda_teardown();
+#else
+  free(c->arena);
+  free(c->acts);
+  free(c->state);
+  free(c->host);
+#endif
+  rt_comm_finalize(&c->comm);
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--memory") == 0) return print_memory(argc);
+#ifdef MTC_BACKEND_CUDA
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--check-kernels") == 0) return check_kernels(argc, argv);
+#endif
+  static Run run; /* zeroed */
+  Run *r = &run;
+  r->mf.fd = -1, r->resumed = -1;
+  MPI_Init(&argc, &argv); /* arguments first: a usage error is reported even on a wrong launch */
+  int world_rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
+  struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
+  int status = parse_args(&r->a, argc, argv);
+  if (status || rt_comm_init(&r->c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
+                             SPEC_GPUS_PER_NODE) != 0) {
+    MPI_Finalize();
+    return status < 0 ? 0 : 2; /* --help: 0 */
+  }
+  r->rank0 = r->c.comm.rank == 0;
+  if (r->a.ckpt_dir) status = check_ckpt_dir(r);
+  char err[512];
+  if (!status && rt_data_open(&r->data, r->a.data, VOCAB, SEQ_LEN, err, sizeof err) != 0) {
+    if (r->rank0) fprintf(stderr, "error: %s\n", err);
+    status = 2;
+  }
+  int64_t rss0 = rt_peak_rss_bytes(); /* before the start-up allocations */
+  if (!status) status = alloc_arenas(r);
+  MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); /* one rank's failure stops all */
+  if (status) {
+    rt_comm_finalize(&r->c.comm);
+    return status;
+  }
+  for (int g = 0; g < N_GROUPS; g++)
+    rt_init_shard(HOST(&r->c) + step_groups[g].master, step_tensors, N_TENSORS, g, shard_lo(&r->c, g),
+                  shard_lo(&r->c, g) + step_groups[g].shard, r->c.comm.ep_rank, r->a.seed);
+  to_device(&r->c, 0, STATE_ELEMS);
+  refresh_params(&r->c);
+  status = muon_setup(r);
+  if (!status) report_memory(r, rss0, rt_peak_rss_bytes());
+  if (!status) status = r->a.grad_check ? grad_check(&r->c, &r->data, r->a.seed + 1) : train(r);
+  rt_data_close(&r->data);
+  release(r);
+  return status;
+}
