@@ -1,4 +1,4 @@
-/* train.c — the training program mtc writes next to its step code (mtc's templates/train/*.c in
+/* train.c — the training program mtc writes next to its step code (mtc's templates/train/NN-*.c in
  * name order, each part after the first opening with a ==== line; do not edit here: regenerate
  * with `mtc compile`).
  *
