@@ -11,13 +11,16 @@ import sys
 
 try:
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, PreTrainedModel
 except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)
 
 d, win = sys.argv[1], sys.argv[2]
-model, info = AutoModelForCausalLM.from_pretrained(d, output_loading_info=True, torch_dtype=torch.float64)
+kw = {"output_loading_info": True, "torch_dtype": torch.float64}
+if hasattr(PreTrainedModel, "set_experts_implementation"):  # transformers 5: the per-expert loop (grouped_mm has no float64)
+    kw["experts_implementation"] = "eager"
+model, info = AutoModelForCausalLM.from_pretrained(d, **kw)
 family = json.load(open(f"{d}/config.json"))["model_type"]
 missing = [k for k in info["missing_keys"] if not (family == "qwen2_moe" and k.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")))]
 for k in info["missing_keys"]:
