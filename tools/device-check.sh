@@ -49,7 +49,7 @@ say "kernels: test_kernels exit $k (0 pass, 77 no GPU); kernels.cu of $n specs f
 
 # ---- (a) tiny-moe: cuda vs cpu, one rank each
 data=$out/text.txt
-cat README.md BENCHMARKS.md templates/*.c runtime/*/*.c compiler/*.c >"$data"
+cat README.md BENCHMARKS.md templates/train/*.c runtime/*/*.c compiler/*.c >"$data"
 one=$build/tiny1
 "$mtc" compile specs/tiny-moe.yaml -o "$one" --set cluster.nodes=1 --set cluster.gpus_per_node=1 >/dev/null &&
   "$mtc" build "$one" >/dev/null 2>&1 &&

@@ -31,7 +31,7 @@ cmake -B "$build" -S . -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 mtc=$PWD/$build/mtc
 cp "$build/tests/test_kernels" $kit/bin/
-[ "$keep" = 1 ] || cat README.md BENCHMARKS.md templates/*.c runtime/*/*.c compiler/*.c >$kit/text.txt
+[ "$keep" = 1 ] || cat README.md BENCHMARKS.md templates/train/*.c runtime/*/*.c compiler/*.c >$kit/text.txt
 one="--set cluster.nodes=1 --set cluster.gpus_per_node=1"
 gen() { # NAME SPEC [--set ...]: compile and build both backends, copy the cuda program
   local name=$1 spec=$2; shift 2
