@@ -175,8 +175,12 @@ static void muon_work(Em *e) {
  *     intermediate), the shared experts' (DSG, DSU, DSH) and the routed experts' (EDG, EDU, EDH:
  *     a round's rows x expert width), live only inside their FFN's backward; those run one after
  *     another (shared experts, then routed): one slot per role, the widest, the others in it;
- *   - the attention's gradients (DATT, DQ, DK, DV, DQR, DKR): from the o_proj backward to the
+ *   - the attention's gradients (DATT, DQ, DK, DV, DQR, DKR; with MLA its backward's buffers in
+ *     their dead bytes: plan_ws_attention, compiler/attn_ws.c): from the o_proj backward to the
  *     q/k/v projections' backward, after the layer's FFN backward;
+ *   - MLA's forward temporaries (WS_QAN, WS_KVN, WS_KRP, WS_KVB: plan_ws_mla_forward): inside a
+ *     layer's forward (or its recompute), from the latent norms to rt_mla_kv_forward, before the
+ *     attention core;
  *   - a block's outputs before the residual add (WS_Y, and WS_Y2 for ungated shared experts):
  *     inside a layer's forward (or its recompute), between its FFN's ops and its residual add;
  *   - the final norm's output LNF and the LM head's chunk logits CE (fp32): from the final norm's
@@ -208,19 +212,16 @@ static void shared_ws(Em *e) {
     at[r] = ffn;
     if (big[r] >= 0) ffn += round_up(n[big[r]], ALIGN);
   }
-  /* the other groups: (name, elements of act, or fp32 values for the real ones) in order */
+  /* the attention backward's group and MLA's forward group, laid out by attn_ws.c (the plan's
+   * figures); then the other groups: (name, elements of act, or fp32 values for the real ones) in
+   * order */
+  PlanWsGroup att = plan_ws_attention(s, e->md, N), mla = plan_ws_mla_forward(s, N);
   bool y2 = moe && e->Fs && !s->model.moe.shared_expert_gate;
   struct {
     const char *name, *what;
     int64_t n;
     bool real;
-  } g[5][6] = {
-      {{"DATT", "gradient of the attention output", N * e->AO, false},
-       {"DQ", "gradient of the queries", N * e->Q, false},
-       {"DK", "gradient of the keys", N * e->KV, false},
-       {"DV", "gradient of the values", N * e->VW, false},
-       {"DQR", "gradient of the queries before qk-norm", e->qk_norm ? N * e->Q : 0, false},
-       {"DKR", "gradient of the keys before qk-norm", e->qk_norm ? N * e->KV : 0, false}},
+  } g[4][2] = {
       {{"WS_Y", "a block's output before the residual add", N * C, false},
        {"WS_Y2", "shared experts' output", y2 ? N * C : 0, false}},
       {{"LNF", "final norm output", N * C, false},
@@ -228,12 +229,13 @@ static void shared_ws(Em *e) {
       {{"DLOGITS", "gradient of the router logits (fp32)", moe ? N * e->E : 0, true}},
       {{"MUON_WORK", "Muon: the pieces sent to owners and received, a matrix's gradient, its update and "
                      "Newton-Schulz scratch (fp32)", e->muon_work, true}}};
-  static const char *const when[5] = {"the attention's backward", "a layer's forward", "the loss",
-                                      "a MoE layer's backward after its all-to-alls", "the optimizer step"};
-  int64_t size = ffn, gat[5][6];
-  for (int k = 0; k < 5; k++) {
+  static const char *const when[4] = {"a layer's forward", "the loss", "a MoE layer's backward after its all-to-alls",
+                                      "the optimizer step"};
+  int64_t size = ffn > att.size ? ffn : att.size, gat[4][2];
+  if (mla.size > size) size = mla.size;
+  for (int k = 0; k < 4; k++) {
     int64_t top = 0;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 2; i++) {
       gat[k][i] = top;
       if (g[k][i].name && g[k][i].n > 0) top += round_up(g[k][i].real ? 2 * g[k][i].n : g[k][i].n, ALIGN);
     }
@@ -258,8 +260,15 @@ static void shared_ws(Em *e) {
         alias_buf(e, names[r][j], names[r][big[r]], 0, n[j],
                   mem_printf(e->m, "%s: in %s (one FFN's backward at a time)", whats[r][j], names[r][big[r]]));
   }
-  for (int k = 0; k < 5; k++)
-    for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < att.nb; i++)
+    alias_buf(e, att.b[i].name, ws, att.b[i].at, att.b[i].n,
+              mem_printf(e->m, "%s: in %s (the attention's backward)", att.b[i].what, ws));
+  for (int i = 0; i < mla.nb; i++)
+    alias_buf(e, mla.b[i].name, ws, mla.b[i].at, mla.b[i].n,
+              mem_printf(e->m, "%s: in %s (a layer's forward, from the latent norms to the keys and values)",
+                         mla.b[i].what, ws));
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < 2; i++) {
       if (!g[k][i].name || g[k][i].n <= 0) continue;
       const char *w = mem_printf(e->m, "%s: in %s (%s)", g[k][i].what, ws, when[k]);
       if (g[k][i].real) alias_real(e, g[k][i].name, ws, gat[k][i], g[k][i].n, w);
@@ -279,22 +288,29 @@ void em_mla_layout(Em *e, int l) {
   buf(e, em_act(e, l, "RSTDKV", SAVE_OTHER), N, "mla: kv_a_layernorm's 1/rms per token");
 }
 
-/* MLA's workspace, shared by the layers. */
-void em_mla_workspace(Em *e) {
-  int64_t N = e->N;
-  if (e->qr) {
-    abuf(e, "WS_QAN", N * e->qr, "mla: the normalized query latent (recomputed in the backward)");
-    abuf(e, "DQAN", N * e->qr, "mla: its gradient");
-    abuf(e, "DQA", N * e->qr, "mla: gradient of the query latent before its norm");
+/* A dense layer's FFN (WS_G, WS_U, WS_H: class other) and a MoE layer's routed experts' (WS_EG,
+ * WS_EU, WS_EH: class expert) are never alive together (a layer is one or the other, and its
+ * forward, recompute and backward run alone): with both recomputed (workspace) in a model with
+ * both kinds of layers, the narrower of each pair lies in the wider's bytes, as the plan's
+ * activations.forward_layer and recompute_layer hold the widest layer only. Registered before
+ * the layers (whose act() calls then find them). */
+static void ffn_union(Em *e) {
+  const Model *md = e->md;
+  if (per_layer(e, SAVE_OTHER) || per_layer(e, SAVE_EXPERT) || !md->n_moe_layers || md->n_moe_layers == e->L) return;
+  int64_t nd = e->N * e->s->model.mlp.intermediate, nx = e->R * e->Fe;
+  bool gd = e->s->model.mlp.activation == ACT_SWIGLU, gx = !e->gelu_experts;
+  static const char *const dense[3] = {"WS_G", "WS_U", "WS_H"}, *const routed[3] = {"WS_EG", "WS_EU", "WS_EH"};
+  static const char *const dwhat[3] = {"mlp gate", "mlp up", "mlp activation"};
+  const char *xwhat[3] = {"routed experts' gate", gx ? "routed experts' up" : "routed experts' up (GELU's input)",
+                          "routed experts' activation"};
+  for (int r = 0; r < 3; r++) {
+    if (r == 0 && !(gd && gx)) continue; /* a gate on one side only: no pair */
+    bool wide = nd > nx; /* the dense one is the wider */
+    abuf(e, wide ? dense[r] : routed[r], wide ? nd : nx, wide ? dwhat[r] : xwhat[r]);
+    alias_buf(e, wide ? routed[r] : dense[r], wide ? dense[r] : routed[r], 0, wide ? nx : nd,
+              mem_printf(e->m, "%s: in %s (a dense layer's FFN and a MoE layer's experts are never alive together)",
+                         wide ? xwhat[r] : dwhat[r], wide ? dense[r] : routed[r]));
   }
-  abuf(e, "WS_KVN", N * e->kvr, "mla: the normalized KV latent (recomputed in the backward)");
-  abuf(e, "WS_KRP", N * e->rope_dim, "mla: the RoPE key shared by the heads (rotated in place)");
-  abuf(e, "WS_KVB", N * e->nh * (e->nope + e->vd), "mla: kv_b_proj's output, k_nope and v per head");
-  abuf(e, "DKVN", N * e->kvr, "mla: gradient of the normalized KV latent");
-  abuf(e, "DKVL", N * e->kvr, "mla: gradient of the KV latent");
-  abuf(e, "DKRP", N * e->rope_dim, "mla: gradient of the RoPE key (summed over heads)");
-  alias_buf(e, "DKVB", "WS_KVB", 0, N * e->nh * (e->nope + e->vd),
-                   "mla: gradient of kv_b_proj's output: in WS_KVB (dead once K and V are built from it)");
 }
 
 /* Reshard after_step (Em.keep): the buffers that hold the kept groups from the first
@@ -460,6 +476,7 @@ void em_layout(Em *e) {
       abuf(e, mem_printf(e->m, "X%d", l), N * C,
           l < e->L ? mem_printf(e->m, "boundary: input of layer %d (residual stream)", l) : "output of the last layer");
   e->host_elems = e->offload && e->L >= 3 ? (e->L - 2) * N * C : 0;
+  ffn_union(e);
   int64_t st = e->s->model.norm == NORM_LAYERNORM ? 2 : 1; /* norm statistics per token: rstd (and the mean) */
   for (int l = 0; l < e->L; l++) {
     const Layer *ly = &md->layers[l];
@@ -541,7 +558,6 @@ void em_layout(Em *e) {
   abuf(e, "DX_B", N * C, "gradient of the residual stream (odd layers' output)");
   abuf(e, "DLN", N * C, "gradient of a norm's output");
   shared_ws(e);
-  if (e->mla) em_mla_workspace(e);
   if (md->n_moe_layers) {
     buf(e, "DWTS", N * K, "gradient of the routing weights");
     abuf(e, "DYP", N * K * C, "gradient of the expert outputs");

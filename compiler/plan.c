@@ -265,19 +265,18 @@ static void build_items(Items *it, const Model *md) {
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
   /* the shared workspace (the program's LWS, or A2A with ep > 1): buffers of which at most one
    * group is live at a time, each group at its start: the FFN gradients of gate, up and act (one
-   * FFN's backward at a time), the attention's gradients (its backward), a block's outputs before
+   * FFN's backward at a time), the attention's gradients with MLA's backward buffers (its
+   * backward), MLA's forward temporaries (its q, k, v), a block's outputs before
    * the residual add (a layer's forward), the final norm's output and one vocabulary chunk's
    * logits and their gradient (the loss), the router logits' gradient (a MoE layer's backward,
    * after its all-to-alls) and Muon's scratch (the optimizer step); fp32 values count 4 B. With
    * ep > 1 it is moe.a2a_staging, which holds one all-to-all round only inside a dispatch or
    * undispatch, when none of these is live. */
   const double grad_ffn = 2 * T * (2 * ffn + ffn_gate);
-  const double q = (double)s->model.attention.heads * (double)md->qk_head_dim,
-               kv = (double)s->model.attention.kv_heads * (double)md->qk_head_dim,
-               ao = (double)s->model.attention.heads * (double)md->v_head_dim,
-               vw = (double)s->model.attention.kv_heads * (double)md->v_head_dim;
-  const bool qkn = s->model.attention.qk_norm != QKN_NONE;
-  const double grad_attn = 2 * T * (q + kv + ao + vw + (qkn ? q + kv : 0)); /* dQ, dK, d(out), dV (, before qk-norm) */
+  /* the attention's backward group and MLA's forward group, laid out by attn_ws.c for plan and
+   * program alike (MLA's backward buffers in the dead bytes of d(out), dQ, dK and dV) */
+  const double grad_attn = 2 * (double)plan_ws_attention(s, md, (int64_t)T).size;
+  const double mla_fwd = 2 * (double)plan_ws_mla_forward(s, (int64_t)T).size;
   const bool y2 = md->n_moe_layers && s->model.moe.shared_experts && !s->model.moe.shared_expert_gate;
   const double outputs = 2 * T * H * (y2 ? 2 : 1);
   const double chunk = (double)plan_logits_chunk((int64_t)T, s->model.vocab);
@@ -286,10 +285,12 @@ static void build_items(Items *it, const Model *md) {
   /* Muon's scratch (plan_muon_work, fp32), the optimizer step's group: the program lays it in
    * these bytes whichever backend runs the step */
   const double muon_ws = s->training.optimizer == OPT_MUON ? 4 * (double)plan_muon_summary(md, ch).work.elems : 0;
-  double shared = fmax(fmax(fmax(grad_ffn, grad_attn), fmax(fmax(outputs, loss), grad_router)), muon_ws);
+  double shared = fmax(fmax(fmax(fmax(grad_ffn, grad_attn), fmax(fmax(outputs, loss), grad_router)), muon_ws), mla_fwd);
   const char *shared_what =
       "max(2 B x tokens x (2 x widest FFN + widest gated FFN) (routed: top_k x width x imbalance): the FFN "
-      "gradients; 2 B x tokens x (q + kv + heads x v_head_dim + kv_heads x v_head_dim (+ q + kv with qk-norm)): the attention's; 2 B x hidden x tokens "
+      "gradients; 2 B x tokens x (q + kv + heads x v_head_dim + kv_heads x v_head_dim (+ q + kv with qk-norm)): the attention's "
+      "(MLA's backward buffers in their dead bytes, or past them: plan_ws_attention); 2 B x tokens x (q_lora_rank + "
+      "kv_lora_rank + qk_rope_head_dim + heads x (qk_nope_head_dim + v_head_dim)): MLA's forward; 2 B x hidden x tokens "
       "(x 2 with ungated shared experts): a block's outputs; 2 B x hidden x tokens + 2 x 4 B x tokens x "
       "vocabulary chunk (<= 4096 columns, <= 1 GiB): the final norm's output and the loss's logits; 4 B x "
       "tokens x experts: the router logits' gradient; 4 B x MUON_WORK: Muon's scratch)";

@@ -715,33 +715,33 @@
 #define XSLOT0                  17879053824 /*  352321536: boundaries l with l % 3 = 0 (residual stream) */
 #define XSLOT1                  18231375360 /*  352321536: boundaries l with l % 3 = 1 (residual stream) */
 #define XSLOT2                  18583696896 /*  352321536: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  18936018432 /*  352321536: attention norm output */
-#define WS_QA                   19288339968 /*   75497472: mla: q_a_proj's output (the query latent before its norm) */
-#define WS_KVL                  19363837440 /*   25165824: mla: the KV latent before kv_a_layernorm */
-#define WS_Q                    19389003264 /* 1207959552: queries (rotated) */
-#define WS_K                    20596962816 /* 1207959552: keys (rotated) */
-#define WS_V                    21804922368 /*  805306368: values */
-#define WS_ATT                  22610228736 /*  805306368: attention output */
-#define WS_RES                  23415535104 /*  352321536: residual stream after attention */
-#define WS_LN2                  23767856640 /*  352321536: mlp norm output */
-#define WS_G                    24120178176 /*  905969664: mlp gate */
-#define WS_U                    25026147840 /*  905969664: mlp up */
-#define WS_H                    25932117504 /*  905969664: mlp activation */
-#define DXE                     26838087168 /* 3523215360: gradient of the received rows (backward); in the forward, WS_XP */
+#define WS_EG                   18936018432 /* 1006632960: routed experts' gate */
+#define WS_G                          WS_EG /*  905969664: mlp gate: in WS_EG (a dense layer's FFN and a MoE layer's experts are never alive together) */
+#define WS_EU                   19942651392 /* 1006632960: routed experts' up */
+#define WS_U                          WS_EU /*  905969664: mlp up: in WS_EU (a dense layer's FFN and a MoE layer's experts are never alive together) */
+#define WS_EH                   20949284352 /* 1006632960: routed experts' activation */
+#define WS_H                          WS_EH /*  905969664: mlp activation: in WS_EH (a dense layer's FFN and a MoE layer's experts are never alive together) */
+#define WS_LN1                  21955917312 /*  352321536: attention norm output */
+#define WS_QA                   22308238848 /*   75497472: mla: q_a_proj's output (the query latent before its norm) */
+#define WS_KVL                  22383736320 /*   25165824: mla: the KV latent before kv_a_layernorm */
+#define WS_Q                    22408902144 /* 1207959552: queries (rotated) */
+#define WS_K                    23616861696 /* 1207959552: keys (rotated) */
+#define WS_V                    24824821248 /*  805306368: values */
+#define WS_ATT                  25630127616 /*  805306368: attention output */
+#define WS_RES                  26435433984 /*  352321536: residual stream after attention */
+#define WS_LN2                  26787755520 /*  352321536: mlp norm output */
+#define DXE                     27140077056 /* 3523215360: gradient of the received rows (backward); in the forward, WS_XP */
 #define WS_XP                           DXE /* 2818572288: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
 #define WS_YP                         WS_XP /* 2818572288: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
-#define WS_XE                   30361302528 /* 3523215360: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   33884517888 /* 3523215360: their outputs, before going back */
-#define WS_EG                   37407733248 /* 1006632960: routed experts' gate */
-#define WS_EU                   38414366208 /* 1006632960: routed experts' up */
-#define WS_EH                   39420999168 /* 1006632960: routed experts' activation */
-#define WS_SG                   40427632128 /*  100663296: shared experts' gate */
-#define WS_SU                   40528295424 /*  100663296: shared experts' up */
-#define WS_SH                   40628958720 /*  100663296: shared experts' activation */
-#define DX_A                    40729622016 /*  352321536: gradient of the residual stream (even layers' output) */
-#define DX_B                    41081943552 /*  352321536: gradient of the residual stream (odd layers' output) */
-#define DLN                     41434265088 /*  352321536: gradient of a norm's output */
-#define A2A                     41786586624 /* 4026531840: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
+#define WS_XE                   30663292416 /* 3523215360: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   34186507776 /* 3523215360: their outputs, before going back */
+#define WS_SG                   37709723136 /*  100663296: shared experts' gate */
+#define WS_SU                   37810386432 /*  100663296: shared experts' up */
+#define WS_SH                   37911049728 /*  100663296: shared experts' activation */
+#define DX_A                    38011713024 /*  352321536: gradient of the residual stream (even layers' output) */
+#define DX_B                    38364034560 /*  352321536: gradient of the residual stream (odd layers' output) */
+#define DLN                     38716356096 /*  352321536: gradient of a norm's output */
+#define A2A                     39068677632 /* 4026531840: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
 #define EDG                             A2A /* 1006632960: routed experts' gate gradient: in A2A (an FFN's backward) */
 #define DG                              EDG /*  905969664: gradient of the mlp gate: in EDG (one FFN's backward at a time) */
 #define DSG                             EDG /*  100663296: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
@@ -755,22 +755,24 @@
 #define DQ                     (A2A + 805306368) /* 1207959552: gradient of the queries: in A2A (the attention's backward) */
 #define DK                     (A2A + 2013265920) /* 1207959552: gradient of the keys: in A2A (the attention's backward) */
 #define DV                     (A2A + 3221225472) /*  805306368: gradient of the values: in A2A (the attention's backward) */
+#define RQAN                            A2A /*   75497472: mla: the normalized query latent, recomputed for the backward: in A2A (the attention's backward) */
+#define DQAN                   (A2A + 75497472) /*   75497472: mla: its gradient: in A2A (the attention's backward) */
+#define DQA                             A2A /*   75497472: mla: gradient of the query latent before its norm: in A2A (the attention's backward) */
+#define DKVB                            A2A /* 1610612736: mla: gradient of kv_b_proj's output (k_nope and v per head): in A2A (the attention's backward) */
+#define DKRP                   (A2A + 1610612736) /*    3145728: mla: gradient of the RoPE key (summed over heads): in A2A (the attention's backward) */
+#define RKVN                   (A2A + 1613758464) /*   25165824: mla: the normalized KV latent, recomputed for the backward: in A2A (the attention's backward) */
+#define DKVN                   (A2A + 1638924288) /*   25165824: mla: gradient of the normalized KV latent: in A2A (the attention's backward) */
+#define DKVL                            A2A /*   25165824: mla: gradient of the KV latent: in A2A (the attention's backward) */
+#define WS_QAN                          A2A /*   75497472: mla: the normalized query latent: in A2A (a layer's forward, from the latent norms to the keys and values) */
+#define WS_KVN                 (A2A + 75497472) /*   25165824: mla: the normalized KV latent: in A2A (a layer's forward, from the latent norms to the keys and values) */
+#define WS_KRP                 (A2A + 100663296) /*    3145728: mla: the RoPE key shared by the heads (rotated in place): in A2A (a layer's forward, from the latent norms to the keys and values) */
+#define WS_KVB                 (A2A + 103809024) /* 1610612736: mla: kv_b_proj's output, k_nope and v per head: in A2A (a layer's forward, from the latent norms to the keys and values) */
 #define WS_Y                            A2A /*  352321536: a block's output before the residual add: in A2A (a layer's forward) */
 #define WS_Y2                  (A2A + 352321536) /*  352321536: shared experts' output: in A2A (a layer's forward) */
 #define LNF                             A2A /*  352321536: final norm output: in A2A (the loss) */
 #define CE                     (A2A + 352321536) /*  805306368: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
 #define DLOGITS                         A2A /*   25165824: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
-#define WS_QAN                  45813118464 /*   75497472: mla: the normalized query latent (recomputed in the backward) */
-#define DQAN                    45888615936 /*   75497472: mla: its gradient */
-#define DQA                     45964113408 /*   75497472: mla: gradient of the query latent before its norm */
-#define WS_KVN                  46039610880 /*   25165824: mla: the normalized KV latent (recomputed in the backward) */
-#define WS_KRP                  46064776704 /*    3145728: mla: the RoPE key shared by the heads (rotated in place) */
-#define WS_KVB                  46067922432 /* 1610612736: mla: kv_b_proj's output, k_nope and v per head */
-#define DKVN                    47678535168 /*   25165824: mla: gradient of the normalized KV latent */
-#define DKVL                    47703700992 /*   25165824: mla: gradient of the KV latent */
-#define DKRP                    47728866816 /*    3145728: mla: gradient of the RoPE key (summed over heads) */
-#define DKVB                         WS_KVB /* 1610612736: mla: gradient of kv_b_proj's output: in WS_KVB (dead once K and V are built from it) */
-#define DYP                     47732012544 /* 2818572288: gradient of the expert outputs */
+#define DYP                     43095209472 /* 2818572288: gradient of the expert outputs */
 #define DXP                             DYP /* 2818572288: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
 #define DYE                           WS_YE /* 3523215360: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
 
@@ -4734,22 +4736,22 @@ static void layer60_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X60), W(0), R(WS_RSTD1), 49152, 7168);
@@ -4797,22 +4799,22 @@ static void layer59_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X59), W(0), R(WS_RSTD1), 49152, 7168);
@@ -4860,22 +4862,22 @@ static void layer58_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X58), W(0), R(WS_RSTD1), 49152, 7168);
@@ -4923,22 +4925,22 @@ static void layer57_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X57), W(0), R(WS_RSTD1), 49152, 7168);
@@ -4986,22 +4988,22 @@ static void layer56_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X56), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5049,22 +5051,22 @@ static void layer55_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X55), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5112,22 +5114,22 @@ static void layer54_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X54), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5175,22 +5177,22 @@ static void layer53_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X53), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5238,22 +5240,22 @@ static void layer52_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X52), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5301,22 +5303,22 @@ static void layer51_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X51), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5364,22 +5366,22 @@ static void layer50_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X50), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5427,22 +5429,22 @@ static void layer49_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X49), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5490,22 +5492,22 @@ static void layer48_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X48), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5553,22 +5555,22 @@ static void layer47_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X47), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5616,22 +5618,22 @@ static void layer46_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X46), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5679,22 +5681,22 @@ static void layer45_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X45), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5742,22 +5744,22 @@ static void layer44_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X44), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5805,22 +5807,22 @@ static void layer43_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X43), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5868,22 +5870,22 @@ static void layer42_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X42), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5931,22 +5933,22 @@ static void layer41_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X41), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5994,22 +5996,22 @@ static void layer40_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X40), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6057,22 +6059,22 @@ static void layer39_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X39), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6120,22 +6122,22 @@ static void layer38_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X38), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6183,22 +6185,22 @@ static void layer37_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X37), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6246,22 +6248,22 @@ static void layer36_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X36), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6309,22 +6311,22 @@ static void layer35_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X35), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6372,22 +6374,22 @@ static void layer34_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X34), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6435,22 +6437,22 @@ static void layer33_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X33), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6498,22 +6500,22 @@ static void layer32_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X32), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6561,22 +6563,22 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6624,22 +6626,22 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6687,22 +6689,22 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6750,22 +6752,22 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6813,22 +6815,22 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6876,22 +6878,22 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6939,22 +6941,22 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7002,22 +7004,22 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7065,22 +7067,22 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7128,22 +7130,22 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7191,22 +7193,22 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7254,22 +7256,22 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7317,22 +7319,22 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7380,22 +7382,22 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7443,22 +7445,22 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7506,22 +7508,22 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7569,22 +7571,22 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7632,22 +7634,22 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7695,22 +7697,22 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7758,22 +7760,22 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7821,22 +7823,22 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7884,22 +7886,22 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7947,22 +7949,22 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8010,22 +8012,22 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8073,22 +8075,22 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8136,22 +8138,22 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8199,22 +8201,22 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8262,22 +8264,22 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8325,22 +8327,22 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8367,22 +8369,22 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8409,22 +8411,22 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8451,22 +8453,22 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 49152, 7168);

@@ -60,7 +60,7 @@
  * micro-batch writes before reading them */
 #define ARENA_ELEMS 20856416
 #define ARENA_SCRATCH 113152
-#define ACT_ELEMS 50550584832
+#define ACT_ELEMS 45913781760
 #define ACT_SCRATCH 2621197824
 #define INPUTS 0
 #define TARGETS 49152
