@@ -38,6 +38,9 @@ typedef struct {
   int64_t alias_at;
   bool real; /* fp32 values in the activation arena's bytes (an alias there): elems counts 2 act
               * elements per value, enough for any act type; step.c writes it RA(NAME) */
+  const char *item; /* the plan's memory item whose bytes hold it, as plan.json names it under
+                     * memory ("workspace.shared", "activations.saved[3]", "gathered.params[1]");
+                     * an alias's is its target's. step.c's arena map shows it. */
 } EmBuf;
 
 /* A parameter group (see runtime/mtrt_train.h): elems before padding; full = padded to a
@@ -102,6 +105,7 @@ typedef struct {
   int64_t host_elems;
   EmBuf *bufs;
   int nbufs, capbufs;
+  const char *item; /* the plan item of the buffers em_layout registers next (EmBuf.item) */
   MemMap bufnames; /* name -> its arena + 1 (EmArena): each buffer registered once */
   int64_t top[EM__ARENAS]; /* elements of each arena */
   int64_t scratch[EM__ARENAS]; /* first element of R and A past the buffers that live across

@@ -53,7 +53,16 @@ static double gathered_group_bytes(const Model *md, int64_t ep, bool dense, bool
                (experts ? (double)ly->routed_params / (double)ep : 0);
     if (p > best) best = p;
   }
-  double emb = (double)md->by_kind_total[PK_EMBEDDING], head = (double)md->by_kind_total[PK_HEAD];
+  /* the units outside the layers as the program groups them (emit_layout.c): the embedding
+   * (with learned positions) and the head, which holds the final norm (a tied head: the
+   * embedding group again) */
+  double emb = 0, head = 0;
+  for (int i = 0; i < md->nops; i++)
+    if (md->ops[i].layer < 0) {
+      bool e = md->ops[i].kind == OP_EMBED || md->ops[i].kind == OP_POS_EMBED;
+      for (int j = 0; j < md->ops[i].nparams; j++) *(e ? &emb : &head) += (double)md->ops[i].params[j].count;
+    }
+  if (md->spec->model.tie_embeddings) head = emb;
   if (dense && emb > best) best = emb;
   if (dense && head > best) best = head;
   return 2.0 * best;
@@ -233,7 +242,8 @@ static void build_items(Items *it, const Model *md) {
   for (int l = 0; l < L; l++) {
     const Layer *ly = &md->layers[l];
     double yc = ly->kind == LAYER_MOE && yp_in_send ? kH2 : 0;
-    double all = (kept_per_token(ly, AC_NONE, imb) - yc) * T, re = recomputed_per_token(ly, ch->ac, imb) * T;
+    /* (the layer's input boundary is its stacked item, or an offload slot: not counted again) */
+    double all = (kept_per_token(ly, AC_NONE, imb) - yc - (double)ly->saved_bytes[SAVE_BOUNDARY]) * T, re = recomputed_per_token(ly, ch->ac, imb) * T;
     if (re > 0) re -= yc * T;
     bool glu = ly->kind == LAYER_MOE ? moe_glu : mlp_glu;
     double w = fmax((double)ly->ffn_width, imb * (double)ly->routed_width);
@@ -242,19 +252,26 @@ static void build_items(Items *it, const Model *md) {
     if (w > ffn) ffn = w;
     if (glu && w > ffn_gate) ffn_gate = w;
   }
+  /* offloaded boundaries: the program's three device slots XSLOT<l % 3> (layer l's input, its
+   * output, and the boundary in flight to or from the host); without offload the last layer's
+   * output X<L> has a buffer of its own (the others are the stacked items above) */
   if (off && ch->ac == AC_FULL)
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
       item(it, mem_printf(it->m, "activations.offload_staging[%d]", i), CAT_ACTIVATIONS, TIER_HBM,
-           boundary, 1, PHASE_OPT(L), "2 B x hidden x tokens: a boundary in flight to/from host");
+           boundary, 1, PHASE_OPT(L), "2 B x hidden x tokens: boundary l in slot l % 3 (a layer's input, its output, "
+           "one in flight to/from host)");
+  else
+    item(it, "activations.final_boundary", CAT_ACTIVATIONS, TIER_HBM, boundary, PHASE_FWD(L, L - 1), PHASE_LOSS(L) + 1,
+         "2 B x hidden x tokens: the last layer's output, the final norm's input");
   if (ch->offload == OFF_NVME && ch->ac == AC_FULL) /* NVMe reads and writes go through host memory */
     for (int i = 0; i < 2; i++)
       item(it, mem_printf(it->m, "activations.nvme_bounce[%d]", i), CAT_ACTIVATIONS, TIER_HOST, boundary, 1,
            PHASE_OPT(L), "2 B x hidden x tokens: a boundary between HBM and NVMe");
   if (ch->ac != AC_NONE) /* the forward's live intermediates of one layer */
     item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, widest, 1, PHASE_LOSS(L),
-         yp_in_send ? "all saved bytes per token of the widest layer x tokens (freed per layer), less y_combined "
-                      "(in moe.dispatch_send)"
-                    : "all saved bytes per token of the widest layer x tokens (freed per layer)");
+         yp_in_send ? "all saved bytes per token of the widest layer but its input boundary x tokens (freed per "
+                      "layer), less y_combined (in moe.dispatch_send)"
+                    : "all saved bytes per token of the widest layer but its input boundary x tokens (freed per layer)");
   if (rebuilt > 0)
     item(it, "activations.recompute_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, PHASE_LOSS(L) + 1,
          PHASE_OPT(L), yp_in_send ? "recomputed bytes per token of the widest layer x tokens, less y_combined "
@@ -298,6 +315,12 @@ static void build_items(Items *it, const Model *md) {
   if (!ffn_in_a2a)
     item(it, "workspace.shared", CAT_WORKSPACE, TIER_HBM, shared, 1, END,
          mem_printf(it->m, "%s: one group at a time", shared_what));
+  /* the final norm's statistics and each token's log-sum-exp (fp32: RSTDF, LSEF), the tokens and
+   * targets (int32: INPUTS, TARGETS) */
+  const double st = s->model.norm == NORM_LAYERNORM ? 2 : 1;
+  item(it, "activations.loss_stats", CAT_ACTIVATIONS, TIER_HBM, 4 * T * (st + 1), PHASE_LOSS(L), PHASE_OPT(L),
+       "4 B x tokens x (norm statistics + 1): the final norm's 1/rms (and mean) and the loss's log-sum-exp");
+  item(it, "data.tokens", CAT_WORKSPACE, TIER_HBM, 2 * 4 * T, 0, END, "2 x 4 B x tokens: token ids and targets (int32)");
   item(it, "activations.grad_norm", CAT_ACTIVATIONS, TIER_HBM, 2 * H * T, PHASE_LOSS(L), PHASE_OPT(L),
        "2 B x hidden x tokens: gradient of a norm's output (a layer's backward, the LM head's)");
 
@@ -331,9 +354,24 @@ static void build_items(Items *it, const Model *md) {
     }
   }
 
-  if (md->n_moe_layers)
-    item(it, "moe.grad_routing_weights", CAT_MOE, TIER_HBM, 4 * T * (double)s->model.moe.top_k, PHASE_LOSS(L) + 1,
+  if (md->n_moe_layers) {
+    const MoeSpec *mo = &s->model.moe;
+    item(it, "moe.grad_routing_weights", CAT_MOE, TIER_HBM, 4 * T * (double)mo->top_k, PHASE_LOSS(L) + 1,
          PHASE_OPT(L), "4 B x tokens x top_k: gradient of the routing weights (a MoE layer's backward)");
+    /* (with the experts' saves recomputed the backward's row offsets are the layer workspace's) */
+    const bool eoff = ch->ep > 1 && plan_keeps(ch->ac, SAVE_EXPERT);
+    item(it, "moe.tables", CAT_MOE, TIER_HBM, 4 * 3 * (double)E + (eoff ? 4 * (double)(El + 1) : 0), 1,
+         PHASE_OPT(L), eoff ? "4 B x 3 x experts: the load-balancing loss's scratch; 4 B x (experts / ep + 1): "
+                              "the backward's first row of each local expert in a round"
+                            : "4 B x 3 x experts: the load-balancing loss's scratch");
+    if (s->model.moe.load_balance == LB_AUX_FREE)
+      item(it, "moe.expert_loads", CAT_MOE, TIER_HBM, 4 * (double)E * (double)md->n_moe_layers, 0, END,
+           "4 B x experts x MoE layers: tokens per expert this step (aux_free's bias update)");
+    if (mo->shared_experts && mo->shared_expert_gate)
+      item(it, "moe.grad_shared_gate", CAT_MOE, TIER_HBM, 2 * H * T + 4 * T, PHASE_LOSS(L) + 1, PHASE_OPT(L),
+           "2 B x hidden x tokens + 4 B x tokens: gradient of the shared experts' output before their gate and of the "
+           "gate's logits");
+  }
   /* the cuda runtime's scratch (plan_runtime_scratch): attention's backward keeps one fp32 delta
    * per token and head (its dQ accumulates in registers, no fp32 dQ buffer), the cross-entropy's
    * sums, the grouped GEMMs' pointer arrays, the MoE counts and tables */
