@@ -156,9 +156,12 @@ static void build_items(Items *it, const Model *md) {
   if (ot == TIER_HOST)
     item(it, "params.bf16_shard", CAT_PARAMS, TIER_HBM, 2 * shard, 0, END, "2 B x params / fsdp");
   else
-    item(it, "params.bf16_cast", CAT_PARAMS, TIER_HBM, (double)(ch->prefetch + 1) * g / (double)ch->fsdp, 1,
-         PHASE_OPT(L), "(prefetch + 1) x gathered.params / fsdp: a layer's shard cast to bf16 for its all-gather, "
-         "one per buffer of the gathered pool");
+    /* (a unit's shard per GPU: its dense parameters / fsdp and its EP rank's experts / (fsdp / ep),
+     * i.e. all of its parameters / fsdp) */
+    item(it, "params.bf16_cast", CAT_PARAMS, TIER_HBM,
+         (double)(ch->prefetch + 1) * gathered_group_bytes(md, 1, true, true) / (double)ch->fsdp, 1, PHASE_OPT(L),
+         "(prefetch + 1) x 2 B x the largest unit's parameters (a layer with all its experts, the embedding or the "
+         "head) / fsdp: a unit's shard cast to bf16 for its all-gathers, one per buffer of the gathered pool");
   item(it, "master.fp32_shard", CAT_OPTIMIZER, ot, 4 * shard, 0, END,
        pad > 0 ? "4 B x (params / fsdp + the padding of whole-expert shards to the largest share)" : "4 B x params / fsdp");
   if (muon)
@@ -237,17 +240,16 @@ static void build_items(Items *it, const Model *md) {
    * that round sent (the program's WS_YP is WS_XP) */
   const double kH2 = md->n_moe_layers ? 2 * (double)s->model.moe.top_k * H : 0;
   const bool yp_in_send = ch->ep > 1 && !plan_keeps(ch->ac, SAVE_EXPERT);
-  double boundary = 2 * H * T, widest = 0, rebuilt = 0, ffn_gate = 0, ffn = 0;
+  double boundary = 2 * H * T, rebuilt = 0, ffn_gate = 0, ffn = 0;
   const bool mlp_glu = s->model.mlp.activation == ACT_SWIGLU, moe_glu = s->model.moe.activation == ACT_SWIGLU;
   for (int l = 0; l < L; l++) {
     const Layer *ly = &md->layers[l];
     double yc = ly->kind == LAYER_MOE && yp_in_send ? kH2 : 0;
-    /* (the layer's input boundary is its stacked item, or an offload slot: not counted again) */
-    double all = (kept_per_token(ly, AC_NONE, imb) - yc - (double)ly->saved_bytes[SAVE_BOUNDARY]) * T, re = recomputed_per_token(ly, ch->ac, imb) * T;
+    /* what the layer does not keep (never its input boundary: its stacked item or an offload slot) */
+    double re = recomputed_per_token(ly, ch->ac, imb) * T;
     if (re > 0) re -= yc * T;
     bool glu = ly->kind == LAYER_MOE ? moe_glu : mlp_glu;
     double w = fmax((double)ly->ffn_width, imb * (double)ly->routed_width);
-    if (all > widest) widest = all;
     if (re > rebuilt) rebuilt = re;
     if (w > ffn) ffn = w;
     if (glu && w > ffn_gate) ffn_gate = w;
@@ -268,10 +270,11 @@ static void build_items(Items *it, const Model *md) {
       item(it, mem_printf(it->m, "activations.nvme_bounce[%d]", i), CAT_ACTIVATIONS, TIER_HOST, boundary, 1,
            PHASE_OPT(L), "2 B x hidden x tokens: a boundary between HBM and NVMe");
   if (ch->ac != AC_NONE) /* the forward's live intermediates of one layer */
-    item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, widest, 1, PHASE_LOSS(L),
-         yp_in_send ? "all saved bytes per token of the widest layer but its input boundary x tokens (freed per "
-                      "layer), less y_combined (in moe.dispatch_send)"
-                    : "all saved bytes per token of the widest layer but its input boundary x tokens (freed per layer)");
+    item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, 1, PHASE_LOSS(L),
+         yp_in_send ? "saved bytes per token of the widest layer that the policy does not keep x tokens (the layer's "
+                      "workspace; what it keeps is activations.saved), less y_combined (in moe.dispatch_send)"
+                    : "saved bytes per token of the widest layer that the policy does not keep x tokens (the layer's "
+                      "workspace; what it keeps is activations.saved)");
   if (rebuilt > 0)
     item(it, "activations.recompute_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, PHASE_LOSS(L) + 1,
          PHASE_OPT(L), yp_in_send ? "recomputed bytes per token of the widest layer x tokens, less y_combined "

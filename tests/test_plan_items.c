@@ -2,7 +2,8 @@
  * the generated program names the plan's memory item whose bytes hold it (EmBuf.item), that item
  * exists in the plan, and per item the program's bytes (cuda: act elements 2 B, real and int32
  * 4 B; an alias counted in its target only) equal the item's bytes, but for the differences each
- * rule below states and bounds. Over every example spec with a program.
+ * rule below states and bounds. Over every example spec with a program, and MLA with q-LoRA and a
+ * MoE model with a dense first layer under each checkpoint policy.
  *   usage: test_plan_items SOURCE_DIR [-v]   (-v: the table of every item) */
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +38,11 @@ static bool prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p
  *     whole rows (4 x max(hidden, expert width) elements, as test_layout);
  *   - activations.forward_layer: the program's workspace serves the forward and the recompute
  *     (activations.recompute_layer: never larger) and holds the widest layer's saves but its
- *     boundary, as the item; each of its buffers as wide as the widest layer needs it (with
- *     dense and MoE layers, the widest of each FFN pair: emit_layout.c ffn_union): the
- *     rounding, and the per-layer tables as above. */
+ *     boundary, as the item (the bytes the policy does not keep, of the widest layer); the
+ *     rounding and the per-layer tables as above; with dense and MoE layers each FFN pair is as
+ *     wide as its wider (emit_layout.c ffn_union), so the program may exceed the widest layer by
+ *     what a dense FFN's gate, up and activation need beyond the experts': up to 3 x 2 B x
+ *     max(0, tokens x intermediate - rows x expert width) over. */
 static void bounds(const Em *e, const MemItem *it, int nb, double *over, double *under) {
   *over = 64.0 * nb, *under = 0;
   const char *n = it->name;
@@ -51,13 +54,21 @@ static void bounds(const Em *e, const MemItem *it, int nb, double *over, double 
     double row = 4.0 * (double)(e->C > e->Fe ? e->C : e->Fe) * 2;
     *over += tables + (e->K ? row : 0);
   }
-  if (strcmp(n, "activations.forward_layer") == 0) *over += tables, *under += 64.0 * nb;
+  if (strcmp(n, "activations.forward_layer") == 0) {
+    bool both = e->md->n_moe_layers && e->md->n_moe_layers < e->L;
+    double dense = (double)e->N * (double)e->s->model.mlp.intermediate, routed = (double)e->R * (double)e->Fe;
+    *over += tables + (both && dense > routed ? 3 * 2 * (dense - routed) : 0);
+    *under += 64.0 * nb;
+  }
 }
 
-static void check_spec(const char *spec) {
+/* spec with the --set options sets (nsets of them; at most 4) */
+static void check_spec(const char *spec, const char *const *sets, int nsets) {
   Mem m = {0};
   Diag d = {.mem = &m};
-  Spec *s = spec_load(&m, &d, mem_printf(&m, "%s/%s", src_dir, spec), NULL, 0, NULL, 0);
+  const char *v[4];
+  for (int i = 0; i < nsets; i++) v[i] = sets[i];
+  Spec *s = spec_load(&m, &d, mem_printf(&m, "%s/%s", src_dir, spec), NULL, 0, v, nsets);
   Model *md = s ? model_build(&m, &d, s) : NULL;
   Plan *p = md ? plan_search(&m, md) : NULL;
   CHECK(p != NULL);
@@ -90,7 +101,7 @@ static void check_spec(const char *spec) {
     got[k] += buf_bytes(b);
     nb[k]++;
   }
-  if (verbose) printf("%s\n", spec);
+  if (verbose) printf("%s%s%s\n", spec, nsets ? " --set " : "", nsets ? sets[nsets - 1] : "");
   /* Muon: the two optimizer items as one (bounds above) */
   int km = -1, ka = -1;
   for (int j = 0; j < c->nitems; j++) {
@@ -132,6 +143,16 @@ int main(int argc, char **argv) {
   static const char *const specs[] = {"specs/europa-1t.yaml",   "specs/mixtral-8x7b.yaml", "specs/llama-3.1-8b.yaml",
                                       "specs/tiny-moe.yaml",    "specs/deepseek-v3.yaml",  "specs/qwen3-30b-a3b.yaml",
                                       "specs/bench/moe-1b.yaml"};
-  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) check_spec(specs[i]);
+  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) check_spec(specs[i], NULL, 0);
+  /* MLA with q-LoRA and a dense first layer (its workspace groups, the dense FFN in the experts'
+   * bytes) under each checkpoint policy, with expert parallelism */
+  static const char *const policies[] = {"plan.activation_checkpoint=none", "plan.activation_checkpoint=selective",
+                                         "plan.activation_checkpoint=full"};
+  for (int a = 0; a < 3; a++) {
+    const char *mla[] = {"model.attention.q_lora_rank=12", "cluster.gpus_per_node=2", "plan.ep=2", policies[a]};
+    check_spec("tests/specs/mla.yaml", mla, 4);
+    const char *dense[] = {"model.moe.first_dense_layers=1", "model.mlp.intermediate=256", "plan.ep=2", policies[a]};
+    check_spec("specs/tiny-moe.yaml", dense, 4);
+  }
   return CHECK_DONE("test_plan_items");
 }
