@@ -38,6 +38,9 @@ typedef struct {
   int64_t alias_at;
   bool real; /* fp32 values in the activation arena's bytes (an alias there): elems counts 2 act
               * elements per value, enough for any act type; step.c writes it RA(NAME) */
+  const char *item; /* the plan's memory item whose bytes hold it, as plan.json names it under
+                     * memory ("workspace.shared", "activations.saved[3]", "gathered.params[1]");
+                     * an alias's is its target's. step.c's arena map shows it. */
 } EmBuf;
 
 /* A parameter group (see runtime/mtrt_train.h): elems before padding; full = padded to a
@@ -102,6 +105,7 @@ typedef struct {
   int64_t host_elems;
   EmBuf *bufs;
   int nbufs, capbufs;
+  const char *item; /* the plan item of the buffers em_layout registers next (EmBuf.item) */
   MemMap bufnames; /* name -> its arena + 1 (EmArena): each buffer registered once */
   int64_t top[EM__ARENAS]; /* elements of each arena */
   int64_t scratch[EM__ARENAS]; /* first element of R and A past the buffers that live across
@@ -158,11 +162,11 @@ void em_moe_backward(Em *e, int l, const char *dy);
  * V (under selective checkpointing it opens `if (!recompute) {` after the latents, and the
  * caller writes the attention core and closes it); the backward from DQ, DK, DV into DLN
  * (zeroed first) and the weight gradients. emit_layout.c: em_mla_layout registers layer l's
- * saved latents and their 1/rms, em_mla_workspace the buffers the layers share. */
+ * saved latents and their 1/rms; the buffers the layers share are groups of the shared workspace
+ * (shared_ws, laid out by compiler/attn_ws.c). */
 void em_mla_forward(Em *e, int l);
 void em_mla_backward(Em *e, int l);
 void em_mla_layout(Em *e, int l);
-void em_mla_workspace(Em *e);
 
 /* Shorthands of the layer emitters (emit_layer.c, emit_moe.c, emit_step.c). */
 #define P em_printf

@@ -26,7 +26,7 @@ static void push_buf(Em *e, EmBuf b) {
 static void add_buf(Em *e, const char *name, int64_t n, const char *what, EmArena a) {
   if (n <= 0 || mem_map_get(&e->bufnames, NULL, name)) return; /* workspace: first registration sizes it */
   mem_map_put(e->m, &e->bufnames, NULL, name, (void *)(uintptr_t)(a + 1));
-  push_buf(e, (EmBuf){name, e->top[a], n, what, a, NULL});
+  push_buf(e, (EmBuf){name, e->top[a], n, what, a, NULL, 0, false, e->item});
   e->top[a] += round_up(n, ALIGN);
 }
 
@@ -46,7 +46,7 @@ static void alias_buf(Em *e, const char *name, const char *of, int64_t at, int64
     abort();
   }
   mem_map_put(e->m, &e->bufnames, NULL, name, (void *)(uintptr_t)(t->arena + 1));
-  push_buf(e, (EmBuf){name, t->offset + at, n, what, t->arena, t->name, at});
+  push_buf(e, (EmBuf){name, t->offset + at, n, what, t->arena, t->name, at, false, t->item});
 }
 
 /* A buffer of fp32 or int32 values (R), or of activations (A). */
@@ -85,12 +85,22 @@ const char *em_act(Em *e, int l, const char *name, SaveClass cls) {
   return per_layer(e, cls) ? mem_printf(e->m, "L%d_%s", l, name) : mem_printf(e->m, "WS_%s", name);
 }
 
+/* The plan item of layer l's buffers of class cls: its activations.saved[l] when kept per layer
+ * (plan.c names the stacked items so), else the one layer's workspace, activations.forward_layer
+ * (whose bytes activations.recompute_layer reuses in the backward: the program's WS_ buffers
+ * serve the forward and the recompute alike). */
+static const char *layer_item(Em *e, int l, SaveClass cls) {
+  return per_layer(e, cls) ? mem_printf(e->m, "activations.saved[%d]", l) : "activations.forward_layer";
+}
+
 /* Registers activation `name` of layer l (n elements) under its class: activations (A), or fp32
  * and int32 values that go with them (statistics, routing: R). */
 static void act(Em *e, int l, const char *name, SaveClass cls, int64_t n, const char *what) {
+  e->item = layer_item(e, l, cls);
   abuf(e, em_act(e, l, name, cls), n, what);
 }
 static void stat(Em *e, int l, const char *name, SaveClass cls, int64_t n, const char *what) {
+  e->item = layer_item(e, l, cls);
   buf(e, em_act(e, l, name, cls), n, what);
 }
 
@@ -175,8 +185,12 @@ static void muon_work(Em *e) {
  *     intermediate), the shared experts' (DSG, DSU, DSH) and the routed experts' (EDG, EDU, EDH:
  *     a round's rows x expert width), live only inside their FFN's backward; those run one after
  *     another (shared experts, then routed): one slot per role, the widest, the others in it;
- *   - the attention's gradients (DATT, DQ, DK, DV, DQR, DKR): from the o_proj backward to the
+ *   - the attention's gradients (DATT, DQ, DK, DV, DQR, DKR; with MLA its backward's buffers in
+ *     their dead bytes: plan_ws_attention, compiler/attn_ws.c): from the o_proj backward to the
  *     q/k/v projections' backward, after the layer's FFN backward;
+ *   - MLA's forward temporaries (WS_QAN, WS_KVN, WS_KRP, WS_KVB: plan_ws_mla_forward): inside a
+ *     layer's forward (or its recompute), from the latent norms to rt_mla_kv_forward, before the
+ *     attention core;
  *   - a block's outputs before the residual add (WS_Y, and WS_Y2 for ungated shared experts):
  *     inside a layer's forward (or its recompute), between its FFN's ops and its residual add;
  *   - the final norm's output LNF and the LM head's chunk logits CE (fp32): from the final norm's
@@ -208,19 +222,16 @@ static void shared_ws(Em *e) {
     at[r] = ffn;
     if (big[r] >= 0) ffn += round_up(n[big[r]], ALIGN);
   }
-  /* the other groups: (name, elements of act, or fp32 values for the real ones) in order */
+  /* the attention backward's group and MLA's forward group, laid out by attn_ws.c (the plan's
+   * figures); then the other groups: (name, elements of act, or fp32 values for the real ones) in
+   * order */
+  PlanWsGroup att = plan_ws_attention(s, e->md, N), mla = plan_ws_mla_forward(s, N);
   bool y2 = moe && e->Fs && !s->model.moe.shared_expert_gate;
   struct {
     const char *name, *what;
     int64_t n;
     bool real;
-  } g[5][6] = {
-      {{"DATT", "gradient of the attention output", N * e->AO, false},
-       {"DQ", "gradient of the queries", N * e->Q, false},
-       {"DK", "gradient of the keys", N * e->KV, false},
-       {"DV", "gradient of the values", N * e->VW, false},
-       {"DQR", "gradient of the queries before qk-norm", e->qk_norm ? N * e->Q : 0, false},
-       {"DKR", "gradient of the keys before qk-norm", e->qk_norm ? N * e->KV : 0, false}},
+  } g[4][2] = {
       {{"WS_Y", "a block's output before the residual add", N * C, false},
        {"WS_Y2", "shared experts' output", y2 ? N * C : 0, false}},
       {{"LNF", "final norm output", N * C, false},
@@ -228,18 +239,20 @@ static void shared_ws(Em *e) {
       {{"DLOGITS", "gradient of the router logits (fp32)", moe ? N * e->E : 0, true}},
       {{"MUON_WORK", "Muon: the pieces sent to owners and received, a matrix's gradient, its update and "
                      "Newton-Schulz scratch (fp32)", e->muon_work, true}}};
-  static const char *const when[5] = {"the attention's backward", "a layer's forward", "the loss",
-                                      "a MoE layer's backward after its all-to-alls", "the optimizer step"};
-  int64_t size = ffn, gat[5][6];
-  for (int k = 0; k < 5; k++) {
+  static const char *const when[4] = {"a layer's forward", "the loss", "a MoE layer's backward after its all-to-alls",
+                                      "the optimizer step"};
+  int64_t size = ffn > att.size ? ffn : att.size, gat[4][2];
+  if (mla.size > size) size = mla.size;
+  for (int k = 0; k < 4; k++) {
     int64_t top = 0;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 2; i++) {
       gat[k][i] = top;
       if (g[k][i].name && g[k][i].n > 0) top += round_up(g[k][i].real ? 2 * g[k][i].n : g[k][i].n, ALIGN);
     }
     if (top > size) size = top;
   }
   const char *ws = in_a2a ? "A2A" : "LWS";
+  e->item = in_a2a ? "moe.a2a_staging" : "workspace.shared";
   if (in_a2a) {
     int64_t a2a = e->R * C;
     abuf(e, ws, a2a > size ? a2a : size,
@@ -258,8 +271,15 @@ static void shared_ws(Em *e) {
         alias_buf(e, names[r][j], names[r][big[r]], 0, n[j],
                   mem_printf(e->m, "%s: in %s (one FFN's backward at a time)", whats[r][j], names[r][big[r]]));
   }
-  for (int k = 0; k < 5; k++)
-    for (int i = 0; i < 6; i++) {
+  for (int i = 0; i < att.nb; i++)
+    alias_buf(e, att.b[i].name, ws, att.b[i].at, att.b[i].n,
+              mem_printf(e->m, "%s: in %s (the attention's backward)", att.b[i].what, ws));
+  for (int i = 0; i < mla.nb; i++)
+    alias_buf(e, mla.b[i].name, ws, mla.b[i].at, mla.b[i].n,
+              mem_printf(e->m, "%s: in %s (a layer's forward, from the latent norms to the keys and values)",
+                         mla.b[i].what, ws));
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < 2; i++) {
       if (!g[k][i].name || g[k][i].n <= 0) continue;
       const char *w = mem_printf(e->m, "%s: in %s (%s)", g[k][i].what, ws, when[k]);
       if (g[k][i].real) alias_real(e, g[k][i].name, ws, gat[k][i], g[k][i].n, w);
@@ -271,6 +291,7 @@ static void shared_ws(Em *e) {
  * their 1/rms, of class other (model.c's q_latent, kv_latent, latent_rstd). */
 void em_mla_layout(Em *e, int l) {
   int64_t N = e->N;
+  e->item = layer_item(e, l, SAVE_OTHER);
   if (e->qr) {
     abuf(e, em_act(e, l, "QA", SAVE_OTHER), N * e->qr, "mla: q_a_proj's output (the query latent before its norm)");
     buf(e, em_act(e, l, "RSTDQA", SAVE_OTHER), N, "mla: q_a_layernorm's 1/rms per token");
@@ -279,22 +300,30 @@ void em_mla_layout(Em *e, int l) {
   buf(e, em_act(e, l, "RSTDKV", SAVE_OTHER), N, "mla: kv_a_layernorm's 1/rms per token");
 }
 
-/* MLA's workspace, shared by the layers. */
-void em_mla_workspace(Em *e) {
-  int64_t N = e->N;
-  if (e->qr) {
-    abuf(e, "WS_QAN", N * e->qr, "mla: the normalized query latent (recomputed in the backward)");
-    abuf(e, "DQAN", N * e->qr, "mla: its gradient");
-    abuf(e, "DQA", N * e->qr, "mla: gradient of the query latent before its norm");
+/* A dense layer's FFN (WS_G, WS_U, WS_H: class other) and a MoE layer's routed experts' (WS_EG,
+ * WS_EU, WS_EH: class expert) are never alive together (a layer is one or the other, and its
+ * forward, recompute and backward run alone): with both recomputed (workspace) in a model with
+ * both kinds of layers, the narrower of each pair lies in the wider's bytes, as the plan's
+ * activations.forward_layer and recompute_layer hold the widest layer only. Registered before
+ * the layers (whose act() calls then find them). */
+static void ffn_union(Em *e) {
+  const Model *md = e->md;
+  if (per_layer(e, SAVE_OTHER) || per_layer(e, SAVE_EXPERT) || !md->n_moe_layers || md->n_moe_layers == e->L) return;
+  int64_t nd = e->N * e->s->model.mlp.intermediate, nx = e->R * e->Fe;
+  bool gd = e->s->model.mlp.activation == ACT_SWIGLU, gx = !e->gelu_experts;
+  static const char *const dense[3] = {"WS_G", "WS_U", "WS_H"}, *const routed[3] = {"WS_EG", "WS_EU", "WS_EH"};
+  static const char *const dwhat[3] = {"mlp gate", "mlp up", "mlp activation"};
+  const char *xwhat[3] = {"routed experts' gate", gx ? "routed experts' up" : "routed experts' up (GELU's input)",
+                          "routed experts' activation"};
+  e->item = "activations.forward_layer";
+  for (int r = 0; r < 3; r++) {
+    if (r == 0 && !(gd && gx)) continue; /* a gate on one side only: no pair */
+    bool wide = nd > nx; /* the dense one is the wider */
+    abuf(e, wide ? dense[r] : routed[r], wide ? nd : nx, wide ? dwhat[r] : xwhat[r]);
+    alias_buf(e, wide ? routed[r] : dense[r], wide ? dense[r] : routed[r], 0, wide ? nx : nd,
+              mem_printf(e->m, "%s: in %s (a dense layer's FFN and a MoE layer's experts are never alive together)",
+                         wide ? xwhat[r] : dwhat[r], wide ? dense[r] : routed[r]));
   }
-  abuf(e, "WS_KVN", N * e->kvr, "mla: the normalized KV latent (recomputed in the backward)");
-  abuf(e, "WS_KRP", N * e->rope_dim, "mla: the RoPE key shared by the heads (rotated in place)");
-  abuf(e, "WS_KVB", N * e->nh * (e->nope + e->vd), "mla: kv_b_proj's output, k_nope and v per head");
-  abuf(e, "DKVN", N * e->kvr, "mla: gradient of the normalized KV latent");
-  abuf(e, "DKVL", N * e->kvr, "mla: gradient of the KV latent");
-  abuf(e, "DKRP", N * e->rope_dim, "mla: gradient of the RoPE key (summed over heads)");
-  alias_buf(e, "DKVB", "WS_KVB", 0, N * e->nh * (e->nope + e->vd),
-                   "mla: gradient of kv_b_proj's output: in WS_KVB (dead once K and V are built from it)");
 }
 
 /* Reshard after_step (Em.keep): the buffers that hold the kept groups from the first
@@ -315,6 +344,7 @@ static void kept_buffers(Em *e) {
     G->kept_at = n[b];
     n[b] += round_up(G->full, ALIGN);
   }
+  e->item = both ? "gathered.params_kept" : e->keep[0] ? "gathered.dense_kept" : "gathered.experts_kept";
   if (both) {
     e->kept_buf[0] = e->kept_buf[1] = "KEPT";
     abuf(e, "KEPT", n[0], "reshard after_step: every group gathered by the first micro-batch's forward, kept "
@@ -387,8 +417,11 @@ void em_layout(Em *e) {
   for (int g = 0; g < e->ngroups; g++) {
     EmGroup *G = &e->groups[g];
     const char *n = G->cname;
+    e->item = "master.fp32_shard";
     add_buf(e, mem_printf(e->m, "%s_MASTER", n), G->shard, mem_printf(e->m, "%s: this rank's fp32 master shard", G->name), EM_STATE);
+    e->item = "grads.fp32_shard";
     add_buf(e, mem_printf(e->m, "%s_GRAD", n), G->shard, "its gradient, accumulated over micro-batches", EM_STATE);
+    e->item = G->adamw ? "optimizer.adamw_moments" : "optimizer.muon_momentum";
     add_buf(e, mem_printf(e->m, "%s_ADAM_M", n), G->shard,
             G->adamw ? "AdamW first moment (fp32)" : "Muon momentum (fp32)", EM_STATE);
     if (G->adamw) add_buf(e, mem_printf(e->m, "%s_ADAM_V", n), G->shard, "AdamW second moment (fp32)", EM_STATE);
@@ -396,14 +429,17 @@ void em_layout(Em *e) {
   /* the arenas R and A: first what lives across micro-batches (tokens, aux_free's expert loads;
    * the shards gathered from when the master is on the host), then what each micro-batch writes
    * before it reads it */
+  e->item = "data.tokens";
   buf(e, "INPUTS", N, "token ids of the micro-batch (int32)");
   buf(e, "TARGETS", N, "next-token targets (int32)");
+  e->item = "moe.expert_loads";
   for (int l = 0; e->aux_free && l < e->L; l++)
     if (md->layers[l].kind == LAYER_MOE) buf(e, mem_printf(e->m, "L%d_LOAD", l), e->E, "tokens per expert this step (aux_free)");
   /* the shards the all-gathers read, in the activation type: with the master on the host, every
    * group's (the plan's params.bf16_shard), refreshed after each optimizer step; with the master
    * in HBM, a unit's shards are cast into CAST<u % (P + 1)> (dense, then experts) just before its
    * gathers start (the plan's params.bf16_cast: one per buffer of the gathered pool) */
+  e->item = "params.bf16_shard";
   if (e->state_host)
     for (int g = 0; g < e->ngroups; g++)
       abuf(e, mem_printf(e->m, "%s_PARAM", e->groups[g].cname), e->groups[g].shard,
@@ -417,6 +453,7 @@ void em_layout(Em *e) {
       int64_t u = e->groups[e->layer_dense[l]].shard + (e->layer_experts[l] >= 0 ? e->groups[e->layer_experts[l]].shard : 0);
       if (u > unit) unit = u;
     }
+    e->item = "params.bf16_cast";
     for (int i = 0; i <= e->prefetch; i++)
       abuf(e, mem_printf(e->m, "CAST%d", i), unit,
            mem_printf(e->m, "units u with u %% %d = %d: their master shards cast to the activation type just before "
@@ -437,29 +474,42 @@ void em_layout(Em *e) {
     if (d + x > max_unit) max_unit = d + x;
     if (pool > max_pool) max_pool = pool;
   }
-  for (int i = 0; max_pool && i <= e->prefetch; i++) /* the plan's gathered.params[i]: unit u in GATHERED<u % (P + 1)> */
+  for (int i = 0; max_pool && i <= e->prefetch; i++) { /* the plan's gathered.params[i]: unit u in GATHERED<u % (P + 1)> */
+    e->item = mem_printf(e->m, "gathered.params[%d]", i);
     abuf(e, mem_printf(e->m, "GATHERED%d", i), max_pool,
         mem_printf(e->m, "units u with u %% %d = %d: parameters all-gathered, %s", e->prefetch + 1, i,
                    e->keep[0] ? "the routed experts (the rest is kept in DENSE_KEPT)"
                    : e->keep[1] ? "all but the routed experts (kept in EXPERTS_KEPT)" : "dense then experts"));
+  }
   /* the plan's grads.bf16_unsharded[0..1]: the unit's weight gradients in the activation type
    * (bf16 on cuda), reduce-scattered from these bytes (bf16 wire: in place) */
+  e->item = "grads.bf16_unsharded[0]";
   abuf(e, "GRAD0", max_unit, "an even unit's gradient, dense then experts, then its reduce-scatters' input (in place)");
+  e->item = "grads.bf16_unsharded[1]";
   abuf(e, "GRAD1", max_unit, "an odd unit's (in flight while the next unit's backward runs)");
   /* grad_reduce_dtype fp32 (the plan's grads.fp32_wire[0..1]): a unit's gradient cast to fp32 and
    * reduce-scattered there in place, laid out as GRAD<u % 2> */
   if (e->s->training.grad_reduce_dtype != WIRE_BF16 && e->fsdp > 1)
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
+      e->item = mem_printf(e->m, "grads.fp32_wire[%d]", i);
       buf(e, mem_printf(e->m, "RS_WIRE%d", i), max_unit,
           mem_printf(e->m, "fp32 on the wire: GRAD%d's values in fp32, reduce-scattered in place", i));
+    }
   if (e->offload) /* X0..XL are aliases of these (step.c's map) */
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
+      e->item = mem_printf(e->m, "activations.offload_staging[%d]", i);
       abuf(e, mem_printf(e->m, "XSLOT%d", i), N * C, mem_printf(e->m, "boundaries l with l %% 3 = %d (residual stream)", i));
+    }
   else
-    for (int l = 0; l <= e->L; l++)
+    for (int l = 0; l <= e->L; l++) { /* the plan's stacked item of layer l (its boundary); X<L>: its own */
+      e->item = l == e->L        ? "activations.final_boundary"
+                : e->ac == AC_FULL ? mem_printf(e->m, "activations.boundary[%d]", l)
+                                   : mem_printf(e->m, "activations.saved[%d]", l);
       abuf(e, mem_printf(e->m, "X%d", l), N * C,
           l < e->L ? mem_printf(e->m, "boundary: input of layer %d (residual stream)", l) : "output of the last layer");
+    }
   e->host_elems = e->offload && e->L >= 3 ? (e->L - 2) * N * C : 0;
+  ffn_union(e);
   int64_t st = e->s->model.norm == NORM_LAYERNORM ? 2 : 1; /* norm statistics per token: rstd (and the mean) */
   for (int l = 0; l < e->L; l++) {
     const Layer *ly = &md->layers[l];
@@ -500,6 +550,7 @@ void em_layout(Em *e) {
     /* WS_XP and DXE share one buffer: WS_XP is read by the dispatches only (the forward's, and the
      * backward's rebuild of each round, rounds > 1, which gathers it again from LN2 first); DXE
      * is written after the round's last dispatch and read by its undispatch */
+    e->item = "moe.dispatch_send";
     if (e->ep > 1 && e->R * C > N * K * C) {
       abuf(e, "DXE", e->R * C, "gradient of the received rows (backward); in the forward, WS_XP");
       alias_buf(e, "WS_XP", "DXE", 0, N * K * C, "token copies in expert order, to send (all-to-all): in DXE "
@@ -520,6 +571,7 @@ void em_layout(Em *e) {
       act(e, l, "YP", SAVE_EXPERT, N * K * C, "expert outputs in that order");
     if (e->ep > 1) {
       act(e, l, "XE", SAVE_EXPERT, e->R * C, "rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS)");
+      e->item = "moe.combine_send";
       abuf(e, "WS_YE", e->R * C, "their outputs, before going back");
       stat(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first row of each local expert in the round (int32)");
     }
@@ -537,13 +589,17 @@ void em_layout(Em *e) {
     }
   }
   /* workspace: forward temporaries and backward gradients, reused by every layer */
+  e->item = "activations.grad_residual[0]";
   abuf(e, "DX_A", N * C, "gradient of the residual stream (even layers' output)");
+  e->item = "activations.grad_residual[1]";
   abuf(e, "DX_B", N * C, "gradient of the residual stream (odd layers' output)");
+  e->item = "activations.grad_norm";
   abuf(e, "DLN", N * C, "gradient of a norm's output");
   shared_ws(e);
-  if (e->mla) em_mla_workspace(e);
   if (md->n_moe_layers) {
+    e->item = "moe.grad_routing_weights";
     buf(e, "DWTS", N * K, "gradient of the routing weights");
+    e->item = "moe.grad_expert_out";
     abuf(e, "DYP", N * K * C, "gradient of the expert outputs");
     if (e->ep > 1) /* undispatch of round r writes the rows dispatch r sent, as WS_YP in WS_XP */
       alias_buf(e, "DXP", "DYP", 0, N * K * C, "gradient of the token copies: in DYP's rows (each round's "
@@ -553,16 +609,20 @@ void em_layout(Em *e) {
     if (e->ep > 1) {
       alias_buf(e, "DYE", "WS_YE", 0, e->R * C, "gradient of the received rows' outputs: in WS_YE (the outputs of "
                 "the backward's (re)computed forward, which nothing reads: dispatched into after them in each round)");
+      e->item = "moe.tables";
       buf(e, "WS_EOFF", e->El + 1, "backward's first row of each local expert in the round (int32)");
     }
     if (e->Fs) {
       if (e->s->model.moe.shared_expert_gate) {
+        e->item = "moe.grad_shared_gate";
         abuf(e, "DSO", N * C, "gradient of the shared experts' output before the gate");
         buf(e, "DSGL", N, "gradient of the gate's logits (fp32)");
       }
     }
+    e->item = "moe.tables";
     buf(e, "AUX", 3 * e->E, "load-balancing loss scratch");
   }
+  e->item = "activations.loss_stats";
   buf(e, "RSTDF", N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
   buf(e, "LSEF", N, "log-sum-exp of each token's logits");
 }

@@ -97,6 +97,10 @@ void em_mla_forward(Em *e, int l) {
   /* the caller writes the attention core and closes the block */
 }
 
+/* The backward, q's part first and then k's and v's, so that each part's buffers reuse the bytes
+ * of the attention gradients the other has consumed (compiler/attn_ws.c lays them out: its OP_*
+ * are these calls in this order); DLN gathers q_a_proj's (or q_proj's), then the latent's and the
+ * RoPE key's contributions, in that order. */
 void em_mla_backward(Em *e, int l) {
   int g = e->layer_dense[l];
   long long N = e->N, C = e->C, qr = e->qr, kvr = e->kvr, rd = e->rope_dim;
@@ -107,35 +111,19 @@ void em_mla_backward(Em *e, int l) {
   const char *ra = rope_args(e);
   P(e, "  rt_rope_strided_backward(A(DQ + %lld), %lld, %lld, %lld, %lld, %lld, %.17g, %s); /* q's rope part */\n",
     ll(e->nope), ll(e->B), ll(e->T), ll(e->nh), ll(e->hd), rd, theta, ra);
-  P(e, "  rt_zero(R(DKVB), %lld);\n  rt_zero(R(DKRP), %lld);\n", N * e->nh * (e->nope + e->vd), N * rd);
-  P(e, "  rt_mla_kv_backward(R(DKVB), R(DKRP), R(DK), R(DV), %lld, %lld, %lld, %lld, %lld, %.17g);\n", N, ll(e->nh),
-    ll(e->nope), rd, ll(e->vd), kscale(e));
-  P(e, "  rt_rope_strided_backward(R(DKRP), %lld, %lld, 1, %lld, %lld, %.17g, %s);\n", ll(e->B), ll(e->T), rd, rd, theta,
-    ra);
-  /* kv_b_proj and kv_a_layernorm, the normalized latent recomputed (same values, same 1/rms) */
-  P(e, "  rt_qk_norm_forward(R(WS_KVN), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* kv_a_layernorm again */\n",
-    A(e, l, "RSTDKV", OTH), kvl, ll(wkvn), N, kvr);
-  P(e, "  rt_zero(R(DKVN), %lld);\n", N * kvr);
-  P(e, "  rt_matmul_backward(R(DKVN), DW(%lld), NULL, R(DKVB), R(WS_KVN), W(%lld), %lld, %lld, %lld); /* kv_b_proj */\n",
-    ll(wkvb), ll(wkvb), N, kvr, ll(e->nh * (e->nope + e->vd)));
-  P(e, "  rt_zero(R(DKVL), %lld);\n", N * kvr);
-  P(e, "  rt_qk_norm_backward(R(DKVL), DW(%lld), R(DKVN), R(%s), W(%lld), R(%s), %lld, %lld); /* kv_a_layernorm */\n",
-    ll(wkvn), kvl, ll(wkvn), A(e, l, "RSTDKV", OTH), N, kvr);
-  if (qr) {
+  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
+  if (qr) { /* q_b_proj and q_a_layernorm, the normalized latent recomputed (same values, same 1/rms) */
     const char *qa = A(e, l, "QA", OTH);
     int64_t wqb = off(e, g, "attn.q_b_proj.weight"), wqn = off(e, g, "attn.q_a_layernorm.weight");
-    P(e, "  rt_qk_norm_forward(R(WS_QAN), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* q_a_layernorm again */\n",
+    int64_t w = off(e, g, "attn.q_a_proj.weight");
+    P(e, "  rt_qk_norm_forward(R(RQAN), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* q_a_layernorm again */\n",
       A(e, l, "RSTDQA", OTH), qa, ll(wqn), N, qr);
     P(e, "  rt_zero(R(DQAN), %lld);\n", N * qr);
-    P(e, "  rt_matmul_backward(R(DQAN), DW(%lld), NULL, R(DQ), R(WS_QAN), W(%lld), %lld, %lld, %lld); /* q_b_proj */\n",
+    P(e, "  rt_matmul_backward(R(DQAN), DW(%lld), NULL, R(DQ), R(RQAN), W(%lld), %lld, %lld, %lld); /* q_b_proj */\n",
       ll(wqb), ll(wqb), N, qr, ll(e->Q));
     P(e, "  rt_zero(R(DQA), %lld);\n", N * qr);
     P(e, "  rt_qk_norm_backward(R(DQA), DW(%lld), R(DQAN), R(%s), W(%lld), R(%s), %lld, %lld); /* q_a_layernorm */\n",
       ll(wqn), qa, ll(wqn), A(e, l, "RSTDQA", OTH), N, qr);
-  }
-  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
-  if (qr) {
-    int64_t w = off(e, g, "attn.q_a_proj.weight");
     P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DQA), R(%s), W(%lld), %lld, %lld, %lld); /* q_a_proj */\n",
       ll(w), ln1, ll(w), N, C, qr);
   } else {
@@ -143,6 +131,20 @@ void em_mla_backward(Em *e, int l) {
     P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DQ), R(%s), W(%lld), %lld, %lld, %lld); /* q_proj */\n",
       ll(w), ln1, ll(w), N, C, ll(e->Q));
   }
+  P(e, "  rt_zero(R(DKVB), %lld);\n  rt_zero(R(DKRP), %lld);\n", N * e->nh * (e->nope + e->vd), N * rd);
+  P(e, "  rt_mla_kv_backward(R(DKVB), R(DKRP), R(DK), R(DV), %lld, %lld, %lld, %lld, %lld, %.17g);\n", N, ll(e->nh),
+    ll(e->nope), rd, ll(e->vd), kscale(e));
+  P(e, "  rt_rope_strided_backward(R(DKRP), %lld, %lld, 1, %lld, %lld, %.17g, %s);\n", ll(e->B), ll(e->T), rd, rd, theta,
+    ra);
+  /* kv_b_proj and kv_a_layernorm, the normalized latent recomputed (same values, same 1/rms) */
+  P(e, "  rt_qk_norm_forward(R(RKVN), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* kv_a_layernorm again */\n",
+    A(e, l, "RSTDKV", OTH), kvl, ll(wkvn), N, kvr);
+  P(e, "  rt_zero(R(DKVN), %lld);\n", N * kvr);
+  P(e, "  rt_matmul_backward(R(DKVN), DW(%lld), NULL, R(DKVB), R(RKVN), W(%lld), %lld, %lld, %lld); /* kv_b_proj */\n",
+    ll(wkvb), ll(wkvb), N, kvr, ll(e->nh * (e->nope + e->vd)));
+  P(e, "  rt_zero(R(DKVL), %lld);\n", N * kvr);
+  P(e, "  rt_qk_norm_backward(R(DKVL), DW(%lld), R(DKVN), R(%s), W(%lld), R(%s), %lld, %lld); /* kv_a_layernorm */\n",
+    ll(wkvn), kvl, ll(wkvn), A(e, l, "RSTDKV", OTH), N, kvr);
   P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DKVL), R(%s), W(%lld), %lld, %lld, %lld); /* kv_a_proj_with_mqa: "
        "the latent */\n", ll(wkva), ln1, ll(wkva), N, C, kvr);
   P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DKRP), R(%s), W(%lld), %lld, %lld, %lld); /* kv_a_proj_with_mqa: "

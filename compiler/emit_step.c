@@ -343,7 +343,8 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
     e->state_host ? 1 : 0, e->step_host ? 1 : 0);
   P(e, "/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each\n"
        " * micro-batch writes before reading them */\n#define ARENA_ELEMS %lld\n#define ARENA_SCRATCH %lld\n"
-       "#define ACT_ELEMS %lld\n#define ACT_SCRATCH %lld\n#define INPUTS %lld\n#define TARGETS %lld\n",
+       "#define ACT_ELEMS %lld\n#define ACT_SCRATCH %lld\n#define INPUTS %lld /* [data.tokens] */\n"
+       "#define TARGETS %lld /* [data.tokens] */\n",
     (long long)e->top[EM_REAL], (long long)e->scratch[EM_REAL], (long long)e->top[EM_ACT],
     (long long)e->scratch[EM_ACT], (long long)buf_offset(e, "INPUTS"), (long long)buf_offset(e, "TARGETS"));
   P(e, "#define STATE_STAGING %lld /* GRAD0 (activation arena), free between steps: a state arena on the host\n"
@@ -351,9 +352,9 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
     (long long)staging, (long long)staging_elems);
   for (int i = 0; i < e->nbufs; i++)
     if (strcmp(e->bufs[i].name, "MUON_WORK") == 0)
-      P(e, "#define MUON_WORK %lld /* Muon's scratch: fp32 values in the activation arena's bytes (in %s, free "
-           "during the optimizer step) */\n#define MUON_WORK_ELEMS %lld\n", (long long)e->bufs[i].offset,
-        e->bufs[i].alias, (long long)e->muon_work);
+      P(e, "#define MUON_WORK %lld /* [%s] Muon's scratch: fp32 values in the activation arena's bytes (in %s, "
+           "free during the optimizer step) */\n#define MUON_WORK_ELEMS %lld\n", (long long)e->bufs[i].offset,
+        e->bufs[i].item, e->bufs[i].alias, (long long)e->muon_work);
   P(e, "#define HOST_ELEMS %lld /* the host arena (activation offload): boundaries waiting for the backward */\n",
     (long long)e->host_elems);
   P(e, "#define OFFLOAD_IDS %lld /* boundaries that go to the host and back */\n",
@@ -414,12 +415,13 @@ static void body(Em *e, const char *spec_base) {
       const EmBuf *bf = &e->bufs[i];
       if ((int)bf->arena != a || in_header(bf->name)) continue;
       if (bf->alias && bf->alias_at)
-        P(e, "#define %-22s (%s + %lld) /* %10lld: %s */\n", bf->name, bf->alias, (long long)bf->alias_at,
-          (long long)bf->elems, bf->what);
+        P(e, "#define %-22s (%s + %lld) /* %10lld [%s]: %s */\n", bf->name, bf->alias, (long long)bf->alias_at,
+          (long long)bf->elems, bf->item, bf->what);
       else if (bf->alias)
-        P(e, "#define %-22s %12s /* %10lld: %s */\n", bf->name, bf->alias, (long long)bf->elems, bf->what);
+        P(e, "#define %-22s %12s /* %10lld [%s]: %s */\n", bf->name, bf->alias, (long long)bf->elems, bf->item, bf->what);
       else
-        P(e, "#define %-22s %12lld /* %10lld: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems, bf->what);
+        P(e, "#define %-22s %12lld /* %10lld [%s]: %s */\n", bf->name, (long long)bf->offset, (long long)bf->elems,
+          bf->item, bf->what);
     }
   }
   if (e->offload) {

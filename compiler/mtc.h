@@ -14,6 +14,7 @@
  *   plan.c        plan_    memory items of a candidate, their tiers and lifetimes, the arenas
  *   placement.c   plan_    which rank owns which experts and orthogonalizes which matrix (Muon)
  *   muon_work.c   plan_    Muon's scratch (MUON_WORK): one figure for the plan's item and the program
+ *   attn_ws.c     plan_    the attention's groups of the shared workspace (MLA's too), for plan and program
  *   cost.c        cost_    the predicted step time of a candidate (and its Chrome trace)
  *   cost_kernel.c cost_    the seconds of one op's kernels on one GPU, per stack (cluster.stack)
  *   search.c      plan_    every layout × policy the pins allow; the fastest that fits; advice
@@ -663,6 +664,29 @@ int64_t plan_logits_chunk(int64_t tokens, int64_t vocab);
  * slots x 3 x experts), the bf16 router-logit copy (2 x tokens x experts) and the MoE count/table
  * scratch (cu_moe_layout). experts 0 (dense) counts as 1. */
 int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t experts);
+
+/* ------------------------------------------------------------------ attn_ws.c */
+
+enum { PLAN_WS_MAX = 16 };
+/* One buffer of a group of the shared workspace: the program's macro name, at element `at` of
+ * the group for n elements of the activation type, alive over ops [first, last] of its phase. */
+typedef struct {
+  const char *name, *what;
+  int64_t at, n;
+  int first, last;
+} PlanWsBuf;
+/* A group of the shared workspace: its buffers and its size in elements (each buffer rounded up
+ * to 16 elements, as the program's arena map rounds). */
+typedef struct {
+  PlanWsBuf b[PLAN_WS_MAX];
+  int nb;
+  int64_t size;
+} PlanWsGroup;
+/* The attention backward's group for tokens tokens per micro-batch: DATT, DQ, DK, DV (DQR, DKR
+ * with qk-norm) and with MLA its backward's buffers in their dead bytes (attn_ws.c says how). */
+PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens);
+/* MLA's forward group (WS_QAN, WS_KVN, WS_KRP, WS_KVB); empty (size 0) without MLA. */
+PlanWsGroup plan_ws_mla_forward(const Spec *s, int64_t tokens);
 
 /* Owners of one expert matrix kind of one layer on one EP rank. Whole-expert shards (per > 0):
  * expert first + k (k < count) is orthogonalized where it is held, by FSDP rank ep_rank + ep ×

@@ -53,7 +53,16 @@ static double gathered_group_bytes(const Model *md, int64_t ep, bool dense, bool
                (experts ? (double)ly->routed_params / (double)ep : 0);
     if (p > best) best = p;
   }
-  double emb = (double)md->by_kind_total[PK_EMBEDDING], head = (double)md->by_kind_total[PK_HEAD];
+  /* the units outside the layers as the program groups them (emit_layout.c): the embedding
+   * (with learned positions) and the head, which holds the final norm (a tied head: the
+   * embedding group again) */
+  double emb = 0, head = 0;
+  for (int i = 0; i < md->nops; i++)
+    if (md->ops[i].layer < 0) {
+      bool e = md->ops[i].kind == OP_EMBED || md->ops[i].kind == OP_POS_EMBED;
+      for (int j = 0; j < md->ops[i].nparams; j++) *(e ? &emb : &head) += (double)md->ops[i].params[j].count;
+    }
+  if (md->spec->model.tie_embeddings) head = emb;
   if (dense && emb > best) best = emb;
   if (dense && head > best) best = head;
   return 2.0 * best;
@@ -147,9 +156,12 @@ static void build_items(Items *it, const Model *md) {
   if (ot == TIER_HOST)
     item(it, "params.bf16_shard", CAT_PARAMS, TIER_HBM, 2 * shard, 0, END, "2 B x params / fsdp");
   else
-    item(it, "params.bf16_cast", CAT_PARAMS, TIER_HBM, (double)(ch->prefetch + 1) * g / (double)ch->fsdp, 1,
-         PHASE_OPT(L), "(prefetch + 1) x gathered.params / fsdp: a layer's shard cast to bf16 for its all-gather, "
-         "one per buffer of the gathered pool");
+    /* (a unit's shard per GPU: its dense parameters / fsdp and its EP rank's experts / (fsdp / ep),
+     * i.e. all of its parameters / fsdp) */
+    item(it, "params.bf16_cast", CAT_PARAMS, TIER_HBM,
+         (double)(ch->prefetch + 1) * gathered_group_bytes(md, 1, true, true) / (double)ch->fsdp, 1, PHASE_OPT(L),
+         "(prefetch + 1) x 2 B x the largest unit's parameters (a layer with all its experts, the embedding or the "
+         "head) / fsdp: a unit's shard cast to bf16 for its all-gathers, one per buffer of the gathered pool");
   item(it, "master.fp32_shard", CAT_OPTIMIZER, ot, 4 * shard, 0, END,
        pad > 0 ? "4 B x (params / fsdp + the padding of whole-expert shards to the largest share)" : "4 B x params / fsdp");
   if (muon)
@@ -228,33 +240,41 @@ static void build_items(Items *it, const Model *md) {
    * that round sent (the program's WS_YP is WS_XP) */
   const double kH2 = md->n_moe_layers ? 2 * (double)s->model.moe.top_k * H : 0;
   const bool yp_in_send = ch->ep > 1 && !plan_keeps(ch->ac, SAVE_EXPERT);
-  double boundary = 2 * H * T, widest = 0, rebuilt = 0, ffn_gate = 0, ffn = 0;
+  double boundary = 2 * H * T, rebuilt = 0, ffn_gate = 0, ffn = 0;
   const bool mlp_glu = s->model.mlp.activation == ACT_SWIGLU, moe_glu = s->model.moe.activation == ACT_SWIGLU;
   for (int l = 0; l < L; l++) {
     const Layer *ly = &md->layers[l];
     double yc = ly->kind == LAYER_MOE && yp_in_send ? kH2 : 0;
-    double all = (kept_per_token(ly, AC_NONE, imb) - yc) * T, re = recomputed_per_token(ly, ch->ac, imb) * T;
+    /* what the layer does not keep (never its input boundary: its stacked item or an offload slot) */
+    double re = recomputed_per_token(ly, ch->ac, imb) * T;
     if (re > 0) re -= yc * T;
     bool glu = ly->kind == LAYER_MOE ? moe_glu : mlp_glu;
     double w = fmax((double)ly->ffn_width, imb * (double)ly->routed_width);
-    if (all > widest) widest = all;
     if (re > rebuilt) rebuilt = re;
     if (w > ffn) ffn = w;
     if (glu && w > ffn_gate) ffn_gate = w;
   }
+  /* offloaded boundaries: the program's three device slots XSLOT<l % 3> (layer l's input, its
+   * output, and the boundary in flight to or from the host); without offload the last layer's
+   * output X<L> has a buffer of its own (the others are the stacked items above) */
   if (off && ch->ac == AC_FULL)
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
       item(it, mem_printf(it->m, "activations.offload_staging[%d]", i), CAT_ACTIVATIONS, TIER_HBM,
-           boundary, 1, PHASE_OPT(L), "2 B x hidden x tokens: a boundary in flight to/from host");
+           boundary, 1, PHASE_OPT(L), "2 B x hidden x tokens: boundary l in slot l % 3 (a layer's input, its output, "
+           "one in flight to/from host)");
+  else
+    item(it, "activations.final_boundary", CAT_ACTIVATIONS, TIER_HBM, boundary, PHASE_FWD(L, L - 1), PHASE_LOSS(L) + 1,
+         "2 B x hidden x tokens: the last layer's output, the final norm's input");
   if (ch->offload == OFF_NVME && ch->ac == AC_FULL) /* NVMe reads and writes go through host memory */
     for (int i = 0; i < 2; i++)
       item(it, mem_printf(it->m, "activations.nvme_bounce[%d]", i), CAT_ACTIVATIONS, TIER_HOST, boundary, 1,
            PHASE_OPT(L), "2 B x hidden x tokens: a boundary between HBM and NVMe");
   if (ch->ac != AC_NONE) /* the forward's live intermediates of one layer */
-    item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, widest, 1, PHASE_LOSS(L),
-         yp_in_send ? "all saved bytes per token of the widest layer x tokens (freed per layer), less y_combined "
-                      "(in moe.dispatch_send)"
-                    : "all saved bytes per token of the widest layer x tokens (freed per layer)");
+    item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, 1, PHASE_LOSS(L),
+         yp_in_send ? "saved bytes per token of the widest layer that the policy does not keep x tokens (the layer's "
+                      "workspace; what it keeps is activations.saved), less y_combined (in moe.dispatch_send)"
+                    : "saved bytes per token of the widest layer that the policy does not keep x tokens (the layer's "
+                      "workspace; what it keeps is activations.saved)");
   if (rebuilt > 0)
     item(it, "activations.recompute_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, PHASE_LOSS(L) + 1,
          PHASE_OPT(L), yp_in_send ? "recomputed bytes per token of the widest layer x tokens, less y_combined "
@@ -265,19 +285,18 @@ static void build_items(Items *it, const Model *md) {
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
   /* the shared workspace (the program's LWS, or A2A with ep > 1): buffers of which at most one
    * group is live at a time, each group at its start: the FFN gradients of gate, up and act (one
-   * FFN's backward at a time), the attention's gradients (its backward), a block's outputs before
+   * FFN's backward at a time), the attention's gradients with MLA's backward buffers (its
+   * backward), MLA's forward temporaries (its q, k, v), a block's outputs before
    * the residual add (a layer's forward), the final norm's output and one vocabulary chunk's
    * logits and their gradient (the loss), the router logits' gradient (a MoE layer's backward,
    * after its all-to-alls) and Muon's scratch (the optimizer step); fp32 values count 4 B. With
    * ep > 1 it is moe.a2a_staging, which holds one all-to-all round only inside a dispatch or
    * undispatch, when none of these is live. */
   const double grad_ffn = 2 * T * (2 * ffn + ffn_gate);
-  const double q = (double)s->model.attention.heads * (double)md->qk_head_dim,
-               kv = (double)s->model.attention.kv_heads * (double)md->qk_head_dim,
-               ao = (double)s->model.attention.heads * (double)md->v_head_dim,
-               vw = (double)s->model.attention.kv_heads * (double)md->v_head_dim;
-  const bool qkn = s->model.attention.qk_norm != QKN_NONE;
-  const double grad_attn = 2 * T * (q + kv + ao + vw + (qkn ? q + kv : 0)); /* dQ, dK, d(out), dV (, before qk-norm) */
+  /* the attention's backward group and MLA's forward group, laid out by attn_ws.c for plan and
+   * program alike (MLA's backward buffers in the dead bytes of d(out), dQ, dK and dV) */
+  const double grad_attn = 2 * (double)plan_ws_attention(s, md, (int64_t)T).size;
+  const double mla_fwd = 2 * (double)plan_ws_mla_forward(s, (int64_t)T).size;
   const bool y2 = md->n_moe_layers && s->model.moe.shared_experts && !s->model.moe.shared_expert_gate;
   const double outputs = 2 * T * H * (y2 ? 2 : 1);
   const double chunk = (double)plan_logits_chunk((int64_t)T, s->model.vocab);
@@ -286,10 +305,12 @@ static void build_items(Items *it, const Model *md) {
   /* Muon's scratch (plan_muon_work, fp32), the optimizer step's group: the program lays it in
    * these bytes whichever backend runs the step */
   const double muon_ws = s->training.optimizer == OPT_MUON ? 4 * (double)plan_muon_summary(md, ch).work.elems : 0;
-  double shared = fmax(fmax(fmax(grad_ffn, grad_attn), fmax(fmax(outputs, loss), grad_router)), muon_ws);
+  double shared = fmax(fmax(fmax(fmax(grad_ffn, grad_attn), fmax(fmax(outputs, loss), grad_router)), muon_ws), mla_fwd);
   const char *shared_what =
       "max(2 B x tokens x (2 x widest FFN + widest gated FFN) (routed: top_k x width x imbalance): the FFN "
-      "gradients; 2 B x tokens x (q + kv + heads x v_head_dim + kv_heads x v_head_dim (+ q + kv with qk-norm)): the attention's; 2 B x hidden x tokens "
+      "gradients; 2 B x tokens x (q + kv + heads x v_head_dim + kv_heads x v_head_dim (+ q + kv with qk-norm)): the attention's "
+      "(MLA's backward buffers in their dead bytes, or past them: plan_ws_attention); 2 B x tokens x (q_lora_rank + "
+      "kv_lora_rank + qk_rope_head_dim + heads x (qk_nope_head_dim + v_head_dim)): MLA's forward; 2 B x hidden x tokens "
       "(x 2 with ungated shared experts): a block's outputs; 2 B x hidden x tokens + 2 x 4 B x tokens x "
       "vocabulary chunk (<= 4096 columns, <= 1 GiB): the final norm's output and the loss's logits; 4 B x "
       "tokens x experts: the router logits' gradient; 4 B x MUON_WORK: Muon's scratch)";
@@ -297,6 +318,12 @@ static void build_items(Items *it, const Model *md) {
   if (!ffn_in_a2a)
     item(it, "workspace.shared", CAT_WORKSPACE, TIER_HBM, shared, 1, END,
          mem_printf(it->m, "%s: one group at a time", shared_what));
+  /* the final norm's statistics and each token's log-sum-exp (fp32: RSTDF, LSEF), the tokens and
+   * targets (int32: INPUTS, TARGETS) */
+  const double st = s->model.norm == NORM_LAYERNORM ? 2 : 1;
+  item(it, "activations.loss_stats", CAT_ACTIVATIONS, TIER_HBM, 4 * T * (st + 1), PHASE_LOSS(L), PHASE_OPT(L),
+       "4 B x tokens x (norm statistics + 1): the final norm's 1/rms (and mean) and the loss's log-sum-exp");
+  item(it, "data.tokens", CAT_WORKSPACE, TIER_HBM, 2 * 4 * T, 0, END, "2 x 4 B x tokens: token ids and targets (int32)");
   item(it, "activations.grad_norm", CAT_ACTIVATIONS, TIER_HBM, 2 * H * T, PHASE_LOSS(L), PHASE_OPT(L),
        "2 B x hidden x tokens: gradient of a norm's output (a layer's backward, the LM head's)");
 
@@ -330,9 +357,24 @@ static void build_items(Items *it, const Model *md) {
     }
   }
 
-  if (md->n_moe_layers)
-    item(it, "moe.grad_routing_weights", CAT_MOE, TIER_HBM, 4 * T * (double)s->model.moe.top_k, PHASE_LOSS(L) + 1,
+  if (md->n_moe_layers) {
+    const MoeSpec *mo = &s->model.moe;
+    item(it, "moe.grad_routing_weights", CAT_MOE, TIER_HBM, 4 * T * (double)mo->top_k, PHASE_LOSS(L) + 1,
          PHASE_OPT(L), "4 B x tokens x top_k: gradient of the routing weights (a MoE layer's backward)");
+    /* (with the experts' saves recomputed the backward's row offsets are the layer workspace's) */
+    const bool eoff = ch->ep > 1 && plan_keeps(ch->ac, SAVE_EXPERT);
+    item(it, "moe.tables", CAT_MOE, TIER_HBM, 4 * 3 * (double)E + (eoff ? 4 * (double)(El + 1) : 0), 1,
+         PHASE_OPT(L), eoff ? "4 B x 3 x experts: the load-balancing loss's scratch; 4 B x (experts / ep + 1): "
+                              "the backward's first row of each local expert in a round"
+                            : "4 B x 3 x experts: the load-balancing loss's scratch");
+    if (s->model.moe.load_balance == LB_AUX_FREE)
+      item(it, "moe.expert_loads", CAT_MOE, TIER_HBM, 4 * (double)E * (double)md->n_moe_layers, 0, END,
+           "4 B x experts x MoE layers: tokens per expert this step (aux_free's bias update)");
+    if (mo->shared_experts && mo->shared_expert_gate)
+      item(it, "moe.grad_shared_gate", CAT_MOE, TIER_HBM, 2 * H * T + 4 * T, PHASE_LOSS(L) + 1, PHASE_OPT(L),
+           "2 B x hidden x tokens + 4 B x tokens: gradient of the shared experts' output before their gate and of the "
+           "gate's logits");
+  }
   /* the cuda runtime's scratch (plan_runtime_scratch): attention's backward keeps one fp32 delta
    * per token and head (its dQ accumulates in registers, no fp32 dQ buffer), the cross-entropy's
    * sums, the grouped GEMMs' pointer arrays, the MoE counts and tables */

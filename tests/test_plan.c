@@ -196,8 +196,9 @@ static void tiny_items_by_hand(void) {
     CHECK_EQ(bytes(c, mem_printf(&m, "activations.boundary[%d]", l)), 2 * H * T);
   /* saved per token: boundary 256; attention core 2 (128+64+64+128) + 4x4 lse = 784; experts
    * 2 (2 (128 + 3x256 + 128) + 3x256) = 5,632; other 832 (norm rstds, xn copies, router with
-   * its permutation: top-2 int32 rows) */
-  CHECK_EQ(bytes(c, "activations.forward_layer"), (256 + 784 + 5632 + 832) * T);
+   * its permutation: top-2 int32 rows); the forward's layer without its input boundary (the
+   * boundary's own item holds it) */
+  CHECK_EQ(bytes(c, "activations.forward_layer"), (784 + 5632 + 832) * T);
   CHECK_EQ(bytes(c, "activations.recompute_layer"), (784 + 5632 + 832) * T);
   CHECK_EQ(bytes(c, "activations.grad_residual[0]"), 2 * H * T);
   /* the shared workspace, its largest group: the gradients of gate, up and act of the widest FFN,
@@ -207,6 +208,13 @@ static void tiny_items_by_hand(void) {
   CHECK(3 * 2 * T * (2 * 256) > 2 * H * T + 2 * 4 * T * 256);
   CHECK_EQ(bytes(c, "activations.grad_norm"), 2 * H * T);
   CHECK_EQ(bytes(c, "moe.grad_routing_weights"), 4 * T * 2);
+  /* the program's small buffers: the last layer's output, the final norm's 1/rms and the loss's
+   * log-sum-exp, the tokens and targets, the load-balancing loss's scratch (ep 1: no backward
+   * row offsets of its own) */
+  CHECK_EQ(bytes(c, "activations.final_boundary"), 2 * H * T);
+  CHECK_EQ(bytes(c, "activations.loss_stats"), 4 * T * 2);
+  CHECK_EQ(bytes(c, "data.tokens"), 2 * 4 * T);
+  CHECK_EQ(bytes(c, "moe.tables"), 4 * 3 * 8);
   /* ep 1: no all-to-all; the gradient of the experts' outputs (top-2 copies per token); that of
    * their inputs lies in y_combined's bytes (dead once combined) */
   CHECK_EQ(bytes(c, "moe.grad_expert_out"), T * 2 * H * 2);
@@ -222,8 +230,8 @@ static void tiny_items_by_hand(void) {
   CHECK_EQ(bytes(c, "reserve.host"), 64 << 20);
   /* static 4, gathered, unsharded grads 2, boundaries 4, forward and recompute layers, grad
    * residual 2, shared workspace, grad norm, grad_expert_out, grad routing weights, runtime,
-   * reserves 4 */
-  int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 2 + 2 + 1 + 1 + 1 + 1 + 1 + 4;
+   * reserves 4, final boundary, loss statistics, tokens, MoE tables */
+  int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 2 + 2 + 1 + 1 + 1 + 1 + 1 + 4 + 4;
   /* the state in HBM: the cuda program's host copy of it (master, gradient, two moments) */
   if (c->ch.opt_tier == TIER_HBM) {
     CHECK_EQ(bytes(c, "state.host_mirror"), (4 + 4 + 8) * P / 2);

@@ -235,7 +235,7 @@ import json, re, sys
 plan, step, buf = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), sys.argv[3]
 item = {"KEPT": "gathered.params_kept", "DENSE_KEPT": "gathered.dense_kept", "EXPERTS_KEPT": "gathered.experts_kept"}[buf]
 want = [i["bytes"] for i in plan["memory"]["hbm"]["items"] if i["name"] == item]
-have = int(re.search(r"^#define %s +\d+ /\* +(\d+):" % buf, step, re.M).group(1)) * 2  # bf16 on the cuda backend
+have = int(re.search(r"^#define %s +\d+ /\* +(\d+)(?: \[\S*\])?:" % buf, step, re.M).group(1)) * 2  # bf16 on the cuda backend
 assert len(want) == 1 and 0 <= have - want[0] <= 0.01 * want[0], (item, want, have)
 print(f"{buf}: {have} B, the plan's {item}: {want[0]} B")
 PY

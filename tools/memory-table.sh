@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What each example program allocates (train --memory of its cuda build; no GPU needed) next to
 # its plan (plan.json's packed peak per tier, less the reserve items the driver, NCCL and the
-# system hold), as the markdown table of BENCHMARKS.md.   usage: tools/memory-table.sh [MTC]
+# system hold), as the markdown table of BENCHMARKS.md.   usage: tools/memory-table.sh [MTC [SPEC...]]
+# (default: the examples below)
 # Issue 12's acceptance: --memory within -5% ... +2% of the plan, per tier.
 set -u
 cd "$(dirname "$0")/.."
@@ -9,7 +10,11 @@ mtc=$(realpath "${1:-build/mtc}")
 work=$(mktemp -d "${TMPDIR:-/tmp}/mtc-memory.XXXXXX"); trap 'rm -rf "$work"' EXIT
 echo "| spec | plan HBM | cuda --memory hbm | ratio | plan host | cuda --memory host | ratio | cpu build's arena + host |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-for spec in specs/europa-1t.yaml specs/mixtral-8x7b.yaml specs/llama-3.1-8b.yaml specs/tiny-moe.yaml specs/bench/moe-1b.yaml; do
+[ $# -gt 0 ] && shift
+specs=("$@")
+[ ${#specs[@]} -gt 0 ] || specs=(specs/europa-1t.yaml specs/mixtral-8x7b.yaml specs/llama-3.1-8b.yaml specs/tiny-moe.yaml
+                             specs/deepseek-v3.yaml specs/qwen3-30b-a3b.yaml specs/bench/moe-1b.yaml)
+for spec in "${specs[@]}"; do
   name=$(basename "$spec" .yaml)
   "$mtc" compile "$spec" -o "$work/$name" >/dev/null 2>&1 || { echo "| $name | no program | | | | | | |"; continue; }
   "$mtc" build "$work/$name" --backend cuda >"$work/$name.cuda.log" 2>&1 || { tail -5 "$work/$name.cuda.log"; continue; }

@@ -25,754 +25,756 @@
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
-#define EMBED_MASTER                      0 /*    3619840: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                  3619840 /*    3619840: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                7239680 /*    3619840: AdamW first moment (fp32) */
-#define EMBED_ADAM_V               10859520 /*    3619840: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER            14479360 /*    2279232: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD              16758592 /*    2279232: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M            19037824 /*    2279232: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V            21317056 /*    2279232: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER            23596288 /*    2279232: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD              25875520 /*    2279232: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M            28154752 /*    2279232: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V            30433984 /*    2279232: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER            32713216 /*    2279232: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD              34992448 /*    2279232: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M            37271680 /*    2279232: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V            39550912 /*    2279232: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER            41830144 /*     910152: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD              42740304 /*     910152: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M            43650464 /*     910152: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V            44560624 /*     910152: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER          45470784 /*   44040192: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD            89510976 /*   44040192: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M         133551168 /*   44040192: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V         177591360 /*   44040192: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER           221631552 /*     910152: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD             222541712 /*     910152: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M           223451872 /*     910152: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V           224362032 /*     910152: AdamW second moment (fp32) */
-#define L4_EXPERTS_MASTER         225272192 /*   44040192: layer 4 experts: this rank's fp32 master shard */
-#define L4_EXPERTS_GRAD           269312384 /*   44040192: its gradient, accumulated over micro-batches */
-#define L4_EXPERTS_ADAM_M         313352576 /*   44040192: AdamW first moment (fp32) */
-#define L4_EXPERTS_ADAM_V         357392768 /*   44040192: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER           401432960 /*     910152: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD             402343120 /*     910152: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M           403253280 /*     910152: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V           404163440 /*     910152: AdamW second moment (fp32) */
-#define L5_EXPERTS_MASTER         405073600 /*   44040192: layer 5 experts: this rank's fp32 master shard */
-#define L5_EXPERTS_GRAD           449113792 /*   44040192: its gradient, accumulated over micro-batches */
-#define L5_EXPERTS_ADAM_M         493153984 /*   44040192: AdamW first moment (fp32) */
-#define L5_EXPERTS_ADAM_V         537194176 /*   44040192: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER           581234368 /*     910152: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD             582144528 /*     910152: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M           583054688 /*     910152: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V           583964848 /*     910152: AdamW second moment (fp32) */
-#define L6_EXPERTS_MASTER         584875008 /*   44040192: layer 6 experts: this rank's fp32 master shard */
-#define L6_EXPERTS_GRAD           628915200 /*   44040192: its gradient, accumulated over micro-batches */
-#define L6_EXPERTS_ADAM_M         672955392 /*   44040192: AdamW first moment (fp32) */
-#define L6_EXPERTS_ADAM_V         716995584 /*   44040192: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER           761035776 /*     910152: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD             761945936 /*     910152: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M           762856096 /*     910152: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V           763766256 /*     910152: AdamW second moment (fp32) */
-#define L7_EXPERTS_MASTER         764676416 /*   44040192: layer 7 experts: this rank's fp32 master shard */
-#define L7_EXPERTS_GRAD           808716608 /*   44040192: its gradient, accumulated over micro-batches */
-#define L7_EXPERTS_ADAM_M         852756800 /*   44040192: AdamW first moment (fp32) */
-#define L7_EXPERTS_ADAM_V         896796992 /*   44040192: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER           940837184 /*     910152: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD             941747344 /*     910152: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M           942657504 /*     910152: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V           943567664 /*     910152: AdamW second moment (fp32) */
-#define L8_EXPERTS_MASTER         944477824 /*   44040192: layer 8 experts: this rank's fp32 master shard */
-#define L8_EXPERTS_GRAD           988518016 /*   44040192: its gradient, accumulated over micro-batches */
-#define L8_EXPERTS_ADAM_M        1032558208 /*   44040192: AdamW first moment (fp32) */
-#define L8_EXPERTS_ADAM_V        1076598400 /*   44040192: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          1120638592 /*     910152: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            1121548752 /*     910152: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          1122458912 /*     910152: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          1123369072 /*     910152: AdamW second moment (fp32) */
-#define L9_EXPERTS_MASTER        1124279232 /*   44040192: layer 9 experts: this rank's fp32 master shard */
-#define L9_EXPERTS_GRAD          1168319424 /*   44040192: its gradient, accumulated over micro-batches */
-#define L9_EXPERTS_ADAM_M        1212359616 /*   44040192: AdamW first moment (fp32) */
-#define L9_EXPERTS_ADAM_V        1256399808 /*   44040192: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         1300440000 /*     910152: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           1301350160 /*     910152: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         1302260320 /*     910152: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         1303170480 /*     910152: AdamW second moment (fp32) */
-#define L10_EXPERTS_MASTER       1304080640 /*   44040192: layer 10 experts: this rank's fp32 master shard */
-#define L10_EXPERTS_GRAD         1348120832 /*   44040192: its gradient, accumulated over micro-batches */
-#define L10_EXPERTS_ADAM_M       1392161024 /*   44040192: AdamW first moment (fp32) */
-#define L10_EXPERTS_ADAM_V       1436201216 /*   44040192: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         1480241408 /*     910152: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           1481151568 /*     910152: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         1482061728 /*     910152: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         1482971888 /*     910152: AdamW second moment (fp32) */
-#define L11_EXPERTS_MASTER       1483882048 /*   44040192: layer 11 experts: this rank's fp32 master shard */
-#define L11_EXPERTS_GRAD         1527922240 /*   44040192: its gradient, accumulated over micro-batches */
-#define L11_EXPERTS_ADAM_M       1571962432 /*   44040192: AdamW first moment (fp32) */
-#define L11_EXPERTS_ADAM_V       1616002624 /*   44040192: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         1660042816 /*     910152: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           1660952976 /*     910152: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         1661863136 /*     910152: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         1662773296 /*     910152: AdamW second moment (fp32) */
-#define L12_EXPERTS_MASTER       1663683456 /*   44040192: layer 12 experts: this rank's fp32 master shard */
-#define L12_EXPERTS_GRAD         1707723648 /*   44040192: its gradient, accumulated over micro-batches */
-#define L12_EXPERTS_ADAM_M       1751763840 /*   44040192: AdamW first moment (fp32) */
-#define L12_EXPERTS_ADAM_V       1795804032 /*   44040192: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         1839844224 /*     910152: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           1840754384 /*     910152: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         1841664544 /*     910152: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         1842574704 /*     910152: AdamW second moment (fp32) */
-#define L13_EXPERTS_MASTER       1843484864 /*   44040192: layer 13 experts: this rank's fp32 master shard */
-#define L13_EXPERTS_GRAD         1887525056 /*   44040192: its gradient, accumulated over micro-batches */
-#define L13_EXPERTS_ADAM_M       1931565248 /*   44040192: AdamW first moment (fp32) */
-#define L13_EXPERTS_ADAM_V       1975605440 /*   44040192: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         2019645632 /*     910152: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           2020555792 /*     910152: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         2021465952 /*     910152: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         2022376112 /*     910152: AdamW second moment (fp32) */
-#define L14_EXPERTS_MASTER       2023286272 /*   44040192: layer 14 experts: this rank's fp32 master shard */
-#define L14_EXPERTS_GRAD         2067326464 /*   44040192: its gradient, accumulated over micro-batches */
-#define L14_EXPERTS_ADAM_M       2111366656 /*   44040192: AdamW first moment (fp32) */
-#define L14_EXPERTS_ADAM_V       2155406848 /*   44040192: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         2199447040 /*     910152: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           2200357200 /*     910152: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         2201267360 /*     910152: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         2202177520 /*     910152: AdamW second moment (fp32) */
-#define L15_EXPERTS_MASTER       2203087680 /*   44040192: layer 15 experts: this rank's fp32 master shard */
-#define L15_EXPERTS_GRAD         2247127872 /*   44040192: its gradient, accumulated over micro-batches */
-#define L15_EXPERTS_ADAM_M       2291168064 /*   44040192: AdamW first moment (fp32) */
-#define L15_EXPERTS_ADAM_V       2335208256 /*   44040192: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         2379248448 /*     910152: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           2380158608 /*     910152: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         2381068768 /*     910152: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         2381978928 /*     910152: AdamW second moment (fp32) */
-#define L16_EXPERTS_MASTER       2382889088 /*   44040192: layer 16 experts: this rank's fp32 master shard */
-#define L16_EXPERTS_GRAD         2426929280 /*   44040192: its gradient, accumulated over micro-batches */
-#define L16_EXPERTS_ADAM_M       2470969472 /*   44040192: AdamW first moment (fp32) */
-#define L16_EXPERTS_ADAM_V       2515009664 /*   44040192: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         2559049856 /*     910152: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           2559960016 /*     910152: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         2560870176 /*     910152: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         2561780336 /*     910152: AdamW second moment (fp32) */
-#define L17_EXPERTS_MASTER       2562690496 /*   44040192: layer 17 experts: this rank's fp32 master shard */
-#define L17_EXPERTS_GRAD         2606730688 /*   44040192: its gradient, accumulated over micro-batches */
-#define L17_EXPERTS_ADAM_M       2650770880 /*   44040192: AdamW first moment (fp32) */
-#define L17_EXPERTS_ADAM_V       2694811072 /*   44040192: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         2738851264 /*     910152: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           2739761424 /*     910152: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         2740671584 /*     910152: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         2741581744 /*     910152: AdamW second moment (fp32) */
-#define L18_EXPERTS_MASTER       2742491904 /*   44040192: layer 18 experts: this rank's fp32 master shard */
-#define L18_EXPERTS_GRAD         2786532096 /*   44040192: its gradient, accumulated over micro-batches */
-#define L18_EXPERTS_ADAM_M       2830572288 /*   44040192: AdamW first moment (fp32) */
-#define L18_EXPERTS_ADAM_V       2874612480 /*   44040192: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         2918652672 /*     910152: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           2919562832 /*     910152: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         2920472992 /*     910152: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         2921383152 /*     910152: AdamW second moment (fp32) */
-#define L19_EXPERTS_MASTER       2922293312 /*   44040192: layer 19 experts: this rank's fp32 master shard */
-#define L19_EXPERTS_GRAD         2966333504 /*   44040192: its gradient, accumulated over micro-batches */
-#define L19_EXPERTS_ADAM_M       3010373696 /*   44040192: AdamW first moment (fp32) */
-#define L19_EXPERTS_ADAM_V       3054413888 /*   44040192: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         3098454080 /*     910152: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           3099364240 /*     910152: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         3100274400 /*     910152: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         3101184560 /*     910152: AdamW second moment (fp32) */
-#define L20_EXPERTS_MASTER       3102094720 /*   44040192: layer 20 experts: this rank's fp32 master shard */
-#define L20_EXPERTS_GRAD         3146134912 /*   44040192: its gradient, accumulated over micro-batches */
-#define L20_EXPERTS_ADAM_M       3190175104 /*   44040192: AdamW first moment (fp32) */
-#define L20_EXPERTS_ADAM_V       3234215296 /*   44040192: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         3278255488 /*     910152: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           3279165648 /*     910152: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         3280075808 /*     910152: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         3280985968 /*     910152: AdamW second moment (fp32) */
-#define L21_EXPERTS_MASTER       3281896128 /*   44040192: layer 21 experts: this rank's fp32 master shard */
-#define L21_EXPERTS_GRAD         3325936320 /*   44040192: its gradient, accumulated over micro-batches */
-#define L21_EXPERTS_ADAM_M       3369976512 /*   44040192: AdamW first moment (fp32) */
-#define L21_EXPERTS_ADAM_V       3414016704 /*   44040192: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         3458056896 /*     910152: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           3458967056 /*     910152: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         3459877216 /*     910152: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         3460787376 /*     910152: AdamW second moment (fp32) */
-#define L22_EXPERTS_MASTER       3461697536 /*   44040192: layer 22 experts: this rank's fp32 master shard */
-#define L22_EXPERTS_GRAD         3505737728 /*   44040192: its gradient, accumulated over micro-batches */
-#define L22_EXPERTS_ADAM_M       3549777920 /*   44040192: AdamW first moment (fp32) */
-#define L22_EXPERTS_ADAM_V       3593818112 /*   44040192: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         3637858304 /*     910152: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           3638768464 /*     910152: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         3639678624 /*     910152: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         3640588784 /*     910152: AdamW second moment (fp32) */
-#define L23_EXPERTS_MASTER       3641498944 /*   44040192: layer 23 experts: this rank's fp32 master shard */
-#define L23_EXPERTS_GRAD         3685539136 /*   44040192: its gradient, accumulated over micro-batches */
-#define L23_EXPERTS_ADAM_M       3729579328 /*   44040192: AdamW first moment (fp32) */
-#define L23_EXPERTS_ADAM_V       3773619520 /*   44040192: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         3817659712 /*     910152: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           3818569872 /*     910152: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         3819480032 /*     910152: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         3820390192 /*     910152: AdamW second moment (fp32) */
-#define L24_EXPERTS_MASTER       3821300352 /*   44040192: layer 24 experts: this rank's fp32 master shard */
-#define L24_EXPERTS_GRAD         3865340544 /*   44040192: its gradient, accumulated over micro-batches */
-#define L24_EXPERTS_ADAM_M       3909380736 /*   44040192: AdamW first moment (fp32) */
-#define L24_EXPERTS_ADAM_V       3953420928 /*   44040192: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         3997461120 /*     910152: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           3998371280 /*     910152: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         3999281440 /*     910152: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         4000191600 /*     910152: AdamW second moment (fp32) */
-#define L25_EXPERTS_MASTER       4001101760 /*   44040192: layer 25 experts: this rank's fp32 master shard */
-#define L25_EXPERTS_GRAD         4045141952 /*   44040192: its gradient, accumulated over micro-batches */
-#define L25_EXPERTS_ADAM_M       4089182144 /*   44040192: AdamW first moment (fp32) */
-#define L25_EXPERTS_ADAM_V       4133222336 /*   44040192: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         4177262528 /*     910152: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           4178172688 /*     910152: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         4179082848 /*     910152: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         4179993008 /*     910152: AdamW second moment (fp32) */
-#define L26_EXPERTS_MASTER       4180903168 /*   44040192: layer 26 experts: this rank's fp32 master shard */
-#define L26_EXPERTS_GRAD         4224943360 /*   44040192: its gradient, accumulated over micro-batches */
-#define L26_EXPERTS_ADAM_M       4268983552 /*   44040192: AdamW first moment (fp32) */
-#define L26_EXPERTS_ADAM_V       4313023744 /*   44040192: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         4357063936 /*     910152: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           4357974096 /*     910152: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         4358884256 /*     910152: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         4359794416 /*     910152: AdamW second moment (fp32) */
-#define L27_EXPERTS_MASTER       4360704576 /*   44040192: layer 27 experts: this rank's fp32 master shard */
-#define L27_EXPERTS_GRAD         4404744768 /*   44040192: its gradient, accumulated over micro-batches */
-#define L27_EXPERTS_ADAM_M       4448784960 /*   44040192: AdamW first moment (fp32) */
-#define L27_EXPERTS_ADAM_V       4492825152 /*   44040192: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         4536865344 /*     910152: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           4537775504 /*     910152: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         4538685664 /*     910152: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         4539595824 /*     910152: AdamW second moment (fp32) */
-#define L28_EXPERTS_MASTER       4540505984 /*   44040192: layer 28 experts: this rank's fp32 master shard */
-#define L28_EXPERTS_GRAD         4584546176 /*   44040192: its gradient, accumulated over micro-batches */
-#define L28_EXPERTS_ADAM_M       4628586368 /*   44040192: AdamW first moment (fp32) */
-#define L28_EXPERTS_ADAM_V       4672626560 /*   44040192: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         4716666752 /*     910152: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           4717576912 /*     910152: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         4718487072 /*     910152: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         4719397232 /*     910152: AdamW second moment (fp32) */
-#define L29_EXPERTS_MASTER       4720307392 /*   44040192: layer 29 experts: this rank's fp32 master shard */
-#define L29_EXPERTS_GRAD         4764347584 /*   44040192: its gradient, accumulated over micro-batches */
-#define L29_EXPERTS_ADAM_M       4808387776 /*   44040192: AdamW first moment (fp32) */
-#define L29_EXPERTS_ADAM_V       4852427968 /*   44040192: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         4896468160 /*     910152: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           4897378320 /*     910152: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         4898288480 /*     910152: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         4899198640 /*     910152: AdamW second moment (fp32) */
-#define L30_EXPERTS_MASTER       4900108800 /*   44040192: layer 30 experts: this rank's fp32 master shard */
-#define L30_EXPERTS_GRAD         4944148992 /*   44040192: its gradient, accumulated over micro-batches */
-#define L30_EXPERTS_ADAM_M       4988189184 /*   44040192: AdamW first moment (fp32) */
-#define L30_EXPERTS_ADAM_V       5032229376 /*   44040192: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         5076269568 /*     910152: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           5077179728 /*     910152: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         5078089888 /*     910152: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         5079000048 /*     910152: AdamW second moment (fp32) */
-#define L31_EXPERTS_MASTER       5079910208 /*   44040192: layer 31 experts: this rank's fp32 master shard */
-#define L31_EXPERTS_GRAD         5123950400 /*   44040192: its gradient, accumulated over micro-batches */
-#define L31_EXPERTS_ADAM_M       5167990592 /*   44040192: AdamW first moment (fp32) */
-#define L31_EXPERTS_ADAM_V       5212030784 /*   44040192: AdamW second moment (fp32) */
-#define L32_DENSE_MASTER         5256070976 /*     910152: layer 32 dense: this rank's fp32 master shard */
-#define L32_DENSE_GRAD           5256981136 /*     910152: its gradient, accumulated over micro-batches */
-#define L32_DENSE_ADAM_M         5257891296 /*     910152: AdamW first moment (fp32) */
-#define L32_DENSE_ADAM_V         5258801456 /*     910152: AdamW second moment (fp32) */
-#define L32_EXPERTS_MASTER       5259711616 /*   44040192: layer 32 experts: this rank's fp32 master shard */
-#define L32_EXPERTS_GRAD         5303751808 /*   44040192: its gradient, accumulated over micro-batches */
-#define L32_EXPERTS_ADAM_M       5347792000 /*   44040192: AdamW first moment (fp32) */
-#define L32_EXPERTS_ADAM_V       5391832192 /*   44040192: AdamW second moment (fp32) */
-#define L33_DENSE_MASTER         5435872384 /*     910152: layer 33 dense: this rank's fp32 master shard */
-#define L33_DENSE_GRAD           5436782544 /*     910152: its gradient, accumulated over micro-batches */
-#define L33_DENSE_ADAM_M         5437692704 /*     910152: AdamW first moment (fp32) */
-#define L33_DENSE_ADAM_V         5438602864 /*     910152: AdamW second moment (fp32) */
-#define L33_EXPERTS_MASTER       5439513024 /*   44040192: layer 33 experts: this rank's fp32 master shard */
-#define L33_EXPERTS_GRAD         5483553216 /*   44040192: its gradient, accumulated over micro-batches */
-#define L33_EXPERTS_ADAM_M       5527593408 /*   44040192: AdamW first moment (fp32) */
-#define L33_EXPERTS_ADAM_V       5571633600 /*   44040192: AdamW second moment (fp32) */
-#define L34_DENSE_MASTER         5615673792 /*     910152: layer 34 dense: this rank's fp32 master shard */
-#define L34_DENSE_GRAD           5616583952 /*     910152: its gradient, accumulated over micro-batches */
-#define L34_DENSE_ADAM_M         5617494112 /*     910152: AdamW first moment (fp32) */
-#define L34_DENSE_ADAM_V         5618404272 /*     910152: AdamW second moment (fp32) */
-#define L34_EXPERTS_MASTER       5619314432 /*   44040192: layer 34 experts: this rank's fp32 master shard */
-#define L34_EXPERTS_GRAD         5663354624 /*   44040192: its gradient, accumulated over micro-batches */
-#define L34_EXPERTS_ADAM_M       5707394816 /*   44040192: AdamW first moment (fp32) */
-#define L34_EXPERTS_ADAM_V       5751435008 /*   44040192: AdamW second moment (fp32) */
-#define L35_DENSE_MASTER         5795475200 /*     910152: layer 35 dense: this rank's fp32 master shard */
-#define L35_DENSE_GRAD           5796385360 /*     910152: its gradient, accumulated over micro-batches */
-#define L35_DENSE_ADAM_M         5797295520 /*     910152: AdamW first moment (fp32) */
-#define L35_DENSE_ADAM_V         5798205680 /*     910152: AdamW second moment (fp32) */
-#define L35_EXPERTS_MASTER       5799115840 /*   44040192: layer 35 experts: this rank's fp32 master shard */
-#define L35_EXPERTS_GRAD         5843156032 /*   44040192: its gradient, accumulated over micro-batches */
-#define L35_EXPERTS_ADAM_M       5887196224 /*   44040192: AdamW first moment (fp32) */
-#define L35_EXPERTS_ADAM_V       5931236416 /*   44040192: AdamW second moment (fp32) */
-#define L36_DENSE_MASTER         5975276608 /*     910152: layer 36 dense: this rank's fp32 master shard */
-#define L36_DENSE_GRAD           5976186768 /*     910152: its gradient, accumulated over micro-batches */
-#define L36_DENSE_ADAM_M         5977096928 /*     910152: AdamW first moment (fp32) */
-#define L36_DENSE_ADAM_V         5978007088 /*     910152: AdamW second moment (fp32) */
-#define L36_EXPERTS_MASTER       5978917248 /*   44040192: layer 36 experts: this rank's fp32 master shard */
-#define L36_EXPERTS_GRAD         6022957440 /*   44040192: its gradient, accumulated over micro-batches */
-#define L36_EXPERTS_ADAM_M       6066997632 /*   44040192: AdamW first moment (fp32) */
-#define L36_EXPERTS_ADAM_V       6111037824 /*   44040192: AdamW second moment (fp32) */
-#define L37_DENSE_MASTER         6155078016 /*     910152: layer 37 dense: this rank's fp32 master shard */
-#define L37_DENSE_GRAD           6155988176 /*     910152: its gradient, accumulated over micro-batches */
-#define L37_DENSE_ADAM_M         6156898336 /*     910152: AdamW first moment (fp32) */
-#define L37_DENSE_ADAM_V         6157808496 /*     910152: AdamW second moment (fp32) */
-#define L37_EXPERTS_MASTER       6158718656 /*   44040192: layer 37 experts: this rank's fp32 master shard */
-#define L37_EXPERTS_GRAD         6202758848 /*   44040192: its gradient, accumulated over micro-batches */
-#define L37_EXPERTS_ADAM_M       6246799040 /*   44040192: AdamW first moment (fp32) */
-#define L37_EXPERTS_ADAM_V       6290839232 /*   44040192: AdamW second moment (fp32) */
-#define L38_DENSE_MASTER         6334879424 /*     910152: layer 38 dense: this rank's fp32 master shard */
-#define L38_DENSE_GRAD           6335789584 /*     910152: its gradient, accumulated over micro-batches */
-#define L38_DENSE_ADAM_M         6336699744 /*     910152: AdamW first moment (fp32) */
-#define L38_DENSE_ADAM_V         6337609904 /*     910152: AdamW second moment (fp32) */
-#define L38_EXPERTS_MASTER       6338520064 /*   44040192: layer 38 experts: this rank's fp32 master shard */
-#define L38_EXPERTS_GRAD         6382560256 /*   44040192: its gradient, accumulated over micro-batches */
-#define L38_EXPERTS_ADAM_M       6426600448 /*   44040192: AdamW first moment (fp32) */
-#define L38_EXPERTS_ADAM_V       6470640640 /*   44040192: AdamW second moment (fp32) */
-#define L39_DENSE_MASTER         6514680832 /*     910152: layer 39 dense: this rank's fp32 master shard */
-#define L39_DENSE_GRAD           6515590992 /*     910152: its gradient, accumulated over micro-batches */
-#define L39_DENSE_ADAM_M         6516501152 /*     910152: AdamW first moment (fp32) */
-#define L39_DENSE_ADAM_V         6517411312 /*     910152: AdamW second moment (fp32) */
-#define L39_EXPERTS_MASTER       6518321472 /*   44040192: layer 39 experts: this rank's fp32 master shard */
-#define L39_EXPERTS_GRAD         6562361664 /*   44040192: its gradient, accumulated over micro-batches */
-#define L39_EXPERTS_ADAM_M       6606401856 /*   44040192: AdamW first moment (fp32) */
-#define L39_EXPERTS_ADAM_V       6650442048 /*   44040192: AdamW second moment (fp32) */
-#define L40_DENSE_MASTER         6694482240 /*     910152: layer 40 dense: this rank's fp32 master shard */
-#define L40_DENSE_GRAD           6695392400 /*     910152: its gradient, accumulated over micro-batches */
-#define L40_DENSE_ADAM_M         6696302560 /*     910152: AdamW first moment (fp32) */
-#define L40_DENSE_ADAM_V         6697212720 /*     910152: AdamW second moment (fp32) */
-#define L40_EXPERTS_MASTER       6698122880 /*   44040192: layer 40 experts: this rank's fp32 master shard */
-#define L40_EXPERTS_GRAD         6742163072 /*   44040192: its gradient, accumulated over micro-batches */
-#define L40_EXPERTS_ADAM_M       6786203264 /*   44040192: AdamW first moment (fp32) */
-#define L40_EXPERTS_ADAM_V       6830243456 /*   44040192: AdamW second moment (fp32) */
-#define L41_DENSE_MASTER         6874283648 /*     910152: layer 41 dense: this rank's fp32 master shard */
-#define L41_DENSE_GRAD           6875193808 /*     910152: its gradient, accumulated over micro-batches */
-#define L41_DENSE_ADAM_M         6876103968 /*     910152: AdamW first moment (fp32) */
-#define L41_DENSE_ADAM_V         6877014128 /*     910152: AdamW second moment (fp32) */
-#define L41_EXPERTS_MASTER       6877924288 /*   44040192: layer 41 experts: this rank's fp32 master shard */
-#define L41_EXPERTS_GRAD         6921964480 /*   44040192: its gradient, accumulated over micro-batches */
-#define L41_EXPERTS_ADAM_M       6966004672 /*   44040192: AdamW first moment (fp32) */
-#define L41_EXPERTS_ADAM_V       7010044864 /*   44040192: AdamW second moment (fp32) */
-#define L42_DENSE_MASTER         7054085056 /*     910152: layer 42 dense: this rank's fp32 master shard */
-#define L42_DENSE_GRAD           7054995216 /*     910152: its gradient, accumulated over micro-batches */
-#define L42_DENSE_ADAM_M         7055905376 /*     910152: AdamW first moment (fp32) */
-#define L42_DENSE_ADAM_V         7056815536 /*     910152: AdamW second moment (fp32) */
-#define L42_EXPERTS_MASTER       7057725696 /*   44040192: layer 42 experts: this rank's fp32 master shard */
-#define L42_EXPERTS_GRAD         7101765888 /*   44040192: its gradient, accumulated over micro-batches */
-#define L42_EXPERTS_ADAM_M       7145806080 /*   44040192: AdamW first moment (fp32) */
-#define L42_EXPERTS_ADAM_V       7189846272 /*   44040192: AdamW second moment (fp32) */
-#define L43_DENSE_MASTER         7233886464 /*     910152: layer 43 dense: this rank's fp32 master shard */
-#define L43_DENSE_GRAD           7234796624 /*     910152: its gradient, accumulated over micro-batches */
-#define L43_DENSE_ADAM_M         7235706784 /*     910152: AdamW first moment (fp32) */
-#define L43_DENSE_ADAM_V         7236616944 /*     910152: AdamW second moment (fp32) */
-#define L43_EXPERTS_MASTER       7237527104 /*   44040192: layer 43 experts: this rank's fp32 master shard */
-#define L43_EXPERTS_GRAD         7281567296 /*   44040192: its gradient, accumulated over micro-batches */
-#define L43_EXPERTS_ADAM_M       7325607488 /*   44040192: AdamW first moment (fp32) */
-#define L43_EXPERTS_ADAM_V       7369647680 /*   44040192: AdamW second moment (fp32) */
-#define L44_DENSE_MASTER         7413687872 /*     910152: layer 44 dense: this rank's fp32 master shard */
-#define L44_DENSE_GRAD           7414598032 /*     910152: its gradient, accumulated over micro-batches */
-#define L44_DENSE_ADAM_M         7415508192 /*     910152: AdamW first moment (fp32) */
-#define L44_DENSE_ADAM_V         7416418352 /*     910152: AdamW second moment (fp32) */
-#define L44_EXPERTS_MASTER       7417328512 /*   44040192: layer 44 experts: this rank's fp32 master shard */
-#define L44_EXPERTS_GRAD         7461368704 /*   44040192: its gradient, accumulated over micro-batches */
-#define L44_EXPERTS_ADAM_M       7505408896 /*   44040192: AdamW first moment (fp32) */
-#define L44_EXPERTS_ADAM_V       7549449088 /*   44040192: AdamW second moment (fp32) */
-#define L45_DENSE_MASTER         7593489280 /*     910152: layer 45 dense: this rank's fp32 master shard */
-#define L45_DENSE_GRAD           7594399440 /*     910152: its gradient, accumulated over micro-batches */
-#define L45_DENSE_ADAM_M         7595309600 /*     910152: AdamW first moment (fp32) */
-#define L45_DENSE_ADAM_V         7596219760 /*     910152: AdamW second moment (fp32) */
-#define L45_EXPERTS_MASTER       7597129920 /*   44040192: layer 45 experts: this rank's fp32 master shard */
-#define L45_EXPERTS_GRAD         7641170112 /*   44040192: its gradient, accumulated over micro-batches */
-#define L45_EXPERTS_ADAM_M       7685210304 /*   44040192: AdamW first moment (fp32) */
-#define L45_EXPERTS_ADAM_V       7729250496 /*   44040192: AdamW second moment (fp32) */
-#define L46_DENSE_MASTER         7773290688 /*     910152: layer 46 dense: this rank's fp32 master shard */
-#define L46_DENSE_GRAD           7774200848 /*     910152: its gradient, accumulated over micro-batches */
-#define L46_DENSE_ADAM_M         7775111008 /*     910152: AdamW first moment (fp32) */
-#define L46_DENSE_ADAM_V         7776021168 /*     910152: AdamW second moment (fp32) */
-#define L46_EXPERTS_MASTER       7776931328 /*   44040192: layer 46 experts: this rank's fp32 master shard */
-#define L46_EXPERTS_GRAD         7820971520 /*   44040192: its gradient, accumulated over micro-batches */
-#define L46_EXPERTS_ADAM_M       7865011712 /*   44040192: AdamW first moment (fp32) */
-#define L46_EXPERTS_ADAM_V       7909051904 /*   44040192: AdamW second moment (fp32) */
-#define L47_DENSE_MASTER         7953092096 /*     910152: layer 47 dense: this rank's fp32 master shard */
-#define L47_DENSE_GRAD           7954002256 /*     910152: its gradient, accumulated over micro-batches */
-#define L47_DENSE_ADAM_M         7954912416 /*     910152: AdamW first moment (fp32) */
-#define L47_DENSE_ADAM_V         7955822576 /*     910152: AdamW second moment (fp32) */
-#define L47_EXPERTS_MASTER       7956732736 /*   44040192: layer 47 experts: this rank's fp32 master shard */
-#define L47_EXPERTS_GRAD         8000772928 /*   44040192: its gradient, accumulated over micro-batches */
-#define L47_EXPERTS_ADAM_M       8044813120 /*   44040192: AdamW first moment (fp32) */
-#define L47_EXPERTS_ADAM_V       8088853312 /*   44040192: AdamW second moment (fp32) */
-#define L48_DENSE_MASTER         8132893504 /*     910152: layer 48 dense: this rank's fp32 master shard */
-#define L48_DENSE_GRAD           8133803664 /*     910152: its gradient, accumulated over micro-batches */
-#define L48_DENSE_ADAM_M         8134713824 /*     910152: AdamW first moment (fp32) */
-#define L48_DENSE_ADAM_V         8135623984 /*     910152: AdamW second moment (fp32) */
-#define L48_EXPERTS_MASTER       8136534144 /*   44040192: layer 48 experts: this rank's fp32 master shard */
-#define L48_EXPERTS_GRAD         8180574336 /*   44040192: its gradient, accumulated over micro-batches */
-#define L48_EXPERTS_ADAM_M       8224614528 /*   44040192: AdamW first moment (fp32) */
-#define L48_EXPERTS_ADAM_V       8268654720 /*   44040192: AdamW second moment (fp32) */
-#define L49_DENSE_MASTER         8312694912 /*     910152: layer 49 dense: this rank's fp32 master shard */
-#define L49_DENSE_GRAD           8313605072 /*     910152: its gradient, accumulated over micro-batches */
-#define L49_DENSE_ADAM_M         8314515232 /*     910152: AdamW first moment (fp32) */
-#define L49_DENSE_ADAM_V         8315425392 /*     910152: AdamW second moment (fp32) */
-#define L49_EXPERTS_MASTER       8316335552 /*   44040192: layer 49 experts: this rank's fp32 master shard */
-#define L49_EXPERTS_GRAD         8360375744 /*   44040192: its gradient, accumulated over micro-batches */
-#define L49_EXPERTS_ADAM_M       8404415936 /*   44040192: AdamW first moment (fp32) */
-#define L49_EXPERTS_ADAM_V       8448456128 /*   44040192: AdamW second moment (fp32) */
-#define L50_DENSE_MASTER         8492496320 /*     910152: layer 50 dense: this rank's fp32 master shard */
-#define L50_DENSE_GRAD           8493406480 /*     910152: its gradient, accumulated over micro-batches */
-#define L50_DENSE_ADAM_M         8494316640 /*     910152: AdamW first moment (fp32) */
-#define L50_DENSE_ADAM_V         8495226800 /*     910152: AdamW second moment (fp32) */
-#define L50_EXPERTS_MASTER       8496136960 /*   44040192: layer 50 experts: this rank's fp32 master shard */
-#define L50_EXPERTS_GRAD         8540177152 /*   44040192: its gradient, accumulated over micro-batches */
-#define L50_EXPERTS_ADAM_M       8584217344 /*   44040192: AdamW first moment (fp32) */
-#define L50_EXPERTS_ADAM_V       8628257536 /*   44040192: AdamW second moment (fp32) */
-#define L51_DENSE_MASTER         8672297728 /*     910152: layer 51 dense: this rank's fp32 master shard */
-#define L51_DENSE_GRAD           8673207888 /*     910152: its gradient, accumulated over micro-batches */
-#define L51_DENSE_ADAM_M         8674118048 /*     910152: AdamW first moment (fp32) */
-#define L51_DENSE_ADAM_V         8675028208 /*     910152: AdamW second moment (fp32) */
-#define L51_EXPERTS_MASTER       8675938368 /*   44040192: layer 51 experts: this rank's fp32 master shard */
-#define L51_EXPERTS_GRAD         8719978560 /*   44040192: its gradient, accumulated over micro-batches */
-#define L51_EXPERTS_ADAM_M       8764018752 /*   44040192: AdamW first moment (fp32) */
-#define L51_EXPERTS_ADAM_V       8808058944 /*   44040192: AdamW second moment (fp32) */
-#define L52_DENSE_MASTER         8852099136 /*     910152: layer 52 dense: this rank's fp32 master shard */
-#define L52_DENSE_GRAD           8853009296 /*     910152: its gradient, accumulated over micro-batches */
-#define L52_DENSE_ADAM_M         8853919456 /*     910152: AdamW first moment (fp32) */
-#define L52_DENSE_ADAM_V         8854829616 /*     910152: AdamW second moment (fp32) */
-#define L52_EXPERTS_MASTER       8855739776 /*   44040192: layer 52 experts: this rank's fp32 master shard */
-#define L52_EXPERTS_GRAD         8899779968 /*   44040192: its gradient, accumulated over micro-batches */
-#define L52_EXPERTS_ADAM_M       8943820160 /*   44040192: AdamW first moment (fp32) */
-#define L52_EXPERTS_ADAM_V       8987860352 /*   44040192: AdamW second moment (fp32) */
-#define L53_DENSE_MASTER         9031900544 /*     910152: layer 53 dense: this rank's fp32 master shard */
-#define L53_DENSE_GRAD           9032810704 /*     910152: its gradient, accumulated over micro-batches */
-#define L53_DENSE_ADAM_M         9033720864 /*     910152: AdamW first moment (fp32) */
-#define L53_DENSE_ADAM_V         9034631024 /*     910152: AdamW second moment (fp32) */
-#define L53_EXPERTS_MASTER       9035541184 /*   44040192: layer 53 experts: this rank's fp32 master shard */
-#define L53_EXPERTS_GRAD         9079581376 /*   44040192: its gradient, accumulated over micro-batches */
-#define L53_EXPERTS_ADAM_M       9123621568 /*   44040192: AdamW first moment (fp32) */
-#define L53_EXPERTS_ADAM_V       9167661760 /*   44040192: AdamW second moment (fp32) */
-#define L54_DENSE_MASTER         9211701952 /*     910152: layer 54 dense: this rank's fp32 master shard */
-#define L54_DENSE_GRAD           9212612112 /*     910152: its gradient, accumulated over micro-batches */
-#define L54_DENSE_ADAM_M         9213522272 /*     910152: AdamW first moment (fp32) */
-#define L54_DENSE_ADAM_V         9214432432 /*     910152: AdamW second moment (fp32) */
-#define L54_EXPERTS_MASTER       9215342592 /*   44040192: layer 54 experts: this rank's fp32 master shard */
-#define L54_EXPERTS_GRAD         9259382784 /*   44040192: its gradient, accumulated over micro-batches */
-#define L54_EXPERTS_ADAM_M       9303422976 /*   44040192: AdamW first moment (fp32) */
-#define L54_EXPERTS_ADAM_V       9347463168 /*   44040192: AdamW second moment (fp32) */
-#define L55_DENSE_MASTER         9391503360 /*     910152: layer 55 dense: this rank's fp32 master shard */
-#define L55_DENSE_GRAD           9392413520 /*     910152: its gradient, accumulated over micro-batches */
-#define L55_DENSE_ADAM_M         9393323680 /*     910152: AdamW first moment (fp32) */
-#define L55_DENSE_ADAM_V         9394233840 /*     910152: AdamW second moment (fp32) */
-#define L55_EXPERTS_MASTER       9395144000 /*   44040192: layer 55 experts: this rank's fp32 master shard */
-#define L55_EXPERTS_GRAD         9439184192 /*   44040192: its gradient, accumulated over micro-batches */
-#define L55_EXPERTS_ADAM_M       9483224384 /*   44040192: AdamW first moment (fp32) */
-#define L55_EXPERTS_ADAM_V       9527264576 /*   44040192: AdamW second moment (fp32) */
-#define L56_DENSE_MASTER         9571304768 /*     910152: layer 56 dense: this rank's fp32 master shard */
-#define L56_DENSE_GRAD           9572214928 /*     910152: its gradient, accumulated over micro-batches */
-#define L56_DENSE_ADAM_M         9573125088 /*     910152: AdamW first moment (fp32) */
-#define L56_DENSE_ADAM_V         9574035248 /*     910152: AdamW second moment (fp32) */
-#define L56_EXPERTS_MASTER       9574945408 /*   44040192: layer 56 experts: this rank's fp32 master shard */
-#define L56_EXPERTS_GRAD         9618985600 /*   44040192: its gradient, accumulated over micro-batches */
-#define L56_EXPERTS_ADAM_M       9663025792 /*   44040192: AdamW first moment (fp32) */
-#define L56_EXPERTS_ADAM_V       9707065984 /*   44040192: AdamW second moment (fp32) */
-#define L57_DENSE_MASTER         9751106176 /*     910152: layer 57 dense: this rank's fp32 master shard */
-#define L57_DENSE_GRAD           9752016336 /*     910152: its gradient, accumulated over micro-batches */
-#define L57_DENSE_ADAM_M         9752926496 /*     910152: AdamW first moment (fp32) */
-#define L57_DENSE_ADAM_V         9753836656 /*     910152: AdamW second moment (fp32) */
-#define L57_EXPERTS_MASTER       9754746816 /*   44040192: layer 57 experts: this rank's fp32 master shard */
-#define L57_EXPERTS_GRAD         9798787008 /*   44040192: its gradient, accumulated over micro-batches */
-#define L57_EXPERTS_ADAM_M       9842827200 /*   44040192: AdamW first moment (fp32) */
-#define L57_EXPERTS_ADAM_V       9886867392 /*   44040192: AdamW second moment (fp32) */
-#define L58_DENSE_MASTER         9930907584 /*     910152: layer 58 dense: this rank's fp32 master shard */
-#define L58_DENSE_GRAD           9931817744 /*     910152: its gradient, accumulated over micro-batches */
-#define L58_DENSE_ADAM_M         9932727904 /*     910152: AdamW first moment (fp32) */
-#define L58_DENSE_ADAM_V         9933638064 /*     910152: AdamW second moment (fp32) */
-#define L58_EXPERTS_MASTER       9934548224 /*   44040192: layer 58 experts: this rank's fp32 master shard */
-#define L58_EXPERTS_GRAD         9978588416 /*   44040192: its gradient, accumulated over micro-batches */
-#define L58_EXPERTS_ADAM_M      10022628608 /*   44040192: AdamW first moment (fp32) */
-#define L58_EXPERTS_ADAM_V      10066668800 /*   44040192: AdamW second moment (fp32) */
-#define L59_DENSE_MASTER        10110708992 /*     910152: layer 59 dense: this rank's fp32 master shard */
-#define L59_DENSE_GRAD          10111619152 /*     910152: its gradient, accumulated over micro-batches */
-#define L59_DENSE_ADAM_M        10112529312 /*     910152: AdamW first moment (fp32) */
-#define L59_DENSE_ADAM_V        10113439472 /*     910152: AdamW second moment (fp32) */
-#define L59_EXPERTS_MASTER      10114349632 /*   44040192: layer 59 experts: this rank's fp32 master shard */
-#define L59_EXPERTS_GRAD        10158389824 /*   44040192: its gradient, accumulated over micro-batches */
-#define L59_EXPERTS_ADAM_M      10202430016 /*   44040192: AdamW first moment (fp32) */
-#define L59_EXPERTS_ADAM_V      10246470208 /*   44040192: AdamW second moment (fp32) */
-#define L60_DENSE_MASTER        10290510400 /*     910152: layer 60 dense: this rank's fp32 master shard */
-#define L60_DENSE_GRAD          10291420560 /*     910152: its gradient, accumulated over micro-batches */
-#define L60_DENSE_ADAM_M        10292330720 /*     910152: AdamW first moment (fp32) */
-#define L60_DENSE_ADAM_V        10293240880 /*     910152: AdamW second moment (fp32) */
-#define L60_EXPERTS_MASTER      10294151040 /*   44040192: layer 60 experts: this rank's fp32 master shard */
-#define L60_EXPERTS_GRAD        10338191232 /*   44040192: its gradient, accumulated over micro-batches */
-#define L60_EXPERTS_ADAM_M      10382231424 /*   44040192: AdamW first moment (fp32) */
-#define L60_EXPERTS_ADAM_V      10426271616 /*   44040192: AdamW second moment (fp32) */
-#define HEAD_MASTER             10470311808 /*    3619872: head: this rank's fp32 master shard */
-#define HEAD_GRAD               10473931680 /*    3619872: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M             10477551552 /*    3619872: AdamW first moment (fp32) */
-#define HEAD_ADAM_V             10481171424 /*    3619872: AdamW second moment (fp32) */
+#define EMBED_MASTER                      0 /*    3619840 [master.fp32_shard]: embedding: this rank's fp32 master shard */
+#define EMBED_GRAD                  3619840 /*    3619840 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M                7239680 /*    3619840 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define EMBED_ADAM_V               10859520 /*    3619840 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER            14479360 /*    2279232 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L0_DENSE_GRAD              16758592 /*    2279232 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L0_DENSE_ADAM_M            19037824 /*    2279232 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_V            21317056 /*    2279232 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L1_DENSE_MASTER            23596288 /*    2279232 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L1_DENSE_GRAD              25875520 /*    2279232 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L1_DENSE_ADAM_M            28154752 /*    2279232 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_V            30433984 /*    2279232 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L2_DENSE_MASTER            32713216 /*    2279232 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L2_DENSE_GRAD              34992448 /*    2279232 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L2_DENSE_ADAM_M            37271680 /*    2279232 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_V            39550912 /*    2279232 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L3_DENSE_MASTER            41830144 /*     910152 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_DENSE_GRAD              42740304 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_DENSE_ADAM_M            43650464 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_V            44560624 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L3_EXPERTS_MASTER          45470784 /*   44040192 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
+#define L3_EXPERTS_GRAD            89510976 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_ADAM_M         133551168 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_V         177591360 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L4_DENSE_MASTER           221631552 /*     910152 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
+#define L4_DENSE_GRAD             222541712 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L4_DENSE_ADAM_M           223451872 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_V           224362032 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L4_EXPERTS_MASTER         225272192 /*   44040192 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
+#define L4_EXPERTS_GRAD           269312384 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L4_EXPERTS_ADAM_M         313352576 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L4_EXPERTS_ADAM_V         357392768 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L5_DENSE_MASTER           401432960 /*     910152 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
+#define L5_DENSE_GRAD             402343120 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L5_DENSE_ADAM_M           403253280 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_V           404163440 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L5_EXPERTS_MASTER         405073600 /*   44040192 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
+#define L5_EXPERTS_GRAD           449113792 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L5_EXPERTS_ADAM_M         493153984 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L5_EXPERTS_ADAM_V         537194176 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L6_DENSE_MASTER           581234368 /*     910152 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
+#define L6_DENSE_GRAD             582144528 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L6_DENSE_ADAM_M           583054688 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_V           583964848 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L6_EXPERTS_MASTER         584875008 /*   44040192 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
+#define L6_EXPERTS_GRAD           628915200 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L6_EXPERTS_ADAM_M         672955392 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L6_EXPERTS_ADAM_V         716995584 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L7_DENSE_MASTER           761035776 /*     910152 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
+#define L7_DENSE_GRAD             761945936 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L7_DENSE_ADAM_M           762856096 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_V           763766256 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L7_EXPERTS_MASTER         764676416 /*   44040192 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
+#define L7_EXPERTS_GRAD           808716608 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L7_EXPERTS_ADAM_M         852756800 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L7_EXPERTS_ADAM_V         896796992 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L8_DENSE_MASTER           940837184 /*     910152 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
+#define L8_DENSE_GRAD             941747344 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L8_DENSE_ADAM_M           942657504 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_V           943567664 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L8_EXPERTS_MASTER         944477824 /*   44040192 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
+#define L8_EXPERTS_GRAD           988518016 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L8_EXPERTS_ADAM_M        1032558208 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L8_EXPERTS_ADAM_V        1076598400 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L9_DENSE_MASTER          1120638592 /*     910152 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
+#define L9_DENSE_GRAD            1121548752 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L9_DENSE_ADAM_M          1122458912 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_V          1123369072 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L9_EXPERTS_MASTER        1124279232 /*   44040192 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
+#define L9_EXPERTS_GRAD          1168319424 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L9_EXPERTS_ADAM_M        1212359616 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L9_EXPERTS_ADAM_V        1256399808 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L10_DENSE_MASTER         1300440000 /*     910152 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
+#define L10_DENSE_GRAD           1301350160 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L10_DENSE_ADAM_M         1302260320 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_V         1303170480 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L10_EXPERTS_MASTER       1304080640 /*   44040192 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
+#define L10_EXPERTS_GRAD         1348120832 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L10_EXPERTS_ADAM_M       1392161024 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L10_EXPERTS_ADAM_V       1436201216 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L11_DENSE_MASTER         1480241408 /*     910152 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
+#define L11_DENSE_GRAD           1481151568 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L11_DENSE_ADAM_M         1482061728 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_V         1482971888 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L11_EXPERTS_MASTER       1483882048 /*   44040192 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
+#define L11_EXPERTS_GRAD         1527922240 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L11_EXPERTS_ADAM_M       1571962432 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L11_EXPERTS_ADAM_V       1616002624 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L12_DENSE_MASTER         1660042816 /*     910152 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
+#define L12_DENSE_GRAD           1660952976 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L12_DENSE_ADAM_M         1661863136 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_V         1662773296 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L12_EXPERTS_MASTER       1663683456 /*   44040192 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
+#define L12_EXPERTS_GRAD         1707723648 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L12_EXPERTS_ADAM_M       1751763840 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L12_EXPERTS_ADAM_V       1795804032 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L13_DENSE_MASTER         1839844224 /*     910152 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
+#define L13_DENSE_GRAD           1840754384 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L13_DENSE_ADAM_M         1841664544 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_V         1842574704 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L13_EXPERTS_MASTER       1843484864 /*   44040192 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
+#define L13_EXPERTS_GRAD         1887525056 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L13_EXPERTS_ADAM_M       1931565248 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L13_EXPERTS_ADAM_V       1975605440 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L14_DENSE_MASTER         2019645632 /*     910152 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
+#define L14_DENSE_GRAD           2020555792 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L14_DENSE_ADAM_M         2021465952 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_V         2022376112 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L14_EXPERTS_MASTER       2023286272 /*   44040192 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
+#define L14_EXPERTS_GRAD         2067326464 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L14_EXPERTS_ADAM_M       2111366656 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L14_EXPERTS_ADAM_V       2155406848 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L15_DENSE_MASTER         2199447040 /*     910152 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
+#define L15_DENSE_GRAD           2200357200 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L15_DENSE_ADAM_M         2201267360 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_V         2202177520 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L15_EXPERTS_MASTER       2203087680 /*   44040192 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
+#define L15_EXPERTS_GRAD         2247127872 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L15_EXPERTS_ADAM_M       2291168064 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L15_EXPERTS_ADAM_V       2335208256 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L16_DENSE_MASTER         2379248448 /*     910152 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
+#define L16_DENSE_GRAD           2380158608 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L16_DENSE_ADAM_M         2381068768 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_V         2381978928 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L16_EXPERTS_MASTER       2382889088 /*   44040192 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
+#define L16_EXPERTS_GRAD         2426929280 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L16_EXPERTS_ADAM_M       2470969472 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L16_EXPERTS_ADAM_V       2515009664 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L17_DENSE_MASTER         2559049856 /*     910152 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
+#define L17_DENSE_GRAD           2559960016 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L17_DENSE_ADAM_M         2560870176 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_V         2561780336 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L17_EXPERTS_MASTER       2562690496 /*   44040192 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
+#define L17_EXPERTS_GRAD         2606730688 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L17_EXPERTS_ADAM_M       2650770880 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L17_EXPERTS_ADAM_V       2694811072 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L18_DENSE_MASTER         2738851264 /*     910152 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
+#define L18_DENSE_GRAD           2739761424 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L18_DENSE_ADAM_M         2740671584 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_V         2741581744 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L18_EXPERTS_MASTER       2742491904 /*   44040192 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
+#define L18_EXPERTS_GRAD         2786532096 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L18_EXPERTS_ADAM_M       2830572288 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L18_EXPERTS_ADAM_V       2874612480 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L19_DENSE_MASTER         2918652672 /*     910152 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
+#define L19_DENSE_GRAD           2919562832 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L19_DENSE_ADAM_M         2920472992 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_V         2921383152 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L19_EXPERTS_MASTER       2922293312 /*   44040192 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
+#define L19_EXPERTS_GRAD         2966333504 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L19_EXPERTS_ADAM_M       3010373696 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L19_EXPERTS_ADAM_V       3054413888 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L20_DENSE_MASTER         3098454080 /*     910152 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
+#define L20_DENSE_GRAD           3099364240 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L20_DENSE_ADAM_M         3100274400 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_V         3101184560 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L20_EXPERTS_MASTER       3102094720 /*   44040192 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
+#define L20_EXPERTS_GRAD         3146134912 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L20_EXPERTS_ADAM_M       3190175104 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L20_EXPERTS_ADAM_V       3234215296 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L21_DENSE_MASTER         3278255488 /*     910152 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
+#define L21_DENSE_GRAD           3279165648 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L21_DENSE_ADAM_M         3280075808 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_V         3280985968 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L21_EXPERTS_MASTER       3281896128 /*   44040192 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
+#define L21_EXPERTS_GRAD         3325936320 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L21_EXPERTS_ADAM_M       3369976512 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L21_EXPERTS_ADAM_V       3414016704 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L22_DENSE_MASTER         3458056896 /*     910152 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
+#define L22_DENSE_GRAD           3458967056 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L22_DENSE_ADAM_M         3459877216 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_V         3460787376 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L22_EXPERTS_MASTER       3461697536 /*   44040192 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
+#define L22_EXPERTS_GRAD         3505737728 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L22_EXPERTS_ADAM_M       3549777920 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L22_EXPERTS_ADAM_V       3593818112 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L23_DENSE_MASTER         3637858304 /*     910152 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
+#define L23_DENSE_GRAD           3638768464 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L23_DENSE_ADAM_M         3639678624 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_V         3640588784 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L23_EXPERTS_MASTER       3641498944 /*   44040192 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
+#define L23_EXPERTS_GRAD         3685539136 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L23_EXPERTS_ADAM_M       3729579328 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L23_EXPERTS_ADAM_V       3773619520 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L24_DENSE_MASTER         3817659712 /*     910152 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
+#define L24_DENSE_GRAD           3818569872 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L24_DENSE_ADAM_M         3819480032 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_V         3820390192 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L24_EXPERTS_MASTER       3821300352 /*   44040192 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
+#define L24_EXPERTS_GRAD         3865340544 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L24_EXPERTS_ADAM_M       3909380736 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L24_EXPERTS_ADAM_V       3953420928 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L25_DENSE_MASTER         3997461120 /*     910152 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
+#define L25_DENSE_GRAD           3998371280 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L25_DENSE_ADAM_M         3999281440 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_V         4000191600 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L25_EXPERTS_MASTER       4001101760 /*   44040192 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
+#define L25_EXPERTS_GRAD         4045141952 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L25_EXPERTS_ADAM_M       4089182144 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L25_EXPERTS_ADAM_V       4133222336 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L26_DENSE_MASTER         4177262528 /*     910152 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
+#define L26_DENSE_GRAD           4178172688 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L26_DENSE_ADAM_M         4179082848 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_V         4179993008 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L26_EXPERTS_MASTER       4180903168 /*   44040192 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
+#define L26_EXPERTS_GRAD         4224943360 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L26_EXPERTS_ADAM_M       4268983552 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L26_EXPERTS_ADAM_V       4313023744 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L27_DENSE_MASTER         4357063936 /*     910152 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
+#define L27_DENSE_GRAD           4357974096 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L27_DENSE_ADAM_M         4358884256 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_V         4359794416 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L27_EXPERTS_MASTER       4360704576 /*   44040192 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
+#define L27_EXPERTS_GRAD         4404744768 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L27_EXPERTS_ADAM_M       4448784960 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L27_EXPERTS_ADAM_V       4492825152 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L28_DENSE_MASTER         4536865344 /*     910152 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
+#define L28_DENSE_GRAD           4537775504 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L28_DENSE_ADAM_M         4538685664 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_V         4539595824 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L28_EXPERTS_MASTER       4540505984 /*   44040192 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
+#define L28_EXPERTS_GRAD         4584546176 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L28_EXPERTS_ADAM_M       4628586368 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L28_EXPERTS_ADAM_V       4672626560 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L29_DENSE_MASTER         4716666752 /*     910152 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
+#define L29_DENSE_GRAD           4717576912 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L29_DENSE_ADAM_M         4718487072 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_V         4719397232 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L29_EXPERTS_MASTER       4720307392 /*   44040192 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
+#define L29_EXPERTS_GRAD         4764347584 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L29_EXPERTS_ADAM_M       4808387776 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L29_EXPERTS_ADAM_V       4852427968 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L30_DENSE_MASTER         4896468160 /*     910152 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
+#define L30_DENSE_GRAD           4897378320 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L30_DENSE_ADAM_M         4898288480 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_V         4899198640 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L30_EXPERTS_MASTER       4900108800 /*   44040192 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
+#define L30_EXPERTS_GRAD         4944148992 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L30_EXPERTS_ADAM_M       4988189184 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L30_EXPERTS_ADAM_V       5032229376 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L31_DENSE_MASTER         5076269568 /*     910152 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
+#define L31_DENSE_GRAD           5077179728 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L31_DENSE_ADAM_M         5078089888 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_V         5079000048 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L31_EXPERTS_MASTER       5079910208 /*   44040192 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
+#define L31_EXPERTS_GRAD         5123950400 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L31_EXPERTS_ADAM_M       5167990592 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L31_EXPERTS_ADAM_V       5212030784 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L32_DENSE_MASTER         5256070976 /*     910152 [master.fp32_shard]: layer 32 dense: this rank's fp32 master shard */
+#define L32_DENSE_GRAD           5256981136 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L32_DENSE_ADAM_M         5257891296 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L32_DENSE_ADAM_V         5258801456 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L32_EXPERTS_MASTER       5259711616 /*   44040192 [master.fp32_shard]: layer 32 experts: this rank's fp32 master shard */
+#define L32_EXPERTS_GRAD         5303751808 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L32_EXPERTS_ADAM_M       5347792000 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L32_EXPERTS_ADAM_V       5391832192 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L33_DENSE_MASTER         5435872384 /*     910152 [master.fp32_shard]: layer 33 dense: this rank's fp32 master shard */
+#define L33_DENSE_GRAD           5436782544 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L33_DENSE_ADAM_M         5437692704 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L33_DENSE_ADAM_V         5438602864 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L33_EXPERTS_MASTER       5439513024 /*   44040192 [master.fp32_shard]: layer 33 experts: this rank's fp32 master shard */
+#define L33_EXPERTS_GRAD         5483553216 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L33_EXPERTS_ADAM_M       5527593408 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L33_EXPERTS_ADAM_V       5571633600 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L34_DENSE_MASTER         5615673792 /*     910152 [master.fp32_shard]: layer 34 dense: this rank's fp32 master shard */
+#define L34_DENSE_GRAD           5616583952 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L34_DENSE_ADAM_M         5617494112 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L34_DENSE_ADAM_V         5618404272 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L34_EXPERTS_MASTER       5619314432 /*   44040192 [master.fp32_shard]: layer 34 experts: this rank's fp32 master shard */
+#define L34_EXPERTS_GRAD         5663354624 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L34_EXPERTS_ADAM_M       5707394816 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L34_EXPERTS_ADAM_V       5751435008 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L35_DENSE_MASTER         5795475200 /*     910152 [master.fp32_shard]: layer 35 dense: this rank's fp32 master shard */
+#define L35_DENSE_GRAD           5796385360 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L35_DENSE_ADAM_M         5797295520 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L35_DENSE_ADAM_V         5798205680 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L35_EXPERTS_MASTER       5799115840 /*   44040192 [master.fp32_shard]: layer 35 experts: this rank's fp32 master shard */
+#define L35_EXPERTS_GRAD         5843156032 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L35_EXPERTS_ADAM_M       5887196224 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L35_EXPERTS_ADAM_V       5931236416 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L36_DENSE_MASTER         5975276608 /*     910152 [master.fp32_shard]: layer 36 dense: this rank's fp32 master shard */
+#define L36_DENSE_GRAD           5976186768 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L36_DENSE_ADAM_M         5977096928 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L36_DENSE_ADAM_V         5978007088 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L36_EXPERTS_MASTER       5978917248 /*   44040192 [master.fp32_shard]: layer 36 experts: this rank's fp32 master shard */
+#define L36_EXPERTS_GRAD         6022957440 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L36_EXPERTS_ADAM_M       6066997632 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L36_EXPERTS_ADAM_V       6111037824 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L37_DENSE_MASTER         6155078016 /*     910152 [master.fp32_shard]: layer 37 dense: this rank's fp32 master shard */
+#define L37_DENSE_GRAD           6155988176 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L37_DENSE_ADAM_M         6156898336 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L37_DENSE_ADAM_V         6157808496 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L37_EXPERTS_MASTER       6158718656 /*   44040192 [master.fp32_shard]: layer 37 experts: this rank's fp32 master shard */
+#define L37_EXPERTS_GRAD         6202758848 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L37_EXPERTS_ADAM_M       6246799040 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L37_EXPERTS_ADAM_V       6290839232 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L38_DENSE_MASTER         6334879424 /*     910152 [master.fp32_shard]: layer 38 dense: this rank's fp32 master shard */
+#define L38_DENSE_GRAD           6335789584 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L38_DENSE_ADAM_M         6336699744 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L38_DENSE_ADAM_V         6337609904 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L38_EXPERTS_MASTER       6338520064 /*   44040192 [master.fp32_shard]: layer 38 experts: this rank's fp32 master shard */
+#define L38_EXPERTS_GRAD         6382560256 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L38_EXPERTS_ADAM_M       6426600448 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L38_EXPERTS_ADAM_V       6470640640 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L39_DENSE_MASTER         6514680832 /*     910152 [master.fp32_shard]: layer 39 dense: this rank's fp32 master shard */
+#define L39_DENSE_GRAD           6515590992 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L39_DENSE_ADAM_M         6516501152 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L39_DENSE_ADAM_V         6517411312 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L39_EXPERTS_MASTER       6518321472 /*   44040192 [master.fp32_shard]: layer 39 experts: this rank's fp32 master shard */
+#define L39_EXPERTS_GRAD         6562361664 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L39_EXPERTS_ADAM_M       6606401856 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L39_EXPERTS_ADAM_V       6650442048 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L40_DENSE_MASTER         6694482240 /*     910152 [master.fp32_shard]: layer 40 dense: this rank's fp32 master shard */
+#define L40_DENSE_GRAD           6695392400 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L40_DENSE_ADAM_M         6696302560 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L40_DENSE_ADAM_V         6697212720 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L40_EXPERTS_MASTER       6698122880 /*   44040192 [master.fp32_shard]: layer 40 experts: this rank's fp32 master shard */
+#define L40_EXPERTS_GRAD         6742163072 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L40_EXPERTS_ADAM_M       6786203264 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L40_EXPERTS_ADAM_V       6830243456 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L41_DENSE_MASTER         6874283648 /*     910152 [master.fp32_shard]: layer 41 dense: this rank's fp32 master shard */
+#define L41_DENSE_GRAD           6875193808 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L41_DENSE_ADAM_M         6876103968 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L41_DENSE_ADAM_V         6877014128 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L41_EXPERTS_MASTER       6877924288 /*   44040192 [master.fp32_shard]: layer 41 experts: this rank's fp32 master shard */
+#define L41_EXPERTS_GRAD         6921964480 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L41_EXPERTS_ADAM_M       6966004672 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L41_EXPERTS_ADAM_V       7010044864 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L42_DENSE_MASTER         7054085056 /*     910152 [master.fp32_shard]: layer 42 dense: this rank's fp32 master shard */
+#define L42_DENSE_GRAD           7054995216 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L42_DENSE_ADAM_M         7055905376 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L42_DENSE_ADAM_V         7056815536 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L42_EXPERTS_MASTER       7057725696 /*   44040192 [master.fp32_shard]: layer 42 experts: this rank's fp32 master shard */
+#define L42_EXPERTS_GRAD         7101765888 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L42_EXPERTS_ADAM_M       7145806080 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L42_EXPERTS_ADAM_V       7189846272 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L43_DENSE_MASTER         7233886464 /*     910152 [master.fp32_shard]: layer 43 dense: this rank's fp32 master shard */
+#define L43_DENSE_GRAD           7234796624 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L43_DENSE_ADAM_M         7235706784 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L43_DENSE_ADAM_V         7236616944 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L43_EXPERTS_MASTER       7237527104 /*   44040192 [master.fp32_shard]: layer 43 experts: this rank's fp32 master shard */
+#define L43_EXPERTS_GRAD         7281567296 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L43_EXPERTS_ADAM_M       7325607488 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L43_EXPERTS_ADAM_V       7369647680 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L44_DENSE_MASTER         7413687872 /*     910152 [master.fp32_shard]: layer 44 dense: this rank's fp32 master shard */
+#define L44_DENSE_GRAD           7414598032 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L44_DENSE_ADAM_M         7415508192 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L44_DENSE_ADAM_V         7416418352 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L44_EXPERTS_MASTER       7417328512 /*   44040192 [master.fp32_shard]: layer 44 experts: this rank's fp32 master shard */
+#define L44_EXPERTS_GRAD         7461368704 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L44_EXPERTS_ADAM_M       7505408896 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L44_EXPERTS_ADAM_V       7549449088 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L45_DENSE_MASTER         7593489280 /*     910152 [master.fp32_shard]: layer 45 dense: this rank's fp32 master shard */
+#define L45_DENSE_GRAD           7594399440 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L45_DENSE_ADAM_M         7595309600 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L45_DENSE_ADAM_V         7596219760 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L45_EXPERTS_MASTER       7597129920 /*   44040192 [master.fp32_shard]: layer 45 experts: this rank's fp32 master shard */
+#define L45_EXPERTS_GRAD         7641170112 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L45_EXPERTS_ADAM_M       7685210304 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L45_EXPERTS_ADAM_V       7729250496 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L46_DENSE_MASTER         7773290688 /*     910152 [master.fp32_shard]: layer 46 dense: this rank's fp32 master shard */
+#define L46_DENSE_GRAD           7774200848 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L46_DENSE_ADAM_M         7775111008 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L46_DENSE_ADAM_V         7776021168 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L46_EXPERTS_MASTER       7776931328 /*   44040192 [master.fp32_shard]: layer 46 experts: this rank's fp32 master shard */
+#define L46_EXPERTS_GRAD         7820971520 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L46_EXPERTS_ADAM_M       7865011712 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L46_EXPERTS_ADAM_V       7909051904 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L47_DENSE_MASTER         7953092096 /*     910152 [master.fp32_shard]: layer 47 dense: this rank's fp32 master shard */
+#define L47_DENSE_GRAD           7954002256 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L47_DENSE_ADAM_M         7954912416 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L47_DENSE_ADAM_V         7955822576 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L47_EXPERTS_MASTER       7956732736 /*   44040192 [master.fp32_shard]: layer 47 experts: this rank's fp32 master shard */
+#define L47_EXPERTS_GRAD         8000772928 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L47_EXPERTS_ADAM_M       8044813120 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L47_EXPERTS_ADAM_V       8088853312 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L48_DENSE_MASTER         8132893504 /*     910152 [master.fp32_shard]: layer 48 dense: this rank's fp32 master shard */
+#define L48_DENSE_GRAD           8133803664 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L48_DENSE_ADAM_M         8134713824 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L48_DENSE_ADAM_V         8135623984 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L48_EXPERTS_MASTER       8136534144 /*   44040192 [master.fp32_shard]: layer 48 experts: this rank's fp32 master shard */
+#define L48_EXPERTS_GRAD         8180574336 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L48_EXPERTS_ADAM_M       8224614528 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L48_EXPERTS_ADAM_V       8268654720 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L49_DENSE_MASTER         8312694912 /*     910152 [master.fp32_shard]: layer 49 dense: this rank's fp32 master shard */
+#define L49_DENSE_GRAD           8313605072 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L49_DENSE_ADAM_M         8314515232 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L49_DENSE_ADAM_V         8315425392 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L49_EXPERTS_MASTER       8316335552 /*   44040192 [master.fp32_shard]: layer 49 experts: this rank's fp32 master shard */
+#define L49_EXPERTS_GRAD         8360375744 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L49_EXPERTS_ADAM_M       8404415936 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L49_EXPERTS_ADAM_V       8448456128 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L50_DENSE_MASTER         8492496320 /*     910152 [master.fp32_shard]: layer 50 dense: this rank's fp32 master shard */
+#define L50_DENSE_GRAD           8493406480 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L50_DENSE_ADAM_M         8494316640 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L50_DENSE_ADAM_V         8495226800 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L50_EXPERTS_MASTER       8496136960 /*   44040192 [master.fp32_shard]: layer 50 experts: this rank's fp32 master shard */
+#define L50_EXPERTS_GRAD         8540177152 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L50_EXPERTS_ADAM_M       8584217344 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L50_EXPERTS_ADAM_V       8628257536 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L51_DENSE_MASTER         8672297728 /*     910152 [master.fp32_shard]: layer 51 dense: this rank's fp32 master shard */
+#define L51_DENSE_GRAD           8673207888 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L51_DENSE_ADAM_M         8674118048 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L51_DENSE_ADAM_V         8675028208 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L51_EXPERTS_MASTER       8675938368 /*   44040192 [master.fp32_shard]: layer 51 experts: this rank's fp32 master shard */
+#define L51_EXPERTS_GRAD         8719978560 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L51_EXPERTS_ADAM_M       8764018752 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L51_EXPERTS_ADAM_V       8808058944 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L52_DENSE_MASTER         8852099136 /*     910152 [master.fp32_shard]: layer 52 dense: this rank's fp32 master shard */
+#define L52_DENSE_GRAD           8853009296 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L52_DENSE_ADAM_M         8853919456 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L52_DENSE_ADAM_V         8854829616 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L52_EXPERTS_MASTER       8855739776 /*   44040192 [master.fp32_shard]: layer 52 experts: this rank's fp32 master shard */
+#define L52_EXPERTS_GRAD         8899779968 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L52_EXPERTS_ADAM_M       8943820160 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L52_EXPERTS_ADAM_V       8987860352 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L53_DENSE_MASTER         9031900544 /*     910152 [master.fp32_shard]: layer 53 dense: this rank's fp32 master shard */
+#define L53_DENSE_GRAD           9032810704 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L53_DENSE_ADAM_M         9033720864 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L53_DENSE_ADAM_V         9034631024 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L53_EXPERTS_MASTER       9035541184 /*   44040192 [master.fp32_shard]: layer 53 experts: this rank's fp32 master shard */
+#define L53_EXPERTS_GRAD         9079581376 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L53_EXPERTS_ADAM_M       9123621568 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L53_EXPERTS_ADAM_V       9167661760 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L54_DENSE_MASTER         9211701952 /*     910152 [master.fp32_shard]: layer 54 dense: this rank's fp32 master shard */
+#define L54_DENSE_GRAD           9212612112 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L54_DENSE_ADAM_M         9213522272 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L54_DENSE_ADAM_V         9214432432 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L54_EXPERTS_MASTER       9215342592 /*   44040192 [master.fp32_shard]: layer 54 experts: this rank's fp32 master shard */
+#define L54_EXPERTS_GRAD         9259382784 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L54_EXPERTS_ADAM_M       9303422976 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L54_EXPERTS_ADAM_V       9347463168 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L55_DENSE_MASTER         9391503360 /*     910152 [master.fp32_shard]: layer 55 dense: this rank's fp32 master shard */
+#define L55_DENSE_GRAD           9392413520 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L55_DENSE_ADAM_M         9393323680 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L55_DENSE_ADAM_V         9394233840 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L55_EXPERTS_MASTER       9395144000 /*   44040192 [master.fp32_shard]: layer 55 experts: this rank's fp32 master shard */
+#define L55_EXPERTS_GRAD         9439184192 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L55_EXPERTS_ADAM_M       9483224384 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L55_EXPERTS_ADAM_V       9527264576 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L56_DENSE_MASTER         9571304768 /*     910152 [master.fp32_shard]: layer 56 dense: this rank's fp32 master shard */
+#define L56_DENSE_GRAD           9572214928 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L56_DENSE_ADAM_M         9573125088 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L56_DENSE_ADAM_V         9574035248 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L56_EXPERTS_MASTER       9574945408 /*   44040192 [master.fp32_shard]: layer 56 experts: this rank's fp32 master shard */
+#define L56_EXPERTS_GRAD         9618985600 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L56_EXPERTS_ADAM_M       9663025792 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L56_EXPERTS_ADAM_V       9707065984 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L57_DENSE_MASTER         9751106176 /*     910152 [master.fp32_shard]: layer 57 dense: this rank's fp32 master shard */
+#define L57_DENSE_GRAD           9752016336 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L57_DENSE_ADAM_M         9752926496 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L57_DENSE_ADAM_V         9753836656 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L57_EXPERTS_MASTER       9754746816 /*   44040192 [master.fp32_shard]: layer 57 experts: this rank's fp32 master shard */
+#define L57_EXPERTS_GRAD         9798787008 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L57_EXPERTS_ADAM_M       9842827200 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L57_EXPERTS_ADAM_V       9886867392 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L58_DENSE_MASTER         9930907584 /*     910152 [master.fp32_shard]: layer 58 dense: this rank's fp32 master shard */
+#define L58_DENSE_GRAD           9931817744 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L58_DENSE_ADAM_M         9932727904 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L58_DENSE_ADAM_V         9933638064 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L58_EXPERTS_MASTER       9934548224 /*   44040192 [master.fp32_shard]: layer 58 experts: this rank's fp32 master shard */
+#define L58_EXPERTS_GRAD         9978588416 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L58_EXPERTS_ADAM_M      10022628608 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L58_EXPERTS_ADAM_V      10066668800 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L59_DENSE_MASTER        10110708992 /*     910152 [master.fp32_shard]: layer 59 dense: this rank's fp32 master shard */
+#define L59_DENSE_GRAD          10111619152 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L59_DENSE_ADAM_M        10112529312 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L59_DENSE_ADAM_V        10113439472 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L59_EXPERTS_MASTER      10114349632 /*   44040192 [master.fp32_shard]: layer 59 experts: this rank's fp32 master shard */
+#define L59_EXPERTS_GRAD        10158389824 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L59_EXPERTS_ADAM_M      10202430016 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L59_EXPERTS_ADAM_V      10246470208 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L60_DENSE_MASTER        10290510400 /*     910152 [master.fp32_shard]: layer 60 dense: this rank's fp32 master shard */
+#define L60_DENSE_GRAD          10291420560 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L60_DENSE_ADAM_M        10292330720 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L60_DENSE_ADAM_V        10293240880 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L60_EXPERTS_MASTER      10294151040 /*   44040192 [master.fp32_shard]: layer 60 experts: this rank's fp32 master shard */
+#define L60_EXPERTS_GRAD        10338191232 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L60_EXPERTS_ADAM_M      10382231424 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L60_EXPERTS_ADAM_V      10426271616 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define HEAD_MASTER             10470311808 /*    3619872 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define HEAD_GRAD               10473931680 /*    3619872 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define HEAD_ADAM_M             10477551552 /*    3619872 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define HEAD_ADAM_V             10481171424 /*    3619872 [optimizer.adamw_moments]: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define L3_LOAD                       98304 /*        256: tokens per expert this step (aux_free) */
-#define L4_LOAD                       98560 /*        256: tokens per expert this step (aux_free) */
-#define L5_LOAD                       98816 /*        256: tokens per expert this step (aux_free) */
-#define L6_LOAD                       99072 /*        256: tokens per expert this step (aux_free) */
-#define L7_LOAD                       99328 /*        256: tokens per expert this step (aux_free) */
-#define L8_LOAD                       99584 /*        256: tokens per expert this step (aux_free) */
-#define L9_LOAD                       99840 /*        256: tokens per expert this step (aux_free) */
-#define L10_LOAD                     100096 /*        256: tokens per expert this step (aux_free) */
-#define L11_LOAD                     100352 /*        256: tokens per expert this step (aux_free) */
-#define L12_LOAD                     100608 /*        256: tokens per expert this step (aux_free) */
-#define L13_LOAD                     100864 /*        256: tokens per expert this step (aux_free) */
-#define L14_LOAD                     101120 /*        256: tokens per expert this step (aux_free) */
-#define L15_LOAD                     101376 /*        256: tokens per expert this step (aux_free) */
-#define L16_LOAD                     101632 /*        256: tokens per expert this step (aux_free) */
-#define L17_LOAD                     101888 /*        256: tokens per expert this step (aux_free) */
-#define L18_LOAD                     102144 /*        256: tokens per expert this step (aux_free) */
-#define L19_LOAD                     102400 /*        256: tokens per expert this step (aux_free) */
-#define L20_LOAD                     102656 /*        256: tokens per expert this step (aux_free) */
-#define L21_LOAD                     102912 /*        256: tokens per expert this step (aux_free) */
-#define L22_LOAD                     103168 /*        256: tokens per expert this step (aux_free) */
-#define L23_LOAD                     103424 /*        256: tokens per expert this step (aux_free) */
-#define L24_LOAD                     103680 /*        256: tokens per expert this step (aux_free) */
-#define L25_LOAD                     103936 /*        256: tokens per expert this step (aux_free) */
-#define L26_LOAD                     104192 /*        256: tokens per expert this step (aux_free) */
-#define L27_LOAD                     104448 /*        256: tokens per expert this step (aux_free) */
-#define L28_LOAD                     104704 /*        256: tokens per expert this step (aux_free) */
-#define L29_LOAD                     104960 /*        256: tokens per expert this step (aux_free) */
-#define L30_LOAD                     105216 /*        256: tokens per expert this step (aux_free) */
-#define L31_LOAD                     105472 /*        256: tokens per expert this step (aux_free) */
-#define L32_LOAD                     105728 /*        256: tokens per expert this step (aux_free) */
-#define L33_LOAD                     105984 /*        256: tokens per expert this step (aux_free) */
-#define L34_LOAD                     106240 /*        256: tokens per expert this step (aux_free) */
-#define L35_LOAD                     106496 /*        256: tokens per expert this step (aux_free) */
-#define L36_LOAD                     106752 /*        256: tokens per expert this step (aux_free) */
-#define L37_LOAD                     107008 /*        256: tokens per expert this step (aux_free) */
-#define L38_LOAD                     107264 /*        256: tokens per expert this step (aux_free) */
-#define L39_LOAD                     107520 /*        256: tokens per expert this step (aux_free) */
-#define L40_LOAD                     107776 /*        256: tokens per expert this step (aux_free) */
-#define L41_LOAD                     108032 /*        256: tokens per expert this step (aux_free) */
-#define L42_LOAD                     108288 /*        256: tokens per expert this step (aux_free) */
-#define L43_LOAD                     108544 /*        256: tokens per expert this step (aux_free) */
-#define L44_LOAD                     108800 /*        256: tokens per expert this step (aux_free) */
-#define L45_LOAD                     109056 /*        256: tokens per expert this step (aux_free) */
-#define L46_LOAD                     109312 /*        256: tokens per expert this step (aux_free) */
-#define L47_LOAD                     109568 /*        256: tokens per expert this step (aux_free) */
-#define L48_LOAD                     109824 /*        256: tokens per expert this step (aux_free) */
-#define L49_LOAD                     110080 /*        256: tokens per expert this step (aux_free) */
-#define L50_LOAD                     110336 /*        256: tokens per expert this step (aux_free) */
-#define L51_LOAD                     110592 /*        256: tokens per expert this step (aux_free) */
-#define L52_LOAD                     110848 /*        256: tokens per expert this step (aux_free) */
-#define L53_LOAD                     111104 /*        256: tokens per expert this step (aux_free) */
-#define L54_LOAD                     111360 /*        256: tokens per expert this step (aux_free) */
-#define L55_LOAD                     111616 /*        256: tokens per expert this step (aux_free) */
-#define L56_LOAD                     111872 /*        256: tokens per expert this step (aux_free) */
-#define L57_LOAD                     112128 /*        256: tokens per expert this step (aux_free) */
-#define L58_LOAD                     112384 /*        256: tokens per expert this step (aux_free) */
-#define L59_LOAD                     112640 /*        256: tokens per expert this step (aux_free) */
-#define L60_LOAD                     112896 /*        256: tokens per expert this step (aux_free) */
-#define WS_RSTD1                     113152 /*      49152: its 1/rms per token */
-#define WS_RSTDQA                    162304 /*      49152: mla: q_a_layernorm's 1/rms per token */
-#define WS_RSTDKV                    211456 /*      49152: mla: kv_a_layernorm's 1/rms per token */
-#define WS_LSE                       260608 /*    6291456: attention log-sum-exp per head and query */
-#define WS_RSTD2                    6552064 /*      49152: its 1/rms per token */
-#define WS_LOGITS                   6601216 /*   12582912: router logits */
-#define WS_IDX                     19184128 /*     393216: selected experts (int32) */
-#define WS_WTS                     19577344 /*     393216: their weights */
-#define WS_POS                     19970560 /*     393216: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                 20363776 /*        257: first row of each expert (int32) */
-#define WS_EOFF                    20364048 /*         65: first row of each local expert in the round (int32) */
-#define DWTS                       20364128 /*     393216: gradient of the routing weights */
-#define AUX                        20757344 /*        768: load-balancing loss scratch */
-#define RSTDF                      20758112 /*      49152: its 1/rms per token */
-#define LSEF                       20807264 /*      49152: log-sum-exp of each token's logits */
+#define L3_LOAD                       98304 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L4_LOAD                       98560 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L5_LOAD                       98816 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L6_LOAD                       99072 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L7_LOAD                       99328 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L8_LOAD                       99584 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L9_LOAD                       99840 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L10_LOAD                     100096 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L11_LOAD                     100352 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L12_LOAD                     100608 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L13_LOAD                     100864 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L14_LOAD                     101120 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L15_LOAD                     101376 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L16_LOAD                     101632 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L17_LOAD                     101888 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L18_LOAD                     102144 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L19_LOAD                     102400 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L20_LOAD                     102656 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L21_LOAD                     102912 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L22_LOAD                     103168 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L23_LOAD                     103424 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L24_LOAD                     103680 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L25_LOAD                     103936 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L26_LOAD                     104192 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L27_LOAD                     104448 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L28_LOAD                     104704 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L29_LOAD                     104960 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L30_LOAD                     105216 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L31_LOAD                     105472 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L32_LOAD                     105728 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L33_LOAD                     105984 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L34_LOAD                     106240 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L35_LOAD                     106496 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L36_LOAD                     106752 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L37_LOAD                     107008 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L38_LOAD                     107264 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L39_LOAD                     107520 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L40_LOAD                     107776 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L41_LOAD                     108032 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L42_LOAD                     108288 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L43_LOAD                     108544 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L44_LOAD                     108800 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L45_LOAD                     109056 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L46_LOAD                     109312 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L47_LOAD                     109568 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L48_LOAD                     109824 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L49_LOAD                     110080 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L50_LOAD                     110336 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L51_LOAD                     110592 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L52_LOAD                     110848 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L53_LOAD                     111104 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L54_LOAD                     111360 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L55_LOAD                     111616 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L56_LOAD                     111872 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L57_LOAD                     112128 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L58_LOAD                     112384 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L59_LOAD                     112640 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L60_LOAD                     112896 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define WS_RSTD1                     113152 /*      49152 [activations.forward_layer]: its 1/rms per token */
+#define WS_RSTDQA                    162304 /*      49152 [activations.forward_layer]: mla: q_a_layernorm's 1/rms per token */
+#define WS_RSTDKV                    211456 /*      49152 [activations.forward_layer]: mla: kv_a_layernorm's 1/rms per token */
+#define WS_LSE                       260608 /*    6291456 [activations.forward_layer]: attention log-sum-exp per head and query */
+#define WS_RSTD2                    6552064 /*      49152 [activations.forward_layer]: its 1/rms per token */
+#define WS_LOGITS                   6601216 /*   12582912 [activations.forward_layer]: router logits */
+#define WS_IDX                     19184128 /*     393216 [activations.forward_layer]: selected experts (int32) */
+#define WS_WTS                     19577344 /*     393216 [activations.forward_layer]: their weights */
+#define WS_POS                     19970560 /*     393216 [activations.forward_layer]: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                 20363776 /*        257 [activations.forward_layer]: first row of each expert (int32) */
+#define WS_EOFF                    20364048 /*         65 [activations.forward_layer]: first row of each local expert in the round (int32) */
+#define DWTS                       20364128 /*     393216 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                        20757344 /*        768 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                      20758112 /*      49152 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                       20807264 /*      49152 [activations.loss_stats]: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*    3619840: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM              3619840 /*    2279232: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM              5899072 /*    2279232: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM              8178304 /*    2279232: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM             10457536 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM           11367696 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM             55407888 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM           56318048 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM            100358240 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          101268400 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM            145308592 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          146218752 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM            190258944 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          191169104 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM            235209296 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          236119456 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM            280159648 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          281069808 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM           325110000 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         326020160 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM           370060352 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         370970512 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM           415010704 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         415920864 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM           459961056 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         460871216 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM           504911408 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         505821568 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM           549861760 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         550771920 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM           594812112 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         595722272 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM           639762464 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         640672624 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM           684712816 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         685622976 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM           729663168 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         730573328 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM           774613520 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         775523680 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM           819563872 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         820474032 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM           864514224 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM         865424384 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM           909464576 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM         910374736 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM           954414928 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM         955325088 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM           999365280 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM        1000275440 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM          1044315632 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM        1045225792 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM          1089265984 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM        1090176144 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM          1134216336 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM        1135126496 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM          1179166688 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM        1180076848 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1224117040 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1225027200 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1269067392 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1269977552 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_DENSE_PARAM          1314017744 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_EXPERTS_PARAM        1314927904 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_DENSE_PARAM          1358968096 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_EXPERTS_PARAM        1359878256 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_DENSE_PARAM          1403918448 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_EXPERTS_PARAM        1404828608 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_DENSE_PARAM          1448868800 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_EXPERTS_PARAM        1449778960 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_DENSE_PARAM          1493819152 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_EXPERTS_PARAM        1494729312 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_DENSE_PARAM          1538769504 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_EXPERTS_PARAM        1539679664 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_DENSE_PARAM          1583719856 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_EXPERTS_PARAM        1584630016 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_DENSE_PARAM          1628670208 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_EXPERTS_PARAM        1629580368 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_DENSE_PARAM          1673620560 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_EXPERTS_PARAM        1674530720 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_DENSE_PARAM          1718570912 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_EXPERTS_PARAM        1719481072 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_DENSE_PARAM          1763521264 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_EXPERTS_PARAM        1764431424 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_DENSE_PARAM          1808471616 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_EXPERTS_PARAM        1809381776 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_DENSE_PARAM          1853421968 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_EXPERTS_PARAM        1854332128 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_DENSE_PARAM          1898372320 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_EXPERTS_PARAM        1899282480 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_DENSE_PARAM          1943322672 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_EXPERTS_PARAM        1944232832 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_DENSE_PARAM          1988273024 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_EXPERTS_PARAM        1989183184 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L48_DENSE_PARAM          2033223376 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L48_EXPERTS_PARAM        2034133536 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L49_DENSE_PARAM          2078173728 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L49_EXPERTS_PARAM        2079083888 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L50_DENSE_PARAM          2123124080 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L50_EXPERTS_PARAM        2124034240 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L51_DENSE_PARAM          2168074432 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L51_EXPERTS_PARAM        2168984592 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L52_DENSE_PARAM          2213024784 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L52_EXPERTS_PARAM        2213934944 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L53_DENSE_PARAM          2257975136 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L53_EXPERTS_PARAM        2258885296 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L54_DENSE_PARAM          2302925488 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L54_EXPERTS_PARAM        2303835648 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L55_DENSE_PARAM          2347875840 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L55_EXPERTS_PARAM        2348786000 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L56_DENSE_PARAM          2392826192 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L56_EXPERTS_PARAM        2393736352 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L57_DENSE_PARAM          2437776544 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L57_EXPERTS_PARAM        2438686704 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L58_DENSE_PARAM          2482726896 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L58_EXPERTS_PARAM        2483637056 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L59_DENSE_PARAM          2527677248 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L59_EXPERTS_PARAM        2528587408 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L60_DENSE_PARAM          2572627600 /*     910152: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L60_EXPERTS_PARAM        2573537760 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM               2617577952 /*    3619872: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                2621197824 /* 3051571200: units u with u % 3 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                5672769024 /* 3051571200: units u with u % 3 = 1: parameters all-gathered, dense then experts */
-#define GATHERED2                8724340224 /* 3051571200: units u with u % 3 = 2: parameters all-gathered, dense then experts */
-#define GRAD0                   11775911424 /* 3051571200: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                   14827482624 /* 3051571200: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                  17879053824 /*  352321536: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  18231375360 /*  352321536: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  18583696896 /*  352321536: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  18936018432 /*  352321536: attention norm output */
-#define WS_QA                   19288339968 /*   75497472: mla: q_a_proj's output (the query latent before its norm) */
-#define WS_KVL                  19363837440 /*   25165824: mla: the KV latent before kv_a_layernorm */
-#define WS_Q                    19389003264 /* 1207959552: queries (rotated) */
-#define WS_K                    20596962816 /* 1207959552: keys (rotated) */
-#define WS_V                    21804922368 /*  805306368: values */
-#define WS_ATT                  22610228736 /*  805306368: attention output */
-#define WS_RES                  23415535104 /*  352321536: residual stream after attention */
-#define WS_LN2                  23767856640 /*  352321536: mlp norm output */
-#define WS_G                    24120178176 /*  905969664: mlp gate */
-#define WS_U                    25026147840 /*  905969664: mlp up */
-#define WS_H                    25932117504 /*  905969664: mlp activation */
-#define DXE                     26838087168 /* 3523215360: gradient of the received rows (backward); in the forward, WS_XP */
-#define WS_XP                           DXE /* 2818572288: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
-#define WS_YP                         WS_XP /* 2818572288: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
-#define WS_XE                   30361302528 /* 3523215360: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   33884517888 /* 3523215360: their outputs, before going back */
-#define WS_EG                   37407733248 /* 1006632960: routed experts' gate */
-#define WS_EU                   38414366208 /* 1006632960: routed experts' up */
-#define WS_EH                   39420999168 /* 1006632960: routed experts' activation */
-#define WS_SG                   40427632128 /*  100663296: shared experts' gate */
-#define WS_SU                   40528295424 /*  100663296: shared experts' up */
-#define WS_SH                   40628958720 /*  100663296: shared experts' activation */
-#define DX_A                    40729622016 /*  352321536: gradient of the residual stream (even layers' output) */
-#define DX_B                    41081943552 /*  352321536: gradient of the residual stream (odd layers' output) */
-#define DLN                     41434265088 /*  352321536: gradient of a norm's output */
-#define A2A                     41786586624 /* 4026531840: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
-#define EDG                             A2A /* 1006632960: routed experts' gate gradient: in A2A (an FFN's backward) */
-#define DG                              EDG /*  905969664: gradient of the mlp gate: in EDG (one FFN's backward at a time) */
-#define DSG                             EDG /*  100663296: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
-#define EDU                    (A2A + 1006632960) /* 1006632960: routed experts' up gradient: in A2A (an FFN's backward) */
-#define DU                              EDU /*  905969664: gradient of the mlp up: in EDU (one FFN's backward at a time) */
-#define DSU                             EDU /*  100663296: shared experts' up gradient: in EDU (one FFN's backward at a time) */
-#define EDH                    (A2A + 2013265920) /* 1006632960: routed experts' activation gradient: in A2A (an FFN's backward) */
-#define DH                              EDH /*  905969664: gradient of the mlp activation: in EDH (one FFN's backward at a time) */
-#define DSH                             EDH /*  100663296: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
-#define DATT                            A2A /*  805306368: gradient of the attention output: in A2A (the attention's backward) */
-#define DQ                     (A2A + 805306368) /* 1207959552: gradient of the queries: in A2A (the attention's backward) */
-#define DK                     (A2A + 2013265920) /* 1207959552: gradient of the keys: in A2A (the attention's backward) */
-#define DV                     (A2A + 3221225472) /*  805306368: gradient of the values: in A2A (the attention's backward) */
-#define WS_Y                            A2A /*  352321536: a block's output before the residual add: in A2A (a layer's forward) */
-#define WS_Y2                  (A2A + 352321536) /*  352321536: shared experts' output: in A2A (a layer's forward) */
-#define LNF                             A2A /*  352321536: final norm output: in A2A (the loss) */
-#define CE                     (A2A + 352321536) /*  805306368: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
-#define DLOGITS                         A2A /*   25165824: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
-#define WS_QAN                  45813118464 /*   75497472: mla: the normalized query latent (recomputed in the backward) */
-#define DQAN                    45888615936 /*   75497472: mla: its gradient */
-#define DQA                     45964113408 /*   75497472: mla: gradient of the query latent before its norm */
-#define WS_KVN                  46039610880 /*   25165824: mla: the normalized KV latent (recomputed in the backward) */
-#define WS_KRP                  46064776704 /*    3145728: mla: the RoPE key shared by the heads (rotated in place) */
-#define WS_KVB                  46067922432 /* 1610612736: mla: kv_b_proj's output, k_nope and v per head */
-#define DKVN                    47678535168 /*   25165824: mla: gradient of the normalized KV latent */
-#define DKVL                    47703700992 /*   25165824: mla: gradient of the KV latent */
-#define DKRP                    47728866816 /*    3145728: mla: gradient of the RoPE key (summed over heads) */
-#define DKVB                         WS_KVB /* 1610612736: mla: gradient of kv_b_proj's output: in WS_KVB (dead once K and V are built from it) */
-#define DYP                     47732012544 /* 2818572288: gradient of the expert outputs */
-#define DXP                             DYP /* 2818572288: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
-#define DYE                           WS_YE /* 3523215360: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
+#define EMBED_PARAM                       0 /*    3619840 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM              3619840 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM              5899072 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM              8178304 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM             10457536 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM           11367696 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM             55407888 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM           56318048 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM            100358240 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM          101268400 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM            145308592 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM          146218752 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM            190258944 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM          191169104 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM            235209296 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM          236119456 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM            280159648 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM          281069808 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM           325110000 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM         326020160 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM           370060352 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM         370970512 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM           415010704 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM         415920864 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM           459961056 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM         460871216 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM           504911408 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM         505821568 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM           549861760 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM         550771920 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM           594812112 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM         595722272 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM           639762464 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM         640672624 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM           684712816 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM         685622976 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM           729663168 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM         730573328 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM           774613520 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM         775523680 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM           819563872 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM         820474032 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM           864514224 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM         865424384 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM           909464576 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM         910374736 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM           954414928 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM         955325088 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM           999365280 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM        1000275440 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM          1044315632 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM        1045225792 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM          1089265984 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM        1090176144 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM          1134216336 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM        1135126496 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM          1179166688 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM        1180076848 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM          1224117040 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM        1225027200 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM          1269067392 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM        1269977552 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_DENSE_PARAM          1314017744 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_EXPERTS_PARAM        1314927904 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_DENSE_PARAM          1358968096 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_EXPERTS_PARAM        1359878256 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_DENSE_PARAM          1403918448 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_EXPERTS_PARAM        1404828608 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_DENSE_PARAM          1448868800 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_EXPERTS_PARAM        1449778960 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_DENSE_PARAM          1493819152 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_EXPERTS_PARAM        1494729312 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_DENSE_PARAM          1538769504 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_EXPERTS_PARAM        1539679664 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_DENSE_PARAM          1583719856 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_EXPERTS_PARAM        1584630016 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_DENSE_PARAM          1628670208 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_EXPERTS_PARAM        1629580368 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_DENSE_PARAM          1673620560 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_EXPERTS_PARAM        1674530720 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_DENSE_PARAM          1718570912 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_EXPERTS_PARAM        1719481072 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_DENSE_PARAM          1763521264 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_EXPERTS_PARAM        1764431424 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_DENSE_PARAM          1808471616 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_EXPERTS_PARAM        1809381776 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_DENSE_PARAM          1853421968 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_EXPERTS_PARAM        1854332128 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_DENSE_PARAM          1898372320 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_EXPERTS_PARAM        1899282480 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_DENSE_PARAM          1943322672 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_EXPERTS_PARAM        1944232832 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_DENSE_PARAM          1988273024 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_EXPERTS_PARAM        1989183184 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_DENSE_PARAM          2033223376 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_EXPERTS_PARAM        2034133536 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_DENSE_PARAM          2078173728 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_EXPERTS_PARAM        2079083888 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_DENSE_PARAM          2123124080 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_EXPERTS_PARAM        2124034240 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_DENSE_PARAM          2168074432 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_EXPERTS_PARAM        2168984592 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_DENSE_PARAM          2213024784 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_EXPERTS_PARAM        2213934944 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_DENSE_PARAM          2257975136 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_EXPERTS_PARAM        2258885296 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_DENSE_PARAM          2302925488 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_EXPERTS_PARAM        2303835648 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_DENSE_PARAM          2347875840 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_EXPERTS_PARAM        2348786000 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_DENSE_PARAM          2392826192 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_EXPERTS_PARAM        2393736352 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_DENSE_PARAM          2437776544 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_EXPERTS_PARAM        2438686704 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_DENSE_PARAM          2482726896 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_EXPERTS_PARAM        2483637056 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_DENSE_PARAM          2527677248 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_EXPERTS_PARAM        2528587408 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_DENSE_PARAM          2572627600 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_EXPERTS_PARAM        2573537760 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM               2617577952 /*    3619872 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define GATHERED0                2621197824 /* 3051571200 [gathered.params[0]]: units u with u % 3 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                5672769024 /* 3051571200 [gathered.params[1]]: units u with u % 3 = 1: parameters all-gathered, dense then experts */
+#define GATHERED2                8724340224 /* 3051571200 [gathered.params[2]]: units u with u % 3 = 2: parameters all-gathered, dense then experts */
+#define GRAD0                   11775911424 /* 3051571200 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   14827482624 /* 3051571200 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                  17879053824 /*  352321536 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  18231375360 /*  352321536 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  18583696896 /*  352321536 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_EG                   18936018432 /* 1006632960 [activations.forward_layer]: routed experts' gate */
+#define WS_G                          WS_EG /*  905969664 [activations.forward_layer]: mlp gate: in WS_EG (a dense layer's FFN and a MoE layer's experts are never alive together) */
+#define WS_EU                   19942651392 /* 1006632960 [activations.forward_layer]: routed experts' up */
+#define WS_U                          WS_EU /*  905969664 [activations.forward_layer]: mlp up: in WS_EU (a dense layer's FFN and a MoE layer's experts are never alive together) */
+#define WS_EH                   20949284352 /* 1006632960 [activations.forward_layer]: routed experts' activation */
+#define WS_H                          WS_EH /*  905969664 [activations.forward_layer]: mlp activation: in WS_EH (a dense layer's FFN and a MoE layer's experts are never alive together) */
+#define WS_LN1                  21955917312 /*  352321536 [activations.forward_layer]: attention norm output */
+#define WS_QA                   22308238848 /*   75497472 [activations.forward_layer]: mla: q_a_proj's output (the query latent before its norm) */
+#define WS_KVL                  22383736320 /*   25165824 [activations.forward_layer]: mla: the KV latent before kv_a_layernorm */
+#define WS_Q                    22408902144 /* 1207959552 [activations.forward_layer]: queries (rotated) */
+#define WS_K                    23616861696 /* 1207959552 [activations.forward_layer]: keys (rotated) */
+#define WS_V                    24824821248 /*  805306368 [activations.forward_layer]: values */
+#define WS_ATT                  25630127616 /*  805306368 [activations.forward_layer]: attention output */
+#define WS_RES                  26435433984 /*  352321536 [activations.forward_layer]: residual stream after attention */
+#define WS_LN2                  26787755520 /*  352321536 [activations.forward_layer]: mlp norm output */
+#define DXE                     27140077056 /* 3523215360 [moe.dispatch_send]: gradient of the received rows (backward); in the forward, WS_XP */
+#define WS_XP                           DXE /* 2818572288 [moe.dispatch_send]: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
+#define WS_YP                         WS_XP /* 2818572288 [moe.dispatch_send]: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
+#define WS_XE                   30663292416 /* 3523215360 [activations.forward_layer]: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   34186507776 /* 3523215360 [moe.combine_send]: their outputs, before going back */
+#define WS_SG                   37709723136 /*  100663296 [activations.forward_layer]: shared experts' gate */
+#define WS_SU                   37810386432 /*  100663296 [activations.forward_layer]: shared experts' up */
+#define WS_SH                   37911049728 /*  100663296 [activations.forward_layer]: shared experts' activation */
+#define DX_A                    38011713024 /*  352321536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    38364034560 /*  352321536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     38716356096 /*  352321536 [activations.grad_norm]: gradient of a norm's output */
+#define A2A                     39068677632 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
+#define EDG                             A2A /* 1006632960 [moe.a2a_staging]: routed experts' gate gradient: in A2A (an FFN's backward) */
+#define DG                              EDG /*  905969664 [moe.a2a_staging]: gradient of the mlp gate: in EDG (one FFN's backward at a time) */
+#define DSG                             EDG /*  100663296 [moe.a2a_staging]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
+#define EDU                    (A2A + 1006632960) /* 1006632960 [moe.a2a_staging]: routed experts' up gradient: in A2A (an FFN's backward) */
+#define DU                              EDU /*  905969664 [moe.a2a_staging]: gradient of the mlp up: in EDU (one FFN's backward at a time) */
+#define DSU                             EDU /*  100663296 [moe.a2a_staging]: shared experts' up gradient: in EDU (one FFN's backward at a time) */
+#define EDH                    (A2A + 2013265920) /* 1006632960 [moe.a2a_staging]: routed experts' activation gradient: in A2A (an FFN's backward) */
+#define DH                              EDH /*  905969664 [moe.a2a_staging]: gradient of the mlp activation: in EDH (one FFN's backward at a time) */
+#define DSH                             EDH /*  100663296 [moe.a2a_staging]: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DATT                            A2A /*  805306368 [moe.a2a_staging]: gradient of the attention output: in A2A (the attention's backward) */
+#define DQ                     (A2A + 805306368) /* 1207959552 [moe.a2a_staging]: gradient of the queries: in A2A (the attention's backward) */
+#define DK                     (A2A + 2013265920) /* 1207959552 [moe.a2a_staging]: gradient of the keys: in A2A (the attention's backward) */
+#define DV                     (A2A + 3221225472) /*  805306368 [moe.a2a_staging]: gradient of the values: in A2A (the attention's backward) */
+#define RQAN                            A2A /*   75497472 [moe.a2a_staging]: mla: the normalized query latent, recomputed for the backward: in A2A (the attention's backward) */
+#define DQAN                   (A2A + 75497472) /*   75497472 [moe.a2a_staging]: mla: its gradient: in A2A (the attention's backward) */
+#define DQA                             A2A /*   75497472 [moe.a2a_staging]: mla: gradient of the query latent before its norm: in A2A (the attention's backward) */
+#define DKVB                            A2A /* 1610612736 [moe.a2a_staging]: mla: gradient of kv_b_proj's output (k_nope and v per head): in A2A (the attention's backward) */
+#define DKRP                   (A2A + 1610612736) /*    3145728 [moe.a2a_staging]: mla: gradient of the RoPE key (summed over heads): in A2A (the attention's backward) */
+#define RKVN                   (A2A + 1613758464) /*   25165824 [moe.a2a_staging]: mla: the normalized KV latent, recomputed for the backward: in A2A (the attention's backward) */
+#define DKVN                   (A2A + 1638924288) /*   25165824 [moe.a2a_staging]: mla: gradient of the normalized KV latent: in A2A (the attention's backward) */
+#define DKVL                            A2A /*   25165824 [moe.a2a_staging]: mla: gradient of the KV latent: in A2A (the attention's backward) */
+#define WS_QAN                          A2A /*   75497472 [moe.a2a_staging]: mla: the normalized query latent: in A2A (a layer's forward, from the latent norms to the keys and values) */
+#define WS_KVN                 (A2A + 75497472) /*   25165824 [moe.a2a_staging]: mla: the normalized KV latent: in A2A (a layer's forward, from the latent norms to the keys and values) */
+#define WS_KRP                 (A2A + 100663296) /*    3145728 [moe.a2a_staging]: mla: the RoPE key shared by the heads (rotated in place): in A2A (a layer's forward, from the latent norms to the keys and values) */
+#define WS_KVB                 (A2A + 103809024) /* 1610612736 [moe.a2a_staging]: mla: kv_b_proj's output, k_nope and v per head: in A2A (a layer's forward, from the latent norms to the keys and values) */
+#define WS_Y                            A2A /*  352321536 [moe.a2a_staging]: a block's output before the residual add: in A2A (a layer's forward) */
+#define WS_Y2                  (A2A + 352321536) /*  352321536 [moe.a2a_staging]: shared experts' output: in A2A (a layer's forward) */
+#define LNF                             A2A /*  352321536 [moe.a2a_staging]: final norm output: in A2A (the loss) */
+#define CE                     (A2A + 352321536) /*  805306368 [moe.a2a_staging]: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
+#define DLOGITS                         A2A /*   25165824 [moe.a2a_staging]: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
+#define DYP                     43095209472 /* 2818572288 [moe.grad_expert_out]: gradient of the expert outputs */
+#define DXP                             DYP /* 2818572288 [moe.grad_expert_out]: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
+#define DYE                           WS_YE /* 3523215360 [moe.combine_send]: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-58 go to the
  * host arena after their layer's forward and come back two layers before their backward. */
@@ -4734,22 +4736,22 @@ static void layer60_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X60), W(0), R(WS_RSTD1), 49152, 7168);
@@ -4797,22 +4799,22 @@ static void layer59_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X59), W(0), R(WS_RSTD1), 49152, 7168);
@@ -4860,22 +4862,22 @@ static void layer58_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X58), W(0), R(WS_RSTD1), 49152, 7168);
@@ -4923,22 +4925,22 @@ static void layer57_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X57), W(0), R(WS_RSTD1), 49152, 7168);
@@ -4986,22 +4988,22 @@ static void layer56_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X56), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5049,22 +5051,22 @@ static void layer55_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X55), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5112,22 +5114,22 @@ static void layer54_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X54), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5175,22 +5177,22 @@ static void layer53_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X53), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5238,22 +5240,22 @@ static void layer52_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X52), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5301,22 +5303,22 @@ static void layer51_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X51), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5364,22 +5366,22 @@ static void layer50_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X50), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5427,22 +5429,22 @@ static void layer49_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X49), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5490,22 +5492,22 @@ static void layer48_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X48), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5553,22 +5555,22 @@ static void layer47_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X47), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5616,22 +5618,22 @@ static void layer46_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X46), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5679,22 +5681,22 @@ static void layer45_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X45), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5742,22 +5744,22 @@ static void layer44_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X44), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5805,22 +5807,22 @@ static void layer43_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X43), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5868,22 +5870,22 @@ static void layer42_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X42), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5931,22 +5933,22 @@ static void layer41_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X41), W(0), R(WS_RSTD1), 49152, 7168);
@@ -5994,22 +5996,22 @@ static void layer40_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X40), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6057,22 +6059,22 @@ static void layer39_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X39), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6120,22 +6122,22 @@ static void layer38_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X38), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6183,22 +6185,22 @@ static void layer37_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X37), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6246,22 +6248,22 @@ static void layer36_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X36), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6309,22 +6311,22 @@ static void layer35_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X35), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6372,22 +6374,22 @@ static void layer34_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X34), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6435,22 +6437,22 @@ static void layer33_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X33), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6498,22 +6500,22 @@ static void layer32_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X32), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6561,22 +6563,22 @@ static void layer31_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6624,22 +6626,22 @@ static void layer30_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6687,22 +6689,22 @@ static void layer29_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6750,22 +6752,22 @@ static void layer28_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6813,22 +6815,22 @@ static void layer27_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6876,22 +6878,22 @@ static void layer26_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 49152, 7168);
@@ -6939,22 +6941,22 @@ static void layer25_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7002,22 +7004,22 @@ static void layer24_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7065,22 +7067,22 @@ static void layer23_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7128,22 +7130,22 @@ static void layer22_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7191,22 +7193,22 @@ static void layer21_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7254,22 +7256,22 @@ static void layer20_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7317,22 +7319,22 @@ static void layer19_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7380,22 +7382,22 @@ static void layer18_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7443,22 +7445,22 @@ static void layer17_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7506,22 +7508,22 @@ static void layer16_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7569,22 +7571,22 @@ static void layer15_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7632,22 +7634,22 @@ static void layer14_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7695,22 +7697,22 @@ static void layer13_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7758,22 +7760,22 @@ static void layer12_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7821,22 +7823,22 @@ static void layer11_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7884,22 +7886,22 @@ static void layer10_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 49152, 7168);
@@ -7947,22 +7949,22 @@ static void layer9_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8010,22 +8012,22 @@ static void layer8_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8073,22 +8075,22 @@ static void layer7_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8136,22 +8138,22 @@ static void layer6_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8199,22 +8201,22 @@ static void layer5_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8262,22 +8264,22 @@ static void layer4_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8325,22 +8327,22 @@ static void layer3_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8367,22 +8369,22 @@ static void layer2_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8409,22 +8411,22 @@ static void layer1_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 49152, 7168);
@@ -8451,22 +8453,22 @@ static void layer0_backward(RtCtx *c) {
   rt_zero(A(DV), 805306368);
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
+  rt_zero(A(DLN), 352321536);
+  rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
+  rt_zero(A(DQAN), 75497472);
+  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_zero(A(DQA), 75497472);
+  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
+  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
-  rt_qk_norm_forward(A(WS_KVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
+  rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
   rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(WS_KVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
-  rt_qk_norm_forward(A(WS_QAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(WS_QAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
-  rt_zero(A(DQA), 75497472);
-  rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_zero(A(DLN), 352321536);
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
   rt_matmul_backward(A(DLN), DW(52437504), NULL, A(DKRP), A(WS_LN1), W(52437504), 49152, 7168, 64); /* kv_a_proj_with_mqa: the RoPE key */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 49152, 7168);

@@ -25,746 +25,746 @@
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
-#define EMBED_MASTER                      0 /*    4096000: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                  4096000 /*    4096000: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                8192000 /*    4096000: AdamW first moment (fp32) */
-#define EMBED_ADAM_V               12288000 /*    4096000: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER            16384000 /*     354336: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD              16738336 /*     354336: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M            17092672 /*     354336: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V            17447008 /*     354336: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER          17801344 /*   33030144: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD            50831488 /*   33030144: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M          83861632 /*   33030144: Muon momentum (fp32) */
-#define L1_DENSE_MASTER           116891776 /*     354336: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             117246112 /*     354336: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           117600448 /*     354336: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           117954784 /*     354336: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER         118309120 /*   33030144: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD           151339264 /*   33030144: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M         184369408 /*   33030144: Muon momentum (fp32) */
-#define L2_DENSE_MASTER           217399552 /*     354336: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD             217753888 /*     354336: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M           218108224 /*     354336: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V           218462560 /*     354336: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER         218816896 /*   33030144: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD           251847040 /*   33030144: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M         284877184 /*   33030144: Muon momentum (fp32) */
-#define L3_DENSE_MASTER           317907328 /*     354336: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD             318261664 /*     354336: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M           318616000 /*     354336: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V           318970336 /*     354336: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER         319324672 /*   33030144: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD           352354816 /*   33030144: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M         385384960 /*   33030144: Muon momentum (fp32) */
-#define L4_DENSE_MASTER           418415104 /*     354336: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD             418769440 /*     354336: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M           419123776 /*     354336: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V           419478112 /*     354336: AdamW second moment (fp32) */
-#define L4_EXPERTS_MASTER         419832448 /*   33030144: layer 4 experts: this rank's fp32 master shard */
-#define L4_EXPERTS_GRAD           452862592 /*   33030144: its gradient, accumulated over micro-batches */
-#define L4_EXPERTS_ADAM_M         485892736 /*   33030144: Muon momentum (fp32) */
-#define L5_DENSE_MASTER           518922880 /*     354336: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD             519277216 /*     354336: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M           519631552 /*     354336: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V           519985888 /*     354336: AdamW second moment (fp32) */
-#define L5_EXPERTS_MASTER         520340224 /*   33030144: layer 5 experts: this rank's fp32 master shard */
-#define L5_EXPERTS_GRAD           553370368 /*   33030144: its gradient, accumulated over micro-batches */
-#define L5_EXPERTS_ADAM_M         586400512 /*   33030144: Muon momentum (fp32) */
-#define L6_DENSE_MASTER           619430656 /*     354336: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD             619784992 /*     354336: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M           620139328 /*     354336: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V           620493664 /*     354336: AdamW second moment (fp32) */
-#define L6_EXPERTS_MASTER         620848000 /*   33030144: layer 6 experts: this rank's fp32 master shard */
-#define L6_EXPERTS_GRAD           653878144 /*   33030144: its gradient, accumulated over micro-batches */
-#define L6_EXPERTS_ADAM_M         686908288 /*   33030144: Muon momentum (fp32) */
-#define L7_DENSE_MASTER           719938432 /*     354336: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD             720292768 /*     354336: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M           720647104 /*     354336: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V           721001440 /*     354336: AdamW second moment (fp32) */
-#define L7_EXPERTS_MASTER         721355776 /*   33030144: layer 7 experts: this rank's fp32 master shard */
-#define L7_EXPERTS_GRAD           754385920 /*   33030144: its gradient, accumulated over micro-batches */
-#define L7_EXPERTS_ADAM_M         787416064 /*   33030144: Muon momentum (fp32) */
-#define L8_DENSE_MASTER           820446208 /*     354336: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD             820800544 /*     354336: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M           821154880 /*     354336: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V           821509216 /*     354336: AdamW second moment (fp32) */
-#define L8_EXPERTS_MASTER         821863552 /*   33030144: layer 8 experts: this rank's fp32 master shard */
-#define L8_EXPERTS_GRAD           854893696 /*   33030144: its gradient, accumulated over micro-batches */
-#define L8_EXPERTS_ADAM_M         887923840 /*   33030144: Muon momentum (fp32) */
-#define L9_DENSE_MASTER           920953984 /*     354336: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD             921308320 /*     354336: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M           921662656 /*     354336: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V           922016992 /*     354336: AdamW second moment (fp32) */
-#define L9_EXPERTS_MASTER         922371328 /*   33030144: layer 9 experts: this rank's fp32 master shard */
-#define L9_EXPERTS_GRAD           955401472 /*   33030144: its gradient, accumulated over micro-batches */
-#define L9_EXPERTS_ADAM_M         988431616 /*   33030144: Muon momentum (fp32) */
-#define L10_DENSE_MASTER         1021461760 /*     354336: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           1021816096 /*     354336: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         1022170432 /*     354336: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         1022524768 /*     354336: AdamW second moment (fp32) */
-#define L10_EXPERTS_MASTER       1022879104 /*   33030144: layer 10 experts: this rank's fp32 master shard */
-#define L10_EXPERTS_GRAD         1055909248 /*   33030144: its gradient, accumulated over micro-batches */
-#define L10_EXPERTS_ADAM_M       1088939392 /*   33030144: Muon momentum (fp32) */
-#define L11_DENSE_MASTER         1121969536 /*     354336: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           1122323872 /*     354336: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         1122678208 /*     354336: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         1123032544 /*     354336: AdamW second moment (fp32) */
-#define L11_EXPERTS_MASTER       1123386880 /*   33030144: layer 11 experts: this rank's fp32 master shard */
-#define L11_EXPERTS_GRAD         1156417024 /*   33030144: its gradient, accumulated over micro-batches */
-#define L11_EXPERTS_ADAM_M       1189447168 /*   33030144: Muon momentum (fp32) */
-#define L12_DENSE_MASTER         1222477312 /*     354336: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           1222831648 /*     354336: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         1223185984 /*     354336: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         1223540320 /*     354336: AdamW second moment (fp32) */
-#define L12_EXPERTS_MASTER       1223894656 /*   33030144: layer 12 experts: this rank's fp32 master shard */
-#define L12_EXPERTS_GRAD         1256924800 /*   33030144: its gradient, accumulated over micro-batches */
-#define L12_EXPERTS_ADAM_M       1289954944 /*   33030144: Muon momentum (fp32) */
-#define L13_DENSE_MASTER         1322985088 /*     354336: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           1323339424 /*     354336: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         1323693760 /*     354336: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         1324048096 /*     354336: AdamW second moment (fp32) */
-#define L13_EXPERTS_MASTER       1324402432 /*   33030144: layer 13 experts: this rank's fp32 master shard */
-#define L13_EXPERTS_GRAD         1357432576 /*   33030144: its gradient, accumulated over micro-batches */
-#define L13_EXPERTS_ADAM_M       1390462720 /*   33030144: Muon momentum (fp32) */
-#define L14_DENSE_MASTER         1423492864 /*     354336: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           1423847200 /*     354336: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         1424201536 /*     354336: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         1424555872 /*     354336: AdamW second moment (fp32) */
-#define L14_EXPERTS_MASTER       1424910208 /*   33030144: layer 14 experts: this rank's fp32 master shard */
-#define L14_EXPERTS_GRAD         1457940352 /*   33030144: its gradient, accumulated over micro-batches */
-#define L14_EXPERTS_ADAM_M       1490970496 /*   33030144: Muon momentum (fp32) */
-#define L15_DENSE_MASTER         1524000640 /*     354336: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           1524354976 /*     354336: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         1524709312 /*     354336: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         1525063648 /*     354336: AdamW second moment (fp32) */
-#define L15_EXPERTS_MASTER       1525417984 /*   33030144: layer 15 experts: this rank's fp32 master shard */
-#define L15_EXPERTS_GRAD         1558448128 /*   33030144: its gradient, accumulated over micro-batches */
-#define L15_EXPERTS_ADAM_M       1591478272 /*   33030144: Muon momentum (fp32) */
-#define L16_DENSE_MASTER         1624508416 /*     354336: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           1624862752 /*     354336: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         1625217088 /*     354336: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         1625571424 /*     354336: AdamW second moment (fp32) */
-#define L16_EXPERTS_MASTER       1625925760 /*   33030144: layer 16 experts: this rank's fp32 master shard */
-#define L16_EXPERTS_GRAD         1658955904 /*   33030144: its gradient, accumulated over micro-batches */
-#define L16_EXPERTS_ADAM_M       1691986048 /*   33030144: Muon momentum (fp32) */
-#define L17_DENSE_MASTER         1725016192 /*     354336: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           1725370528 /*     354336: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         1725724864 /*     354336: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         1726079200 /*     354336: AdamW second moment (fp32) */
-#define L17_EXPERTS_MASTER       1726433536 /*   33030144: layer 17 experts: this rank's fp32 master shard */
-#define L17_EXPERTS_GRAD         1759463680 /*   33030144: its gradient, accumulated over micro-batches */
-#define L17_EXPERTS_ADAM_M       1792493824 /*   33030144: Muon momentum (fp32) */
-#define L18_DENSE_MASTER         1825523968 /*     354336: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           1825878304 /*     354336: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         1826232640 /*     354336: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         1826586976 /*     354336: AdamW second moment (fp32) */
-#define L18_EXPERTS_MASTER       1826941312 /*   33030144: layer 18 experts: this rank's fp32 master shard */
-#define L18_EXPERTS_GRAD         1859971456 /*   33030144: its gradient, accumulated over micro-batches */
-#define L18_EXPERTS_ADAM_M       1893001600 /*   33030144: Muon momentum (fp32) */
-#define L19_DENSE_MASTER         1926031744 /*     354336: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           1926386080 /*     354336: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         1926740416 /*     354336: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         1927094752 /*     354336: AdamW second moment (fp32) */
-#define L19_EXPERTS_MASTER       1927449088 /*   33030144: layer 19 experts: this rank's fp32 master shard */
-#define L19_EXPERTS_GRAD         1960479232 /*   33030144: its gradient, accumulated over micro-batches */
-#define L19_EXPERTS_ADAM_M       1993509376 /*   33030144: Muon momentum (fp32) */
-#define L20_DENSE_MASTER         2026539520 /*     354336: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           2026893856 /*     354336: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         2027248192 /*     354336: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         2027602528 /*     354336: AdamW second moment (fp32) */
-#define L20_EXPERTS_MASTER       2027956864 /*   33030144: layer 20 experts: this rank's fp32 master shard */
-#define L20_EXPERTS_GRAD         2060987008 /*   33030144: its gradient, accumulated over micro-batches */
-#define L20_EXPERTS_ADAM_M       2094017152 /*   33030144: Muon momentum (fp32) */
-#define L21_DENSE_MASTER         2127047296 /*     354336: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           2127401632 /*     354336: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         2127755968 /*     354336: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         2128110304 /*     354336: AdamW second moment (fp32) */
-#define L21_EXPERTS_MASTER       2128464640 /*   33030144: layer 21 experts: this rank's fp32 master shard */
-#define L21_EXPERTS_GRAD         2161494784 /*   33030144: its gradient, accumulated over micro-batches */
-#define L21_EXPERTS_ADAM_M       2194524928 /*   33030144: Muon momentum (fp32) */
-#define L22_DENSE_MASTER         2227555072 /*     354336: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           2227909408 /*     354336: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         2228263744 /*     354336: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         2228618080 /*     354336: AdamW second moment (fp32) */
-#define L22_EXPERTS_MASTER       2228972416 /*   33030144: layer 22 experts: this rank's fp32 master shard */
-#define L22_EXPERTS_GRAD         2262002560 /*   33030144: its gradient, accumulated over micro-batches */
-#define L22_EXPERTS_ADAM_M       2295032704 /*   33030144: Muon momentum (fp32) */
-#define L23_DENSE_MASTER         2328062848 /*     354336: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           2328417184 /*     354336: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         2328771520 /*     354336: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         2329125856 /*     354336: AdamW second moment (fp32) */
-#define L23_EXPERTS_MASTER       2329480192 /*   33030144: layer 23 experts: this rank's fp32 master shard */
-#define L23_EXPERTS_GRAD         2362510336 /*   33030144: its gradient, accumulated over micro-batches */
-#define L23_EXPERTS_ADAM_M       2395540480 /*   33030144: Muon momentum (fp32) */
-#define L24_DENSE_MASTER         2428570624 /*     354336: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           2428924960 /*     354336: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         2429279296 /*     354336: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         2429633632 /*     354336: AdamW second moment (fp32) */
-#define L24_EXPERTS_MASTER       2429987968 /*   33030144: layer 24 experts: this rank's fp32 master shard */
-#define L24_EXPERTS_GRAD         2463018112 /*   33030144: its gradient, accumulated over micro-batches */
-#define L24_EXPERTS_ADAM_M       2496048256 /*   33030144: Muon momentum (fp32) */
-#define L25_DENSE_MASTER         2529078400 /*     354336: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           2529432736 /*     354336: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         2529787072 /*     354336: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         2530141408 /*     354336: AdamW second moment (fp32) */
-#define L25_EXPERTS_MASTER       2530495744 /*   33030144: layer 25 experts: this rank's fp32 master shard */
-#define L25_EXPERTS_GRAD         2563525888 /*   33030144: its gradient, accumulated over micro-batches */
-#define L25_EXPERTS_ADAM_M       2596556032 /*   33030144: Muon momentum (fp32) */
-#define L26_DENSE_MASTER         2629586176 /*     354336: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           2629940512 /*     354336: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         2630294848 /*     354336: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         2630649184 /*     354336: AdamW second moment (fp32) */
-#define L26_EXPERTS_MASTER       2631003520 /*   33030144: layer 26 experts: this rank's fp32 master shard */
-#define L26_EXPERTS_GRAD         2664033664 /*   33030144: its gradient, accumulated over micro-batches */
-#define L26_EXPERTS_ADAM_M       2697063808 /*   33030144: Muon momentum (fp32) */
-#define L27_DENSE_MASTER         2730093952 /*     354336: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           2730448288 /*     354336: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         2730802624 /*     354336: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         2731156960 /*     354336: AdamW second moment (fp32) */
-#define L27_EXPERTS_MASTER       2731511296 /*   33030144: layer 27 experts: this rank's fp32 master shard */
-#define L27_EXPERTS_GRAD         2764541440 /*   33030144: its gradient, accumulated over micro-batches */
-#define L27_EXPERTS_ADAM_M       2797571584 /*   33030144: Muon momentum (fp32) */
-#define L28_DENSE_MASTER         2830601728 /*     354336: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           2830956064 /*     354336: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         2831310400 /*     354336: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         2831664736 /*     354336: AdamW second moment (fp32) */
-#define L28_EXPERTS_MASTER       2832019072 /*   33030144: layer 28 experts: this rank's fp32 master shard */
-#define L28_EXPERTS_GRAD         2865049216 /*   33030144: its gradient, accumulated over micro-batches */
-#define L28_EXPERTS_ADAM_M       2898079360 /*   33030144: Muon momentum (fp32) */
-#define L29_DENSE_MASTER         2931109504 /*     354336: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           2931463840 /*     354336: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         2931818176 /*     354336: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         2932172512 /*     354336: AdamW second moment (fp32) */
-#define L29_EXPERTS_MASTER       2932526848 /*   33030144: layer 29 experts: this rank's fp32 master shard */
-#define L29_EXPERTS_GRAD         2965556992 /*   33030144: its gradient, accumulated over micro-batches */
-#define L29_EXPERTS_ADAM_M       2998587136 /*   33030144: Muon momentum (fp32) */
-#define L30_DENSE_MASTER         3031617280 /*     354336: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           3031971616 /*     354336: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         3032325952 /*     354336: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         3032680288 /*     354336: AdamW second moment (fp32) */
-#define L30_EXPERTS_MASTER       3033034624 /*   33030144: layer 30 experts: this rank's fp32 master shard */
-#define L30_EXPERTS_GRAD         3066064768 /*   33030144: its gradient, accumulated over micro-batches */
-#define L30_EXPERTS_ADAM_M       3099094912 /*   33030144: Muon momentum (fp32) */
-#define L31_DENSE_MASTER         3132125056 /*     354336: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           3132479392 /*     354336: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         3132833728 /*     354336: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         3133188064 /*     354336: AdamW second moment (fp32) */
-#define L31_EXPERTS_MASTER       3133542400 /*   33030144: layer 31 experts: this rank's fp32 master shard */
-#define L31_EXPERTS_GRAD         3166572544 /*   33030144: its gradient, accumulated over micro-batches */
-#define L31_EXPERTS_ADAM_M       3199602688 /*   33030144: Muon momentum (fp32) */
-#define L32_DENSE_MASTER         3232632832 /*     354336: layer 32 dense: this rank's fp32 master shard */
-#define L32_DENSE_GRAD           3232987168 /*     354336: its gradient, accumulated over micro-batches */
-#define L32_DENSE_ADAM_M         3233341504 /*     354336: AdamW first moment (fp32) */
-#define L32_DENSE_ADAM_V         3233695840 /*     354336: AdamW second moment (fp32) */
-#define L32_EXPERTS_MASTER       3234050176 /*   33030144: layer 32 experts: this rank's fp32 master shard */
-#define L32_EXPERTS_GRAD         3267080320 /*   33030144: its gradient, accumulated over micro-batches */
-#define L32_EXPERTS_ADAM_M       3300110464 /*   33030144: Muon momentum (fp32) */
-#define L33_DENSE_MASTER         3333140608 /*     354336: layer 33 dense: this rank's fp32 master shard */
-#define L33_DENSE_GRAD           3333494944 /*     354336: its gradient, accumulated over micro-batches */
-#define L33_DENSE_ADAM_M         3333849280 /*     354336: AdamW first moment (fp32) */
-#define L33_DENSE_ADAM_V         3334203616 /*     354336: AdamW second moment (fp32) */
-#define L33_EXPERTS_MASTER       3334557952 /*   33030144: layer 33 experts: this rank's fp32 master shard */
-#define L33_EXPERTS_GRAD         3367588096 /*   33030144: its gradient, accumulated over micro-batches */
-#define L33_EXPERTS_ADAM_M       3400618240 /*   33030144: Muon momentum (fp32) */
-#define L34_DENSE_MASTER         3433648384 /*     354336: layer 34 dense: this rank's fp32 master shard */
-#define L34_DENSE_GRAD           3434002720 /*     354336: its gradient, accumulated over micro-batches */
-#define L34_DENSE_ADAM_M         3434357056 /*     354336: AdamW first moment (fp32) */
-#define L34_DENSE_ADAM_V         3434711392 /*     354336: AdamW second moment (fp32) */
-#define L34_EXPERTS_MASTER       3435065728 /*   33030144: layer 34 experts: this rank's fp32 master shard */
-#define L34_EXPERTS_GRAD         3468095872 /*   33030144: its gradient, accumulated over micro-batches */
-#define L34_EXPERTS_ADAM_M       3501126016 /*   33030144: Muon momentum (fp32) */
-#define L35_DENSE_MASTER         3534156160 /*     354336: layer 35 dense: this rank's fp32 master shard */
-#define L35_DENSE_GRAD           3534510496 /*     354336: its gradient, accumulated over micro-batches */
-#define L35_DENSE_ADAM_M         3534864832 /*     354336: AdamW first moment (fp32) */
-#define L35_DENSE_ADAM_V         3535219168 /*     354336: AdamW second moment (fp32) */
-#define L35_EXPERTS_MASTER       3535573504 /*   33030144: layer 35 experts: this rank's fp32 master shard */
-#define L35_EXPERTS_GRAD         3568603648 /*   33030144: its gradient, accumulated over micro-batches */
-#define L35_EXPERTS_ADAM_M       3601633792 /*   33030144: Muon momentum (fp32) */
-#define L36_DENSE_MASTER         3634663936 /*     354336: layer 36 dense: this rank's fp32 master shard */
-#define L36_DENSE_GRAD           3635018272 /*     354336: its gradient, accumulated over micro-batches */
-#define L36_DENSE_ADAM_M         3635372608 /*     354336: AdamW first moment (fp32) */
-#define L36_DENSE_ADAM_V         3635726944 /*     354336: AdamW second moment (fp32) */
-#define L36_EXPERTS_MASTER       3636081280 /*   33030144: layer 36 experts: this rank's fp32 master shard */
-#define L36_EXPERTS_GRAD         3669111424 /*   33030144: its gradient, accumulated over micro-batches */
-#define L36_EXPERTS_ADAM_M       3702141568 /*   33030144: Muon momentum (fp32) */
-#define L37_DENSE_MASTER         3735171712 /*     354336: layer 37 dense: this rank's fp32 master shard */
-#define L37_DENSE_GRAD           3735526048 /*     354336: its gradient, accumulated over micro-batches */
-#define L37_DENSE_ADAM_M         3735880384 /*     354336: AdamW first moment (fp32) */
-#define L37_DENSE_ADAM_V         3736234720 /*     354336: AdamW second moment (fp32) */
-#define L37_EXPERTS_MASTER       3736589056 /*   33030144: layer 37 experts: this rank's fp32 master shard */
-#define L37_EXPERTS_GRAD         3769619200 /*   33030144: its gradient, accumulated over micro-batches */
-#define L37_EXPERTS_ADAM_M       3802649344 /*   33030144: Muon momentum (fp32) */
-#define L38_DENSE_MASTER         3835679488 /*     354336: layer 38 dense: this rank's fp32 master shard */
-#define L38_DENSE_GRAD           3836033824 /*     354336: its gradient, accumulated over micro-batches */
-#define L38_DENSE_ADAM_M         3836388160 /*     354336: AdamW first moment (fp32) */
-#define L38_DENSE_ADAM_V         3836742496 /*     354336: AdamW second moment (fp32) */
-#define L38_EXPERTS_MASTER       3837096832 /*   33030144: layer 38 experts: this rank's fp32 master shard */
-#define L38_EXPERTS_GRAD         3870126976 /*   33030144: its gradient, accumulated over micro-batches */
-#define L38_EXPERTS_ADAM_M       3903157120 /*   33030144: Muon momentum (fp32) */
-#define L39_DENSE_MASTER         3936187264 /*     354336: layer 39 dense: this rank's fp32 master shard */
-#define L39_DENSE_GRAD           3936541600 /*     354336: its gradient, accumulated over micro-batches */
-#define L39_DENSE_ADAM_M         3936895936 /*     354336: AdamW first moment (fp32) */
-#define L39_DENSE_ADAM_V         3937250272 /*     354336: AdamW second moment (fp32) */
-#define L39_EXPERTS_MASTER       3937604608 /*   33030144: layer 39 experts: this rank's fp32 master shard */
-#define L39_EXPERTS_GRAD         3970634752 /*   33030144: its gradient, accumulated over micro-batches */
-#define L39_EXPERTS_ADAM_M       4003664896 /*   33030144: Muon momentum (fp32) */
-#define L40_DENSE_MASTER         4036695040 /*     354336: layer 40 dense: this rank's fp32 master shard */
-#define L40_DENSE_GRAD           4037049376 /*     354336: its gradient, accumulated over micro-batches */
-#define L40_DENSE_ADAM_M         4037403712 /*     354336: AdamW first moment (fp32) */
-#define L40_DENSE_ADAM_V         4037758048 /*     354336: AdamW second moment (fp32) */
-#define L40_EXPERTS_MASTER       4038112384 /*   33030144: layer 40 experts: this rank's fp32 master shard */
-#define L40_EXPERTS_GRAD         4071142528 /*   33030144: its gradient, accumulated over micro-batches */
-#define L40_EXPERTS_ADAM_M       4104172672 /*   33030144: Muon momentum (fp32) */
-#define L41_DENSE_MASTER         4137202816 /*     354336: layer 41 dense: this rank's fp32 master shard */
-#define L41_DENSE_GRAD           4137557152 /*     354336: its gradient, accumulated over micro-batches */
-#define L41_DENSE_ADAM_M         4137911488 /*     354336: AdamW first moment (fp32) */
-#define L41_DENSE_ADAM_V         4138265824 /*     354336: AdamW second moment (fp32) */
-#define L41_EXPERTS_MASTER       4138620160 /*   33030144: layer 41 experts: this rank's fp32 master shard */
-#define L41_EXPERTS_GRAD         4171650304 /*   33030144: its gradient, accumulated over micro-batches */
-#define L41_EXPERTS_ADAM_M       4204680448 /*   33030144: Muon momentum (fp32) */
-#define L42_DENSE_MASTER         4237710592 /*     354336: layer 42 dense: this rank's fp32 master shard */
-#define L42_DENSE_GRAD           4238064928 /*     354336: its gradient, accumulated over micro-batches */
-#define L42_DENSE_ADAM_M         4238419264 /*     354336: AdamW first moment (fp32) */
-#define L42_DENSE_ADAM_V         4238773600 /*     354336: AdamW second moment (fp32) */
-#define L42_EXPERTS_MASTER       4239127936 /*   33030144: layer 42 experts: this rank's fp32 master shard */
-#define L42_EXPERTS_GRAD         4272158080 /*   33030144: its gradient, accumulated over micro-batches */
-#define L42_EXPERTS_ADAM_M       4305188224 /*   33030144: Muon momentum (fp32) */
-#define L43_DENSE_MASTER         4338218368 /*     354336: layer 43 dense: this rank's fp32 master shard */
-#define L43_DENSE_GRAD           4338572704 /*     354336: its gradient, accumulated over micro-batches */
-#define L43_DENSE_ADAM_M         4338927040 /*     354336: AdamW first moment (fp32) */
-#define L43_DENSE_ADAM_V         4339281376 /*     354336: AdamW second moment (fp32) */
-#define L43_EXPERTS_MASTER       4339635712 /*   33030144: layer 43 experts: this rank's fp32 master shard */
-#define L43_EXPERTS_GRAD         4372665856 /*   33030144: its gradient, accumulated over micro-batches */
-#define L43_EXPERTS_ADAM_M       4405696000 /*   33030144: Muon momentum (fp32) */
-#define L44_DENSE_MASTER         4438726144 /*     354336: layer 44 dense: this rank's fp32 master shard */
-#define L44_DENSE_GRAD           4439080480 /*     354336: its gradient, accumulated over micro-batches */
-#define L44_DENSE_ADAM_M         4439434816 /*     354336: AdamW first moment (fp32) */
-#define L44_DENSE_ADAM_V         4439789152 /*     354336: AdamW second moment (fp32) */
-#define L44_EXPERTS_MASTER       4440143488 /*   33030144: layer 44 experts: this rank's fp32 master shard */
-#define L44_EXPERTS_GRAD         4473173632 /*   33030144: its gradient, accumulated over micro-batches */
-#define L44_EXPERTS_ADAM_M       4506203776 /*   33030144: Muon momentum (fp32) */
-#define L45_DENSE_MASTER         4539233920 /*     354336: layer 45 dense: this rank's fp32 master shard */
-#define L45_DENSE_GRAD           4539588256 /*     354336: its gradient, accumulated over micro-batches */
-#define L45_DENSE_ADAM_M         4539942592 /*     354336: AdamW first moment (fp32) */
-#define L45_DENSE_ADAM_V         4540296928 /*     354336: AdamW second moment (fp32) */
-#define L45_EXPERTS_MASTER       4540651264 /*   33030144: layer 45 experts: this rank's fp32 master shard */
-#define L45_EXPERTS_GRAD         4573681408 /*   33030144: its gradient, accumulated over micro-batches */
-#define L45_EXPERTS_ADAM_M       4606711552 /*   33030144: Muon momentum (fp32) */
-#define L46_DENSE_MASTER         4639741696 /*     354336: layer 46 dense: this rank's fp32 master shard */
-#define L46_DENSE_GRAD           4640096032 /*     354336: its gradient, accumulated over micro-batches */
-#define L46_DENSE_ADAM_M         4640450368 /*     354336: AdamW first moment (fp32) */
-#define L46_DENSE_ADAM_V         4640804704 /*     354336: AdamW second moment (fp32) */
-#define L46_EXPERTS_MASTER       4641159040 /*   33030144: layer 46 experts: this rank's fp32 master shard */
-#define L46_EXPERTS_GRAD         4674189184 /*   33030144: its gradient, accumulated over micro-batches */
-#define L46_EXPERTS_ADAM_M       4707219328 /*   33030144: Muon momentum (fp32) */
-#define L47_DENSE_MASTER         4740249472 /*     354336: layer 47 dense: this rank's fp32 master shard */
-#define L47_DENSE_GRAD           4740603808 /*     354336: its gradient, accumulated over micro-batches */
-#define L47_DENSE_ADAM_M         4740958144 /*     354336: AdamW first moment (fp32) */
-#define L47_DENSE_ADAM_V         4741312480 /*     354336: AdamW second moment (fp32) */
-#define L47_EXPERTS_MASTER       4741666816 /*   33030144: layer 47 experts: this rank's fp32 master shard */
-#define L47_EXPERTS_GRAD         4774696960 /*   33030144: its gradient, accumulated over micro-batches */
-#define L47_EXPERTS_ADAM_M       4807727104 /*   33030144: Muon momentum (fp32) */
-#define L48_DENSE_MASTER         4840757248 /*     354336: layer 48 dense: this rank's fp32 master shard */
-#define L48_DENSE_GRAD           4841111584 /*     354336: its gradient, accumulated over micro-batches */
-#define L48_DENSE_ADAM_M         4841465920 /*     354336: AdamW first moment (fp32) */
-#define L48_DENSE_ADAM_V         4841820256 /*     354336: AdamW second moment (fp32) */
-#define L48_EXPERTS_MASTER       4842174592 /*   33030144: layer 48 experts: this rank's fp32 master shard */
-#define L48_EXPERTS_GRAD         4875204736 /*   33030144: its gradient, accumulated over micro-batches */
-#define L48_EXPERTS_ADAM_M       4908234880 /*   33030144: Muon momentum (fp32) */
-#define L49_DENSE_MASTER         4941265024 /*     354336: layer 49 dense: this rank's fp32 master shard */
-#define L49_DENSE_GRAD           4941619360 /*     354336: its gradient, accumulated over micro-batches */
-#define L49_DENSE_ADAM_M         4941973696 /*     354336: AdamW first moment (fp32) */
-#define L49_DENSE_ADAM_V         4942328032 /*     354336: AdamW second moment (fp32) */
-#define L49_EXPERTS_MASTER       4942682368 /*   33030144: layer 49 experts: this rank's fp32 master shard */
-#define L49_EXPERTS_GRAD         4975712512 /*   33030144: its gradient, accumulated over micro-batches */
-#define L49_EXPERTS_ADAM_M       5008742656 /*   33030144: Muon momentum (fp32) */
-#define L50_DENSE_MASTER         5041772800 /*     354336: layer 50 dense: this rank's fp32 master shard */
-#define L50_DENSE_GRAD           5042127136 /*     354336: its gradient, accumulated over micro-batches */
-#define L50_DENSE_ADAM_M         5042481472 /*     354336: AdamW first moment (fp32) */
-#define L50_DENSE_ADAM_V         5042835808 /*     354336: AdamW second moment (fp32) */
-#define L50_EXPERTS_MASTER       5043190144 /*   33030144: layer 50 experts: this rank's fp32 master shard */
-#define L50_EXPERTS_GRAD         5076220288 /*   33030144: its gradient, accumulated over micro-batches */
-#define L50_EXPERTS_ADAM_M       5109250432 /*   33030144: Muon momentum (fp32) */
-#define L51_DENSE_MASTER         5142280576 /*     354336: layer 51 dense: this rank's fp32 master shard */
-#define L51_DENSE_GRAD           5142634912 /*     354336: its gradient, accumulated over micro-batches */
-#define L51_DENSE_ADAM_M         5142989248 /*     354336: AdamW first moment (fp32) */
-#define L51_DENSE_ADAM_V         5143343584 /*     354336: AdamW second moment (fp32) */
-#define L51_EXPERTS_MASTER       5143697920 /*   33030144: layer 51 experts: this rank's fp32 master shard */
-#define L51_EXPERTS_GRAD         5176728064 /*   33030144: its gradient, accumulated over micro-batches */
-#define L51_EXPERTS_ADAM_M       5209758208 /*   33030144: Muon momentum (fp32) */
-#define L52_DENSE_MASTER         5242788352 /*     354336: layer 52 dense: this rank's fp32 master shard */
-#define L52_DENSE_GRAD           5243142688 /*     354336: its gradient, accumulated over micro-batches */
-#define L52_DENSE_ADAM_M         5243497024 /*     354336: AdamW first moment (fp32) */
-#define L52_DENSE_ADAM_V         5243851360 /*     354336: AdamW second moment (fp32) */
-#define L52_EXPERTS_MASTER       5244205696 /*   33030144: layer 52 experts: this rank's fp32 master shard */
-#define L52_EXPERTS_GRAD         5277235840 /*   33030144: its gradient, accumulated over micro-batches */
-#define L52_EXPERTS_ADAM_M       5310265984 /*   33030144: Muon momentum (fp32) */
-#define L53_DENSE_MASTER         5343296128 /*     354336: layer 53 dense: this rank's fp32 master shard */
-#define L53_DENSE_GRAD           5343650464 /*     354336: its gradient, accumulated over micro-batches */
-#define L53_DENSE_ADAM_M         5344004800 /*     354336: AdamW first moment (fp32) */
-#define L53_DENSE_ADAM_V         5344359136 /*     354336: AdamW second moment (fp32) */
-#define L53_EXPERTS_MASTER       5344713472 /*   33030144: layer 53 experts: this rank's fp32 master shard */
-#define L53_EXPERTS_GRAD         5377743616 /*   33030144: its gradient, accumulated over micro-batches */
-#define L53_EXPERTS_ADAM_M       5410773760 /*   33030144: Muon momentum (fp32) */
-#define L54_DENSE_MASTER         5443803904 /*     354336: layer 54 dense: this rank's fp32 master shard */
-#define L54_DENSE_GRAD           5444158240 /*     354336: its gradient, accumulated over micro-batches */
-#define L54_DENSE_ADAM_M         5444512576 /*     354336: AdamW first moment (fp32) */
-#define L54_DENSE_ADAM_V         5444866912 /*     354336: AdamW second moment (fp32) */
-#define L54_EXPERTS_MASTER       5445221248 /*   33030144: layer 54 experts: this rank's fp32 master shard */
-#define L54_EXPERTS_GRAD         5478251392 /*   33030144: its gradient, accumulated over micro-batches */
-#define L54_EXPERTS_ADAM_M       5511281536 /*   33030144: Muon momentum (fp32) */
-#define L55_DENSE_MASTER         5544311680 /*     354336: layer 55 dense: this rank's fp32 master shard */
-#define L55_DENSE_GRAD           5544666016 /*     354336: its gradient, accumulated over micro-batches */
-#define L55_DENSE_ADAM_M         5545020352 /*     354336: AdamW first moment (fp32) */
-#define L55_DENSE_ADAM_V         5545374688 /*     354336: AdamW second moment (fp32) */
-#define L55_EXPERTS_MASTER       5545729024 /*   33030144: layer 55 experts: this rank's fp32 master shard */
-#define L55_EXPERTS_GRAD         5578759168 /*   33030144: its gradient, accumulated over micro-batches */
-#define L55_EXPERTS_ADAM_M       5611789312 /*   33030144: Muon momentum (fp32) */
-#define L56_DENSE_MASTER         5644819456 /*     354336: layer 56 dense: this rank's fp32 master shard */
-#define L56_DENSE_GRAD           5645173792 /*     354336: its gradient, accumulated over micro-batches */
-#define L56_DENSE_ADAM_M         5645528128 /*     354336: AdamW first moment (fp32) */
-#define L56_DENSE_ADAM_V         5645882464 /*     354336: AdamW second moment (fp32) */
-#define L56_EXPERTS_MASTER       5646236800 /*   33030144: layer 56 experts: this rank's fp32 master shard */
-#define L56_EXPERTS_GRAD         5679266944 /*   33030144: its gradient, accumulated over micro-batches */
-#define L56_EXPERTS_ADAM_M       5712297088 /*   33030144: Muon momentum (fp32) */
-#define L57_DENSE_MASTER         5745327232 /*     354336: layer 57 dense: this rank's fp32 master shard */
-#define L57_DENSE_GRAD           5745681568 /*     354336: its gradient, accumulated over micro-batches */
-#define L57_DENSE_ADAM_M         5746035904 /*     354336: AdamW first moment (fp32) */
-#define L57_DENSE_ADAM_V         5746390240 /*     354336: AdamW second moment (fp32) */
-#define L57_EXPERTS_MASTER       5746744576 /*   33030144: layer 57 experts: this rank's fp32 master shard */
-#define L57_EXPERTS_GRAD         5779774720 /*   33030144: its gradient, accumulated over micro-batches */
-#define L57_EXPERTS_ADAM_M       5812804864 /*   33030144: Muon momentum (fp32) */
-#define L58_DENSE_MASTER         5845835008 /*     354336: layer 58 dense: this rank's fp32 master shard */
-#define L58_DENSE_GRAD           5846189344 /*     354336: its gradient, accumulated over micro-batches */
-#define L58_DENSE_ADAM_M         5846543680 /*     354336: AdamW first moment (fp32) */
-#define L58_DENSE_ADAM_V         5846898016 /*     354336: AdamW second moment (fp32) */
-#define L58_EXPERTS_MASTER       5847252352 /*   33030144: layer 58 experts: this rank's fp32 master shard */
-#define L58_EXPERTS_GRAD         5880282496 /*   33030144: its gradient, accumulated over micro-batches */
-#define L58_EXPERTS_ADAM_M       5913312640 /*   33030144: Muon momentum (fp32) */
-#define L59_DENSE_MASTER         5946342784 /*     354336: layer 59 dense: this rank's fp32 master shard */
-#define L59_DENSE_GRAD           5946697120 /*     354336: its gradient, accumulated over micro-batches */
-#define L59_DENSE_ADAM_M         5947051456 /*     354336: AdamW first moment (fp32) */
-#define L59_DENSE_ADAM_V         5947405792 /*     354336: AdamW second moment (fp32) */
-#define L59_EXPERTS_MASTER       5947760128 /*   33030144: layer 59 experts: this rank's fp32 master shard */
-#define L59_EXPERTS_GRAD         5980790272 /*   33030144: its gradient, accumulated over micro-batches */
-#define L59_EXPERTS_ADAM_M       6013820416 /*   33030144: Muon momentum (fp32) */
-#define L60_DENSE_MASTER         6046850560 /*     354336: layer 60 dense: this rank's fp32 master shard */
-#define L60_DENSE_GRAD           6047204896 /*     354336: its gradient, accumulated over micro-batches */
-#define L60_DENSE_ADAM_M         6047559232 /*     354336: AdamW first moment (fp32) */
-#define L60_DENSE_ADAM_V         6047913568 /*     354336: AdamW second moment (fp32) */
-#define L60_EXPERTS_MASTER       6048267904 /*   33030144: layer 60 experts: this rank's fp32 master shard */
-#define L60_EXPERTS_GRAD         6081298048 /*   33030144: its gradient, accumulated over micro-batches */
-#define L60_EXPERTS_ADAM_M       6114328192 /*   33030144: Muon momentum (fp32) */
-#define L61_DENSE_MASTER         6147358336 /*     354336: layer 61 dense: this rank's fp32 master shard */
-#define L61_DENSE_GRAD           6147712672 /*     354336: its gradient, accumulated over micro-batches */
-#define L61_DENSE_ADAM_M         6148067008 /*     354336: AdamW first moment (fp32) */
-#define L61_DENSE_ADAM_V         6148421344 /*     354336: AdamW second moment (fp32) */
-#define L61_EXPERTS_MASTER       6148775680 /*   33030144: layer 61 experts: this rank's fp32 master shard */
-#define L61_EXPERTS_GRAD         6181805824 /*   33030144: its gradient, accumulated over micro-batches */
-#define L61_EXPERTS_ADAM_M       6214835968 /*   33030144: Muon momentum (fp32) */
-#define L62_DENSE_MASTER         6247866112 /*     354336: layer 62 dense: this rank's fp32 master shard */
-#define L62_DENSE_GRAD           6248220448 /*     354336: its gradient, accumulated over micro-batches */
-#define L62_DENSE_ADAM_M         6248574784 /*     354336: AdamW first moment (fp32) */
-#define L62_DENSE_ADAM_V         6248929120 /*     354336: AdamW second moment (fp32) */
-#define L62_EXPERTS_MASTER       6249283456 /*   33030144: layer 62 experts: this rank's fp32 master shard */
-#define L62_EXPERTS_GRAD         6282313600 /*   33030144: its gradient, accumulated over micro-batches */
-#define L62_EXPERTS_ADAM_M       6315343744 /*   33030144: Muon momentum (fp32) */
-#define L63_DENSE_MASTER         6348373888 /*     354336: layer 63 dense: this rank's fp32 master shard */
-#define L63_DENSE_GRAD           6348728224 /*     354336: its gradient, accumulated over micro-batches */
-#define L63_DENSE_ADAM_M         6349082560 /*     354336: AdamW first moment (fp32) */
-#define L63_DENSE_ADAM_V         6349436896 /*     354336: AdamW second moment (fp32) */
-#define L63_EXPERTS_MASTER       6349791232 /*   33030144: layer 63 experts: this rank's fp32 master shard */
-#define L63_EXPERTS_GRAD         6382821376 /*   33030144: its gradient, accumulated over micro-batches */
-#define L63_EXPERTS_ADAM_M       6415851520 /*   33030144: Muon momentum (fp32) */
-#define L64_DENSE_MASTER         6448881664 /*     354336: layer 64 dense: this rank's fp32 master shard */
-#define L64_DENSE_GRAD           6449236000 /*     354336: its gradient, accumulated over micro-batches */
-#define L64_DENSE_ADAM_M         6449590336 /*     354336: AdamW first moment (fp32) */
-#define L64_DENSE_ADAM_V         6449944672 /*     354336: AdamW second moment (fp32) */
-#define L64_EXPERTS_MASTER       6450299008 /*   33030144: layer 64 experts: this rank's fp32 master shard */
-#define L64_EXPERTS_GRAD         6483329152 /*   33030144: its gradient, accumulated over micro-batches */
-#define L64_EXPERTS_ADAM_M       6516359296 /*   33030144: Muon momentum (fp32) */
-#define L65_DENSE_MASTER         6549389440 /*     354336: layer 65 dense: this rank's fp32 master shard */
-#define L65_DENSE_GRAD           6549743776 /*     354336: its gradient, accumulated over micro-batches */
-#define L65_DENSE_ADAM_M         6550098112 /*     354336: AdamW first moment (fp32) */
-#define L65_DENSE_ADAM_V         6550452448 /*     354336: AdamW second moment (fp32) */
-#define L65_EXPERTS_MASTER       6550806784 /*   33030144: layer 65 experts: this rank's fp32 master shard */
-#define L65_EXPERTS_GRAD         6583836928 /*   33030144: its gradient, accumulated over micro-batches */
-#define L65_EXPERTS_ADAM_M       6616867072 /*   33030144: Muon momentum (fp32) */
-#define L66_DENSE_MASTER         6649897216 /*     354336: layer 66 dense: this rank's fp32 master shard */
-#define L66_DENSE_GRAD           6650251552 /*     354336: its gradient, accumulated over micro-batches */
-#define L66_DENSE_ADAM_M         6650605888 /*     354336: AdamW first moment (fp32) */
-#define L66_DENSE_ADAM_V         6650960224 /*     354336: AdamW second moment (fp32) */
-#define L66_EXPERTS_MASTER       6651314560 /*   33030144: layer 66 experts: this rank's fp32 master shard */
-#define L66_EXPERTS_GRAD         6684344704 /*   33030144: its gradient, accumulated over micro-batches */
-#define L66_EXPERTS_ADAM_M       6717374848 /*   33030144: Muon momentum (fp32) */
-#define L67_DENSE_MASTER         6750404992 /*     354336: layer 67 dense: this rank's fp32 master shard */
-#define L67_DENSE_GRAD           6750759328 /*     354336: its gradient, accumulated over micro-batches */
-#define L67_DENSE_ADAM_M         6751113664 /*     354336: AdamW first moment (fp32) */
-#define L67_DENSE_ADAM_V         6751468000 /*     354336: AdamW second moment (fp32) */
-#define L67_EXPERTS_MASTER       6751822336 /*   33030144: layer 67 experts: this rank's fp32 master shard */
-#define L67_EXPERTS_GRAD         6784852480 /*   33030144: its gradient, accumulated over micro-batches */
-#define L67_EXPERTS_ADAM_M       6817882624 /*   33030144: Muon momentum (fp32) */
-#define L68_DENSE_MASTER         6850912768 /*     354336: layer 68 dense: this rank's fp32 master shard */
-#define L68_DENSE_GRAD           6851267104 /*     354336: its gradient, accumulated over micro-batches */
-#define L68_DENSE_ADAM_M         6851621440 /*     354336: AdamW first moment (fp32) */
-#define L68_DENSE_ADAM_V         6851975776 /*     354336: AdamW second moment (fp32) */
-#define L68_EXPERTS_MASTER       6852330112 /*   33030144: layer 68 experts: this rank's fp32 master shard */
-#define L68_EXPERTS_GRAD         6885360256 /*   33030144: its gradient, accumulated over micro-batches */
-#define L68_EXPERTS_ADAM_M       6918390400 /*   33030144: Muon momentum (fp32) */
-#define L69_DENSE_MASTER         6951420544 /*     354336: layer 69 dense: this rank's fp32 master shard */
-#define L69_DENSE_GRAD           6951774880 /*     354336: its gradient, accumulated over micro-batches */
-#define L69_DENSE_ADAM_M         6952129216 /*     354336: AdamW first moment (fp32) */
-#define L69_DENSE_ADAM_V         6952483552 /*     354336: AdamW second moment (fp32) */
-#define L69_EXPERTS_MASTER       6952837888 /*   33030144: layer 69 experts: this rank's fp32 master shard */
-#define L69_EXPERTS_GRAD         6985868032 /*   33030144: its gradient, accumulated over micro-batches */
-#define L69_EXPERTS_ADAM_M       7018898176 /*   33030144: Muon momentum (fp32) */
-#define L70_DENSE_MASTER         7051928320 /*     354336: layer 70 dense: this rank's fp32 master shard */
-#define L70_DENSE_GRAD           7052282656 /*     354336: its gradient, accumulated over micro-batches */
-#define L70_DENSE_ADAM_M         7052636992 /*     354336: AdamW first moment (fp32) */
-#define L70_DENSE_ADAM_V         7052991328 /*     354336: AdamW second moment (fp32) */
-#define L70_EXPERTS_MASTER       7053345664 /*   33030144: layer 70 experts: this rank's fp32 master shard */
-#define L70_EXPERTS_GRAD         7086375808 /*   33030144: its gradient, accumulated over micro-batches */
-#define L70_EXPERTS_ADAM_M       7119405952 /*   33030144: Muon momentum (fp32) */
-#define L71_DENSE_MASTER         7152436096 /*     354336: layer 71 dense: this rank's fp32 master shard */
-#define L71_DENSE_GRAD           7152790432 /*     354336: its gradient, accumulated over micro-batches */
-#define L71_DENSE_ADAM_M         7153144768 /*     354336: AdamW first moment (fp32) */
-#define L71_DENSE_ADAM_V         7153499104 /*     354336: AdamW second moment (fp32) */
-#define L71_EXPERTS_MASTER       7153853440 /*   33030144: layer 71 experts: this rank's fp32 master shard */
-#define L71_EXPERTS_GRAD         7186883584 /*   33030144: its gradient, accumulated over micro-batches */
-#define L71_EXPERTS_ADAM_M       7219913728 /*   33030144: Muon momentum (fp32) */
-#define L72_DENSE_MASTER         7252943872 /*     354336: layer 72 dense: this rank's fp32 master shard */
-#define L72_DENSE_GRAD           7253298208 /*     354336: its gradient, accumulated over micro-batches */
-#define L72_DENSE_ADAM_M         7253652544 /*     354336: AdamW first moment (fp32) */
-#define L72_DENSE_ADAM_V         7254006880 /*     354336: AdamW second moment (fp32) */
-#define L72_EXPERTS_MASTER       7254361216 /*   33030144: layer 72 experts: this rank's fp32 master shard */
-#define L72_EXPERTS_GRAD         7287391360 /*   33030144: its gradient, accumulated over micro-batches */
-#define L72_EXPERTS_ADAM_M       7320421504 /*   33030144: Muon momentum (fp32) */
-#define L73_DENSE_MASTER         7353451648 /*     354336: layer 73 dense: this rank's fp32 master shard */
-#define L73_DENSE_GRAD           7353805984 /*     354336: its gradient, accumulated over micro-batches */
-#define L73_DENSE_ADAM_M         7354160320 /*     354336: AdamW first moment (fp32) */
-#define L73_DENSE_ADAM_V         7354514656 /*     354336: AdamW second moment (fp32) */
-#define L73_EXPERTS_MASTER       7354868992 /*   33030144: layer 73 experts: this rank's fp32 master shard */
-#define L73_EXPERTS_GRAD         7387899136 /*   33030144: its gradient, accumulated over micro-batches */
-#define L73_EXPERTS_ADAM_M       7420929280 /*   33030144: Muon momentum (fp32) */
-#define HEAD_MASTER              7453959424 /*    4096016: head: this rank's fp32 master shard */
-#define HEAD_GRAD                7458055440 /*    4096016: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              7462151456 /*    4096016: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              7466247472 /*    4096016: AdamW second moment (fp32) */
+#define EMBED_MASTER                      0 /*    4096000 [master.fp32_shard]: embedding: this rank's fp32 master shard */
+#define EMBED_GRAD                  4096000 /*    4096000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M                8192000 /*    4096000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define EMBED_ADAM_V               12288000 /*    4096000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER            16384000 /*     354336 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L0_DENSE_GRAD              16738336 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L0_DENSE_ADAM_M            17092672 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_V            17447008 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_EXPERTS_MASTER          17801344 /*   33030144 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
+#define L0_EXPERTS_GRAD            50831488 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_ADAM_M          83861632 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L1_DENSE_MASTER           116891776 /*     354336 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L1_DENSE_GRAD             117246112 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L1_DENSE_ADAM_M           117600448 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_V           117954784 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L1_EXPERTS_MASTER         118309120 /*   33030144 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
+#define L1_EXPERTS_GRAD           151339264 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_ADAM_M         184369408 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L2_DENSE_MASTER           217399552 /*     354336 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L2_DENSE_GRAD             217753888 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L2_DENSE_ADAM_M           218108224 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_V           218462560 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L2_EXPERTS_MASTER         218816896 /*   33030144 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
+#define L2_EXPERTS_GRAD           251847040 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_ADAM_M         284877184 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L3_DENSE_MASTER           317907328 /*     354336 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_DENSE_GRAD             318261664 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_DENSE_ADAM_M           318616000 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_V           318970336 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L3_EXPERTS_MASTER         319324672 /*   33030144 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
+#define L3_EXPERTS_GRAD           352354816 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_ADAM_M         385384960 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L4_DENSE_MASTER           418415104 /*     354336 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
+#define L4_DENSE_GRAD             418769440 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L4_DENSE_ADAM_M           419123776 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_V           419478112 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L4_EXPERTS_MASTER         419832448 /*   33030144 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
+#define L4_EXPERTS_GRAD           452862592 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L4_EXPERTS_ADAM_M         485892736 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L5_DENSE_MASTER           518922880 /*     354336 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
+#define L5_DENSE_GRAD             519277216 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L5_DENSE_ADAM_M           519631552 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_V           519985888 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L5_EXPERTS_MASTER         520340224 /*   33030144 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
+#define L5_EXPERTS_GRAD           553370368 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L5_EXPERTS_ADAM_M         586400512 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L6_DENSE_MASTER           619430656 /*     354336 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
+#define L6_DENSE_GRAD             619784992 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L6_DENSE_ADAM_M           620139328 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_V           620493664 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L6_EXPERTS_MASTER         620848000 /*   33030144 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
+#define L6_EXPERTS_GRAD           653878144 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L6_EXPERTS_ADAM_M         686908288 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L7_DENSE_MASTER           719938432 /*     354336 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
+#define L7_DENSE_GRAD             720292768 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L7_DENSE_ADAM_M           720647104 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_V           721001440 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L7_EXPERTS_MASTER         721355776 /*   33030144 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
+#define L7_EXPERTS_GRAD           754385920 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L7_EXPERTS_ADAM_M         787416064 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L8_DENSE_MASTER           820446208 /*     354336 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
+#define L8_DENSE_GRAD             820800544 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L8_DENSE_ADAM_M           821154880 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_V           821509216 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L8_EXPERTS_MASTER         821863552 /*   33030144 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
+#define L8_EXPERTS_GRAD           854893696 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L8_EXPERTS_ADAM_M         887923840 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L9_DENSE_MASTER           920953984 /*     354336 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
+#define L9_DENSE_GRAD             921308320 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L9_DENSE_ADAM_M           921662656 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_V           922016992 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L9_EXPERTS_MASTER         922371328 /*   33030144 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
+#define L9_EXPERTS_GRAD           955401472 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L9_EXPERTS_ADAM_M         988431616 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L10_DENSE_MASTER         1021461760 /*     354336 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
+#define L10_DENSE_GRAD           1021816096 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L10_DENSE_ADAM_M         1022170432 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_V         1022524768 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L10_EXPERTS_MASTER       1022879104 /*   33030144 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
+#define L10_EXPERTS_GRAD         1055909248 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L10_EXPERTS_ADAM_M       1088939392 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L11_DENSE_MASTER         1121969536 /*     354336 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
+#define L11_DENSE_GRAD           1122323872 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L11_DENSE_ADAM_M         1122678208 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_V         1123032544 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L11_EXPERTS_MASTER       1123386880 /*   33030144 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
+#define L11_EXPERTS_GRAD         1156417024 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L11_EXPERTS_ADAM_M       1189447168 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L12_DENSE_MASTER         1222477312 /*     354336 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
+#define L12_DENSE_GRAD           1222831648 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L12_DENSE_ADAM_M         1223185984 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_V         1223540320 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L12_EXPERTS_MASTER       1223894656 /*   33030144 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
+#define L12_EXPERTS_GRAD         1256924800 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L12_EXPERTS_ADAM_M       1289954944 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L13_DENSE_MASTER         1322985088 /*     354336 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
+#define L13_DENSE_GRAD           1323339424 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L13_DENSE_ADAM_M         1323693760 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_V         1324048096 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L13_EXPERTS_MASTER       1324402432 /*   33030144 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
+#define L13_EXPERTS_GRAD         1357432576 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L13_EXPERTS_ADAM_M       1390462720 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L14_DENSE_MASTER         1423492864 /*     354336 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
+#define L14_DENSE_GRAD           1423847200 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L14_DENSE_ADAM_M         1424201536 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_V         1424555872 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L14_EXPERTS_MASTER       1424910208 /*   33030144 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
+#define L14_EXPERTS_GRAD         1457940352 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L14_EXPERTS_ADAM_M       1490970496 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L15_DENSE_MASTER         1524000640 /*     354336 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
+#define L15_DENSE_GRAD           1524354976 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L15_DENSE_ADAM_M         1524709312 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_V         1525063648 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L15_EXPERTS_MASTER       1525417984 /*   33030144 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
+#define L15_EXPERTS_GRAD         1558448128 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L15_EXPERTS_ADAM_M       1591478272 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L16_DENSE_MASTER         1624508416 /*     354336 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
+#define L16_DENSE_GRAD           1624862752 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L16_DENSE_ADAM_M         1625217088 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_V         1625571424 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L16_EXPERTS_MASTER       1625925760 /*   33030144 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
+#define L16_EXPERTS_GRAD         1658955904 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L16_EXPERTS_ADAM_M       1691986048 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L17_DENSE_MASTER         1725016192 /*     354336 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
+#define L17_DENSE_GRAD           1725370528 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L17_DENSE_ADAM_M         1725724864 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_V         1726079200 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L17_EXPERTS_MASTER       1726433536 /*   33030144 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
+#define L17_EXPERTS_GRAD         1759463680 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L17_EXPERTS_ADAM_M       1792493824 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L18_DENSE_MASTER         1825523968 /*     354336 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
+#define L18_DENSE_GRAD           1825878304 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L18_DENSE_ADAM_M         1826232640 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_V         1826586976 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L18_EXPERTS_MASTER       1826941312 /*   33030144 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
+#define L18_EXPERTS_GRAD         1859971456 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L18_EXPERTS_ADAM_M       1893001600 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L19_DENSE_MASTER         1926031744 /*     354336 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
+#define L19_DENSE_GRAD           1926386080 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L19_DENSE_ADAM_M         1926740416 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_V         1927094752 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L19_EXPERTS_MASTER       1927449088 /*   33030144 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
+#define L19_EXPERTS_GRAD         1960479232 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L19_EXPERTS_ADAM_M       1993509376 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L20_DENSE_MASTER         2026539520 /*     354336 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
+#define L20_DENSE_GRAD           2026893856 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L20_DENSE_ADAM_M         2027248192 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_V         2027602528 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L20_EXPERTS_MASTER       2027956864 /*   33030144 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
+#define L20_EXPERTS_GRAD         2060987008 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L20_EXPERTS_ADAM_M       2094017152 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L21_DENSE_MASTER         2127047296 /*     354336 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
+#define L21_DENSE_GRAD           2127401632 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L21_DENSE_ADAM_M         2127755968 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_V         2128110304 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L21_EXPERTS_MASTER       2128464640 /*   33030144 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
+#define L21_EXPERTS_GRAD         2161494784 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L21_EXPERTS_ADAM_M       2194524928 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L22_DENSE_MASTER         2227555072 /*     354336 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
+#define L22_DENSE_GRAD           2227909408 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L22_DENSE_ADAM_M         2228263744 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_V         2228618080 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L22_EXPERTS_MASTER       2228972416 /*   33030144 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
+#define L22_EXPERTS_GRAD         2262002560 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L22_EXPERTS_ADAM_M       2295032704 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L23_DENSE_MASTER         2328062848 /*     354336 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
+#define L23_DENSE_GRAD           2328417184 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L23_DENSE_ADAM_M         2328771520 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_V         2329125856 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L23_EXPERTS_MASTER       2329480192 /*   33030144 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
+#define L23_EXPERTS_GRAD         2362510336 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L23_EXPERTS_ADAM_M       2395540480 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L24_DENSE_MASTER         2428570624 /*     354336 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
+#define L24_DENSE_GRAD           2428924960 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L24_DENSE_ADAM_M         2429279296 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_V         2429633632 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L24_EXPERTS_MASTER       2429987968 /*   33030144 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
+#define L24_EXPERTS_GRAD         2463018112 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L24_EXPERTS_ADAM_M       2496048256 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L25_DENSE_MASTER         2529078400 /*     354336 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
+#define L25_DENSE_GRAD           2529432736 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L25_DENSE_ADAM_M         2529787072 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_V         2530141408 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L25_EXPERTS_MASTER       2530495744 /*   33030144 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
+#define L25_EXPERTS_GRAD         2563525888 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L25_EXPERTS_ADAM_M       2596556032 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L26_DENSE_MASTER         2629586176 /*     354336 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
+#define L26_DENSE_GRAD           2629940512 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L26_DENSE_ADAM_M         2630294848 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_V         2630649184 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L26_EXPERTS_MASTER       2631003520 /*   33030144 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
+#define L26_EXPERTS_GRAD         2664033664 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L26_EXPERTS_ADAM_M       2697063808 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L27_DENSE_MASTER         2730093952 /*     354336 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
+#define L27_DENSE_GRAD           2730448288 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L27_DENSE_ADAM_M         2730802624 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_V         2731156960 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L27_EXPERTS_MASTER       2731511296 /*   33030144 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
+#define L27_EXPERTS_GRAD         2764541440 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L27_EXPERTS_ADAM_M       2797571584 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L28_DENSE_MASTER         2830601728 /*     354336 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
+#define L28_DENSE_GRAD           2830956064 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L28_DENSE_ADAM_M         2831310400 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_V         2831664736 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L28_EXPERTS_MASTER       2832019072 /*   33030144 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
+#define L28_EXPERTS_GRAD         2865049216 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L28_EXPERTS_ADAM_M       2898079360 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L29_DENSE_MASTER         2931109504 /*     354336 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
+#define L29_DENSE_GRAD           2931463840 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L29_DENSE_ADAM_M         2931818176 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_V         2932172512 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L29_EXPERTS_MASTER       2932526848 /*   33030144 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
+#define L29_EXPERTS_GRAD         2965556992 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L29_EXPERTS_ADAM_M       2998587136 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L30_DENSE_MASTER         3031617280 /*     354336 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
+#define L30_DENSE_GRAD           3031971616 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L30_DENSE_ADAM_M         3032325952 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_V         3032680288 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L30_EXPERTS_MASTER       3033034624 /*   33030144 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
+#define L30_EXPERTS_GRAD         3066064768 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L30_EXPERTS_ADAM_M       3099094912 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L31_DENSE_MASTER         3132125056 /*     354336 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
+#define L31_DENSE_GRAD           3132479392 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L31_DENSE_ADAM_M         3132833728 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_V         3133188064 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L31_EXPERTS_MASTER       3133542400 /*   33030144 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
+#define L31_EXPERTS_GRAD         3166572544 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L31_EXPERTS_ADAM_M       3199602688 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L32_DENSE_MASTER         3232632832 /*     354336 [master.fp32_shard]: layer 32 dense: this rank's fp32 master shard */
+#define L32_DENSE_GRAD           3232987168 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L32_DENSE_ADAM_M         3233341504 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L32_DENSE_ADAM_V         3233695840 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L32_EXPERTS_MASTER       3234050176 /*   33030144 [master.fp32_shard]: layer 32 experts: this rank's fp32 master shard */
+#define L32_EXPERTS_GRAD         3267080320 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L32_EXPERTS_ADAM_M       3300110464 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L33_DENSE_MASTER         3333140608 /*     354336 [master.fp32_shard]: layer 33 dense: this rank's fp32 master shard */
+#define L33_DENSE_GRAD           3333494944 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L33_DENSE_ADAM_M         3333849280 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L33_DENSE_ADAM_V         3334203616 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L33_EXPERTS_MASTER       3334557952 /*   33030144 [master.fp32_shard]: layer 33 experts: this rank's fp32 master shard */
+#define L33_EXPERTS_GRAD         3367588096 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L33_EXPERTS_ADAM_M       3400618240 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L34_DENSE_MASTER         3433648384 /*     354336 [master.fp32_shard]: layer 34 dense: this rank's fp32 master shard */
+#define L34_DENSE_GRAD           3434002720 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L34_DENSE_ADAM_M         3434357056 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L34_DENSE_ADAM_V         3434711392 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L34_EXPERTS_MASTER       3435065728 /*   33030144 [master.fp32_shard]: layer 34 experts: this rank's fp32 master shard */
+#define L34_EXPERTS_GRAD         3468095872 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L34_EXPERTS_ADAM_M       3501126016 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L35_DENSE_MASTER         3534156160 /*     354336 [master.fp32_shard]: layer 35 dense: this rank's fp32 master shard */
+#define L35_DENSE_GRAD           3534510496 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L35_DENSE_ADAM_M         3534864832 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L35_DENSE_ADAM_V         3535219168 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L35_EXPERTS_MASTER       3535573504 /*   33030144 [master.fp32_shard]: layer 35 experts: this rank's fp32 master shard */
+#define L35_EXPERTS_GRAD         3568603648 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L35_EXPERTS_ADAM_M       3601633792 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L36_DENSE_MASTER         3634663936 /*     354336 [master.fp32_shard]: layer 36 dense: this rank's fp32 master shard */
+#define L36_DENSE_GRAD           3635018272 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L36_DENSE_ADAM_M         3635372608 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L36_DENSE_ADAM_V         3635726944 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L36_EXPERTS_MASTER       3636081280 /*   33030144 [master.fp32_shard]: layer 36 experts: this rank's fp32 master shard */
+#define L36_EXPERTS_GRAD         3669111424 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L36_EXPERTS_ADAM_M       3702141568 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L37_DENSE_MASTER         3735171712 /*     354336 [master.fp32_shard]: layer 37 dense: this rank's fp32 master shard */
+#define L37_DENSE_GRAD           3735526048 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L37_DENSE_ADAM_M         3735880384 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L37_DENSE_ADAM_V         3736234720 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L37_EXPERTS_MASTER       3736589056 /*   33030144 [master.fp32_shard]: layer 37 experts: this rank's fp32 master shard */
+#define L37_EXPERTS_GRAD         3769619200 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L37_EXPERTS_ADAM_M       3802649344 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L38_DENSE_MASTER         3835679488 /*     354336 [master.fp32_shard]: layer 38 dense: this rank's fp32 master shard */
+#define L38_DENSE_GRAD           3836033824 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L38_DENSE_ADAM_M         3836388160 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L38_DENSE_ADAM_V         3836742496 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L38_EXPERTS_MASTER       3837096832 /*   33030144 [master.fp32_shard]: layer 38 experts: this rank's fp32 master shard */
+#define L38_EXPERTS_GRAD         3870126976 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L38_EXPERTS_ADAM_M       3903157120 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L39_DENSE_MASTER         3936187264 /*     354336 [master.fp32_shard]: layer 39 dense: this rank's fp32 master shard */
+#define L39_DENSE_GRAD           3936541600 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L39_DENSE_ADAM_M         3936895936 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L39_DENSE_ADAM_V         3937250272 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L39_EXPERTS_MASTER       3937604608 /*   33030144 [master.fp32_shard]: layer 39 experts: this rank's fp32 master shard */
+#define L39_EXPERTS_GRAD         3970634752 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L39_EXPERTS_ADAM_M       4003664896 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L40_DENSE_MASTER         4036695040 /*     354336 [master.fp32_shard]: layer 40 dense: this rank's fp32 master shard */
+#define L40_DENSE_GRAD           4037049376 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L40_DENSE_ADAM_M         4037403712 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L40_DENSE_ADAM_V         4037758048 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L40_EXPERTS_MASTER       4038112384 /*   33030144 [master.fp32_shard]: layer 40 experts: this rank's fp32 master shard */
+#define L40_EXPERTS_GRAD         4071142528 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L40_EXPERTS_ADAM_M       4104172672 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L41_DENSE_MASTER         4137202816 /*     354336 [master.fp32_shard]: layer 41 dense: this rank's fp32 master shard */
+#define L41_DENSE_GRAD           4137557152 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L41_DENSE_ADAM_M         4137911488 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L41_DENSE_ADAM_V         4138265824 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L41_EXPERTS_MASTER       4138620160 /*   33030144 [master.fp32_shard]: layer 41 experts: this rank's fp32 master shard */
+#define L41_EXPERTS_GRAD         4171650304 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L41_EXPERTS_ADAM_M       4204680448 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L42_DENSE_MASTER         4237710592 /*     354336 [master.fp32_shard]: layer 42 dense: this rank's fp32 master shard */
+#define L42_DENSE_GRAD           4238064928 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L42_DENSE_ADAM_M         4238419264 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L42_DENSE_ADAM_V         4238773600 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L42_EXPERTS_MASTER       4239127936 /*   33030144 [master.fp32_shard]: layer 42 experts: this rank's fp32 master shard */
+#define L42_EXPERTS_GRAD         4272158080 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L42_EXPERTS_ADAM_M       4305188224 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L43_DENSE_MASTER         4338218368 /*     354336 [master.fp32_shard]: layer 43 dense: this rank's fp32 master shard */
+#define L43_DENSE_GRAD           4338572704 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L43_DENSE_ADAM_M         4338927040 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L43_DENSE_ADAM_V         4339281376 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L43_EXPERTS_MASTER       4339635712 /*   33030144 [master.fp32_shard]: layer 43 experts: this rank's fp32 master shard */
+#define L43_EXPERTS_GRAD         4372665856 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L43_EXPERTS_ADAM_M       4405696000 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L44_DENSE_MASTER         4438726144 /*     354336 [master.fp32_shard]: layer 44 dense: this rank's fp32 master shard */
+#define L44_DENSE_GRAD           4439080480 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L44_DENSE_ADAM_M         4439434816 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L44_DENSE_ADAM_V         4439789152 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L44_EXPERTS_MASTER       4440143488 /*   33030144 [master.fp32_shard]: layer 44 experts: this rank's fp32 master shard */
+#define L44_EXPERTS_GRAD         4473173632 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L44_EXPERTS_ADAM_M       4506203776 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L45_DENSE_MASTER         4539233920 /*     354336 [master.fp32_shard]: layer 45 dense: this rank's fp32 master shard */
+#define L45_DENSE_GRAD           4539588256 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L45_DENSE_ADAM_M         4539942592 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L45_DENSE_ADAM_V         4540296928 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L45_EXPERTS_MASTER       4540651264 /*   33030144 [master.fp32_shard]: layer 45 experts: this rank's fp32 master shard */
+#define L45_EXPERTS_GRAD         4573681408 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L45_EXPERTS_ADAM_M       4606711552 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L46_DENSE_MASTER         4639741696 /*     354336 [master.fp32_shard]: layer 46 dense: this rank's fp32 master shard */
+#define L46_DENSE_GRAD           4640096032 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L46_DENSE_ADAM_M         4640450368 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L46_DENSE_ADAM_V         4640804704 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L46_EXPERTS_MASTER       4641159040 /*   33030144 [master.fp32_shard]: layer 46 experts: this rank's fp32 master shard */
+#define L46_EXPERTS_GRAD         4674189184 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L46_EXPERTS_ADAM_M       4707219328 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L47_DENSE_MASTER         4740249472 /*     354336 [master.fp32_shard]: layer 47 dense: this rank's fp32 master shard */
+#define L47_DENSE_GRAD           4740603808 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L47_DENSE_ADAM_M         4740958144 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L47_DENSE_ADAM_V         4741312480 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L47_EXPERTS_MASTER       4741666816 /*   33030144 [master.fp32_shard]: layer 47 experts: this rank's fp32 master shard */
+#define L47_EXPERTS_GRAD         4774696960 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L47_EXPERTS_ADAM_M       4807727104 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L48_DENSE_MASTER         4840757248 /*     354336 [master.fp32_shard]: layer 48 dense: this rank's fp32 master shard */
+#define L48_DENSE_GRAD           4841111584 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L48_DENSE_ADAM_M         4841465920 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L48_DENSE_ADAM_V         4841820256 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L48_EXPERTS_MASTER       4842174592 /*   33030144 [master.fp32_shard]: layer 48 experts: this rank's fp32 master shard */
+#define L48_EXPERTS_GRAD         4875204736 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L48_EXPERTS_ADAM_M       4908234880 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L49_DENSE_MASTER         4941265024 /*     354336 [master.fp32_shard]: layer 49 dense: this rank's fp32 master shard */
+#define L49_DENSE_GRAD           4941619360 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L49_DENSE_ADAM_M         4941973696 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L49_DENSE_ADAM_V         4942328032 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L49_EXPERTS_MASTER       4942682368 /*   33030144 [master.fp32_shard]: layer 49 experts: this rank's fp32 master shard */
+#define L49_EXPERTS_GRAD         4975712512 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L49_EXPERTS_ADAM_M       5008742656 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L50_DENSE_MASTER         5041772800 /*     354336 [master.fp32_shard]: layer 50 dense: this rank's fp32 master shard */
+#define L50_DENSE_GRAD           5042127136 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L50_DENSE_ADAM_M         5042481472 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L50_DENSE_ADAM_V         5042835808 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L50_EXPERTS_MASTER       5043190144 /*   33030144 [master.fp32_shard]: layer 50 experts: this rank's fp32 master shard */
+#define L50_EXPERTS_GRAD         5076220288 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L50_EXPERTS_ADAM_M       5109250432 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L51_DENSE_MASTER         5142280576 /*     354336 [master.fp32_shard]: layer 51 dense: this rank's fp32 master shard */
+#define L51_DENSE_GRAD           5142634912 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L51_DENSE_ADAM_M         5142989248 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L51_DENSE_ADAM_V         5143343584 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L51_EXPERTS_MASTER       5143697920 /*   33030144 [master.fp32_shard]: layer 51 experts: this rank's fp32 master shard */
+#define L51_EXPERTS_GRAD         5176728064 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L51_EXPERTS_ADAM_M       5209758208 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L52_DENSE_MASTER         5242788352 /*     354336 [master.fp32_shard]: layer 52 dense: this rank's fp32 master shard */
+#define L52_DENSE_GRAD           5243142688 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L52_DENSE_ADAM_M         5243497024 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L52_DENSE_ADAM_V         5243851360 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L52_EXPERTS_MASTER       5244205696 /*   33030144 [master.fp32_shard]: layer 52 experts: this rank's fp32 master shard */
+#define L52_EXPERTS_GRAD         5277235840 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L52_EXPERTS_ADAM_M       5310265984 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L53_DENSE_MASTER         5343296128 /*     354336 [master.fp32_shard]: layer 53 dense: this rank's fp32 master shard */
+#define L53_DENSE_GRAD           5343650464 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L53_DENSE_ADAM_M         5344004800 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L53_DENSE_ADAM_V         5344359136 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L53_EXPERTS_MASTER       5344713472 /*   33030144 [master.fp32_shard]: layer 53 experts: this rank's fp32 master shard */
+#define L53_EXPERTS_GRAD         5377743616 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L53_EXPERTS_ADAM_M       5410773760 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L54_DENSE_MASTER         5443803904 /*     354336 [master.fp32_shard]: layer 54 dense: this rank's fp32 master shard */
+#define L54_DENSE_GRAD           5444158240 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L54_DENSE_ADAM_M         5444512576 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L54_DENSE_ADAM_V         5444866912 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L54_EXPERTS_MASTER       5445221248 /*   33030144 [master.fp32_shard]: layer 54 experts: this rank's fp32 master shard */
+#define L54_EXPERTS_GRAD         5478251392 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L54_EXPERTS_ADAM_M       5511281536 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L55_DENSE_MASTER         5544311680 /*     354336 [master.fp32_shard]: layer 55 dense: this rank's fp32 master shard */
+#define L55_DENSE_GRAD           5544666016 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L55_DENSE_ADAM_M         5545020352 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L55_DENSE_ADAM_V         5545374688 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L55_EXPERTS_MASTER       5545729024 /*   33030144 [master.fp32_shard]: layer 55 experts: this rank's fp32 master shard */
+#define L55_EXPERTS_GRAD         5578759168 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L55_EXPERTS_ADAM_M       5611789312 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L56_DENSE_MASTER         5644819456 /*     354336 [master.fp32_shard]: layer 56 dense: this rank's fp32 master shard */
+#define L56_DENSE_GRAD           5645173792 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L56_DENSE_ADAM_M         5645528128 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L56_DENSE_ADAM_V         5645882464 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L56_EXPERTS_MASTER       5646236800 /*   33030144 [master.fp32_shard]: layer 56 experts: this rank's fp32 master shard */
+#define L56_EXPERTS_GRAD         5679266944 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L56_EXPERTS_ADAM_M       5712297088 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L57_DENSE_MASTER         5745327232 /*     354336 [master.fp32_shard]: layer 57 dense: this rank's fp32 master shard */
+#define L57_DENSE_GRAD           5745681568 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L57_DENSE_ADAM_M         5746035904 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L57_DENSE_ADAM_V         5746390240 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L57_EXPERTS_MASTER       5746744576 /*   33030144 [master.fp32_shard]: layer 57 experts: this rank's fp32 master shard */
+#define L57_EXPERTS_GRAD         5779774720 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L57_EXPERTS_ADAM_M       5812804864 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L58_DENSE_MASTER         5845835008 /*     354336 [master.fp32_shard]: layer 58 dense: this rank's fp32 master shard */
+#define L58_DENSE_GRAD           5846189344 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L58_DENSE_ADAM_M         5846543680 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L58_DENSE_ADAM_V         5846898016 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L58_EXPERTS_MASTER       5847252352 /*   33030144 [master.fp32_shard]: layer 58 experts: this rank's fp32 master shard */
+#define L58_EXPERTS_GRAD         5880282496 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L58_EXPERTS_ADAM_M       5913312640 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L59_DENSE_MASTER         5946342784 /*     354336 [master.fp32_shard]: layer 59 dense: this rank's fp32 master shard */
+#define L59_DENSE_GRAD           5946697120 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L59_DENSE_ADAM_M         5947051456 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L59_DENSE_ADAM_V         5947405792 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L59_EXPERTS_MASTER       5947760128 /*   33030144 [master.fp32_shard]: layer 59 experts: this rank's fp32 master shard */
+#define L59_EXPERTS_GRAD         5980790272 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L59_EXPERTS_ADAM_M       6013820416 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L60_DENSE_MASTER         6046850560 /*     354336 [master.fp32_shard]: layer 60 dense: this rank's fp32 master shard */
+#define L60_DENSE_GRAD           6047204896 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L60_DENSE_ADAM_M         6047559232 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L60_DENSE_ADAM_V         6047913568 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L60_EXPERTS_MASTER       6048267904 /*   33030144 [master.fp32_shard]: layer 60 experts: this rank's fp32 master shard */
+#define L60_EXPERTS_GRAD         6081298048 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L60_EXPERTS_ADAM_M       6114328192 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L61_DENSE_MASTER         6147358336 /*     354336 [master.fp32_shard]: layer 61 dense: this rank's fp32 master shard */
+#define L61_DENSE_GRAD           6147712672 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L61_DENSE_ADAM_M         6148067008 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L61_DENSE_ADAM_V         6148421344 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L61_EXPERTS_MASTER       6148775680 /*   33030144 [master.fp32_shard]: layer 61 experts: this rank's fp32 master shard */
+#define L61_EXPERTS_GRAD         6181805824 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L61_EXPERTS_ADAM_M       6214835968 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L62_DENSE_MASTER         6247866112 /*     354336 [master.fp32_shard]: layer 62 dense: this rank's fp32 master shard */
+#define L62_DENSE_GRAD           6248220448 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L62_DENSE_ADAM_M         6248574784 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L62_DENSE_ADAM_V         6248929120 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L62_EXPERTS_MASTER       6249283456 /*   33030144 [master.fp32_shard]: layer 62 experts: this rank's fp32 master shard */
+#define L62_EXPERTS_GRAD         6282313600 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L62_EXPERTS_ADAM_M       6315343744 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L63_DENSE_MASTER         6348373888 /*     354336 [master.fp32_shard]: layer 63 dense: this rank's fp32 master shard */
+#define L63_DENSE_GRAD           6348728224 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L63_DENSE_ADAM_M         6349082560 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L63_DENSE_ADAM_V         6349436896 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L63_EXPERTS_MASTER       6349791232 /*   33030144 [master.fp32_shard]: layer 63 experts: this rank's fp32 master shard */
+#define L63_EXPERTS_GRAD         6382821376 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L63_EXPERTS_ADAM_M       6415851520 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L64_DENSE_MASTER         6448881664 /*     354336 [master.fp32_shard]: layer 64 dense: this rank's fp32 master shard */
+#define L64_DENSE_GRAD           6449236000 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L64_DENSE_ADAM_M         6449590336 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L64_DENSE_ADAM_V         6449944672 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L64_EXPERTS_MASTER       6450299008 /*   33030144 [master.fp32_shard]: layer 64 experts: this rank's fp32 master shard */
+#define L64_EXPERTS_GRAD         6483329152 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L64_EXPERTS_ADAM_M       6516359296 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L65_DENSE_MASTER         6549389440 /*     354336 [master.fp32_shard]: layer 65 dense: this rank's fp32 master shard */
+#define L65_DENSE_GRAD           6549743776 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L65_DENSE_ADAM_M         6550098112 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L65_DENSE_ADAM_V         6550452448 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L65_EXPERTS_MASTER       6550806784 /*   33030144 [master.fp32_shard]: layer 65 experts: this rank's fp32 master shard */
+#define L65_EXPERTS_GRAD         6583836928 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L65_EXPERTS_ADAM_M       6616867072 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L66_DENSE_MASTER         6649897216 /*     354336 [master.fp32_shard]: layer 66 dense: this rank's fp32 master shard */
+#define L66_DENSE_GRAD           6650251552 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L66_DENSE_ADAM_M         6650605888 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L66_DENSE_ADAM_V         6650960224 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L66_EXPERTS_MASTER       6651314560 /*   33030144 [master.fp32_shard]: layer 66 experts: this rank's fp32 master shard */
+#define L66_EXPERTS_GRAD         6684344704 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L66_EXPERTS_ADAM_M       6717374848 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L67_DENSE_MASTER         6750404992 /*     354336 [master.fp32_shard]: layer 67 dense: this rank's fp32 master shard */
+#define L67_DENSE_GRAD           6750759328 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L67_DENSE_ADAM_M         6751113664 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L67_DENSE_ADAM_V         6751468000 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L67_EXPERTS_MASTER       6751822336 /*   33030144 [master.fp32_shard]: layer 67 experts: this rank's fp32 master shard */
+#define L67_EXPERTS_GRAD         6784852480 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L67_EXPERTS_ADAM_M       6817882624 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L68_DENSE_MASTER         6850912768 /*     354336 [master.fp32_shard]: layer 68 dense: this rank's fp32 master shard */
+#define L68_DENSE_GRAD           6851267104 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L68_DENSE_ADAM_M         6851621440 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L68_DENSE_ADAM_V         6851975776 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L68_EXPERTS_MASTER       6852330112 /*   33030144 [master.fp32_shard]: layer 68 experts: this rank's fp32 master shard */
+#define L68_EXPERTS_GRAD         6885360256 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L68_EXPERTS_ADAM_M       6918390400 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L69_DENSE_MASTER         6951420544 /*     354336 [master.fp32_shard]: layer 69 dense: this rank's fp32 master shard */
+#define L69_DENSE_GRAD           6951774880 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L69_DENSE_ADAM_M         6952129216 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L69_DENSE_ADAM_V         6952483552 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L69_EXPERTS_MASTER       6952837888 /*   33030144 [master.fp32_shard]: layer 69 experts: this rank's fp32 master shard */
+#define L69_EXPERTS_GRAD         6985868032 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L69_EXPERTS_ADAM_M       7018898176 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L70_DENSE_MASTER         7051928320 /*     354336 [master.fp32_shard]: layer 70 dense: this rank's fp32 master shard */
+#define L70_DENSE_GRAD           7052282656 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L70_DENSE_ADAM_M         7052636992 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L70_DENSE_ADAM_V         7052991328 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L70_EXPERTS_MASTER       7053345664 /*   33030144 [master.fp32_shard]: layer 70 experts: this rank's fp32 master shard */
+#define L70_EXPERTS_GRAD         7086375808 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L70_EXPERTS_ADAM_M       7119405952 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L71_DENSE_MASTER         7152436096 /*     354336 [master.fp32_shard]: layer 71 dense: this rank's fp32 master shard */
+#define L71_DENSE_GRAD           7152790432 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L71_DENSE_ADAM_M         7153144768 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L71_DENSE_ADAM_V         7153499104 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L71_EXPERTS_MASTER       7153853440 /*   33030144 [master.fp32_shard]: layer 71 experts: this rank's fp32 master shard */
+#define L71_EXPERTS_GRAD         7186883584 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L71_EXPERTS_ADAM_M       7219913728 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L72_DENSE_MASTER         7252943872 /*     354336 [master.fp32_shard]: layer 72 dense: this rank's fp32 master shard */
+#define L72_DENSE_GRAD           7253298208 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L72_DENSE_ADAM_M         7253652544 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L72_DENSE_ADAM_V         7254006880 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L72_EXPERTS_MASTER       7254361216 /*   33030144 [master.fp32_shard]: layer 72 experts: this rank's fp32 master shard */
+#define L72_EXPERTS_GRAD         7287391360 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L72_EXPERTS_ADAM_M       7320421504 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define L73_DENSE_MASTER         7353451648 /*     354336 [master.fp32_shard]: layer 73 dense: this rank's fp32 master shard */
+#define L73_DENSE_GRAD           7353805984 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L73_DENSE_ADAM_M         7354160320 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L73_DENSE_ADAM_V         7354514656 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L73_EXPERTS_MASTER       7354868992 /*   33030144 [master.fp32_shard]: layer 73 experts: this rank's fp32 master shard */
+#define L73_EXPERTS_GRAD         7387899136 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L73_EXPERTS_ADAM_M       7420929280 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
+#define HEAD_MASTER              7453959424 /*    4096016 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define HEAD_GRAD                7458055440 /*    4096016 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define HEAD_ADAM_M              7462151456 /*    4096016 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define HEAD_ADAM_V              7466247472 /*    4096016 [optimizer.adamw_moments]: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define WS_RSTD1                     131072 /*      65536: its 1/rms per token */
-#define WS_LSE                       196608 /*    3145728: attention log-sum-exp per head and query */
-#define WS_RSTD2                    3342336 /*      65536: its 1/rms per token */
-#define WS_LOGITS                   3407872 /*   25165824: router logits */
-#define WS_IDX                     28573696 /*     524288: selected experts (int32) */
-#define WS_WTS                     29097984 /*     524288: their weights */
-#define WS_POS                     29622272 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                 30146560 /*        385: first row of each expert (int32) */
-#define WS_EOFF                    30146960 /*         97: first row of each local expert in the round (int32) */
-#define DWTS                       30147072 /*     524288: gradient of the routing weights */
-#define AUX                        30671360 /*       1152: load-balancing loss scratch */
-#define RSTDF                      30672512 /*      65536: its 1/rms per token */
-#define LSEF                       30738048 /*      65536: log-sum-exp of each token's logits */
+#define WS_RSTD1                     131072 /*      65536 [activations.forward_layer]: its 1/rms per token */
+#define WS_LSE                       196608 /*    3145728 [activations.forward_layer]: attention log-sum-exp per head and query */
+#define WS_RSTD2                    3342336 /*      65536 [activations.forward_layer]: its 1/rms per token */
+#define WS_LOGITS                   3407872 /*   25165824 [activations.forward_layer]: router logits */
+#define WS_IDX                     28573696 /*     524288 [activations.forward_layer]: selected experts (int32) */
+#define WS_WTS                     29097984 /*     524288 [activations.forward_layer]: their weights */
+#define WS_POS                     29622272 /*     524288 [activations.forward_layer]: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                 30146560 /*        385 [activations.forward_layer]: first row of each expert (int32) */
+#define WS_EOFF                    30146960 /*         97 [activations.forward_layer]: first row of each local expert in the round (int32) */
+#define DWTS                       30147072 /*     524288 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                        30671360 /*       1152 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                      30672512 /*      65536 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                       30738048 /*      65536 [activations.loss_stats]: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM              4096000 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM            4450336 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM             37480480 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM           37834816 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM             70864960 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM           71219296 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM            104249440 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM          104603776 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM            137633920 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM          137988256 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM            171018400 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          171372736 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM            204402880 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          204757216 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM            237787360 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          238141696 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM            271171840 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          271526176 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM            304556320 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          304910656 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM           337940800 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         338295136 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM           371325280 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         371679616 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM           404709760 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         405064096 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM           438094240 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         438448576 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM           471478720 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         471833056 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM           504863200 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         505217536 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM           538247680 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         538602016 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM           571632160 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         571986496 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM           605016640 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         605370976 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM           638401120 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         638755456 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM           671785600 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         672139936 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM           705170080 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         705524416 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM           738554560 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM         738908896 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM           771939040 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM         772293376 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM           805323520 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM         805677856 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM           838708000 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM         839062336 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM           872092480 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM         872446816 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM           905476960 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM         905831296 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM           938861440 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM         939215776 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM           972245920 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM         972600256 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1005630400 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1005984736 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1039014880 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1039369216 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_DENSE_PARAM          1072399360 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_EXPERTS_PARAM        1072753696 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_DENSE_PARAM          1105783840 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_EXPERTS_PARAM        1106138176 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_DENSE_PARAM          1139168320 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_EXPERTS_PARAM        1139522656 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_DENSE_PARAM          1172552800 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_EXPERTS_PARAM        1172907136 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_DENSE_PARAM          1205937280 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_EXPERTS_PARAM        1206291616 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_DENSE_PARAM          1239321760 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_EXPERTS_PARAM        1239676096 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_DENSE_PARAM          1272706240 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_EXPERTS_PARAM        1273060576 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_DENSE_PARAM          1306090720 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_EXPERTS_PARAM        1306445056 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_DENSE_PARAM          1339475200 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_EXPERTS_PARAM        1339829536 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_DENSE_PARAM          1372859680 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_EXPERTS_PARAM        1373214016 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_DENSE_PARAM          1406244160 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_EXPERTS_PARAM        1406598496 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_DENSE_PARAM          1439628640 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_EXPERTS_PARAM        1439982976 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_DENSE_PARAM          1473013120 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_EXPERTS_PARAM        1473367456 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_DENSE_PARAM          1506397600 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_EXPERTS_PARAM        1506751936 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_DENSE_PARAM          1539782080 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_EXPERTS_PARAM        1540136416 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_DENSE_PARAM          1573166560 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_EXPERTS_PARAM        1573520896 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L48_DENSE_PARAM          1606551040 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L48_EXPERTS_PARAM        1606905376 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L49_DENSE_PARAM          1639935520 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L49_EXPERTS_PARAM        1640289856 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L50_DENSE_PARAM          1673320000 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L50_EXPERTS_PARAM        1673674336 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L51_DENSE_PARAM          1706704480 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L51_EXPERTS_PARAM        1707058816 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L52_DENSE_PARAM          1740088960 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L52_EXPERTS_PARAM        1740443296 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L53_DENSE_PARAM          1773473440 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L53_EXPERTS_PARAM        1773827776 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L54_DENSE_PARAM          1806857920 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L54_EXPERTS_PARAM        1807212256 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L55_DENSE_PARAM          1840242400 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L55_EXPERTS_PARAM        1840596736 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L56_DENSE_PARAM          1873626880 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L56_EXPERTS_PARAM        1873981216 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L57_DENSE_PARAM          1907011360 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L57_EXPERTS_PARAM        1907365696 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L58_DENSE_PARAM          1940395840 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L58_EXPERTS_PARAM        1940750176 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L59_DENSE_PARAM          1973780320 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L59_EXPERTS_PARAM        1974134656 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L60_DENSE_PARAM          2007164800 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L60_EXPERTS_PARAM        2007519136 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L61_DENSE_PARAM          2040549280 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L61_EXPERTS_PARAM        2040903616 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L62_DENSE_PARAM          2073933760 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L62_EXPERTS_PARAM        2074288096 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L63_DENSE_PARAM          2107318240 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L63_EXPERTS_PARAM        2107672576 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L64_DENSE_PARAM          2140702720 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L64_EXPERTS_PARAM        2141057056 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L65_DENSE_PARAM          2174087200 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L65_EXPERTS_PARAM        2174441536 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L66_DENSE_PARAM          2207471680 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L66_EXPERTS_PARAM        2207826016 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L67_DENSE_PARAM          2240856160 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L67_EXPERTS_PARAM        2241210496 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L68_DENSE_PARAM          2274240640 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L68_EXPERTS_PARAM        2274594976 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L69_DENSE_PARAM          2307625120 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L69_EXPERTS_PARAM        2307979456 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L70_DENSE_PARAM          2341009600 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L70_EXPERTS_PARAM        2341363936 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L71_DENSE_PARAM          2374394080 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L71_EXPERTS_PARAM        2374748416 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L72_DENSE_PARAM          2407778560 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L72_EXPERTS_PARAM        2408132896 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L73_DENSE_PARAM          2441163040 /*     354336: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L73_EXPERTS_PARAM        2441517376 /*   33030144: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM               2474547520 /*    4096016: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                2478643536 /* 3306958848: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                5785602384 /* 3306958848: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                    9092561232 /* 3306958848: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                   12399520080 /* 3306958848: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                  15706478928 /*  402653184: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  16109132112 /*  402653184: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  16511785296 /*  402653184: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  16914438480 /*  402653184: attention norm output */
-#define WS_Q                    17317091664 /*  402653184: queries (rotated) */
-#define WS_K                    17719744848 /*  134217728: keys (rotated) */
-#define WS_V                    17853962576 /*  134217728: values */
-#define WS_ATT                  17988180304 /*  402653184: attention output */
-#define WS_RES                  18390833488 /*  402653184: residual stream after attention */
-#define WS_LN2                  18793486672 /*  402653184: mlp norm output */
-#define DXE                     19196139856 /* 4026531840: gradient of the received rows (backward); in the forward, WS_XP */
-#define WS_XP                           DXE /* 3221225472: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
-#define WS_YP                         WS_XP /* 3221225472: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
-#define WS_XE                   23222671696 /* 4026531840: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   27249203536 /* 4026531840: their outputs, before going back */
-#define WS_EG                   31275735376 /* 1174405120: routed experts' gate */
-#define WS_EU                   32450140496 /* 1174405120: routed experts' up */
-#define WS_EH                   33624545616 /* 1174405120: routed experts' activation */
-#define WS_SG                   34798950736 /*  117440512: shared experts' gate */
-#define WS_SU                   34916391248 /*  117440512: shared experts' up */
-#define WS_SH                   35033831760 /*  117440512: shared experts' activation */
-#define DX_A                    35151272272 /*  402653184: gradient of the residual stream (even layers' output) */
-#define DX_B                    35553925456 /*  402653184: gradient of the residual stream (odd layers' output) */
-#define DLN                     35956578640 /*  402653184: gradient of a norm's output */
-#define A2A                     36359231824 /* 4026531840: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
-#define EDG                             A2A /* 1174405120: routed experts' gate gradient: in A2A (an FFN's backward) */
-#define DSG                             EDG /*  117440512: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
-#define EDU                    (A2A + 1174405120) /* 1174405120: routed experts' up gradient: in A2A (an FFN's backward) */
-#define DSU                             EDU /*  117440512: shared experts' up gradient: in EDU (one FFN's backward at a time) */
-#define EDH                    (A2A + 2348810240) /* 1174405120: routed experts' activation gradient: in A2A (an FFN's backward) */
-#define DSH                             EDH /*  117440512: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
-#define DATT                            A2A /*  402653184: gradient of the attention output: in A2A (the attention's backward) */
-#define DQ                     (A2A + 402653184) /*  402653184: gradient of the queries: in A2A (the attention's backward) */
-#define DK                     (A2A + 805306368) /*  134217728: gradient of the keys: in A2A (the attention's backward) */
-#define DV                     (A2A + 939524096) /*  134217728: gradient of the values: in A2A (the attention's backward) */
-#define WS_Y                            A2A /*  402653184: a block's output before the residual add: in A2A (a layer's forward) */
-#define WS_Y2                  (A2A + 402653184) /*  402653184: shared experts' output: in A2A (a layer's forward) */
-#define LNF                             A2A /*  402653184: final norm output: in A2A (the loss) */
-#define CE                     (A2A + 402653184) /* 1073741824: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
-#define DLOGITS                         A2A /*   50331648: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
-#define DYP                     40385763664 /* 3221225472: gradient of the expert outputs */
-#define DXP                             DYP /* 3221225472: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
-#define DYE                           WS_YE /* 4026531840: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
+#define EMBED_PARAM                       0 /*    4096000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM              4096000 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM            4450336 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM             37480480 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM           37834816 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM             70864960 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM           71219296 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM            104249440 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM          104603776 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM            137633920 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM          137988256 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM            171018400 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM          171372736 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM            204402880 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM          204757216 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM            237787360 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM          238141696 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM            271171840 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM          271526176 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM            304556320 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM          304910656 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM           337940800 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM         338295136 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM           371325280 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM         371679616 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM           404709760 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM         405064096 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM           438094240 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM         438448576 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM           471478720 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM         471833056 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM           504863200 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM         505217536 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM           538247680 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM         538602016 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM           571632160 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM         571986496 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM           605016640 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM         605370976 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM           638401120 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM         638755456 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM           671785600 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM         672139936 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM           705170080 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM         705524416 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM           738554560 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM         738908896 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM           771939040 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM         772293376 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM           805323520 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM         805677856 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM           838708000 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM         839062336 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM           872092480 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM         872446816 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM           905476960 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM         905831296 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM           938861440 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM         939215776 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM           972245920 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM         972600256 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM          1005630400 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM        1005984736 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM          1039014880 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM        1039369216 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_DENSE_PARAM          1072399360 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_EXPERTS_PARAM        1072753696 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_DENSE_PARAM          1105783840 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_EXPERTS_PARAM        1106138176 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_DENSE_PARAM          1139168320 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_EXPERTS_PARAM        1139522656 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_DENSE_PARAM          1172552800 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_EXPERTS_PARAM        1172907136 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_DENSE_PARAM          1205937280 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_EXPERTS_PARAM        1206291616 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_DENSE_PARAM          1239321760 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_EXPERTS_PARAM        1239676096 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_DENSE_PARAM          1272706240 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_EXPERTS_PARAM        1273060576 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_DENSE_PARAM          1306090720 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_EXPERTS_PARAM        1306445056 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_DENSE_PARAM          1339475200 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_EXPERTS_PARAM        1339829536 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_DENSE_PARAM          1372859680 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_EXPERTS_PARAM        1373214016 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_DENSE_PARAM          1406244160 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_EXPERTS_PARAM        1406598496 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_DENSE_PARAM          1439628640 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_EXPERTS_PARAM        1439982976 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_DENSE_PARAM          1473013120 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_EXPERTS_PARAM        1473367456 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_DENSE_PARAM          1506397600 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_EXPERTS_PARAM        1506751936 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_DENSE_PARAM          1539782080 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_EXPERTS_PARAM        1540136416 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_DENSE_PARAM          1573166560 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_EXPERTS_PARAM        1573520896 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_DENSE_PARAM          1606551040 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_EXPERTS_PARAM        1606905376 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_DENSE_PARAM          1639935520 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_EXPERTS_PARAM        1640289856 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_DENSE_PARAM          1673320000 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_EXPERTS_PARAM        1673674336 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_DENSE_PARAM          1706704480 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_EXPERTS_PARAM        1707058816 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_DENSE_PARAM          1740088960 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_EXPERTS_PARAM        1740443296 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_DENSE_PARAM          1773473440 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_EXPERTS_PARAM        1773827776 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_DENSE_PARAM          1806857920 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_EXPERTS_PARAM        1807212256 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_DENSE_PARAM          1840242400 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_EXPERTS_PARAM        1840596736 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_DENSE_PARAM          1873626880 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_EXPERTS_PARAM        1873981216 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_DENSE_PARAM          1907011360 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_EXPERTS_PARAM        1907365696 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_DENSE_PARAM          1940395840 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_EXPERTS_PARAM        1940750176 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_DENSE_PARAM          1973780320 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_EXPERTS_PARAM        1974134656 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_DENSE_PARAM          2007164800 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_EXPERTS_PARAM        2007519136 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L61_DENSE_PARAM          2040549280 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L61_EXPERTS_PARAM        2040903616 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L62_DENSE_PARAM          2073933760 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L62_EXPERTS_PARAM        2074288096 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L63_DENSE_PARAM          2107318240 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L63_EXPERTS_PARAM        2107672576 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L64_DENSE_PARAM          2140702720 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L64_EXPERTS_PARAM        2141057056 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L65_DENSE_PARAM          2174087200 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L65_EXPERTS_PARAM        2174441536 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L66_DENSE_PARAM          2207471680 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L66_EXPERTS_PARAM        2207826016 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L67_DENSE_PARAM          2240856160 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L67_EXPERTS_PARAM        2241210496 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L68_DENSE_PARAM          2274240640 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L68_EXPERTS_PARAM        2274594976 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L69_DENSE_PARAM          2307625120 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L69_EXPERTS_PARAM        2307979456 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L70_DENSE_PARAM          2341009600 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L70_EXPERTS_PARAM        2341363936 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L71_DENSE_PARAM          2374394080 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L71_EXPERTS_PARAM        2374748416 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L72_DENSE_PARAM          2407778560 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L72_EXPERTS_PARAM        2408132896 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L73_DENSE_PARAM          2441163040 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L73_EXPERTS_PARAM        2441517376 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM               2474547520 /*    4096016 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define GATHERED0                2478643536 /* 3306958848 [gathered.params[0]]: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1                5785602384 /* 3306958848 [gathered.params[1]]: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define GRAD0                    9092561232 /* 3306958848 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   12399520080 /* 3306958848 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                  15706478928 /*  402653184 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  16109132112 /*  402653184 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  16511785296 /*  402653184 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  16914438480 /*  402653184 [activations.forward_layer]: attention norm output */
+#define WS_Q                    17317091664 /*  402653184 [activations.forward_layer]: queries (rotated) */
+#define WS_K                    17719744848 /*  134217728 [activations.forward_layer]: keys (rotated) */
+#define WS_V                    17853962576 /*  134217728 [activations.forward_layer]: values */
+#define WS_ATT                  17988180304 /*  402653184 [activations.forward_layer]: attention output */
+#define WS_RES                  18390833488 /*  402653184 [activations.forward_layer]: residual stream after attention */
+#define WS_LN2                  18793486672 /*  402653184 [activations.forward_layer]: mlp norm output */
+#define DXE                     19196139856 /* 4026531840 [moe.dispatch_send]: gradient of the received rows (backward); in the forward, WS_XP */
+#define WS_XP                           DXE /* 3221225472 [moe.dispatch_send]: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
+#define WS_YP                         WS_XP /* 3221225472 [moe.dispatch_send]: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
+#define WS_XE                   23222671696 /* 4026531840 [activations.forward_layer]: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   27249203536 /* 4026531840 [moe.combine_send]: their outputs, before going back */
+#define WS_EG                   31275735376 /* 1174405120 [activations.forward_layer]: routed experts' gate */
+#define WS_EU                   32450140496 /* 1174405120 [activations.forward_layer]: routed experts' up */
+#define WS_EH                   33624545616 /* 1174405120 [activations.forward_layer]: routed experts' activation */
+#define WS_SG                   34798950736 /*  117440512 [activations.forward_layer]: shared experts' gate */
+#define WS_SU                   34916391248 /*  117440512 [activations.forward_layer]: shared experts' up */
+#define WS_SH                   35033831760 /*  117440512 [activations.forward_layer]: shared experts' activation */
+#define DX_A                    35151272272 /*  402653184 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    35553925456 /*  402653184 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     35956578640 /*  402653184 [activations.grad_norm]: gradient of a norm's output */
+#define A2A                     36359231824 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
+#define EDG                             A2A /* 1174405120 [moe.a2a_staging]: routed experts' gate gradient: in A2A (an FFN's backward) */
+#define DSG                             EDG /*  117440512 [moe.a2a_staging]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
+#define EDU                    (A2A + 1174405120) /* 1174405120 [moe.a2a_staging]: routed experts' up gradient: in A2A (an FFN's backward) */
+#define DSU                             EDU /*  117440512 [moe.a2a_staging]: shared experts' up gradient: in EDU (one FFN's backward at a time) */
+#define EDH                    (A2A + 2348810240) /* 1174405120 [moe.a2a_staging]: routed experts' activation gradient: in A2A (an FFN's backward) */
+#define DSH                             EDH /*  117440512 [moe.a2a_staging]: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DATT                            A2A /*  402653184 [moe.a2a_staging]: gradient of the attention output: in A2A (the attention's backward) */
+#define DQ                     (A2A + 402653184) /*  402653184 [moe.a2a_staging]: gradient of the queries: in A2A (the attention's backward) */
+#define DK                     (A2A + 805306368) /*  134217728 [moe.a2a_staging]: gradient of the keys: in A2A (the attention's backward) */
+#define DV                     (A2A + 939524096) /*  134217728 [moe.a2a_staging]: gradient of the values: in A2A (the attention's backward) */
+#define WS_Y                            A2A /*  402653184 [moe.a2a_staging]: a block's output before the residual add: in A2A (a layer's forward) */
+#define WS_Y2                  (A2A + 402653184) /*  402653184 [moe.a2a_staging]: shared experts' output: in A2A (a layer's forward) */
+#define LNF                             A2A /*  402653184 [moe.a2a_staging]: final norm output: in A2A (the loss) */
+#define CE                     (A2A + 402653184) /* 1073741824 [moe.a2a_staging]: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
+#define DLOGITS                         A2A /*   50331648 [moe.a2a_staging]: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
+#define DYP                     40385763664 /* 3221225472 [moe.grad_expert_out]: gradient of the expert outputs */
+#define DXP                             DYP /* 3221225472 [moe.grad_expert_out]: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
+#define DYE                           WS_YE /* 4026531840 [moe.combine_send]: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-71 go to the
  * host arena after their layer's forward and come back two layers before their backward. */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "a12e0996763f8226"
+#define PLAN_HASH "f3d1209154402e99"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -45,7 +45,7 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 704.035 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 88775394304 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HBM_BYTES 89581753856 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 92055344768 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
@@ -62,12 +62,12 @@
 #define ARENA_SCRATCH 131072
 #define ACT_ELEMS 43606989136
 #define ACT_SCRATCH 2478643536
-#define INPUTS 0
-#define TARGETS 65536
+#define INPUTS 0 /* [data.tokens] */
+#define TARGETS 65536 /* [data.tokens] */
 #define STATE_STAGING 9092561232 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 3306958848
-#define MUON_WORK 36359231824 /* Muon's scratch: fp32 values in the activation arena's bytes (in A2A, free during the optimizer step) */
+#define MUON_WORK 36359231824 /* [moe.a2a_staging] Muon's scratch: fp32 values in the activation arena's bytes (in A2A, free during the optimizer step) */
 #define MUON_WORK_ELEMS 290462016
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */

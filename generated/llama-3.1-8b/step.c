@@ -27,616 +27,616 @@
 #define EPS ((real)1e-05)                        /* the norms' epsilon (model.norm_eps) */
 
 /* ---- the state arena map (elements of real) ---- */
-#define EMBED_MASTER                      0 /*  131334144: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                131334144 /*  131334144: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M              262668288 /*  131334144: AdamW first moment (fp32) */
-#define EMBED_ADAM_V              394002432 /*  131334144: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER           525336576 /*   54528000: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD             579864576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M           634392576 /*   54528000: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V           688920576 /*   54528000: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER           743448576 /*   54528000: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             797976576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           852504576 /*   54528000: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           907032576 /*   54528000: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER           961560576 /*   54528000: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD            1016088576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M          1070616576 /*   54528000: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V          1125144576 /*   54528000: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER          1179672576 /*   54528000: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD            1234200576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M          1288728576 /*   54528000: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V          1343256576 /*   54528000: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER          1397784576 /*   54528000: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD            1452312576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M          1506840576 /*   54528000: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V          1561368576 /*   54528000: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER          1615896576 /*   54528000: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD            1670424576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M          1724952576 /*   54528000: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V          1779480576 /*   54528000: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER          1834008576 /*   54528000: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD            1888536576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M          1943064576 /*   54528000: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V          1997592576 /*   54528000: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER          2052120576 /*   54528000: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD            2106648576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M          2161176576 /*   54528000: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V          2215704576 /*   54528000: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER          2270232576 /*   54528000: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD            2324760576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M          2379288576 /*   54528000: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V          2433816576 /*   54528000: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          2488344576 /*   54528000: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            2542872576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          2597400576 /*   54528000: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          2651928576 /*   54528000: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         2706456576 /*   54528000: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           2760984576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         2815512576 /*   54528000: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         2870040576 /*   54528000: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         2924568576 /*   54528000: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           2979096576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         3033624576 /*   54528000: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         3088152576 /*   54528000: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         3142680576 /*   54528000: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           3197208576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         3251736576 /*   54528000: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         3306264576 /*   54528000: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         3360792576 /*   54528000: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           3415320576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         3469848576 /*   54528000: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         3524376576 /*   54528000: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         3578904576 /*   54528000: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           3633432576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         3687960576 /*   54528000: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         3742488576 /*   54528000: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         3797016576 /*   54528000: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           3851544576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         3906072576 /*   54528000: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         3960600576 /*   54528000: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         4015128576 /*   54528000: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           4069656576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         4124184576 /*   54528000: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         4178712576 /*   54528000: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         4233240576 /*   54528000: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           4287768576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         4342296576 /*   54528000: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         4396824576 /*   54528000: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         4451352576 /*   54528000: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           4505880576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         4560408576 /*   54528000: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         4614936576 /*   54528000: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         4669464576 /*   54528000: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           4723992576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         4778520576 /*   54528000: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         4833048576 /*   54528000: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         4887576576 /*   54528000: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           4942104576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         4996632576 /*   54528000: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         5051160576 /*   54528000: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         5105688576 /*   54528000: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           5160216576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         5214744576 /*   54528000: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         5269272576 /*   54528000: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         5323800576 /*   54528000: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           5378328576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         5432856576 /*   54528000: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         5487384576 /*   54528000: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         5541912576 /*   54528000: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           5596440576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         5650968576 /*   54528000: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         5705496576 /*   54528000: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         5760024576 /*   54528000: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           5814552576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         5869080576 /*   54528000: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         5923608576 /*   54528000: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         5978136576 /*   54528000: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           6032664576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         6087192576 /*   54528000: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         6141720576 /*   54528000: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         6196248576 /*   54528000: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           6250776576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         6305304576 /*   54528000: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         6359832576 /*   54528000: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         6414360576 /*   54528000: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           6468888576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         6523416576 /*   54528000: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         6577944576 /*   54528000: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         6632472576 /*   54528000: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           6687000576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         6741528576 /*   54528000: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         6796056576 /*   54528000: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         6850584576 /*   54528000: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           6905112576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         6959640576 /*   54528000: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         7014168576 /*   54528000: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         7068696576 /*   54528000: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           7123224576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         7177752576 /*   54528000: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         7232280576 /*   54528000: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         7286808576 /*   54528000: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           7341336576 /*   54528000: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         7395864576 /*   54528000: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         7450392576 /*   54528000: AdamW second moment (fp32) */
-#define HEAD_MASTER              7504920576 /*  131335168: head: this rank's fp32 master shard */
-#define HEAD_GRAD                7636255744 /*  131335168: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              7767590912 /*  131335168: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              7898926080 /*  131335168: AdamW second moment (fp32) */
+#define EMBED_MASTER                      0 /*  131334144 [master.fp32_shard]: embedding: this rank's fp32 master shard */
+#define EMBED_GRAD                131334144 /*  131334144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M              262668288 /*  131334144 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define EMBED_ADAM_V              394002432 /*  131334144 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER           525336576 /*   54528000 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L0_DENSE_GRAD             579864576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L0_DENSE_ADAM_M           634392576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_V           688920576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L1_DENSE_MASTER           743448576 /*   54528000 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L1_DENSE_GRAD             797976576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L1_DENSE_ADAM_M           852504576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_V           907032576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L2_DENSE_MASTER           961560576 /*   54528000 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L2_DENSE_GRAD            1016088576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L2_DENSE_ADAM_M          1070616576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_V          1125144576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L3_DENSE_MASTER          1179672576 /*   54528000 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_DENSE_GRAD            1234200576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_DENSE_ADAM_M          1288728576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_V          1343256576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L4_DENSE_MASTER          1397784576 /*   54528000 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
+#define L4_DENSE_GRAD            1452312576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L4_DENSE_ADAM_M          1506840576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_V          1561368576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L5_DENSE_MASTER          1615896576 /*   54528000 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
+#define L5_DENSE_GRAD            1670424576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L5_DENSE_ADAM_M          1724952576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_V          1779480576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L6_DENSE_MASTER          1834008576 /*   54528000 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
+#define L6_DENSE_GRAD            1888536576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L6_DENSE_ADAM_M          1943064576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_V          1997592576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L7_DENSE_MASTER          2052120576 /*   54528000 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
+#define L7_DENSE_GRAD            2106648576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L7_DENSE_ADAM_M          2161176576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_V          2215704576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L8_DENSE_MASTER          2270232576 /*   54528000 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
+#define L8_DENSE_GRAD            2324760576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L8_DENSE_ADAM_M          2379288576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_V          2433816576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L9_DENSE_MASTER          2488344576 /*   54528000 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
+#define L9_DENSE_GRAD            2542872576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L9_DENSE_ADAM_M          2597400576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_V          2651928576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L10_DENSE_MASTER         2706456576 /*   54528000 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
+#define L10_DENSE_GRAD           2760984576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L10_DENSE_ADAM_M         2815512576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_V         2870040576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L11_DENSE_MASTER         2924568576 /*   54528000 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
+#define L11_DENSE_GRAD           2979096576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L11_DENSE_ADAM_M         3033624576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_V         3088152576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L12_DENSE_MASTER         3142680576 /*   54528000 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
+#define L12_DENSE_GRAD           3197208576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L12_DENSE_ADAM_M         3251736576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_V         3306264576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L13_DENSE_MASTER         3360792576 /*   54528000 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
+#define L13_DENSE_GRAD           3415320576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L13_DENSE_ADAM_M         3469848576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_V         3524376576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L14_DENSE_MASTER         3578904576 /*   54528000 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
+#define L14_DENSE_GRAD           3633432576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L14_DENSE_ADAM_M         3687960576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_V         3742488576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L15_DENSE_MASTER         3797016576 /*   54528000 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
+#define L15_DENSE_GRAD           3851544576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L15_DENSE_ADAM_M         3906072576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_V         3960600576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L16_DENSE_MASTER         4015128576 /*   54528000 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
+#define L16_DENSE_GRAD           4069656576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L16_DENSE_ADAM_M         4124184576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_V         4178712576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L17_DENSE_MASTER         4233240576 /*   54528000 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
+#define L17_DENSE_GRAD           4287768576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L17_DENSE_ADAM_M         4342296576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_V         4396824576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L18_DENSE_MASTER         4451352576 /*   54528000 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
+#define L18_DENSE_GRAD           4505880576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L18_DENSE_ADAM_M         4560408576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_V         4614936576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L19_DENSE_MASTER         4669464576 /*   54528000 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
+#define L19_DENSE_GRAD           4723992576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L19_DENSE_ADAM_M         4778520576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_V         4833048576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L20_DENSE_MASTER         4887576576 /*   54528000 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
+#define L20_DENSE_GRAD           4942104576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L20_DENSE_ADAM_M         4996632576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_V         5051160576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L21_DENSE_MASTER         5105688576 /*   54528000 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
+#define L21_DENSE_GRAD           5160216576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L21_DENSE_ADAM_M         5214744576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_V         5269272576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L22_DENSE_MASTER         5323800576 /*   54528000 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
+#define L22_DENSE_GRAD           5378328576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L22_DENSE_ADAM_M         5432856576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_V         5487384576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L23_DENSE_MASTER         5541912576 /*   54528000 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
+#define L23_DENSE_GRAD           5596440576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L23_DENSE_ADAM_M         5650968576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_V         5705496576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L24_DENSE_MASTER         5760024576 /*   54528000 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
+#define L24_DENSE_GRAD           5814552576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L24_DENSE_ADAM_M         5869080576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_V         5923608576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L25_DENSE_MASTER         5978136576 /*   54528000 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
+#define L25_DENSE_GRAD           6032664576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L25_DENSE_ADAM_M         6087192576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_V         6141720576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L26_DENSE_MASTER         6196248576 /*   54528000 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
+#define L26_DENSE_GRAD           6250776576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L26_DENSE_ADAM_M         6305304576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_V         6359832576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L27_DENSE_MASTER         6414360576 /*   54528000 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
+#define L27_DENSE_GRAD           6468888576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L27_DENSE_ADAM_M         6523416576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_V         6577944576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L28_DENSE_MASTER         6632472576 /*   54528000 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
+#define L28_DENSE_GRAD           6687000576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L28_DENSE_ADAM_M         6741528576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_V         6796056576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L29_DENSE_MASTER         6850584576 /*   54528000 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
+#define L29_DENSE_GRAD           6905112576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L29_DENSE_ADAM_M         6959640576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_V         7014168576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L30_DENSE_MASTER         7068696576 /*   54528000 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
+#define L30_DENSE_GRAD           7123224576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L30_DENSE_ADAM_M         7177752576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_V         7232280576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L31_DENSE_MASTER         7286808576 /*   54528000 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
+#define L31_DENSE_GRAD           7341336576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L31_DENSE_ADAM_M         7395864576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_V         7450392576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define HEAD_MASTER              7504920576 /*  131335168 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define HEAD_GRAD                7636255744 /*  131335168 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define HEAD_ADAM_M              7767590912 /*  131335168 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define HEAD_ADAM_V              7898926080 /*  131335168 [optimizer.adamw_moments]: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define L0_RSTD1                      16384 /*       8192: its 1/rms per token */
-#define L0_LSE                        24576 /*     262144: attention log-sum-exp per head and query */
-#define L0_RSTD2                     286720 /*       8192: its 1/rms per token */
-#define L1_RSTD1                     294912 /*       8192: its 1/rms per token */
-#define L1_LSE                       303104 /*     262144: attention log-sum-exp per head and query */
-#define L1_RSTD2                     565248 /*       8192: its 1/rms per token */
-#define L2_RSTD1                     573440 /*       8192: its 1/rms per token */
-#define L2_LSE                       581632 /*     262144: attention log-sum-exp per head and query */
-#define L2_RSTD2                     843776 /*       8192: its 1/rms per token */
-#define L3_RSTD1                     851968 /*       8192: its 1/rms per token */
-#define L3_LSE                       860160 /*     262144: attention log-sum-exp per head and query */
-#define L3_RSTD2                    1122304 /*       8192: its 1/rms per token */
-#define L4_RSTD1                    1130496 /*       8192: its 1/rms per token */
-#define L4_LSE                      1138688 /*     262144: attention log-sum-exp per head and query */
-#define L4_RSTD2                    1400832 /*       8192: its 1/rms per token */
-#define L5_RSTD1                    1409024 /*       8192: its 1/rms per token */
-#define L5_LSE                      1417216 /*     262144: attention log-sum-exp per head and query */
-#define L5_RSTD2                    1679360 /*       8192: its 1/rms per token */
-#define L6_RSTD1                    1687552 /*       8192: its 1/rms per token */
-#define L6_LSE                      1695744 /*     262144: attention log-sum-exp per head and query */
-#define L6_RSTD2                    1957888 /*       8192: its 1/rms per token */
-#define L7_RSTD1                    1966080 /*       8192: its 1/rms per token */
-#define L7_LSE                      1974272 /*     262144: attention log-sum-exp per head and query */
-#define L7_RSTD2                    2236416 /*       8192: its 1/rms per token */
-#define L8_RSTD1                    2244608 /*       8192: its 1/rms per token */
-#define L8_LSE                      2252800 /*     262144: attention log-sum-exp per head and query */
-#define L8_RSTD2                    2514944 /*       8192: its 1/rms per token */
-#define L9_RSTD1                    2523136 /*       8192: its 1/rms per token */
-#define L9_LSE                      2531328 /*     262144: attention log-sum-exp per head and query */
-#define L9_RSTD2                    2793472 /*       8192: its 1/rms per token */
-#define L10_RSTD1                   2801664 /*       8192: its 1/rms per token */
-#define L10_LSE                     2809856 /*     262144: attention log-sum-exp per head and query */
-#define L10_RSTD2                   3072000 /*       8192: its 1/rms per token */
-#define L11_RSTD1                   3080192 /*       8192: its 1/rms per token */
-#define L11_LSE                     3088384 /*     262144: attention log-sum-exp per head and query */
-#define L11_RSTD2                   3350528 /*       8192: its 1/rms per token */
-#define L12_RSTD1                   3358720 /*       8192: its 1/rms per token */
-#define L12_LSE                     3366912 /*     262144: attention log-sum-exp per head and query */
-#define L12_RSTD2                   3629056 /*       8192: its 1/rms per token */
-#define L13_RSTD1                   3637248 /*       8192: its 1/rms per token */
-#define L13_LSE                     3645440 /*     262144: attention log-sum-exp per head and query */
-#define L13_RSTD2                   3907584 /*       8192: its 1/rms per token */
-#define L14_RSTD1                   3915776 /*       8192: its 1/rms per token */
-#define L14_LSE                     3923968 /*     262144: attention log-sum-exp per head and query */
-#define L14_RSTD2                   4186112 /*       8192: its 1/rms per token */
-#define L15_RSTD1                   4194304 /*       8192: its 1/rms per token */
-#define L15_LSE                     4202496 /*     262144: attention log-sum-exp per head and query */
-#define L15_RSTD2                   4464640 /*       8192: its 1/rms per token */
-#define L16_RSTD1                   4472832 /*       8192: its 1/rms per token */
-#define L16_LSE                     4481024 /*     262144: attention log-sum-exp per head and query */
-#define L16_RSTD2                   4743168 /*       8192: its 1/rms per token */
-#define L17_RSTD1                   4751360 /*       8192: its 1/rms per token */
-#define L17_LSE                     4759552 /*     262144: attention log-sum-exp per head and query */
-#define L17_RSTD2                   5021696 /*       8192: its 1/rms per token */
-#define L18_RSTD1                   5029888 /*       8192: its 1/rms per token */
-#define L18_LSE                     5038080 /*     262144: attention log-sum-exp per head and query */
-#define L18_RSTD2                   5300224 /*       8192: its 1/rms per token */
-#define L19_RSTD1                   5308416 /*       8192: its 1/rms per token */
-#define L19_LSE                     5316608 /*     262144: attention log-sum-exp per head and query */
-#define L19_RSTD2                   5578752 /*       8192: its 1/rms per token */
-#define L20_RSTD1                   5586944 /*       8192: its 1/rms per token */
-#define L20_LSE                     5595136 /*     262144: attention log-sum-exp per head and query */
-#define L20_RSTD2                   5857280 /*       8192: its 1/rms per token */
-#define L21_RSTD1                   5865472 /*       8192: its 1/rms per token */
-#define L21_LSE                     5873664 /*     262144: attention log-sum-exp per head and query */
-#define L21_RSTD2                   6135808 /*       8192: its 1/rms per token */
-#define L22_RSTD1                   6144000 /*       8192: its 1/rms per token */
-#define L22_LSE                     6152192 /*     262144: attention log-sum-exp per head and query */
-#define L22_RSTD2                   6414336 /*       8192: its 1/rms per token */
-#define L23_RSTD1                   6422528 /*       8192: its 1/rms per token */
-#define L23_LSE                     6430720 /*     262144: attention log-sum-exp per head and query */
-#define L23_RSTD2                   6692864 /*       8192: its 1/rms per token */
-#define L24_RSTD1                   6701056 /*       8192: its 1/rms per token */
-#define L24_LSE                     6709248 /*     262144: attention log-sum-exp per head and query */
-#define L24_RSTD2                   6971392 /*       8192: its 1/rms per token */
-#define L25_RSTD1                   6979584 /*       8192: its 1/rms per token */
-#define L25_LSE                     6987776 /*     262144: attention log-sum-exp per head and query */
-#define L25_RSTD2                   7249920 /*       8192: its 1/rms per token */
-#define L26_RSTD1                   7258112 /*       8192: its 1/rms per token */
-#define L26_LSE                     7266304 /*     262144: attention log-sum-exp per head and query */
-#define L26_RSTD2                   7528448 /*       8192: its 1/rms per token */
-#define L27_RSTD1                   7536640 /*       8192: its 1/rms per token */
-#define L27_LSE                     7544832 /*     262144: attention log-sum-exp per head and query */
-#define L27_RSTD2                   7806976 /*       8192: its 1/rms per token */
-#define L28_RSTD1                   7815168 /*       8192: its 1/rms per token */
-#define L28_LSE                     7823360 /*     262144: attention log-sum-exp per head and query */
-#define L28_RSTD2                   8085504 /*       8192: its 1/rms per token */
-#define L29_RSTD1                   8093696 /*       8192: its 1/rms per token */
-#define L29_LSE                     8101888 /*     262144: attention log-sum-exp per head and query */
-#define L29_RSTD2                   8364032 /*       8192: its 1/rms per token */
-#define L30_RSTD1                   8372224 /*       8192: its 1/rms per token */
-#define L30_LSE                     8380416 /*     262144: attention log-sum-exp per head and query */
-#define L30_RSTD2                   8642560 /*       8192: its 1/rms per token */
-#define L31_RSTD1                   8650752 /*       8192: its 1/rms per token */
-#define L31_LSE                     8658944 /*     262144: attention log-sum-exp per head and query */
-#define L31_RSTD2                   8921088 /*       8192: its 1/rms per token */
-#define RSTDF                       8929280 /*       8192: its 1/rms per token */
-#define LSEF                        8937472 /*       8192: log-sum-exp of each token's logits */
+#define L0_RSTD1                      16384 /*       8192 [activations.saved[0]]: its 1/rms per token */
+#define L0_LSE                        24576 /*     262144 [activations.saved[0]]: attention log-sum-exp per head and query */
+#define L0_RSTD2                     286720 /*       8192 [activations.saved[0]]: its 1/rms per token */
+#define L1_RSTD1                     294912 /*       8192 [activations.saved[1]]: its 1/rms per token */
+#define L1_LSE                       303104 /*     262144 [activations.saved[1]]: attention log-sum-exp per head and query */
+#define L1_RSTD2                     565248 /*       8192 [activations.saved[1]]: its 1/rms per token */
+#define L2_RSTD1                     573440 /*       8192 [activations.saved[2]]: its 1/rms per token */
+#define L2_LSE                       581632 /*     262144 [activations.saved[2]]: attention log-sum-exp per head and query */
+#define L2_RSTD2                     843776 /*       8192 [activations.saved[2]]: its 1/rms per token */
+#define L3_RSTD1                     851968 /*       8192 [activations.saved[3]]: its 1/rms per token */
+#define L3_LSE                       860160 /*     262144 [activations.saved[3]]: attention log-sum-exp per head and query */
+#define L3_RSTD2                    1122304 /*       8192 [activations.saved[3]]: its 1/rms per token */
+#define L4_RSTD1                    1130496 /*       8192 [activations.saved[4]]: its 1/rms per token */
+#define L4_LSE                      1138688 /*     262144 [activations.saved[4]]: attention log-sum-exp per head and query */
+#define L4_RSTD2                    1400832 /*       8192 [activations.saved[4]]: its 1/rms per token */
+#define L5_RSTD1                    1409024 /*       8192 [activations.saved[5]]: its 1/rms per token */
+#define L5_LSE                      1417216 /*     262144 [activations.saved[5]]: attention log-sum-exp per head and query */
+#define L5_RSTD2                    1679360 /*       8192 [activations.saved[5]]: its 1/rms per token */
+#define L6_RSTD1                    1687552 /*       8192 [activations.saved[6]]: its 1/rms per token */
+#define L6_LSE                      1695744 /*     262144 [activations.saved[6]]: attention log-sum-exp per head and query */
+#define L6_RSTD2                    1957888 /*       8192 [activations.saved[6]]: its 1/rms per token */
+#define L7_RSTD1                    1966080 /*       8192 [activations.saved[7]]: its 1/rms per token */
+#define L7_LSE                      1974272 /*     262144 [activations.saved[7]]: attention log-sum-exp per head and query */
+#define L7_RSTD2                    2236416 /*       8192 [activations.saved[7]]: its 1/rms per token */
+#define L8_RSTD1                    2244608 /*       8192 [activations.saved[8]]: its 1/rms per token */
+#define L8_LSE                      2252800 /*     262144 [activations.saved[8]]: attention log-sum-exp per head and query */
+#define L8_RSTD2                    2514944 /*       8192 [activations.saved[8]]: its 1/rms per token */
+#define L9_RSTD1                    2523136 /*       8192 [activations.saved[9]]: its 1/rms per token */
+#define L9_LSE                      2531328 /*     262144 [activations.saved[9]]: attention log-sum-exp per head and query */
+#define L9_RSTD2                    2793472 /*       8192 [activations.saved[9]]: its 1/rms per token */
+#define L10_RSTD1                   2801664 /*       8192 [activations.saved[10]]: its 1/rms per token */
+#define L10_LSE                     2809856 /*     262144 [activations.saved[10]]: attention log-sum-exp per head and query */
+#define L10_RSTD2                   3072000 /*       8192 [activations.saved[10]]: its 1/rms per token */
+#define L11_RSTD1                   3080192 /*       8192 [activations.saved[11]]: its 1/rms per token */
+#define L11_LSE                     3088384 /*     262144 [activations.saved[11]]: attention log-sum-exp per head and query */
+#define L11_RSTD2                   3350528 /*       8192 [activations.saved[11]]: its 1/rms per token */
+#define L12_RSTD1                   3358720 /*       8192 [activations.saved[12]]: its 1/rms per token */
+#define L12_LSE                     3366912 /*     262144 [activations.saved[12]]: attention log-sum-exp per head and query */
+#define L12_RSTD2                   3629056 /*       8192 [activations.saved[12]]: its 1/rms per token */
+#define L13_RSTD1                   3637248 /*       8192 [activations.saved[13]]: its 1/rms per token */
+#define L13_LSE                     3645440 /*     262144 [activations.saved[13]]: attention log-sum-exp per head and query */
+#define L13_RSTD2                   3907584 /*       8192 [activations.saved[13]]: its 1/rms per token */
+#define L14_RSTD1                   3915776 /*       8192 [activations.saved[14]]: its 1/rms per token */
+#define L14_LSE                     3923968 /*     262144 [activations.saved[14]]: attention log-sum-exp per head and query */
+#define L14_RSTD2                   4186112 /*       8192 [activations.saved[14]]: its 1/rms per token */
+#define L15_RSTD1                   4194304 /*       8192 [activations.saved[15]]: its 1/rms per token */
+#define L15_LSE                     4202496 /*     262144 [activations.saved[15]]: attention log-sum-exp per head and query */
+#define L15_RSTD2                   4464640 /*       8192 [activations.saved[15]]: its 1/rms per token */
+#define L16_RSTD1                   4472832 /*       8192 [activations.saved[16]]: its 1/rms per token */
+#define L16_LSE                     4481024 /*     262144 [activations.saved[16]]: attention log-sum-exp per head and query */
+#define L16_RSTD2                   4743168 /*       8192 [activations.saved[16]]: its 1/rms per token */
+#define L17_RSTD1                   4751360 /*       8192 [activations.saved[17]]: its 1/rms per token */
+#define L17_LSE                     4759552 /*     262144 [activations.saved[17]]: attention log-sum-exp per head and query */
+#define L17_RSTD2                   5021696 /*       8192 [activations.saved[17]]: its 1/rms per token */
+#define L18_RSTD1                   5029888 /*       8192 [activations.saved[18]]: its 1/rms per token */
+#define L18_LSE                     5038080 /*     262144 [activations.saved[18]]: attention log-sum-exp per head and query */
+#define L18_RSTD2                   5300224 /*       8192 [activations.saved[18]]: its 1/rms per token */
+#define L19_RSTD1                   5308416 /*       8192 [activations.saved[19]]: its 1/rms per token */
+#define L19_LSE                     5316608 /*     262144 [activations.saved[19]]: attention log-sum-exp per head and query */
+#define L19_RSTD2                   5578752 /*       8192 [activations.saved[19]]: its 1/rms per token */
+#define L20_RSTD1                   5586944 /*       8192 [activations.saved[20]]: its 1/rms per token */
+#define L20_LSE                     5595136 /*     262144 [activations.saved[20]]: attention log-sum-exp per head and query */
+#define L20_RSTD2                   5857280 /*       8192 [activations.saved[20]]: its 1/rms per token */
+#define L21_RSTD1                   5865472 /*       8192 [activations.saved[21]]: its 1/rms per token */
+#define L21_LSE                     5873664 /*     262144 [activations.saved[21]]: attention log-sum-exp per head and query */
+#define L21_RSTD2                   6135808 /*       8192 [activations.saved[21]]: its 1/rms per token */
+#define L22_RSTD1                   6144000 /*       8192 [activations.saved[22]]: its 1/rms per token */
+#define L22_LSE                     6152192 /*     262144 [activations.saved[22]]: attention log-sum-exp per head and query */
+#define L22_RSTD2                   6414336 /*       8192 [activations.saved[22]]: its 1/rms per token */
+#define L23_RSTD1                   6422528 /*       8192 [activations.saved[23]]: its 1/rms per token */
+#define L23_LSE                     6430720 /*     262144 [activations.saved[23]]: attention log-sum-exp per head and query */
+#define L23_RSTD2                   6692864 /*       8192 [activations.saved[23]]: its 1/rms per token */
+#define L24_RSTD1                   6701056 /*       8192 [activations.saved[24]]: its 1/rms per token */
+#define L24_LSE                     6709248 /*     262144 [activations.saved[24]]: attention log-sum-exp per head and query */
+#define L24_RSTD2                   6971392 /*       8192 [activations.saved[24]]: its 1/rms per token */
+#define L25_RSTD1                   6979584 /*       8192 [activations.saved[25]]: its 1/rms per token */
+#define L25_LSE                     6987776 /*     262144 [activations.saved[25]]: attention log-sum-exp per head and query */
+#define L25_RSTD2                   7249920 /*       8192 [activations.saved[25]]: its 1/rms per token */
+#define L26_RSTD1                   7258112 /*       8192 [activations.saved[26]]: its 1/rms per token */
+#define L26_LSE                     7266304 /*     262144 [activations.saved[26]]: attention log-sum-exp per head and query */
+#define L26_RSTD2                   7528448 /*       8192 [activations.saved[26]]: its 1/rms per token */
+#define L27_RSTD1                   7536640 /*       8192 [activations.saved[27]]: its 1/rms per token */
+#define L27_LSE                     7544832 /*     262144 [activations.saved[27]]: attention log-sum-exp per head and query */
+#define L27_RSTD2                   7806976 /*       8192 [activations.saved[27]]: its 1/rms per token */
+#define L28_RSTD1                   7815168 /*       8192 [activations.saved[28]]: its 1/rms per token */
+#define L28_LSE                     7823360 /*     262144 [activations.saved[28]]: attention log-sum-exp per head and query */
+#define L28_RSTD2                   8085504 /*       8192 [activations.saved[28]]: its 1/rms per token */
+#define L29_RSTD1                   8093696 /*       8192 [activations.saved[29]]: its 1/rms per token */
+#define L29_LSE                     8101888 /*     262144 [activations.saved[29]]: attention log-sum-exp per head and query */
+#define L29_RSTD2                   8364032 /*       8192 [activations.saved[29]]: its 1/rms per token */
+#define L30_RSTD1                   8372224 /*       8192 [activations.saved[30]]: its 1/rms per token */
+#define L30_LSE                     8380416 /*     262144 [activations.saved[30]]: attention log-sum-exp per head and query */
+#define L30_RSTD2                   8642560 /*       8192 [activations.saved[30]]: its 1/rms per token */
+#define L31_RSTD1                   8650752 /*       8192 [activations.saved[31]]: its 1/rms per token */
+#define L31_LSE                     8658944 /*     262144 [activations.saved[31]]: attention log-sum-exp per head and query */
+#define L31_RSTD2                   8921088 /*       8192 [activations.saved[31]]: its 1/rms per token */
+#define RSTDF                       8929280 /*       8192 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                        8937472 /*       8192 [activations.loss_stats]: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define KEPT                              0 /* 8030261248: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
-#define CAST0                    8030261248 /*  131335168: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define CAST1                    8161596416 /*  131335168: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define GRAD0                    8292931584 /*  525340672: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                    8818272256 /*  525340672: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                       9343612928 /*   33554432: boundary: input of layer 0 (residual stream) */
-#define X1                       9377167360 /*   33554432: boundary: input of layer 1 (residual stream) */
-#define X2                       9410721792 /*   33554432: boundary: input of layer 2 (residual stream) */
-#define X3                       9444276224 /*   33554432: boundary: input of layer 3 (residual stream) */
-#define X4                       9477830656 /*   33554432: boundary: input of layer 4 (residual stream) */
-#define X5                       9511385088 /*   33554432: boundary: input of layer 5 (residual stream) */
-#define X6                       9544939520 /*   33554432: boundary: input of layer 6 (residual stream) */
-#define X7                       9578493952 /*   33554432: boundary: input of layer 7 (residual stream) */
-#define X8                       9612048384 /*   33554432: boundary: input of layer 8 (residual stream) */
-#define X9                       9645602816 /*   33554432: boundary: input of layer 9 (residual stream) */
-#define X10                      9679157248 /*   33554432: boundary: input of layer 10 (residual stream) */
-#define X11                      9712711680 /*   33554432: boundary: input of layer 11 (residual stream) */
-#define X12                      9746266112 /*   33554432: boundary: input of layer 12 (residual stream) */
-#define X13                      9779820544 /*   33554432: boundary: input of layer 13 (residual stream) */
-#define X14                      9813374976 /*   33554432: boundary: input of layer 14 (residual stream) */
-#define X15                      9846929408 /*   33554432: boundary: input of layer 15 (residual stream) */
-#define X16                      9880483840 /*   33554432: boundary: input of layer 16 (residual stream) */
-#define X17                      9914038272 /*   33554432: boundary: input of layer 17 (residual stream) */
-#define X18                      9947592704 /*   33554432: boundary: input of layer 18 (residual stream) */
-#define X19                      9981147136 /*   33554432: boundary: input of layer 19 (residual stream) */
-#define X20                     10014701568 /*   33554432: boundary: input of layer 20 (residual stream) */
-#define X21                     10048256000 /*   33554432: boundary: input of layer 21 (residual stream) */
-#define X22                     10081810432 /*   33554432: boundary: input of layer 22 (residual stream) */
-#define X23                     10115364864 /*   33554432: boundary: input of layer 23 (residual stream) */
-#define X24                     10148919296 /*   33554432: boundary: input of layer 24 (residual stream) */
-#define X25                     10182473728 /*   33554432: boundary: input of layer 25 (residual stream) */
-#define X26                     10216028160 /*   33554432: boundary: input of layer 26 (residual stream) */
-#define X27                     10249582592 /*   33554432: boundary: input of layer 27 (residual stream) */
-#define X28                     10283137024 /*   33554432: boundary: input of layer 28 (residual stream) */
-#define X29                     10316691456 /*   33554432: boundary: input of layer 29 (residual stream) */
-#define X30                     10350245888 /*   33554432: boundary: input of layer 30 (residual stream) */
-#define X31                     10383800320 /*   33554432: boundary: input of layer 31 (residual stream) */
-#define X32                     10417354752 /*   33554432: output of the last layer */
-#define L0_LN1                  10450909184 /*   33554432: attention norm output */
-#define L0_Q                    10484463616 /*   33554432: queries (rotated) */
-#define L0_K                    10518018048 /*    8388608: keys (rotated) */
-#define L0_V                    10526406656 /*    8388608: values */
-#define L0_ATT                  10534795264 /*   33554432: attention output */
-#define L0_RES                  10568349696 /*   33554432: residual stream after attention */
-#define L0_LN2                  10601904128 /*   33554432: mlp norm output */
-#define L0_G                    10635458560 /*  117440512: mlp gate */
-#define L0_U                    10752899072 /*  117440512: mlp up */
-#define L0_H                    10870339584 /*  117440512: mlp activation */
-#define L1_LN1                  10987780096 /*   33554432: attention norm output */
-#define L1_Q                    11021334528 /*   33554432: queries (rotated) */
-#define L1_K                    11054888960 /*    8388608: keys (rotated) */
-#define L1_V                    11063277568 /*    8388608: values */
-#define L1_ATT                  11071666176 /*   33554432: attention output */
-#define L1_RES                  11105220608 /*   33554432: residual stream after attention */
-#define L1_LN2                  11138775040 /*   33554432: mlp norm output */
-#define L1_G                    11172329472 /*  117440512: mlp gate */
-#define L1_U                    11289769984 /*  117440512: mlp up */
-#define L1_H                    11407210496 /*  117440512: mlp activation */
-#define L2_LN1                  11524651008 /*   33554432: attention norm output */
-#define L2_Q                    11558205440 /*   33554432: queries (rotated) */
-#define L2_K                    11591759872 /*    8388608: keys (rotated) */
-#define L2_V                    11600148480 /*    8388608: values */
-#define L2_ATT                  11608537088 /*   33554432: attention output */
-#define L2_RES                  11642091520 /*   33554432: residual stream after attention */
-#define L2_LN2                  11675645952 /*   33554432: mlp norm output */
-#define L2_G                    11709200384 /*  117440512: mlp gate */
-#define L2_U                    11826640896 /*  117440512: mlp up */
-#define L2_H                    11944081408 /*  117440512: mlp activation */
-#define L3_LN1                  12061521920 /*   33554432: attention norm output */
-#define L3_Q                    12095076352 /*   33554432: queries (rotated) */
-#define L3_K                    12128630784 /*    8388608: keys (rotated) */
-#define L3_V                    12137019392 /*    8388608: values */
-#define L3_ATT                  12145408000 /*   33554432: attention output */
-#define L3_RES                  12178962432 /*   33554432: residual stream after attention */
-#define L3_LN2                  12212516864 /*   33554432: mlp norm output */
-#define L3_G                    12246071296 /*  117440512: mlp gate */
-#define L3_U                    12363511808 /*  117440512: mlp up */
-#define L3_H                    12480952320 /*  117440512: mlp activation */
-#define L4_LN1                  12598392832 /*   33554432: attention norm output */
-#define L4_Q                    12631947264 /*   33554432: queries (rotated) */
-#define L4_K                    12665501696 /*    8388608: keys (rotated) */
-#define L4_V                    12673890304 /*    8388608: values */
-#define L4_ATT                  12682278912 /*   33554432: attention output */
-#define L4_RES                  12715833344 /*   33554432: residual stream after attention */
-#define L4_LN2                  12749387776 /*   33554432: mlp norm output */
-#define L4_G                    12782942208 /*  117440512: mlp gate */
-#define L4_U                    12900382720 /*  117440512: mlp up */
-#define L4_H                    13017823232 /*  117440512: mlp activation */
-#define L5_LN1                  13135263744 /*   33554432: attention norm output */
-#define L5_Q                    13168818176 /*   33554432: queries (rotated) */
-#define L5_K                    13202372608 /*    8388608: keys (rotated) */
-#define L5_V                    13210761216 /*    8388608: values */
-#define L5_ATT                  13219149824 /*   33554432: attention output */
-#define L5_RES                  13252704256 /*   33554432: residual stream after attention */
-#define L5_LN2                  13286258688 /*   33554432: mlp norm output */
-#define L5_G                    13319813120 /*  117440512: mlp gate */
-#define L5_U                    13437253632 /*  117440512: mlp up */
-#define L5_H                    13554694144 /*  117440512: mlp activation */
-#define L6_LN1                  13672134656 /*   33554432: attention norm output */
-#define L6_Q                    13705689088 /*   33554432: queries (rotated) */
-#define L6_K                    13739243520 /*    8388608: keys (rotated) */
-#define L6_V                    13747632128 /*    8388608: values */
-#define L6_ATT                  13756020736 /*   33554432: attention output */
-#define L6_RES                  13789575168 /*   33554432: residual stream after attention */
-#define L6_LN2                  13823129600 /*   33554432: mlp norm output */
-#define L6_G                    13856684032 /*  117440512: mlp gate */
-#define L6_U                    13974124544 /*  117440512: mlp up */
-#define L6_H                    14091565056 /*  117440512: mlp activation */
-#define L7_LN1                  14209005568 /*   33554432: attention norm output */
-#define L7_Q                    14242560000 /*   33554432: queries (rotated) */
-#define L7_K                    14276114432 /*    8388608: keys (rotated) */
-#define L7_V                    14284503040 /*    8388608: values */
-#define L7_ATT                  14292891648 /*   33554432: attention output */
-#define L7_RES                  14326446080 /*   33554432: residual stream after attention */
-#define L7_LN2                  14360000512 /*   33554432: mlp norm output */
-#define L7_G                    14393554944 /*  117440512: mlp gate */
-#define L7_U                    14510995456 /*  117440512: mlp up */
-#define L7_H                    14628435968 /*  117440512: mlp activation */
-#define L8_LN1                  14745876480 /*   33554432: attention norm output */
-#define L8_Q                    14779430912 /*   33554432: queries (rotated) */
-#define L8_K                    14812985344 /*    8388608: keys (rotated) */
-#define L8_V                    14821373952 /*    8388608: values */
-#define L8_ATT                  14829762560 /*   33554432: attention output */
-#define L8_RES                  14863316992 /*   33554432: residual stream after attention */
-#define L8_LN2                  14896871424 /*   33554432: mlp norm output */
-#define L8_G                    14930425856 /*  117440512: mlp gate */
-#define L8_U                    15047866368 /*  117440512: mlp up */
-#define L8_H                    15165306880 /*  117440512: mlp activation */
-#define L9_LN1                  15282747392 /*   33554432: attention norm output */
-#define L9_Q                    15316301824 /*   33554432: queries (rotated) */
-#define L9_K                    15349856256 /*    8388608: keys (rotated) */
-#define L9_V                    15358244864 /*    8388608: values */
-#define L9_ATT                  15366633472 /*   33554432: attention output */
-#define L9_RES                  15400187904 /*   33554432: residual stream after attention */
-#define L9_LN2                  15433742336 /*   33554432: mlp norm output */
-#define L9_G                    15467296768 /*  117440512: mlp gate */
-#define L9_U                    15584737280 /*  117440512: mlp up */
-#define L9_H                    15702177792 /*  117440512: mlp activation */
-#define L10_LN1                 15819618304 /*   33554432: attention norm output */
-#define L10_Q                   15853172736 /*   33554432: queries (rotated) */
-#define L10_K                   15886727168 /*    8388608: keys (rotated) */
-#define L10_V                   15895115776 /*    8388608: values */
-#define L10_ATT                 15903504384 /*   33554432: attention output */
-#define L10_RES                 15937058816 /*   33554432: residual stream after attention */
-#define L10_LN2                 15970613248 /*   33554432: mlp norm output */
-#define L10_G                   16004167680 /*  117440512: mlp gate */
-#define L10_U                   16121608192 /*  117440512: mlp up */
-#define L10_H                   16239048704 /*  117440512: mlp activation */
-#define L11_LN1                 16356489216 /*   33554432: attention norm output */
-#define L11_Q                   16390043648 /*   33554432: queries (rotated) */
-#define L11_K                   16423598080 /*    8388608: keys (rotated) */
-#define L11_V                   16431986688 /*    8388608: values */
-#define L11_ATT                 16440375296 /*   33554432: attention output */
-#define L11_RES                 16473929728 /*   33554432: residual stream after attention */
-#define L11_LN2                 16507484160 /*   33554432: mlp norm output */
-#define L11_G                   16541038592 /*  117440512: mlp gate */
-#define L11_U                   16658479104 /*  117440512: mlp up */
-#define L11_H                   16775919616 /*  117440512: mlp activation */
-#define L12_LN1                 16893360128 /*   33554432: attention norm output */
-#define L12_Q                   16926914560 /*   33554432: queries (rotated) */
-#define L12_K                   16960468992 /*    8388608: keys (rotated) */
-#define L12_V                   16968857600 /*    8388608: values */
-#define L12_ATT                 16977246208 /*   33554432: attention output */
-#define L12_RES                 17010800640 /*   33554432: residual stream after attention */
-#define L12_LN2                 17044355072 /*   33554432: mlp norm output */
-#define L12_G                   17077909504 /*  117440512: mlp gate */
-#define L12_U                   17195350016 /*  117440512: mlp up */
-#define L12_H                   17312790528 /*  117440512: mlp activation */
-#define L13_LN1                 17430231040 /*   33554432: attention norm output */
-#define L13_Q                   17463785472 /*   33554432: queries (rotated) */
-#define L13_K                   17497339904 /*    8388608: keys (rotated) */
-#define L13_V                   17505728512 /*    8388608: values */
-#define L13_ATT                 17514117120 /*   33554432: attention output */
-#define L13_RES                 17547671552 /*   33554432: residual stream after attention */
-#define L13_LN2                 17581225984 /*   33554432: mlp norm output */
-#define L13_G                   17614780416 /*  117440512: mlp gate */
-#define L13_U                   17732220928 /*  117440512: mlp up */
-#define L13_H                   17849661440 /*  117440512: mlp activation */
-#define L14_LN1                 17967101952 /*   33554432: attention norm output */
-#define L14_Q                   18000656384 /*   33554432: queries (rotated) */
-#define L14_K                   18034210816 /*    8388608: keys (rotated) */
-#define L14_V                   18042599424 /*    8388608: values */
-#define L14_ATT                 18050988032 /*   33554432: attention output */
-#define L14_RES                 18084542464 /*   33554432: residual stream after attention */
-#define L14_LN2                 18118096896 /*   33554432: mlp norm output */
-#define L14_G                   18151651328 /*  117440512: mlp gate */
-#define L14_U                   18269091840 /*  117440512: mlp up */
-#define L14_H                   18386532352 /*  117440512: mlp activation */
-#define L15_LN1                 18503972864 /*   33554432: attention norm output */
-#define L15_Q                   18537527296 /*   33554432: queries (rotated) */
-#define L15_K                   18571081728 /*    8388608: keys (rotated) */
-#define L15_V                   18579470336 /*    8388608: values */
-#define L15_ATT                 18587858944 /*   33554432: attention output */
-#define L15_RES                 18621413376 /*   33554432: residual stream after attention */
-#define L15_LN2                 18654967808 /*   33554432: mlp norm output */
-#define L15_G                   18688522240 /*  117440512: mlp gate */
-#define L15_U                   18805962752 /*  117440512: mlp up */
-#define L15_H                   18923403264 /*  117440512: mlp activation */
-#define L16_LN1                 19040843776 /*   33554432: attention norm output */
-#define L16_Q                   19074398208 /*   33554432: queries (rotated) */
-#define L16_K                   19107952640 /*    8388608: keys (rotated) */
-#define L16_V                   19116341248 /*    8388608: values */
-#define L16_ATT                 19124729856 /*   33554432: attention output */
-#define L16_RES                 19158284288 /*   33554432: residual stream after attention */
-#define L16_LN2                 19191838720 /*   33554432: mlp norm output */
-#define L16_G                   19225393152 /*  117440512: mlp gate */
-#define L16_U                   19342833664 /*  117440512: mlp up */
-#define L16_H                   19460274176 /*  117440512: mlp activation */
-#define L17_LN1                 19577714688 /*   33554432: attention norm output */
-#define L17_Q                   19611269120 /*   33554432: queries (rotated) */
-#define L17_K                   19644823552 /*    8388608: keys (rotated) */
-#define L17_V                   19653212160 /*    8388608: values */
-#define L17_ATT                 19661600768 /*   33554432: attention output */
-#define L17_RES                 19695155200 /*   33554432: residual stream after attention */
-#define L17_LN2                 19728709632 /*   33554432: mlp norm output */
-#define L17_G                   19762264064 /*  117440512: mlp gate */
-#define L17_U                   19879704576 /*  117440512: mlp up */
-#define L17_H                   19997145088 /*  117440512: mlp activation */
-#define L18_LN1                 20114585600 /*   33554432: attention norm output */
-#define L18_Q                   20148140032 /*   33554432: queries (rotated) */
-#define L18_K                   20181694464 /*    8388608: keys (rotated) */
-#define L18_V                   20190083072 /*    8388608: values */
-#define L18_ATT                 20198471680 /*   33554432: attention output */
-#define L18_RES                 20232026112 /*   33554432: residual stream after attention */
-#define L18_LN2                 20265580544 /*   33554432: mlp norm output */
-#define L18_G                   20299134976 /*  117440512: mlp gate */
-#define L18_U                   20416575488 /*  117440512: mlp up */
-#define L18_H                   20534016000 /*  117440512: mlp activation */
-#define L19_LN1                 20651456512 /*   33554432: attention norm output */
-#define L19_Q                   20685010944 /*   33554432: queries (rotated) */
-#define L19_K                   20718565376 /*    8388608: keys (rotated) */
-#define L19_V                   20726953984 /*    8388608: values */
-#define L19_ATT                 20735342592 /*   33554432: attention output */
-#define L19_RES                 20768897024 /*   33554432: residual stream after attention */
-#define L19_LN2                 20802451456 /*   33554432: mlp norm output */
-#define L19_G                   20836005888 /*  117440512: mlp gate */
-#define L19_U                   20953446400 /*  117440512: mlp up */
-#define L19_H                   21070886912 /*  117440512: mlp activation */
-#define L20_LN1                 21188327424 /*   33554432: attention norm output */
-#define L20_Q                   21221881856 /*   33554432: queries (rotated) */
-#define L20_K                   21255436288 /*    8388608: keys (rotated) */
-#define L20_V                   21263824896 /*    8388608: values */
-#define L20_ATT                 21272213504 /*   33554432: attention output */
-#define L20_RES                 21305767936 /*   33554432: residual stream after attention */
-#define L20_LN2                 21339322368 /*   33554432: mlp norm output */
-#define L20_G                   21372876800 /*  117440512: mlp gate */
-#define L20_U                   21490317312 /*  117440512: mlp up */
-#define L20_H                   21607757824 /*  117440512: mlp activation */
-#define L21_LN1                 21725198336 /*   33554432: attention norm output */
-#define L21_Q                   21758752768 /*   33554432: queries (rotated) */
-#define L21_K                   21792307200 /*    8388608: keys (rotated) */
-#define L21_V                   21800695808 /*    8388608: values */
-#define L21_ATT                 21809084416 /*   33554432: attention output */
-#define L21_RES                 21842638848 /*   33554432: residual stream after attention */
-#define L21_LN2                 21876193280 /*   33554432: mlp norm output */
-#define L21_G                   21909747712 /*  117440512: mlp gate */
-#define L21_U                   22027188224 /*  117440512: mlp up */
-#define L21_H                   22144628736 /*  117440512: mlp activation */
-#define L22_LN1                 22262069248 /*   33554432: attention norm output */
-#define L22_Q                   22295623680 /*   33554432: queries (rotated) */
-#define L22_K                   22329178112 /*    8388608: keys (rotated) */
-#define L22_V                   22337566720 /*    8388608: values */
-#define L22_ATT                 22345955328 /*   33554432: attention output */
-#define L22_RES                 22379509760 /*   33554432: residual stream after attention */
-#define L22_LN2                 22413064192 /*   33554432: mlp norm output */
-#define L22_G                   22446618624 /*  117440512: mlp gate */
-#define L22_U                   22564059136 /*  117440512: mlp up */
-#define L22_H                   22681499648 /*  117440512: mlp activation */
-#define L23_LN1                 22798940160 /*   33554432: attention norm output */
-#define L23_Q                   22832494592 /*   33554432: queries (rotated) */
-#define L23_K                   22866049024 /*    8388608: keys (rotated) */
-#define L23_V                   22874437632 /*    8388608: values */
-#define L23_ATT                 22882826240 /*   33554432: attention output */
-#define L23_RES                 22916380672 /*   33554432: residual stream after attention */
-#define L23_LN2                 22949935104 /*   33554432: mlp norm output */
-#define L23_G                   22983489536 /*  117440512: mlp gate */
-#define L23_U                   23100930048 /*  117440512: mlp up */
-#define L23_H                   23218370560 /*  117440512: mlp activation */
-#define L24_LN1                 23335811072 /*   33554432: attention norm output */
-#define L24_Q                   23369365504 /*   33554432: queries (rotated) */
-#define L24_K                   23402919936 /*    8388608: keys (rotated) */
-#define L24_V                   23411308544 /*    8388608: values */
-#define L24_ATT                 23419697152 /*   33554432: attention output */
-#define L24_RES                 23453251584 /*   33554432: residual stream after attention */
-#define L24_LN2                 23486806016 /*   33554432: mlp norm output */
-#define L24_G                   23520360448 /*  117440512: mlp gate */
-#define L24_U                   23637800960 /*  117440512: mlp up */
-#define L24_H                   23755241472 /*  117440512: mlp activation */
-#define L25_LN1                 23872681984 /*   33554432: attention norm output */
-#define L25_Q                   23906236416 /*   33554432: queries (rotated) */
-#define L25_K                   23939790848 /*    8388608: keys (rotated) */
-#define L25_V                   23948179456 /*    8388608: values */
-#define L25_ATT                 23956568064 /*   33554432: attention output */
-#define L25_RES                 23990122496 /*   33554432: residual stream after attention */
-#define L25_LN2                 24023676928 /*   33554432: mlp norm output */
-#define L25_G                   24057231360 /*  117440512: mlp gate */
-#define L25_U                   24174671872 /*  117440512: mlp up */
-#define L25_H                   24292112384 /*  117440512: mlp activation */
-#define L26_LN1                 24409552896 /*   33554432: attention norm output */
-#define L26_Q                   24443107328 /*   33554432: queries (rotated) */
-#define L26_K                   24476661760 /*    8388608: keys (rotated) */
-#define L26_V                   24485050368 /*    8388608: values */
-#define L26_ATT                 24493438976 /*   33554432: attention output */
-#define L26_RES                 24526993408 /*   33554432: residual stream after attention */
-#define L26_LN2                 24560547840 /*   33554432: mlp norm output */
-#define L26_G                   24594102272 /*  117440512: mlp gate */
-#define L26_U                   24711542784 /*  117440512: mlp up */
-#define L26_H                   24828983296 /*  117440512: mlp activation */
-#define L27_LN1                 24946423808 /*   33554432: attention norm output */
-#define L27_Q                   24979978240 /*   33554432: queries (rotated) */
-#define L27_K                   25013532672 /*    8388608: keys (rotated) */
-#define L27_V                   25021921280 /*    8388608: values */
-#define L27_ATT                 25030309888 /*   33554432: attention output */
-#define L27_RES                 25063864320 /*   33554432: residual stream after attention */
-#define L27_LN2                 25097418752 /*   33554432: mlp norm output */
-#define L27_G                   25130973184 /*  117440512: mlp gate */
-#define L27_U                   25248413696 /*  117440512: mlp up */
-#define L27_H                   25365854208 /*  117440512: mlp activation */
-#define L28_LN1                 25483294720 /*   33554432: attention norm output */
-#define L28_Q                   25516849152 /*   33554432: queries (rotated) */
-#define L28_K                   25550403584 /*    8388608: keys (rotated) */
-#define L28_V                   25558792192 /*    8388608: values */
-#define L28_ATT                 25567180800 /*   33554432: attention output */
-#define L28_RES                 25600735232 /*   33554432: residual stream after attention */
-#define L28_LN2                 25634289664 /*   33554432: mlp norm output */
-#define L28_G                   25667844096 /*  117440512: mlp gate */
-#define L28_U                   25785284608 /*  117440512: mlp up */
-#define L28_H                   25902725120 /*  117440512: mlp activation */
-#define L29_LN1                 26020165632 /*   33554432: attention norm output */
-#define L29_Q                   26053720064 /*   33554432: queries (rotated) */
-#define L29_K                   26087274496 /*    8388608: keys (rotated) */
-#define L29_V                   26095663104 /*    8388608: values */
-#define L29_ATT                 26104051712 /*   33554432: attention output */
-#define L29_RES                 26137606144 /*   33554432: residual stream after attention */
-#define L29_LN2                 26171160576 /*   33554432: mlp norm output */
-#define L29_G                   26204715008 /*  117440512: mlp gate */
-#define L29_U                   26322155520 /*  117440512: mlp up */
-#define L29_H                   26439596032 /*  117440512: mlp activation */
-#define L30_LN1                 26557036544 /*   33554432: attention norm output */
-#define L30_Q                   26590590976 /*   33554432: queries (rotated) */
-#define L30_K                   26624145408 /*    8388608: keys (rotated) */
-#define L30_V                   26632534016 /*    8388608: values */
-#define L30_ATT                 26640922624 /*   33554432: attention output */
-#define L30_RES                 26674477056 /*   33554432: residual stream after attention */
-#define L30_LN2                 26708031488 /*   33554432: mlp norm output */
-#define L30_G                   26741585920 /*  117440512: mlp gate */
-#define L30_U                   26859026432 /*  117440512: mlp up */
-#define L30_H                   26976466944 /*  117440512: mlp activation */
-#define L31_LN1                 27093907456 /*   33554432: attention norm output */
-#define L31_Q                   27127461888 /*   33554432: queries (rotated) */
-#define L31_K                   27161016320 /*    8388608: keys (rotated) */
-#define L31_V                   27169404928 /*    8388608: values */
-#define L31_ATT                 27177793536 /*   33554432: attention output */
-#define L31_RES                 27211347968 /*   33554432: residual stream after attention */
-#define L31_LN2                 27244902400 /*   33554432: mlp norm output */
-#define L31_G                   27278456832 /*  117440512: mlp gate */
-#define L31_U                   27395897344 /*  117440512: mlp up */
-#define L31_H                   27513337856 /*  117440512: mlp activation */
-#define DX_A                    27630778368 /*   33554432: gradient of the residual stream (even layers' output) */
-#define DX_B                    27664332800 /*   33554432: gradient of the residual stream (odd layers' output) */
-#define DLN                     27697887232 /*   33554432: gradient of a norm's output */
-#define LWS                     27731441664 /*  352321536: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
-#define DG                              LWS /*  117440512: gradient of the mlp gate: in LWS (an FFN's backward) */
-#define DU                     (LWS + 117440512) /*  117440512: gradient of the mlp up: in LWS (an FFN's backward) */
-#define DH                     (LWS + 234881024) /*  117440512: gradient of the mlp activation: in LWS (an FFN's backward) */
-#define DATT                            LWS /*   33554432: gradient of the attention output: in LWS (the attention's backward) */
-#define DQ                     (LWS + 33554432) /*   33554432: gradient of the queries: in LWS (the attention's backward) */
-#define DK                     (LWS + 67108864) /*    8388608: gradient of the keys: in LWS (the attention's backward) */
-#define DV                     (LWS + 75497472) /*    8388608: gradient of the values: in LWS (the attention's backward) */
-#define WS_Y                            LWS /*   33554432: a block's output before the residual add: in LWS (a layer's forward) */
-#define LNF                             LWS /*   33554432: final norm output: in LWS (the loss) */
-#define CE                     (LWS + 33554432) /*  134217728: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
+#define KEPT                              0 /* 8030261248 [gathered.params_kept]: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
+#define CAST0                    8030261248 /*  131335168 [params.bf16_cast]: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define CAST1                    8161596416 /*  131335168 [params.bf16_cast]: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define GRAD0                    8292931584 /*  525340672 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                    8818272256 /*  525340672 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                       9343612928 /*   33554432 [activations.saved[0]]: boundary: input of layer 0 (residual stream) */
+#define X1                       9377167360 /*   33554432 [activations.saved[1]]: boundary: input of layer 1 (residual stream) */
+#define X2                       9410721792 /*   33554432 [activations.saved[2]]: boundary: input of layer 2 (residual stream) */
+#define X3                       9444276224 /*   33554432 [activations.saved[3]]: boundary: input of layer 3 (residual stream) */
+#define X4                       9477830656 /*   33554432 [activations.saved[4]]: boundary: input of layer 4 (residual stream) */
+#define X5                       9511385088 /*   33554432 [activations.saved[5]]: boundary: input of layer 5 (residual stream) */
+#define X6                       9544939520 /*   33554432 [activations.saved[6]]: boundary: input of layer 6 (residual stream) */
+#define X7                       9578493952 /*   33554432 [activations.saved[7]]: boundary: input of layer 7 (residual stream) */
+#define X8                       9612048384 /*   33554432 [activations.saved[8]]: boundary: input of layer 8 (residual stream) */
+#define X9                       9645602816 /*   33554432 [activations.saved[9]]: boundary: input of layer 9 (residual stream) */
+#define X10                      9679157248 /*   33554432 [activations.saved[10]]: boundary: input of layer 10 (residual stream) */
+#define X11                      9712711680 /*   33554432 [activations.saved[11]]: boundary: input of layer 11 (residual stream) */
+#define X12                      9746266112 /*   33554432 [activations.saved[12]]: boundary: input of layer 12 (residual stream) */
+#define X13                      9779820544 /*   33554432 [activations.saved[13]]: boundary: input of layer 13 (residual stream) */
+#define X14                      9813374976 /*   33554432 [activations.saved[14]]: boundary: input of layer 14 (residual stream) */
+#define X15                      9846929408 /*   33554432 [activations.saved[15]]: boundary: input of layer 15 (residual stream) */
+#define X16                      9880483840 /*   33554432 [activations.saved[16]]: boundary: input of layer 16 (residual stream) */
+#define X17                      9914038272 /*   33554432 [activations.saved[17]]: boundary: input of layer 17 (residual stream) */
+#define X18                      9947592704 /*   33554432 [activations.saved[18]]: boundary: input of layer 18 (residual stream) */
+#define X19                      9981147136 /*   33554432 [activations.saved[19]]: boundary: input of layer 19 (residual stream) */
+#define X20                     10014701568 /*   33554432 [activations.saved[20]]: boundary: input of layer 20 (residual stream) */
+#define X21                     10048256000 /*   33554432 [activations.saved[21]]: boundary: input of layer 21 (residual stream) */
+#define X22                     10081810432 /*   33554432 [activations.saved[22]]: boundary: input of layer 22 (residual stream) */
+#define X23                     10115364864 /*   33554432 [activations.saved[23]]: boundary: input of layer 23 (residual stream) */
+#define X24                     10148919296 /*   33554432 [activations.saved[24]]: boundary: input of layer 24 (residual stream) */
+#define X25                     10182473728 /*   33554432 [activations.saved[25]]: boundary: input of layer 25 (residual stream) */
+#define X26                     10216028160 /*   33554432 [activations.saved[26]]: boundary: input of layer 26 (residual stream) */
+#define X27                     10249582592 /*   33554432 [activations.saved[27]]: boundary: input of layer 27 (residual stream) */
+#define X28                     10283137024 /*   33554432 [activations.saved[28]]: boundary: input of layer 28 (residual stream) */
+#define X29                     10316691456 /*   33554432 [activations.saved[29]]: boundary: input of layer 29 (residual stream) */
+#define X30                     10350245888 /*   33554432 [activations.saved[30]]: boundary: input of layer 30 (residual stream) */
+#define X31                     10383800320 /*   33554432 [activations.saved[31]]: boundary: input of layer 31 (residual stream) */
+#define X32                     10417354752 /*   33554432 [activations.final_boundary]: output of the last layer */
+#define L0_LN1                  10450909184 /*   33554432 [activations.saved[0]]: attention norm output */
+#define L0_Q                    10484463616 /*   33554432 [activations.saved[0]]: queries (rotated) */
+#define L0_K                    10518018048 /*    8388608 [activations.saved[0]]: keys (rotated) */
+#define L0_V                    10526406656 /*    8388608 [activations.saved[0]]: values */
+#define L0_ATT                  10534795264 /*   33554432 [activations.saved[0]]: attention output */
+#define L0_RES                  10568349696 /*   33554432 [activations.saved[0]]: residual stream after attention */
+#define L0_LN2                  10601904128 /*   33554432 [activations.saved[0]]: mlp norm output */
+#define L0_G                    10635458560 /*  117440512 [activations.saved[0]]: mlp gate */
+#define L0_U                    10752899072 /*  117440512 [activations.saved[0]]: mlp up */
+#define L0_H                    10870339584 /*  117440512 [activations.saved[0]]: mlp activation */
+#define L1_LN1                  10987780096 /*   33554432 [activations.saved[1]]: attention norm output */
+#define L1_Q                    11021334528 /*   33554432 [activations.saved[1]]: queries (rotated) */
+#define L1_K                    11054888960 /*    8388608 [activations.saved[1]]: keys (rotated) */
+#define L1_V                    11063277568 /*    8388608 [activations.saved[1]]: values */
+#define L1_ATT                  11071666176 /*   33554432 [activations.saved[1]]: attention output */
+#define L1_RES                  11105220608 /*   33554432 [activations.saved[1]]: residual stream after attention */
+#define L1_LN2                  11138775040 /*   33554432 [activations.saved[1]]: mlp norm output */
+#define L1_G                    11172329472 /*  117440512 [activations.saved[1]]: mlp gate */
+#define L1_U                    11289769984 /*  117440512 [activations.saved[1]]: mlp up */
+#define L1_H                    11407210496 /*  117440512 [activations.saved[1]]: mlp activation */
+#define L2_LN1                  11524651008 /*   33554432 [activations.saved[2]]: attention norm output */
+#define L2_Q                    11558205440 /*   33554432 [activations.saved[2]]: queries (rotated) */
+#define L2_K                    11591759872 /*    8388608 [activations.saved[2]]: keys (rotated) */
+#define L2_V                    11600148480 /*    8388608 [activations.saved[2]]: values */
+#define L2_ATT                  11608537088 /*   33554432 [activations.saved[2]]: attention output */
+#define L2_RES                  11642091520 /*   33554432 [activations.saved[2]]: residual stream after attention */
+#define L2_LN2                  11675645952 /*   33554432 [activations.saved[2]]: mlp norm output */
+#define L2_G                    11709200384 /*  117440512 [activations.saved[2]]: mlp gate */
+#define L2_U                    11826640896 /*  117440512 [activations.saved[2]]: mlp up */
+#define L2_H                    11944081408 /*  117440512 [activations.saved[2]]: mlp activation */
+#define L3_LN1                  12061521920 /*   33554432 [activations.saved[3]]: attention norm output */
+#define L3_Q                    12095076352 /*   33554432 [activations.saved[3]]: queries (rotated) */
+#define L3_K                    12128630784 /*    8388608 [activations.saved[3]]: keys (rotated) */
+#define L3_V                    12137019392 /*    8388608 [activations.saved[3]]: values */
+#define L3_ATT                  12145408000 /*   33554432 [activations.saved[3]]: attention output */
+#define L3_RES                  12178962432 /*   33554432 [activations.saved[3]]: residual stream after attention */
+#define L3_LN2                  12212516864 /*   33554432 [activations.saved[3]]: mlp norm output */
+#define L3_G                    12246071296 /*  117440512 [activations.saved[3]]: mlp gate */
+#define L3_U                    12363511808 /*  117440512 [activations.saved[3]]: mlp up */
+#define L3_H                    12480952320 /*  117440512 [activations.saved[3]]: mlp activation */
+#define L4_LN1                  12598392832 /*   33554432 [activations.saved[4]]: attention norm output */
+#define L4_Q                    12631947264 /*   33554432 [activations.saved[4]]: queries (rotated) */
+#define L4_K                    12665501696 /*    8388608 [activations.saved[4]]: keys (rotated) */
+#define L4_V                    12673890304 /*    8388608 [activations.saved[4]]: values */
+#define L4_ATT                  12682278912 /*   33554432 [activations.saved[4]]: attention output */
+#define L4_RES                  12715833344 /*   33554432 [activations.saved[4]]: residual stream after attention */
+#define L4_LN2                  12749387776 /*   33554432 [activations.saved[4]]: mlp norm output */
+#define L4_G                    12782942208 /*  117440512 [activations.saved[4]]: mlp gate */
+#define L4_U                    12900382720 /*  117440512 [activations.saved[4]]: mlp up */
+#define L4_H                    13017823232 /*  117440512 [activations.saved[4]]: mlp activation */
+#define L5_LN1                  13135263744 /*   33554432 [activations.saved[5]]: attention norm output */
+#define L5_Q                    13168818176 /*   33554432 [activations.saved[5]]: queries (rotated) */
+#define L5_K                    13202372608 /*    8388608 [activations.saved[5]]: keys (rotated) */
+#define L5_V                    13210761216 /*    8388608 [activations.saved[5]]: values */
+#define L5_ATT                  13219149824 /*   33554432 [activations.saved[5]]: attention output */
+#define L5_RES                  13252704256 /*   33554432 [activations.saved[5]]: residual stream after attention */
+#define L5_LN2                  13286258688 /*   33554432 [activations.saved[5]]: mlp norm output */
+#define L5_G                    13319813120 /*  117440512 [activations.saved[5]]: mlp gate */
+#define L5_U                    13437253632 /*  117440512 [activations.saved[5]]: mlp up */
+#define L5_H                    13554694144 /*  117440512 [activations.saved[5]]: mlp activation */
+#define L6_LN1                  13672134656 /*   33554432 [activations.saved[6]]: attention norm output */
+#define L6_Q                    13705689088 /*   33554432 [activations.saved[6]]: queries (rotated) */
+#define L6_K                    13739243520 /*    8388608 [activations.saved[6]]: keys (rotated) */
+#define L6_V                    13747632128 /*    8388608 [activations.saved[6]]: values */
+#define L6_ATT                  13756020736 /*   33554432 [activations.saved[6]]: attention output */
+#define L6_RES                  13789575168 /*   33554432 [activations.saved[6]]: residual stream after attention */
+#define L6_LN2                  13823129600 /*   33554432 [activations.saved[6]]: mlp norm output */
+#define L6_G                    13856684032 /*  117440512 [activations.saved[6]]: mlp gate */
+#define L6_U                    13974124544 /*  117440512 [activations.saved[6]]: mlp up */
+#define L6_H                    14091565056 /*  117440512 [activations.saved[6]]: mlp activation */
+#define L7_LN1                  14209005568 /*   33554432 [activations.saved[7]]: attention norm output */
+#define L7_Q                    14242560000 /*   33554432 [activations.saved[7]]: queries (rotated) */
+#define L7_K                    14276114432 /*    8388608 [activations.saved[7]]: keys (rotated) */
+#define L7_V                    14284503040 /*    8388608 [activations.saved[7]]: values */
+#define L7_ATT                  14292891648 /*   33554432 [activations.saved[7]]: attention output */
+#define L7_RES                  14326446080 /*   33554432 [activations.saved[7]]: residual stream after attention */
+#define L7_LN2                  14360000512 /*   33554432 [activations.saved[7]]: mlp norm output */
+#define L7_G                    14393554944 /*  117440512 [activations.saved[7]]: mlp gate */
+#define L7_U                    14510995456 /*  117440512 [activations.saved[7]]: mlp up */
+#define L7_H                    14628435968 /*  117440512 [activations.saved[7]]: mlp activation */
+#define L8_LN1                  14745876480 /*   33554432 [activations.saved[8]]: attention norm output */
+#define L8_Q                    14779430912 /*   33554432 [activations.saved[8]]: queries (rotated) */
+#define L8_K                    14812985344 /*    8388608 [activations.saved[8]]: keys (rotated) */
+#define L8_V                    14821373952 /*    8388608 [activations.saved[8]]: values */
+#define L8_ATT                  14829762560 /*   33554432 [activations.saved[8]]: attention output */
+#define L8_RES                  14863316992 /*   33554432 [activations.saved[8]]: residual stream after attention */
+#define L8_LN2                  14896871424 /*   33554432 [activations.saved[8]]: mlp norm output */
+#define L8_G                    14930425856 /*  117440512 [activations.saved[8]]: mlp gate */
+#define L8_U                    15047866368 /*  117440512 [activations.saved[8]]: mlp up */
+#define L8_H                    15165306880 /*  117440512 [activations.saved[8]]: mlp activation */
+#define L9_LN1                  15282747392 /*   33554432 [activations.saved[9]]: attention norm output */
+#define L9_Q                    15316301824 /*   33554432 [activations.saved[9]]: queries (rotated) */
+#define L9_K                    15349856256 /*    8388608 [activations.saved[9]]: keys (rotated) */
+#define L9_V                    15358244864 /*    8388608 [activations.saved[9]]: values */
+#define L9_ATT                  15366633472 /*   33554432 [activations.saved[9]]: attention output */
+#define L9_RES                  15400187904 /*   33554432 [activations.saved[9]]: residual stream after attention */
+#define L9_LN2                  15433742336 /*   33554432 [activations.saved[9]]: mlp norm output */
+#define L9_G                    15467296768 /*  117440512 [activations.saved[9]]: mlp gate */
+#define L9_U                    15584737280 /*  117440512 [activations.saved[9]]: mlp up */
+#define L9_H                    15702177792 /*  117440512 [activations.saved[9]]: mlp activation */
+#define L10_LN1                 15819618304 /*   33554432 [activations.saved[10]]: attention norm output */
+#define L10_Q                   15853172736 /*   33554432 [activations.saved[10]]: queries (rotated) */
+#define L10_K                   15886727168 /*    8388608 [activations.saved[10]]: keys (rotated) */
+#define L10_V                   15895115776 /*    8388608 [activations.saved[10]]: values */
+#define L10_ATT                 15903504384 /*   33554432 [activations.saved[10]]: attention output */
+#define L10_RES                 15937058816 /*   33554432 [activations.saved[10]]: residual stream after attention */
+#define L10_LN2                 15970613248 /*   33554432 [activations.saved[10]]: mlp norm output */
+#define L10_G                   16004167680 /*  117440512 [activations.saved[10]]: mlp gate */
+#define L10_U                   16121608192 /*  117440512 [activations.saved[10]]: mlp up */
+#define L10_H                   16239048704 /*  117440512 [activations.saved[10]]: mlp activation */
+#define L11_LN1                 16356489216 /*   33554432 [activations.saved[11]]: attention norm output */
+#define L11_Q                   16390043648 /*   33554432 [activations.saved[11]]: queries (rotated) */
+#define L11_K                   16423598080 /*    8388608 [activations.saved[11]]: keys (rotated) */
+#define L11_V                   16431986688 /*    8388608 [activations.saved[11]]: values */
+#define L11_ATT                 16440375296 /*   33554432 [activations.saved[11]]: attention output */
+#define L11_RES                 16473929728 /*   33554432 [activations.saved[11]]: residual stream after attention */
+#define L11_LN2                 16507484160 /*   33554432 [activations.saved[11]]: mlp norm output */
+#define L11_G                   16541038592 /*  117440512 [activations.saved[11]]: mlp gate */
+#define L11_U                   16658479104 /*  117440512 [activations.saved[11]]: mlp up */
+#define L11_H                   16775919616 /*  117440512 [activations.saved[11]]: mlp activation */
+#define L12_LN1                 16893360128 /*   33554432 [activations.saved[12]]: attention norm output */
+#define L12_Q                   16926914560 /*   33554432 [activations.saved[12]]: queries (rotated) */
+#define L12_K                   16960468992 /*    8388608 [activations.saved[12]]: keys (rotated) */
+#define L12_V                   16968857600 /*    8388608 [activations.saved[12]]: values */
+#define L12_ATT                 16977246208 /*   33554432 [activations.saved[12]]: attention output */
+#define L12_RES                 17010800640 /*   33554432 [activations.saved[12]]: residual stream after attention */
+#define L12_LN2                 17044355072 /*   33554432 [activations.saved[12]]: mlp norm output */
+#define L12_G                   17077909504 /*  117440512 [activations.saved[12]]: mlp gate */
+#define L12_U                   17195350016 /*  117440512 [activations.saved[12]]: mlp up */
+#define L12_H                   17312790528 /*  117440512 [activations.saved[12]]: mlp activation */
+#define L13_LN1                 17430231040 /*   33554432 [activations.saved[13]]: attention norm output */
+#define L13_Q                   17463785472 /*   33554432 [activations.saved[13]]: queries (rotated) */
+#define L13_K                   17497339904 /*    8388608 [activations.saved[13]]: keys (rotated) */
+#define L13_V                   17505728512 /*    8388608 [activations.saved[13]]: values */
+#define L13_ATT                 17514117120 /*   33554432 [activations.saved[13]]: attention output */
+#define L13_RES                 17547671552 /*   33554432 [activations.saved[13]]: residual stream after attention */
+#define L13_LN2                 17581225984 /*   33554432 [activations.saved[13]]: mlp norm output */
+#define L13_G                   17614780416 /*  117440512 [activations.saved[13]]: mlp gate */
+#define L13_U                   17732220928 /*  117440512 [activations.saved[13]]: mlp up */
+#define L13_H                   17849661440 /*  117440512 [activations.saved[13]]: mlp activation */
+#define L14_LN1                 17967101952 /*   33554432 [activations.saved[14]]: attention norm output */
+#define L14_Q                   18000656384 /*   33554432 [activations.saved[14]]: queries (rotated) */
+#define L14_K                   18034210816 /*    8388608 [activations.saved[14]]: keys (rotated) */
+#define L14_V                   18042599424 /*    8388608 [activations.saved[14]]: values */
+#define L14_ATT                 18050988032 /*   33554432 [activations.saved[14]]: attention output */
+#define L14_RES                 18084542464 /*   33554432 [activations.saved[14]]: residual stream after attention */
+#define L14_LN2                 18118096896 /*   33554432 [activations.saved[14]]: mlp norm output */
+#define L14_G                   18151651328 /*  117440512 [activations.saved[14]]: mlp gate */
+#define L14_U                   18269091840 /*  117440512 [activations.saved[14]]: mlp up */
+#define L14_H                   18386532352 /*  117440512 [activations.saved[14]]: mlp activation */
+#define L15_LN1                 18503972864 /*   33554432 [activations.saved[15]]: attention norm output */
+#define L15_Q                   18537527296 /*   33554432 [activations.saved[15]]: queries (rotated) */
+#define L15_K                   18571081728 /*    8388608 [activations.saved[15]]: keys (rotated) */
+#define L15_V                   18579470336 /*    8388608 [activations.saved[15]]: values */
+#define L15_ATT                 18587858944 /*   33554432 [activations.saved[15]]: attention output */
+#define L15_RES                 18621413376 /*   33554432 [activations.saved[15]]: residual stream after attention */
+#define L15_LN2                 18654967808 /*   33554432 [activations.saved[15]]: mlp norm output */
+#define L15_G                   18688522240 /*  117440512 [activations.saved[15]]: mlp gate */
+#define L15_U                   18805962752 /*  117440512 [activations.saved[15]]: mlp up */
+#define L15_H                   18923403264 /*  117440512 [activations.saved[15]]: mlp activation */
+#define L16_LN1                 19040843776 /*   33554432 [activations.saved[16]]: attention norm output */
+#define L16_Q                   19074398208 /*   33554432 [activations.saved[16]]: queries (rotated) */
+#define L16_K                   19107952640 /*    8388608 [activations.saved[16]]: keys (rotated) */
+#define L16_V                   19116341248 /*    8388608 [activations.saved[16]]: values */
+#define L16_ATT                 19124729856 /*   33554432 [activations.saved[16]]: attention output */
+#define L16_RES                 19158284288 /*   33554432 [activations.saved[16]]: residual stream after attention */
+#define L16_LN2                 19191838720 /*   33554432 [activations.saved[16]]: mlp norm output */
+#define L16_G                   19225393152 /*  117440512 [activations.saved[16]]: mlp gate */
+#define L16_U                   19342833664 /*  117440512 [activations.saved[16]]: mlp up */
+#define L16_H                   19460274176 /*  117440512 [activations.saved[16]]: mlp activation */
+#define L17_LN1                 19577714688 /*   33554432 [activations.saved[17]]: attention norm output */
+#define L17_Q                   19611269120 /*   33554432 [activations.saved[17]]: queries (rotated) */
+#define L17_K                   19644823552 /*    8388608 [activations.saved[17]]: keys (rotated) */
+#define L17_V                   19653212160 /*    8388608 [activations.saved[17]]: values */
+#define L17_ATT                 19661600768 /*   33554432 [activations.saved[17]]: attention output */
+#define L17_RES                 19695155200 /*   33554432 [activations.saved[17]]: residual stream after attention */
+#define L17_LN2                 19728709632 /*   33554432 [activations.saved[17]]: mlp norm output */
+#define L17_G                   19762264064 /*  117440512 [activations.saved[17]]: mlp gate */
+#define L17_U                   19879704576 /*  117440512 [activations.saved[17]]: mlp up */
+#define L17_H                   19997145088 /*  117440512 [activations.saved[17]]: mlp activation */
+#define L18_LN1                 20114585600 /*   33554432 [activations.saved[18]]: attention norm output */
+#define L18_Q                   20148140032 /*   33554432 [activations.saved[18]]: queries (rotated) */
+#define L18_K                   20181694464 /*    8388608 [activations.saved[18]]: keys (rotated) */
+#define L18_V                   20190083072 /*    8388608 [activations.saved[18]]: values */
+#define L18_ATT                 20198471680 /*   33554432 [activations.saved[18]]: attention output */
+#define L18_RES                 20232026112 /*   33554432 [activations.saved[18]]: residual stream after attention */
+#define L18_LN2                 20265580544 /*   33554432 [activations.saved[18]]: mlp norm output */
+#define L18_G                   20299134976 /*  117440512 [activations.saved[18]]: mlp gate */
+#define L18_U                   20416575488 /*  117440512 [activations.saved[18]]: mlp up */
+#define L18_H                   20534016000 /*  117440512 [activations.saved[18]]: mlp activation */
+#define L19_LN1                 20651456512 /*   33554432 [activations.saved[19]]: attention norm output */
+#define L19_Q                   20685010944 /*   33554432 [activations.saved[19]]: queries (rotated) */
+#define L19_K                   20718565376 /*    8388608 [activations.saved[19]]: keys (rotated) */
+#define L19_V                   20726953984 /*    8388608 [activations.saved[19]]: values */
+#define L19_ATT                 20735342592 /*   33554432 [activations.saved[19]]: attention output */
+#define L19_RES                 20768897024 /*   33554432 [activations.saved[19]]: residual stream after attention */
+#define L19_LN2                 20802451456 /*   33554432 [activations.saved[19]]: mlp norm output */
+#define L19_G                   20836005888 /*  117440512 [activations.saved[19]]: mlp gate */
+#define L19_U                   20953446400 /*  117440512 [activations.saved[19]]: mlp up */
+#define L19_H                   21070886912 /*  117440512 [activations.saved[19]]: mlp activation */
+#define L20_LN1                 21188327424 /*   33554432 [activations.saved[20]]: attention norm output */
+#define L20_Q                   21221881856 /*   33554432 [activations.saved[20]]: queries (rotated) */
+#define L20_K                   21255436288 /*    8388608 [activations.saved[20]]: keys (rotated) */
+#define L20_V                   21263824896 /*    8388608 [activations.saved[20]]: values */
+#define L20_ATT                 21272213504 /*   33554432 [activations.saved[20]]: attention output */
+#define L20_RES                 21305767936 /*   33554432 [activations.saved[20]]: residual stream after attention */
+#define L20_LN2                 21339322368 /*   33554432 [activations.saved[20]]: mlp norm output */
+#define L20_G                   21372876800 /*  117440512 [activations.saved[20]]: mlp gate */
+#define L20_U                   21490317312 /*  117440512 [activations.saved[20]]: mlp up */
+#define L20_H                   21607757824 /*  117440512 [activations.saved[20]]: mlp activation */
+#define L21_LN1                 21725198336 /*   33554432 [activations.saved[21]]: attention norm output */
+#define L21_Q                   21758752768 /*   33554432 [activations.saved[21]]: queries (rotated) */
+#define L21_K                   21792307200 /*    8388608 [activations.saved[21]]: keys (rotated) */
+#define L21_V                   21800695808 /*    8388608 [activations.saved[21]]: values */
+#define L21_ATT                 21809084416 /*   33554432 [activations.saved[21]]: attention output */
+#define L21_RES                 21842638848 /*   33554432 [activations.saved[21]]: residual stream after attention */
+#define L21_LN2                 21876193280 /*   33554432 [activations.saved[21]]: mlp norm output */
+#define L21_G                   21909747712 /*  117440512 [activations.saved[21]]: mlp gate */
+#define L21_U                   22027188224 /*  117440512 [activations.saved[21]]: mlp up */
+#define L21_H                   22144628736 /*  117440512 [activations.saved[21]]: mlp activation */
+#define L22_LN1                 22262069248 /*   33554432 [activations.saved[22]]: attention norm output */
+#define L22_Q                   22295623680 /*   33554432 [activations.saved[22]]: queries (rotated) */
+#define L22_K                   22329178112 /*    8388608 [activations.saved[22]]: keys (rotated) */
+#define L22_V                   22337566720 /*    8388608 [activations.saved[22]]: values */
+#define L22_ATT                 22345955328 /*   33554432 [activations.saved[22]]: attention output */
+#define L22_RES                 22379509760 /*   33554432 [activations.saved[22]]: residual stream after attention */
+#define L22_LN2                 22413064192 /*   33554432 [activations.saved[22]]: mlp norm output */
+#define L22_G                   22446618624 /*  117440512 [activations.saved[22]]: mlp gate */
+#define L22_U                   22564059136 /*  117440512 [activations.saved[22]]: mlp up */
+#define L22_H                   22681499648 /*  117440512 [activations.saved[22]]: mlp activation */
+#define L23_LN1                 22798940160 /*   33554432 [activations.saved[23]]: attention norm output */
+#define L23_Q                   22832494592 /*   33554432 [activations.saved[23]]: queries (rotated) */
+#define L23_K                   22866049024 /*    8388608 [activations.saved[23]]: keys (rotated) */
+#define L23_V                   22874437632 /*    8388608 [activations.saved[23]]: values */
+#define L23_ATT                 22882826240 /*   33554432 [activations.saved[23]]: attention output */
+#define L23_RES                 22916380672 /*   33554432 [activations.saved[23]]: residual stream after attention */
+#define L23_LN2                 22949935104 /*   33554432 [activations.saved[23]]: mlp norm output */
+#define L23_G                   22983489536 /*  117440512 [activations.saved[23]]: mlp gate */
+#define L23_U                   23100930048 /*  117440512 [activations.saved[23]]: mlp up */
+#define L23_H                   23218370560 /*  117440512 [activations.saved[23]]: mlp activation */
+#define L24_LN1                 23335811072 /*   33554432 [activations.saved[24]]: attention norm output */
+#define L24_Q                   23369365504 /*   33554432 [activations.saved[24]]: queries (rotated) */
+#define L24_K                   23402919936 /*    8388608 [activations.saved[24]]: keys (rotated) */
+#define L24_V                   23411308544 /*    8388608 [activations.saved[24]]: values */
+#define L24_ATT                 23419697152 /*   33554432 [activations.saved[24]]: attention output */
+#define L24_RES                 23453251584 /*   33554432 [activations.saved[24]]: residual stream after attention */
+#define L24_LN2                 23486806016 /*   33554432 [activations.saved[24]]: mlp norm output */
+#define L24_G                   23520360448 /*  117440512 [activations.saved[24]]: mlp gate */
+#define L24_U                   23637800960 /*  117440512 [activations.saved[24]]: mlp up */
+#define L24_H                   23755241472 /*  117440512 [activations.saved[24]]: mlp activation */
+#define L25_LN1                 23872681984 /*   33554432 [activations.saved[25]]: attention norm output */
+#define L25_Q                   23906236416 /*   33554432 [activations.saved[25]]: queries (rotated) */
+#define L25_K                   23939790848 /*    8388608 [activations.saved[25]]: keys (rotated) */
+#define L25_V                   23948179456 /*    8388608 [activations.saved[25]]: values */
+#define L25_ATT                 23956568064 /*   33554432 [activations.saved[25]]: attention output */
+#define L25_RES                 23990122496 /*   33554432 [activations.saved[25]]: residual stream after attention */
+#define L25_LN2                 24023676928 /*   33554432 [activations.saved[25]]: mlp norm output */
+#define L25_G                   24057231360 /*  117440512 [activations.saved[25]]: mlp gate */
+#define L25_U                   24174671872 /*  117440512 [activations.saved[25]]: mlp up */
+#define L25_H                   24292112384 /*  117440512 [activations.saved[25]]: mlp activation */
+#define L26_LN1                 24409552896 /*   33554432 [activations.saved[26]]: attention norm output */
+#define L26_Q                   24443107328 /*   33554432 [activations.saved[26]]: queries (rotated) */
+#define L26_K                   24476661760 /*    8388608 [activations.saved[26]]: keys (rotated) */
+#define L26_V                   24485050368 /*    8388608 [activations.saved[26]]: values */
+#define L26_ATT                 24493438976 /*   33554432 [activations.saved[26]]: attention output */
+#define L26_RES                 24526993408 /*   33554432 [activations.saved[26]]: residual stream after attention */
+#define L26_LN2                 24560547840 /*   33554432 [activations.saved[26]]: mlp norm output */
+#define L26_G                   24594102272 /*  117440512 [activations.saved[26]]: mlp gate */
+#define L26_U                   24711542784 /*  117440512 [activations.saved[26]]: mlp up */
+#define L26_H                   24828983296 /*  117440512 [activations.saved[26]]: mlp activation */
+#define L27_LN1                 24946423808 /*   33554432 [activations.saved[27]]: attention norm output */
+#define L27_Q                   24979978240 /*   33554432 [activations.saved[27]]: queries (rotated) */
+#define L27_K                   25013532672 /*    8388608 [activations.saved[27]]: keys (rotated) */
+#define L27_V                   25021921280 /*    8388608 [activations.saved[27]]: values */
+#define L27_ATT                 25030309888 /*   33554432 [activations.saved[27]]: attention output */
+#define L27_RES                 25063864320 /*   33554432 [activations.saved[27]]: residual stream after attention */
+#define L27_LN2                 25097418752 /*   33554432 [activations.saved[27]]: mlp norm output */
+#define L27_G                   25130973184 /*  117440512 [activations.saved[27]]: mlp gate */
+#define L27_U                   25248413696 /*  117440512 [activations.saved[27]]: mlp up */
+#define L27_H                   25365854208 /*  117440512 [activations.saved[27]]: mlp activation */
+#define L28_LN1                 25483294720 /*   33554432 [activations.saved[28]]: attention norm output */
+#define L28_Q                   25516849152 /*   33554432 [activations.saved[28]]: queries (rotated) */
+#define L28_K                   25550403584 /*    8388608 [activations.saved[28]]: keys (rotated) */
+#define L28_V                   25558792192 /*    8388608 [activations.saved[28]]: values */
+#define L28_ATT                 25567180800 /*   33554432 [activations.saved[28]]: attention output */
+#define L28_RES                 25600735232 /*   33554432 [activations.saved[28]]: residual stream after attention */
+#define L28_LN2                 25634289664 /*   33554432 [activations.saved[28]]: mlp norm output */
+#define L28_G                   25667844096 /*  117440512 [activations.saved[28]]: mlp gate */
+#define L28_U                   25785284608 /*  117440512 [activations.saved[28]]: mlp up */
+#define L28_H                   25902725120 /*  117440512 [activations.saved[28]]: mlp activation */
+#define L29_LN1                 26020165632 /*   33554432 [activations.saved[29]]: attention norm output */
+#define L29_Q                   26053720064 /*   33554432 [activations.saved[29]]: queries (rotated) */
+#define L29_K                   26087274496 /*    8388608 [activations.saved[29]]: keys (rotated) */
+#define L29_V                   26095663104 /*    8388608 [activations.saved[29]]: values */
+#define L29_ATT                 26104051712 /*   33554432 [activations.saved[29]]: attention output */
+#define L29_RES                 26137606144 /*   33554432 [activations.saved[29]]: residual stream after attention */
+#define L29_LN2                 26171160576 /*   33554432 [activations.saved[29]]: mlp norm output */
+#define L29_G                   26204715008 /*  117440512 [activations.saved[29]]: mlp gate */
+#define L29_U                   26322155520 /*  117440512 [activations.saved[29]]: mlp up */
+#define L29_H                   26439596032 /*  117440512 [activations.saved[29]]: mlp activation */
+#define L30_LN1                 26557036544 /*   33554432 [activations.saved[30]]: attention norm output */
+#define L30_Q                   26590590976 /*   33554432 [activations.saved[30]]: queries (rotated) */
+#define L30_K                   26624145408 /*    8388608 [activations.saved[30]]: keys (rotated) */
+#define L30_V                   26632534016 /*    8388608 [activations.saved[30]]: values */
+#define L30_ATT                 26640922624 /*   33554432 [activations.saved[30]]: attention output */
+#define L30_RES                 26674477056 /*   33554432 [activations.saved[30]]: residual stream after attention */
+#define L30_LN2                 26708031488 /*   33554432 [activations.saved[30]]: mlp norm output */
+#define L30_G                   26741585920 /*  117440512 [activations.saved[30]]: mlp gate */
+#define L30_U                   26859026432 /*  117440512 [activations.saved[30]]: mlp up */
+#define L30_H                   26976466944 /*  117440512 [activations.saved[30]]: mlp activation */
+#define L31_LN1                 27093907456 /*   33554432 [activations.saved[31]]: attention norm output */
+#define L31_Q                   27127461888 /*   33554432 [activations.saved[31]]: queries (rotated) */
+#define L31_K                   27161016320 /*    8388608 [activations.saved[31]]: keys (rotated) */
+#define L31_V                   27169404928 /*    8388608 [activations.saved[31]]: values */
+#define L31_ATT                 27177793536 /*   33554432 [activations.saved[31]]: attention output */
+#define L31_RES                 27211347968 /*   33554432 [activations.saved[31]]: residual stream after attention */
+#define L31_LN2                 27244902400 /*   33554432 [activations.saved[31]]: mlp norm output */
+#define L31_G                   27278456832 /*  117440512 [activations.saved[31]]: mlp gate */
+#define L31_U                   27395897344 /*  117440512 [activations.saved[31]]: mlp up */
+#define L31_H                   27513337856 /*  117440512 [activations.saved[31]]: mlp activation */
+#define DX_A                    27630778368 /*   33554432 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    27664332800 /*   33554432 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     27697887232 /*   33554432 [activations.grad_norm]: gradient of a norm's output */
+#define LWS                     27731441664 /*  352321536 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define DG                              LWS /*  117440512 [workspace.shared]: gradient of the mlp gate: in LWS (an FFN's backward) */
+#define DU                     (LWS + 117440512) /*  117440512 [workspace.shared]: gradient of the mlp up: in LWS (an FFN's backward) */
+#define DH                     (LWS + 234881024) /*  117440512 [workspace.shared]: gradient of the mlp activation: in LWS (an FFN's backward) */
+#define DATT                            LWS /*   33554432 [workspace.shared]: gradient of the attention output: in LWS (the attention's backward) */
+#define DQ                     (LWS + 33554432) /*   33554432 [workspace.shared]: gradient of the queries: in LWS (the attention's backward) */
+#define DK                     (LWS + 67108864) /*    8388608 [workspace.shared]: gradient of the keys: in LWS (the attention's backward) */
+#define DV                     (LWS + 75497472) /*    8388608 [workspace.shared]: gradient of the values: in LWS (the attention's backward) */
+#define WS_Y                            LWS /*   33554432 [workspace.shared]: a block's output before the residual add: in LWS (a layer's forward) */
+#define LNF                             LWS /*   33554432 [workspace.shared]: final norm output: in LWS (the loss) */
+#define CE                     (LWS + 33554432) /*  134217728 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the

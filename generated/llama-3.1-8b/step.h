@@ -8,7 +8,7 @@
 #define MODEL_NAME "llama-3.1-8b"
 #define SPEC_FILE "llama-3.1-8b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "015824ece7385a37"
+#define PLAN_HASH "03fbb1657b00aa78"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 8
 #define PLAN_FSDP 4
@@ -43,7 +43,7 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 9746.14 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 90439262452 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HBM_BYTES 90506522880 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 36416012288 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
@@ -60,8 +60,8 @@
 #define ARENA_SCRATCH 16384
 #define ACT_ELEMS 28083763200
 #define ACT_SCRATCH 8030261248
-#define INPUTS 0
-#define TARGETS 8192
+#define INPUTS 0 /* [data.tokens] */
+#define TARGETS 8192 /* [data.tokens] */
 #define STATE_STAGING 8292931584 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 525340672

@@ -29,388 +29,388 @@
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
-#define EMBED_MASTER                      0 /*    4096000: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                  4096000 /*    4096000: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                8192000 /*    4096000: AdamW first moment (fp32) */
-#define EMBED_ADAM_V               12288000 /*    4096000: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER            16384000 /*    1312000: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD              17696000 /*    1312000: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M            19008000 /*    1312000: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V            20320000 /*    1312000: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER          21632000 /*   44040192: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD            65672192 /*   44040192: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M         109712384 /*   44040192: AdamW first moment (fp32) */
-#define L0_EXPERTS_ADAM_V         153752576 /*   44040192: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER           197792768 /*    1312000: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             199104768 /*    1312000: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           200416768 /*    1312000: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           201728768 /*    1312000: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER         203040768 /*   44040192: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD           247080960 /*   44040192: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M         291121152 /*   44040192: AdamW first moment (fp32) */
-#define L1_EXPERTS_ADAM_V         335161344 /*   44040192: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER           379201536 /*    1312000: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD             380513536 /*    1312000: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M           381825536 /*    1312000: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V           383137536 /*    1312000: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER         384449536 /*   44040192: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD           428489728 /*   44040192: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M         472529920 /*   44040192: AdamW first moment (fp32) */
-#define L2_EXPERTS_ADAM_V         516570112 /*   44040192: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER           560610304 /*    1312000: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD             561922304 /*    1312000: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M           563234304 /*    1312000: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V           564546304 /*    1312000: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER         565858304 /*   44040192: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD           609898496 /*   44040192: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M         653938688 /*   44040192: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V         697978880 /*   44040192: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER           742019072 /*    1312000: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD             743331072 /*    1312000: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M           744643072 /*    1312000: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V           745955072 /*    1312000: AdamW second moment (fp32) */
-#define L4_EXPERTS_MASTER         747267072 /*   44040192: layer 4 experts: this rank's fp32 master shard */
-#define L4_EXPERTS_GRAD           791307264 /*   44040192: its gradient, accumulated over micro-batches */
-#define L4_EXPERTS_ADAM_M         835347456 /*   44040192: AdamW first moment (fp32) */
-#define L4_EXPERTS_ADAM_V         879387648 /*   44040192: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER           923427840 /*    1312000: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD             924739840 /*    1312000: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M           926051840 /*    1312000: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V           927363840 /*    1312000: AdamW second moment (fp32) */
-#define L5_EXPERTS_MASTER         928675840 /*   44040192: layer 5 experts: this rank's fp32 master shard */
-#define L5_EXPERTS_GRAD           972716032 /*   44040192: its gradient, accumulated over micro-batches */
-#define L5_EXPERTS_ADAM_M        1016756224 /*   44040192: AdamW first moment (fp32) */
-#define L5_EXPERTS_ADAM_V        1060796416 /*   44040192: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER          1104836608 /*    1312000: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD            1106148608 /*    1312000: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M          1107460608 /*    1312000: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V          1108772608 /*    1312000: AdamW second moment (fp32) */
-#define L6_EXPERTS_MASTER        1110084608 /*   44040192: layer 6 experts: this rank's fp32 master shard */
-#define L6_EXPERTS_GRAD          1154124800 /*   44040192: its gradient, accumulated over micro-batches */
-#define L6_EXPERTS_ADAM_M        1198164992 /*   44040192: AdamW first moment (fp32) */
-#define L6_EXPERTS_ADAM_V        1242205184 /*   44040192: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER          1286245376 /*    1312000: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD            1287557376 /*    1312000: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M          1288869376 /*    1312000: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V          1290181376 /*    1312000: AdamW second moment (fp32) */
-#define L7_EXPERTS_MASTER        1291493376 /*   44040192: layer 7 experts: this rank's fp32 master shard */
-#define L7_EXPERTS_GRAD          1335533568 /*   44040192: its gradient, accumulated over micro-batches */
-#define L7_EXPERTS_ADAM_M        1379573760 /*   44040192: AdamW first moment (fp32) */
-#define L7_EXPERTS_ADAM_V        1423613952 /*   44040192: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER          1467654144 /*    1312000: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD            1468966144 /*    1312000: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M          1470278144 /*    1312000: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V          1471590144 /*    1312000: AdamW second moment (fp32) */
-#define L8_EXPERTS_MASTER        1472902144 /*   44040192: layer 8 experts: this rank's fp32 master shard */
-#define L8_EXPERTS_GRAD          1516942336 /*   44040192: its gradient, accumulated over micro-batches */
-#define L8_EXPERTS_ADAM_M        1560982528 /*   44040192: AdamW first moment (fp32) */
-#define L8_EXPERTS_ADAM_V        1605022720 /*   44040192: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          1649062912 /*    1312000: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            1650374912 /*    1312000: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          1651686912 /*    1312000: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          1652998912 /*    1312000: AdamW second moment (fp32) */
-#define L9_EXPERTS_MASTER        1654310912 /*   44040192: layer 9 experts: this rank's fp32 master shard */
-#define L9_EXPERTS_GRAD          1698351104 /*   44040192: its gradient, accumulated over micro-batches */
-#define L9_EXPERTS_ADAM_M        1742391296 /*   44040192: AdamW first moment (fp32) */
-#define L9_EXPERTS_ADAM_V        1786431488 /*   44040192: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         1830471680 /*    1312000: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           1831783680 /*    1312000: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         1833095680 /*    1312000: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         1834407680 /*    1312000: AdamW second moment (fp32) */
-#define L10_EXPERTS_MASTER       1835719680 /*   44040192: layer 10 experts: this rank's fp32 master shard */
-#define L10_EXPERTS_GRAD         1879759872 /*   44040192: its gradient, accumulated over micro-batches */
-#define L10_EXPERTS_ADAM_M       1923800064 /*   44040192: AdamW first moment (fp32) */
-#define L10_EXPERTS_ADAM_V       1967840256 /*   44040192: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         2011880448 /*    1312000: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           2013192448 /*    1312000: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         2014504448 /*    1312000: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         2015816448 /*    1312000: AdamW second moment (fp32) */
-#define L11_EXPERTS_MASTER       2017128448 /*   44040192: layer 11 experts: this rank's fp32 master shard */
-#define L11_EXPERTS_GRAD         2061168640 /*   44040192: its gradient, accumulated over micro-batches */
-#define L11_EXPERTS_ADAM_M       2105208832 /*   44040192: AdamW first moment (fp32) */
-#define L11_EXPERTS_ADAM_V       2149249024 /*   44040192: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         2193289216 /*    1312000: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           2194601216 /*    1312000: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         2195913216 /*    1312000: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         2197225216 /*    1312000: AdamW second moment (fp32) */
-#define L12_EXPERTS_MASTER       2198537216 /*   44040192: layer 12 experts: this rank's fp32 master shard */
-#define L12_EXPERTS_GRAD         2242577408 /*   44040192: its gradient, accumulated over micro-batches */
-#define L12_EXPERTS_ADAM_M       2286617600 /*   44040192: AdamW first moment (fp32) */
-#define L12_EXPERTS_ADAM_V       2330657792 /*   44040192: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         2374697984 /*    1312000: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           2376009984 /*    1312000: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         2377321984 /*    1312000: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         2378633984 /*    1312000: AdamW second moment (fp32) */
-#define L13_EXPERTS_MASTER       2379945984 /*   44040192: layer 13 experts: this rank's fp32 master shard */
-#define L13_EXPERTS_GRAD         2423986176 /*   44040192: its gradient, accumulated over micro-batches */
-#define L13_EXPERTS_ADAM_M       2468026368 /*   44040192: AdamW first moment (fp32) */
-#define L13_EXPERTS_ADAM_V       2512066560 /*   44040192: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         2556106752 /*    1312000: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           2557418752 /*    1312000: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         2558730752 /*    1312000: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         2560042752 /*    1312000: AdamW second moment (fp32) */
-#define L14_EXPERTS_MASTER       2561354752 /*   44040192: layer 14 experts: this rank's fp32 master shard */
-#define L14_EXPERTS_GRAD         2605394944 /*   44040192: its gradient, accumulated over micro-batches */
-#define L14_EXPERTS_ADAM_M       2649435136 /*   44040192: AdamW first moment (fp32) */
-#define L14_EXPERTS_ADAM_V       2693475328 /*   44040192: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         2737515520 /*    1312000: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           2738827520 /*    1312000: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         2740139520 /*    1312000: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         2741451520 /*    1312000: AdamW second moment (fp32) */
-#define L15_EXPERTS_MASTER       2742763520 /*   44040192: layer 15 experts: this rank's fp32 master shard */
-#define L15_EXPERTS_GRAD         2786803712 /*   44040192: its gradient, accumulated over micro-batches */
-#define L15_EXPERTS_ADAM_M       2830843904 /*   44040192: AdamW first moment (fp32) */
-#define L15_EXPERTS_ADAM_V       2874884096 /*   44040192: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         2918924288 /*    1312000: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           2920236288 /*    1312000: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         2921548288 /*    1312000: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         2922860288 /*    1312000: AdamW second moment (fp32) */
-#define L16_EXPERTS_MASTER       2924172288 /*   44040192: layer 16 experts: this rank's fp32 master shard */
-#define L16_EXPERTS_GRAD         2968212480 /*   44040192: its gradient, accumulated over micro-batches */
-#define L16_EXPERTS_ADAM_M       3012252672 /*   44040192: AdamW first moment (fp32) */
-#define L16_EXPERTS_ADAM_V       3056292864 /*   44040192: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         3100333056 /*    1312000: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           3101645056 /*    1312000: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         3102957056 /*    1312000: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         3104269056 /*    1312000: AdamW second moment (fp32) */
-#define L17_EXPERTS_MASTER       3105581056 /*   44040192: layer 17 experts: this rank's fp32 master shard */
-#define L17_EXPERTS_GRAD         3149621248 /*   44040192: its gradient, accumulated over micro-batches */
-#define L17_EXPERTS_ADAM_M       3193661440 /*   44040192: AdamW first moment (fp32) */
-#define L17_EXPERTS_ADAM_V       3237701632 /*   44040192: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         3281741824 /*    1312000: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           3283053824 /*    1312000: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         3284365824 /*    1312000: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         3285677824 /*    1312000: AdamW second moment (fp32) */
-#define L18_EXPERTS_MASTER       3286989824 /*   44040192: layer 18 experts: this rank's fp32 master shard */
-#define L18_EXPERTS_GRAD         3331030016 /*   44040192: its gradient, accumulated over micro-batches */
-#define L18_EXPERTS_ADAM_M       3375070208 /*   44040192: AdamW first moment (fp32) */
-#define L18_EXPERTS_ADAM_V       3419110400 /*   44040192: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         3463150592 /*    1312000: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           3464462592 /*    1312000: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         3465774592 /*    1312000: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         3467086592 /*    1312000: AdamW second moment (fp32) */
-#define L19_EXPERTS_MASTER       3468398592 /*   44040192: layer 19 experts: this rank's fp32 master shard */
-#define L19_EXPERTS_GRAD         3512438784 /*   44040192: its gradient, accumulated over micro-batches */
-#define L19_EXPERTS_ADAM_M       3556478976 /*   44040192: AdamW first moment (fp32) */
-#define L19_EXPERTS_ADAM_V       3600519168 /*   44040192: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         3644559360 /*    1312000: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           3645871360 /*    1312000: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         3647183360 /*    1312000: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         3648495360 /*    1312000: AdamW second moment (fp32) */
-#define L20_EXPERTS_MASTER       3649807360 /*   44040192: layer 20 experts: this rank's fp32 master shard */
-#define L20_EXPERTS_GRAD         3693847552 /*   44040192: its gradient, accumulated over micro-batches */
-#define L20_EXPERTS_ADAM_M       3737887744 /*   44040192: AdamW first moment (fp32) */
-#define L20_EXPERTS_ADAM_V       3781927936 /*   44040192: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         3825968128 /*    1312000: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           3827280128 /*    1312000: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         3828592128 /*    1312000: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         3829904128 /*    1312000: AdamW second moment (fp32) */
-#define L21_EXPERTS_MASTER       3831216128 /*   44040192: layer 21 experts: this rank's fp32 master shard */
-#define L21_EXPERTS_GRAD         3875256320 /*   44040192: its gradient, accumulated over micro-batches */
-#define L21_EXPERTS_ADAM_M       3919296512 /*   44040192: AdamW first moment (fp32) */
-#define L21_EXPERTS_ADAM_V       3963336704 /*   44040192: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         4007376896 /*    1312000: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           4008688896 /*    1312000: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         4010000896 /*    1312000: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         4011312896 /*    1312000: AdamW second moment (fp32) */
-#define L22_EXPERTS_MASTER       4012624896 /*   44040192: layer 22 experts: this rank's fp32 master shard */
-#define L22_EXPERTS_GRAD         4056665088 /*   44040192: its gradient, accumulated over micro-batches */
-#define L22_EXPERTS_ADAM_M       4100705280 /*   44040192: AdamW first moment (fp32) */
-#define L22_EXPERTS_ADAM_V       4144745472 /*   44040192: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         4188785664 /*    1312000: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           4190097664 /*    1312000: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         4191409664 /*    1312000: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         4192721664 /*    1312000: AdamW second moment (fp32) */
-#define L23_EXPERTS_MASTER       4194033664 /*   44040192: layer 23 experts: this rank's fp32 master shard */
-#define L23_EXPERTS_GRAD         4238073856 /*   44040192: its gradient, accumulated over micro-batches */
-#define L23_EXPERTS_ADAM_M       4282114048 /*   44040192: AdamW first moment (fp32) */
-#define L23_EXPERTS_ADAM_V       4326154240 /*   44040192: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         4370194432 /*    1312000: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           4371506432 /*    1312000: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         4372818432 /*    1312000: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         4374130432 /*    1312000: AdamW second moment (fp32) */
-#define L24_EXPERTS_MASTER       4375442432 /*   44040192: layer 24 experts: this rank's fp32 master shard */
-#define L24_EXPERTS_GRAD         4419482624 /*   44040192: its gradient, accumulated over micro-batches */
-#define L24_EXPERTS_ADAM_M       4463522816 /*   44040192: AdamW first moment (fp32) */
-#define L24_EXPERTS_ADAM_V       4507563008 /*   44040192: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         4551603200 /*    1312000: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           4552915200 /*    1312000: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         4554227200 /*    1312000: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         4555539200 /*    1312000: AdamW second moment (fp32) */
-#define L25_EXPERTS_MASTER       4556851200 /*   44040192: layer 25 experts: this rank's fp32 master shard */
-#define L25_EXPERTS_GRAD         4600891392 /*   44040192: its gradient, accumulated over micro-batches */
-#define L25_EXPERTS_ADAM_M       4644931584 /*   44040192: AdamW first moment (fp32) */
-#define L25_EXPERTS_ADAM_V       4688971776 /*   44040192: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         4733011968 /*    1312000: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           4734323968 /*    1312000: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         4735635968 /*    1312000: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         4736947968 /*    1312000: AdamW second moment (fp32) */
-#define L26_EXPERTS_MASTER       4738259968 /*   44040192: layer 26 experts: this rank's fp32 master shard */
-#define L26_EXPERTS_GRAD         4782300160 /*   44040192: its gradient, accumulated over micro-batches */
-#define L26_EXPERTS_ADAM_M       4826340352 /*   44040192: AdamW first moment (fp32) */
-#define L26_EXPERTS_ADAM_V       4870380544 /*   44040192: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         4914420736 /*    1312000: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           4915732736 /*    1312000: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         4917044736 /*    1312000: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         4918356736 /*    1312000: AdamW second moment (fp32) */
-#define L27_EXPERTS_MASTER       4919668736 /*   44040192: layer 27 experts: this rank's fp32 master shard */
-#define L27_EXPERTS_GRAD         4963708928 /*   44040192: its gradient, accumulated over micro-batches */
-#define L27_EXPERTS_ADAM_M       5007749120 /*   44040192: AdamW first moment (fp32) */
-#define L27_EXPERTS_ADAM_V       5051789312 /*   44040192: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         5095829504 /*    1312000: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           5097141504 /*    1312000: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         5098453504 /*    1312000: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         5099765504 /*    1312000: AdamW second moment (fp32) */
-#define L28_EXPERTS_MASTER       5101077504 /*   44040192: layer 28 experts: this rank's fp32 master shard */
-#define L28_EXPERTS_GRAD         5145117696 /*   44040192: its gradient, accumulated over micro-batches */
-#define L28_EXPERTS_ADAM_M       5189157888 /*   44040192: AdamW first moment (fp32) */
-#define L28_EXPERTS_ADAM_V       5233198080 /*   44040192: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         5277238272 /*    1312000: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           5278550272 /*    1312000: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         5279862272 /*    1312000: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         5281174272 /*    1312000: AdamW second moment (fp32) */
-#define L29_EXPERTS_MASTER       5282486272 /*   44040192: layer 29 experts: this rank's fp32 master shard */
-#define L29_EXPERTS_GRAD         5326526464 /*   44040192: its gradient, accumulated over micro-batches */
-#define L29_EXPERTS_ADAM_M       5370566656 /*   44040192: AdamW first moment (fp32) */
-#define L29_EXPERTS_ADAM_V       5414606848 /*   44040192: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         5458647040 /*    1312000: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           5459959040 /*    1312000: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         5461271040 /*    1312000: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         5462583040 /*    1312000: AdamW second moment (fp32) */
-#define L30_EXPERTS_MASTER       5463895040 /*   44040192: layer 30 experts: this rank's fp32 master shard */
-#define L30_EXPERTS_GRAD         5507935232 /*   44040192: its gradient, accumulated over micro-batches */
-#define L30_EXPERTS_ADAM_M       5551975424 /*   44040192: AdamW first moment (fp32) */
-#define L30_EXPERTS_ADAM_V       5596015616 /*   44040192: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         5640055808 /*    1312000: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           5641367808 /*    1312000: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         5642679808 /*    1312000: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         5643991808 /*    1312000: AdamW second moment (fp32) */
-#define L31_EXPERTS_MASTER       5645303808 /*   44040192: layer 31 experts: this rank's fp32 master shard */
-#define L31_EXPERTS_GRAD         5689344000 /*   44040192: its gradient, accumulated over micro-batches */
-#define L31_EXPERTS_ADAM_M       5733384192 /*   44040192: AdamW first moment (fp32) */
-#define L31_EXPERTS_ADAM_V       5777424384 /*   44040192: AdamW second moment (fp32) */
-#define HEAD_MASTER              5821464576 /*    4096128: head: this rank's fp32 master shard */
-#define HEAD_GRAD                5825560704 /*    4096128: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              5829656832 /*    4096128: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              5833752960 /*    4096128: AdamW second moment (fp32) */
+#define EMBED_MASTER                      0 /*    4096000 [master.fp32_shard]: embedding: this rank's fp32 master shard */
+#define EMBED_GRAD                  4096000 /*    4096000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M                8192000 /*    4096000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define EMBED_ADAM_V               12288000 /*    4096000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER            16384000 /*    1312000 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L0_DENSE_GRAD              17696000 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L0_DENSE_ADAM_M            19008000 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_V            20320000 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_EXPERTS_MASTER          21632000 /*   44040192 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
+#define L0_EXPERTS_GRAD            65672192 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_ADAM_M         109712384 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L0_EXPERTS_ADAM_V         153752576 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L1_DENSE_MASTER           197792768 /*    1312000 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L1_DENSE_GRAD             199104768 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L1_DENSE_ADAM_M           200416768 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_V           201728768 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L1_EXPERTS_MASTER         203040768 /*   44040192 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
+#define L1_EXPERTS_GRAD           247080960 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_ADAM_M         291121152 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L1_EXPERTS_ADAM_V         335161344 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L2_DENSE_MASTER           379201536 /*    1312000 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L2_DENSE_GRAD             380513536 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L2_DENSE_ADAM_M           381825536 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_V           383137536 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L2_EXPERTS_MASTER         384449536 /*   44040192 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
+#define L2_EXPERTS_GRAD           428489728 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_ADAM_M         472529920 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L2_EXPERTS_ADAM_V         516570112 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L3_DENSE_MASTER           560610304 /*    1312000 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_DENSE_GRAD             561922304 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_DENSE_ADAM_M           563234304 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_V           564546304 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L3_EXPERTS_MASTER         565858304 /*   44040192 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
+#define L3_EXPERTS_GRAD           609898496 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_ADAM_M         653938688 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_V         697978880 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L4_DENSE_MASTER           742019072 /*    1312000 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
+#define L4_DENSE_GRAD             743331072 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L4_DENSE_ADAM_M           744643072 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_V           745955072 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L4_EXPERTS_MASTER         747267072 /*   44040192 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
+#define L4_EXPERTS_GRAD           791307264 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L4_EXPERTS_ADAM_M         835347456 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L4_EXPERTS_ADAM_V         879387648 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L5_DENSE_MASTER           923427840 /*    1312000 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
+#define L5_DENSE_GRAD             924739840 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L5_DENSE_ADAM_M           926051840 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_V           927363840 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L5_EXPERTS_MASTER         928675840 /*   44040192 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
+#define L5_EXPERTS_GRAD           972716032 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L5_EXPERTS_ADAM_M        1016756224 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L5_EXPERTS_ADAM_V        1060796416 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L6_DENSE_MASTER          1104836608 /*    1312000 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
+#define L6_DENSE_GRAD            1106148608 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L6_DENSE_ADAM_M          1107460608 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_V          1108772608 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L6_EXPERTS_MASTER        1110084608 /*   44040192 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
+#define L6_EXPERTS_GRAD          1154124800 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L6_EXPERTS_ADAM_M        1198164992 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L6_EXPERTS_ADAM_V        1242205184 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L7_DENSE_MASTER          1286245376 /*    1312000 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
+#define L7_DENSE_GRAD            1287557376 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L7_DENSE_ADAM_M          1288869376 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_V          1290181376 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L7_EXPERTS_MASTER        1291493376 /*   44040192 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
+#define L7_EXPERTS_GRAD          1335533568 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L7_EXPERTS_ADAM_M        1379573760 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L7_EXPERTS_ADAM_V        1423613952 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L8_DENSE_MASTER          1467654144 /*    1312000 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
+#define L8_DENSE_GRAD            1468966144 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L8_DENSE_ADAM_M          1470278144 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_V          1471590144 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L8_EXPERTS_MASTER        1472902144 /*   44040192 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
+#define L8_EXPERTS_GRAD          1516942336 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L8_EXPERTS_ADAM_M        1560982528 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L8_EXPERTS_ADAM_V        1605022720 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L9_DENSE_MASTER          1649062912 /*    1312000 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
+#define L9_DENSE_GRAD            1650374912 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L9_DENSE_ADAM_M          1651686912 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_V          1652998912 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L9_EXPERTS_MASTER        1654310912 /*   44040192 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
+#define L9_EXPERTS_GRAD          1698351104 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L9_EXPERTS_ADAM_M        1742391296 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L9_EXPERTS_ADAM_V        1786431488 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L10_DENSE_MASTER         1830471680 /*    1312000 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
+#define L10_DENSE_GRAD           1831783680 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L10_DENSE_ADAM_M         1833095680 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_V         1834407680 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L10_EXPERTS_MASTER       1835719680 /*   44040192 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
+#define L10_EXPERTS_GRAD         1879759872 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L10_EXPERTS_ADAM_M       1923800064 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L10_EXPERTS_ADAM_V       1967840256 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L11_DENSE_MASTER         2011880448 /*    1312000 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
+#define L11_DENSE_GRAD           2013192448 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L11_DENSE_ADAM_M         2014504448 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_V         2015816448 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L11_EXPERTS_MASTER       2017128448 /*   44040192 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
+#define L11_EXPERTS_GRAD         2061168640 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L11_EXPERTS_ADAM_M       2105208832 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L11_EXPERTS_ADAM_V       2149249024 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L12_DENSE_MASTER         2193289216 /*    1312000 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
+#define L12_DENSE_GRAD           2194601216 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L12_DENSE_ADAM_M         2195913216 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_V         2197225216 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L12_EXPERTS_MASTER       2198537216 /*   44040192 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
+#define L12_EXPERTS_GRAD         2242577408 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L12_EXPERTS_ADAM_M       2286617600 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L12_EXPERTS_ADAM_V       2330657792 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L13_DENSE_MASTER         2374697984 /*    1312000 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
+#define L13_DENSE_GRAD           2376009984 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L13_DENSE_ADAM_M         2377321984 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_V         2378633984 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L13_EXPERTS_MASTER       2379945984 /*   44040192 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
+#define L13_EXPERTS_GRAD         2423986176 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L13_EXPERTS_ADAM_M       2468026368 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L13_EXPERTS_ADAM_V       2512066560 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L14_DENSE_MASTER         2556106752 /*    1312000 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
+#define L14_DENSE_GRAD           2557418752 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L14_DENSE_ADAM_M         2558730752 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_V         2560042752 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L14_EXPERTS_MASTER       2561354752 /*   44040192 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
+#define L14_EXPERTS_GRAD         2605394944 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L14_EXPERTS_ADAM_M       2649435136 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L14_EXPERTS_ADAM_V       2693475328 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L15_DENSE_MASTER         2737515520 /*    1312000 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
+#define L15_DENSE_GRAD           2738827520 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L15_DENSE_ADAM_M         2740139520 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_V         2741451520 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L15_EXPERTS_MASTER       2742763520 /*   44040192 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
+#define L15_EXPERTS_GRAD         2786803712 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L15_EXPERTS_ADAM_M       2830843904 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L15_EXPERTS_ADAM_V       2874884096 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L16_DENSE_MASTER         2918924288 /*    1312000 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
+#define L16_DENSE_GRAD           2920236288 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L16_DENSE_ADAM_M         2921548288 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_V         2922860288 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L16_EXPERTS_MASTER       2924172288 /*   44040192 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
+#define L16_EXPERTS_GRAD         2968212480 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L16_EXPERTS_ADAM_M       3012252672 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L16_EXPERTS_ADAM_V       3056292864 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L17_DENSE_MASTER         3100333056 /*    1312000 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
+#define L17_DENSE_GRAD           3101645056 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L17_DENSE_ADAM_M         3102957056 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_V         3104269056 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L17_EXPERTS_MASTER       3105581056 /*   44040192 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
+#define L17_EXPERTS_GRAD         3149621248 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L17_EXPERTS_ADAM_M       3193661440 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L17_EXPERTS_ADAM_V       3237701632 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L18_DENSE_MASTER         3281741824 /*    1312000 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
+#define L18_DENSE_GRAD           3283053824 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L18_DENSE_ADAM_M         3284365824 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_V         3285677824 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L18_EXPERTS_MASTER       3286989824 /*   44040192 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
+#define L18_EXPERTS_GRAD         3331030016 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L18_EXPERTS_ADAM_M       3375070208 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L18_EXPERTS_ADAM_V       3419110400 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L19_DENSE_MASTER         3463150592 /*    1312000 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
+#define L19_DENSE_GRAD           3464462592 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L19_DENSE_ADAM_M         3465774592 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_V         3467086592 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L19_EXPERTS_MASTER       3468398592 /*   44040192 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
+#define L19_EXPERTS_GRAD         3512438784 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L19_EXPERTS_ADAM_M       3556478976 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L19_EXPERTS_ADAM_V       3600519168 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L20_DENSE_MASTER         3644559360 /*    1312000 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
+#define L20_DENSE_GRAD           3645871360 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L20_DENSE_ADAM_M         3647183360 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_V         3648495360 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L20_EXPERTS_MASTER       3649807360 /*   44040192 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
+#define L20_EXPERTS_GRAD         3693847552 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L20_EXPERTS_ADAM_M       3737887744 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L20_EXPERTS_ADAM_V       3781927936 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L21_DENSE_MASTER         3825968128 /*    1312000 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
+#define L21_DENSE_GRAD           3827280128 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L21_DENSE_ADAM_M         3828592128 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_V         3829904128 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L21_EXPERTS_MASTER       3831216128 /*   44040192 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
+#define L21_EXPERTS_GRAD         3875256320 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L21_EXPERTS_ADAM_M       3919296512 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L21_EXPERTS_ADAM_V       3963336704 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L22_DENSE_MASTER         4007376896 /*    1312000 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
+#define L22_DENSE_GRAD           4008688896 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L22_DENSE_ADAM_M         4010000896 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_V         4011312896 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L22_EXPERTS_MASTER       4012624896 /*   44040192 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
+#define L22_EXPERTS_GRAD         4056665088 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L22_EXPERTS_ADAM_M       4100705280 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L22_EXPERTS_ADAM_V       4144745472 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L23_DENSE_MASTER         4188785664 /*    1312000 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
+#define L23_DENSE_GRAD           4190097664 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L23_DENSE_ADAM_M         4191409664 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_V         4192721664 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L23_EXPERTS_MASTER       4194033664 /*   44040192 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
+#define L23_EXPERTS_GRAD         4238073856 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L23_EXPERTS_ADAM_M       4282114048 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L23_EXPERTS_ADAM_V       4326154240 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L24_DENSE_MASTER         4370194432 /*    1312000 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
+#define L24_DENSE_GRAD           4371506432 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L24_DENSE_ADAM_M         4372818432 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_V         4374130432 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L24_EXPERTS_MASTER       4375442432 /*   44040192 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
+#define L24_EXPERTS_GRAD         4419482624 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L24_EXPERTS_ADAM_M       4463522816 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L24_EXPERTS_ADAM_V       4507563008 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L25_DENSE_MASTER         4551603200 /*    1312000 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
+#define L25_DENSE_GRAD           4552915200 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L25_DENSE_ADAM_M         4554227200 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_V         4555539200 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L25_EXPERTS_MASTER       4556851200 /*   44040192 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
+#define L25_EXPERTS_GRAD         4600891392 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L25_EXPERTS_ADAM_M       4644931584 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L25_EXPERTS_ADAM_V       4688971776 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L26_DENSE_MASTER         4733011968 /*    1312000 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
+#define L26_DENSE_GRAD           4734323968 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L26_DENSE_ADAM_M         4735635968 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_V         4736947968 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L26_EXPERTS_MASTER       4738259968 /*   44040192 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
+#define L26_EXPERTS_GRAD         4782300160 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L26_EXPERTS_ADAM_M       4826340352 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L26_EXPERTS_ADAM_V       4870380544 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L27_DENSE_MASTER         4914420736 /*    1312000 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
+#define L27_DENSE_GRAD           4915732736 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L27_DENSE_ADAM_M         4917044736 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_V         4918356736 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L27_EXPERTS_MASTER       4919668736 /*   44040192 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
+#define L27_EXPERTS_GRAD         4963708928 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L27_EXPERTS_ADAM_M       5007749120 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L27_EXPERTS_ADAM_V       5051789312 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L28_DENSE_MASTER         5095829504 /*    1312000 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
+#define L28_DENSE_GRAD           5097141504 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L28_DENSE_ADAM_M         5098453504 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_V         5099765504 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L28_EXPERTS_MASTER       5101077504 /*   44040192 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
+#define L28_EXPERTS_GRAD         5145117696 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L28_EXPERTS_ADAM_M       5189157888 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L28_EXPERTS_ADAM_V       5233198080 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L29_DENSE_MASTER         5277238272 /*    1312000 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
+#define L29_DENSE_GRAD           5278550272 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L29_DENSE_ADAM_M         5279862272 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_V         5281174272 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L29_EXPERTS_MASTER       5282486272 /*   44040192 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
+#define L29_EXPERTS_GRAD         5326526464 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L29_EXPERTS_ADAM_M       5370566656 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L29_EXPERTS_ADAM_V       5414606848 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L30_DENSE_MASTER         5458647040 /*    1312000 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
+#define L30_DENSE_GRAD           5459959040 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L30_DENSE_ADAM_M         5461271040 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_V         5462583040 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L30_EXPERTS_MASTER       5463895040 /*   44040192 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
+#define L30_EXPERTS_GRAD         5507935232 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L30_EXPERTS_ADAM_M       5551975424 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L30_EXPERTS_ADAM_V       5596015616 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L31_DENSE_MASTER         5640055808 /*    1312000 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
+#define L31_DENSE_GRAD           5641367808 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L31_DENSE_ADAM_M         5642679808 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_V         5643991808 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L31_EXPERTS_MASTER       5645303808 /*   44040192 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
+#define L31_EXPERTS_GRAD         5689344000 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L31_EXPERTS_ADAM_M       5733384192 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L31_EXPERTS_ADAM_V       5777424384 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define HEAD_MASTER              5821464576 /*    4096128 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define HEAD_GRAD                5825560704 /*    4096128 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define HEAD_ADAM_M              5829656832 /*    4096128 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define HEAD_ADAM_V              5833752960 /*    4096128 [optimizer.adamw_moments]: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define WS_RSTD1                     262144 /*     131072: its 1/rms per token */
-#define WS_LSE                       393216 /*    4194304: attention log-sum-exp per head and query */
-#define WS_RSTD2                    4587520 /*     131072: its 1/rms per token */
-#define WS_LOGITS                   4718592 /*    1048576: router logits */
-#define WS_IDX                      5767168 /*     262144: selected experts (int32) */
-#define WS_WTS                      6029312 /*     262144: their weights */
-#define WS_POS                      6291456 /*     262144: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                  6553600 /*          9: first row of each expert (int32) */
-#define DWTS                        6553616 /*     262144: gradient of the routing weights */
-#define AUX                         6815760 /*         24: load-balancing loss scratch */
-#define RSTDF                       6815792 /*     131072: its 1/rms per token */
-#define LSEF                        6946864 /*     131072: log-sum-exp of each token's logits */
+#define WS_RSTD1                     262144 /*     131072 [activations.forward_layer]: its 1/rms per token */
+#define WS_LSE                       393216 /*    4194304 [activations.forward_layer]: attention log-sum-exp per head and query */
+#define WS_RSTD2                    4587520 /*     131072 [activations.forward_layer]: its 1/rms per token */
+#define WS_LOGITS                   4718592 /*    1048576 [activations.forward_layer]: router logits */
+#define WS_IDX                      5767168 /*     262144 [activations.forward_layer]: selected experts (int32) */
+#define WS_WTS                      6029312 /*     262144 [activations.forward_layer]: their weights */
+#define WS_POS                      6291456 /*     262144 [activations.forward_layer]: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                  6553600 /*          9 [activations.forward_layer]: first row of each expert (int32) */
+#define DWTS                        6553616 /*     262144 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                         6815760 /*         24 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                       6815792 /*     131072 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                        6946864 /*     131072 [activations.loss_stats]: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*    4096000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM              4096000 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM            5408000 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM             49448192 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM           50760192 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM             94800384 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM           96112384 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM            140152576 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM          141464576 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM            185504768 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM          186816768 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM            230856960 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          232168960 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM            276209152 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          277521152 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM            321561344 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          322873344 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM            366913536 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          368225536 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM            412265728 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          413577728 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM           457617920 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         458929920 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM           502970112 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         504282112 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM           548322304 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         549634304 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM           593674496 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         594986496 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM           639026688 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         640338688 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM           684378880 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         685690880 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM           729731072 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         731043072 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM           775083264 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         776395264 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM           820435456 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         821747456 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM           865787648 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         867099648 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM           911139840 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         912451840 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM           956492032 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         957804032 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM          1001844224 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM        1003156224 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM          1047196416 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM        1048508416 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM          1092548608 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM        1093860608 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM          1137900800 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM        1139212800 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM          1183252992 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM        1184564992 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM          1228605184 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM        1229917184 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM          1273957376 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM        1275269376 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM          1319309568 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM        1320621568 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1364661760 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1365973760 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1410013952 /*    1312000: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1411325952 /*   44040192: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM               1455366144 /*    4096128: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define DENSE_KEPT               1459462272 /* 1605636096: reshard after_step: all but the routed experts, gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.dense_kept) */
-#define GATHERED0                3065098368 /* 1409286144: units u with u % 2 = 0: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
-#define GATHERED1                4474384512 /* 1409286144: units u with u % 2 = 1: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
-#define GRAD0                    5883670656 /* 1451270144: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                    7334940800 /* 1451270144: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                   8786210944 /*  536870912: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                   9323081856 /*  536870912: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                   9859952768 /*  536870912: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  10396823680 /*  536870912: attention norm output */
-#define WS_Q                    10933694592 /*  536870912: queries (rotated) */
-#define WS_K                    11470565504 /*  134217728: keys (rotated) */
-#define WS_V                    11604783232 /*  134217728: values */
-#define WS_ATT                  11739000960 /*  536870912: attention output */
-#define WS_RES                  12275871872 /*  536870912: residual stream after attention */
-#define WS_LN2                  12812742784 /*  536870912: mlp norm output */
-#define WS_XP                   13349613696 /* 1073741824: token copies in expert order: the experts' input */
-#define WS_YP                   14423355520 /* 1073741824: expert outputs in that order */
-#define WS_EG                   15497097344 /* 3758096384: routed experts' gate */
-#define WS_EU                   19255193728 /* 3758096384: routed experts' up */
-#define WS_EH                   23013290112 /* 3758096384: routed experts' activation */
-#define DX_A                    26771386496 /*  536870912: gradient of the residual stream (even layers' output) */
-#define DX_B                    27308257408 /*  536870912: gradient of the residual stream (odd layers' output) */
-#define DLN                     27845128320 /*  536870912: gradient of a norm's output */
-#define LWS                     28381999232 /* 11274289152: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
-#define EDG                             LWS /* 3758096384: routed experts' gate gradient: in LWS (an FFN's backward) */
-#define EDU                    (LWS + 3758096384) /* 3758096384: routed experts' up gradient: in LWS (an FFN's backward) */
-#define EDH                    (LWS + 7516192768) /* 3758096384: routed experts' activation gradient: in LWS (an FFN's backward) */
-#define DATT                            LWS /*  536870912: gradient of the attention output: in LWS (the attention's backward) */
-#define DQ                     (LWS + 536870912) /*  536870912: gradient of the queries: in LWS (the attention's backward) */
-#define DK                     (LWS + 1073741824) /*  134217728: gradient of the keys: in LWS (the attention's backward) */
-#define DV                     (LWS + 1207959552) /*  134217728: gradient of the values: in LWS (the attention's backward) */
-#define WS_Y                            LWS /*  536870912: a block's output before the residual add: in LWS (a layer's forward) */
-#define LNF                             LWS /*  536870912: final norm output: in LWS (the loss) */
-#define CE                     (LWS + 536870912) /* 1073741824: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
-#define DLOGITS                         LWS /*    2097152: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
-#define DYP                     39656288384 /* 1073741824: gradient of the expert outputs */
+#define EMBED_PARAM                       0 /*    4096000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM              4096000 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM            5408000 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM             49448192 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM           50760192 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM             94800384 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM           96112384 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM            140152576 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM          141464576 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM            185504768 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM          186816768 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM            230856960 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM          232168960 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM            276209152 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM          277521152 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM            321561344 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM          322873344 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM            366913536 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM          368225536 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM            412265728 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM          413577728 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM           457617920 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM         458929920 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM           502970112 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM         504282112 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM           548322304 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM         549634304 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM           593674496 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM         594986496 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM           639026688 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM         640338688 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM           684378880 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM         685690880 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM           729731072 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM         731043072 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM           775083264 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM         776395264 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM           820435456 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM         821747456 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM           865787648 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM         867099648 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM           911139840 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM         912451840 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM           956492032 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM         957804032 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM          1001844224 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM        1003156224 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM          1047196416 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM        1048508416 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM          1092548608 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM        1093860608 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM          1137900800 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM        1139212800 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM          1183252992 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM        1184564992 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM          1228605184 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM        1229917184 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM          1273957376 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM        1275269376 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM          1319309568 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM        1320621568 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM          1364661760 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM        1365973760 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM          1410013952 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM        1411325952 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM               1455366144 /*    4096128 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define DENSE_KEPT               1459462272 /* 1605636096 [gathered.dense_kept]: reshard after_step: all but the routed experts, gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.dense_kept) */
+#define GATHERED0                3065098368 /* 1409286144 [gathered.params[0]]: units u with u % 2 = 0: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
+#define GATHERED1                4474384512 /* 1409286144 [gathered.params[1]]: units u with u % 2 = 1: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
+#define GRAD0                    5883670656 /* 1451270144 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                    7334940800 /* 1451270144 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                   8786210944 /*  536870912 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                   9323081856 /*  536870912 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                   9859952768 /*  536870912 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  10396823680 /*  536870912 [activations.forward_layer]: attention norm output */
+#define WS_Q                    10933694592 /*  536870912 [activations.forward_layer]: queries (rotated) */
+#define WS_K                    11470565504 /*  134217728 [activations.forward_layer]: keys (rotated) */
+#define WS_V                    11604783232 /*  134217728 [activations.forward_layer]: values */
+#define WS_ATT                  11739000960 /*  536870912 [activations.forward_layer]: attention output */
+#define WS_RES                  12275871872 /*  536870912 [activations.forward_layer]: residual stream after attention */
+#define WS_LN2                  12812742784 /*  536870912 [activations.forward_layer]: mlp norm output */
+#define WS_XP                   13349613696 /* 1073741824 [activations.forward_layer]: token copies in expert order: the experts' input */
+#define WS_YP                   14423355520 /* 1073741824 [activations.forward_layer]: expert outputs in that order */
+#define WS_EG                   15497097344 /* 3758096384 [activations.forward_layer]: routed experts' gate */
+#define WS_EU                   19255193728 /* 3758096384 [activations.forward_layer]: routed experts' up */
+#define WS_EH                   23013290112 /* 3758096384 [activations.forward_layer]: routed experts' activation */
+#define DX_A                    26771386496 /*  536870912 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    27308257408 /*  536870912 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     27845128320 /*  536870912 [activations.grad_norm]: gradient of a norm's output */
+#define LWS                     28381999232 /* 11274289152 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define EDG                             LWS /* 3758096384 [workspace.shared]: routed experts' gate gradient: in LWS (an FFN's backward) */
+#define EDU                    (LWS + 3758096384) /* 3758096384 [workspace.shared]: routed experts' up gradient: in LWS (an FFN's backward) */
+#define EDH                    (LWS + 7516192768) /* 3758096384 [workspace.shared]: routed experts' activation gradient: in LWS (an FFN's backward) */
+#define DATT                            LWS /*  536870912 [workspace.shared]: gradient of the attention output: in LWS (the attention's backward) */
+#define DQ                     (LWS + 536870912) /*  536870912 [workspace.shared]: gradient of the queries: in LWS (the attention's backward) */
+#define DK                     (LWS + 1073741824) /*  134217728 [workspace.shared]: gradient of the keys: in LWS (the attention's backward) */
+#define DV                     (LWS + 1207959552) /*  134217728 [workspace.shared]: gradient of the values: in LWS (the attention's backward) */
+#define WS_Y                            LWS /*  536870912 [workspace.shared]: a block's output before the residual add: in LWS (a layer's forward) */
+#define LNF                             LWS /*  536870912 [workspace.shared]: final norm output: in LWS (the loss) */
+#define CE                     (LWS + 536870912) /* 1073741824 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
+#define DLOGITS                         LWS /*    2097152 [workspace.shared]: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
+#define DYP                     39656288384 /* 1073741824 [moe.grad_expert_out]: gradient of the expert outputs */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-29 go to the
  * host arena after their layer's forward and come back two layers before their backward. */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "mixtral-8x7b"
 #define SPEC_FILE "mixtral-8x7b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "abc15a88db6f5421"
+#define PLAN_HASH "0b36cb29e129f4cd"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
@@ -43,7 +43,7 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 3104.13 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 82613496064 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HBM_BYTES 83689335136 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 59858618368 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
@@ -60,8 +60,8 @@
 #define ARENA_SCRATCH 262144
 #define ACT_ELEMS 40730030208
 #define ACT_SCRATCH 3065098368
-#define INPUTS 0
-#define TARGETS 131072
+#define INPUTS 0 /* [data.tokens] */
+#define TARGETS 131072 /* [data.tokens] */
 #define STATE_STAGING 5883670656 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 1451270144

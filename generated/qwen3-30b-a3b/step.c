@@ -28,552 +28,552 @@
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
-#define EMBED_MASTER                      0 /*   19447808: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                 19447808 /*   19447808: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M               38895616 /*   19447808: AdamW first moment (fp32) */
-#define EMBED_ADAM_V               58343424 /*   19447808: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER            77791232 /*    1196304: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD              78987536 /*    1196304: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M            80183840 /*    1196304: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V            81380144 /*    1196304: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER          82576448 /*   37748736: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD           120325184 /*   37748736: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M         158073920 /*   37748736: AdamW first moment (fp32) */
-#define L0_EXPERTS_ADAM_V         195822656 /*   37748736: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER           233571392 /*    1196304: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             234767696 /*    1196304: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           235964000 /*    1196304: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           237160304 /*    1196304: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER         238356608 /*   37748736: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD           276105344 /*   37748736: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M         313854080 /*   37748736: AdamW first moment (fp32) */
-#define L1_EXPERTS_ADAM_V         351602816 /*   37748736: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER           389351552 /*    1196304: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD             390547856 /*    1196304: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M           391744160 /*    1196304: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V           392940464 /*    1196304: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER         394136768 /*   37748736: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD           431885504 /*   37748736: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M         469634240 /*   37748736: AdamW first moment (fp32) */
-#define L2_EXPERTS_ADAM_V         507382976 /*   37748736: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER           545131712 /*    1196304: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD             546328016 /*    1196304: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M           547524320 /*    1196304: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V           548720624 /*    1196304: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER         549916928 /*   37748736: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD           587665664 /*   37748736: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M         625414400 /*   37748736: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V         663163136 /*   37748736: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER           700911872 /*    1196304: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD             702108176 /*    1196304: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M           703304480 /*    1196304: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V           704500784 /*    1196304: AdamW second moment (fp32) */
-#define L4_EXPERTS_MASTER         705697088 /*   37748736: layer 4 experts: this rank's fp32 master shard */
-#define L4_EXPERTS_GRAD           743445824 /*   37748736: its gradient, accumulated over micro-batches */
-#define L4_EXPERTS_ADAM_M         781194560 /*   37748736: AdamW first moment (fp32) */
-#define L4_EXPERTS_ADAM_V         818943296 /*   37748736: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER           856692032 /*    1196304: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD             857888336 /*    1196304: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M           859084640 /*    1196304: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V           860280944 /*    1196304: AdamW second moment (fp32) */
-#define L5_EXPERTS_MASTER         861477248 /*   37748736: layer 5 experts: this rank's fp32 master shard */
-#define L5_EXPERTS_GRAD           899225984 /*   37748736: its gradient, accumulated over micro-batches */
-#define L5_EXPERTS_ADAM_M         936974720 /*   37748736: AdamW first moment (fp32) */
-#define L5_EXPERTS_ADAM_V         974723456 /*   37748736: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER          1012472192 /*    1196304: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD            1013668496 /*    1196304: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M          1014864800 /*    1196304: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V          1016061104 /*    1196304: AdamW second moment (fp32) */
-#define L6_EXPERTS_MASTER        1017257408 /*   37748736: layer 6 experts: this rank's fp32 master shard */
-#define L6_EXPERTS_GRAD          1055006144 /*   37748736: its gradient, accumulated over micro-batches */
-#define L6_EXPERTS_ADAM_M        1092754880 /*   37748736: AdamW first moment (fp32) */
-#define L6_EXPERTS_ADAM_V        1130503616 /*   37748736: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER          1168252352 /*    1196304: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD            1169448656 /*    1196304: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M          1170644960 /*    1196304: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V          1171841264 /*    1196304: AdamW second moment (fp32) */
-#define L7_EXPERTS_MASTER        1173037568 /*   37748736: layer 7 experts: this rank's fp32 master shard */
-#define L7_EXPERTS_GRAD          1210786304 /*   37748736: its gradient, accumulated over micro-batches */
-#define L7_EXPERTS_ADAM_M        1248535040 /*   37748736: AdamW first moment (fp32) */
-#define L7_EXPERTS_ADAM_V        1286283776 /*   37748736: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER          1324032512 /*    1196304: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD            1325228816 /*    1196304: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M          1326425120 /*    1196304: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V          1327621424 /*    1196304: AdamW second moment (fp32) */
-#define L8_EXPERTS_MASTER        1328817728 /*   37748736: layer 8 experts: this rank's fp32 master shard */
-#define L8_EXPERTS_GRAD          1366566464 /*   37748736: its gradient, accumulated over micro-batches */
-#define L8_EXPERTS_ADAM_M        1404315200 /*   37748736: AdamW first moment (fp32) */
-#define L8_EXPERTS_ADAM_V        1442063936 /*   37748736: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          1479812672 /*    1196304: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            1481008976 /*    1196304: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          1482205280 /*    1196304: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          1483401584 /*    1196304: AdamW second moment (fp32) */
-#define L9_EXPERTS_MASTER        1484597888 /*   37748736: layer 9 experts: this rank's fp32 master shard */
-#define L9_EXPERTS_GRAD          1522346624 /*   37748736: its gradient, accumulated over micro-batches */
-#define L9_EXPERTS_ADAM_M        1560095360 /*   37748736: AdamW first moment (fp32) */
-#define L9_EXPERTS_ADAM_V        1597844096 /*   37748736: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         1635592832 /*    1196304: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           1636789136 /*    1196304: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         1637985440 /*    1196304: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         1639181744 /*    1196304: AdamW second moment (fp32) */
-#define L10_EXPERTS_MASTER       1640378048 /*   37748736: layer 10 experts: this rank's fp32 master shard */
-#define L10_EXPERTS_GRAD         1678126784 /*   37748736: its gradient, accumulated over micro-batches */
-#define L10_EXPERTS_ADAM_M       1715875520 /*   37748736: AdamW first moment (fp32) */
-#define L10_EXPERTS_ADAM_V       1753624256 /*   37748736: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         1791372992 /*    1196304: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           1792569296 /*    1196304: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         1793765600 /*    1196304: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         1794961904 /*    1196304: AdamW second moment (fp32) */
-#define L11_EXPERTS_MASTER       1796158208 /*   37748736: layer 11 experts: this rank's fp32 master shard */
-#define L11_EXPERTS_GRAD         1833906944 /*   37748736: its gradient, accumulated over micro-batches */
-#define L11_EXPERTS_ADAM_M       1871655680 /*   37748736: AdamW first moment (fp32) */
-#define L11_EXPERTS_ADAM_V       1909404416 /*   37748736: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         1947153152 /*    1196304: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           1948349456 /*    1196304: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         1949545760 /*    1196304: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         1950742064 /*    1196304: AdamW second moment (fp32) */
-#define L12_EXPERTS_MASTER       1951938368 /*   37748736: layer 12 experts: this rank's fp32 master shard */
-#define L12_EXPERTS_GRAD         1989687104 /*   37748736: its gradient, accumulated over micro-batches */
-#define L12_EXPERTS_ADAM_M       2027435840 /*   37748736: AdamW first moment (fp32) */
-#define L12_EXPERTS_ADAM_V       2065184576 /*   37748736: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         2102933312 /*    1196304: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           2104129616 /*    1196304: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         2105325920 /*    1196304: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         2106522224 /*    1196304: AdamW second moment (fp32) */
-#define L13_EXPERTS_MASTER       2107718528 /*   37748736: layer 13 experts: this rank's fp32 master shard */
-#define L13_EXPERTS_GRAD         2145467264 /*   37748736: its gradient, accumulated over micro-batches */
-#define L13_EXPERTS_ADAM_M       2183216000 /*   37748736: AdamW first moment (fp32) */
-#define L13_EXPERTS_ADAM_V       2220964736 /*   37748736: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         2258713472 /*    1196304: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           2259909776 /*    1196304: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         2261106080 /*    1196304: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         2262302384 /*    1196304: AdamW second moment (fp32) */
-#define L14_EXPERTS_MASTER       2263498688 /*   37748736: layer 14 experts: this rank's fp32 master shard */
-#define L14_EXPERTS_GRAD         2301247424 /*   37748736: its gradient, accumulated over micro-batches */
-#define L14_EXPERTS_ADAM_M       2338996160 /*   37748736: AdamW first moment (fp32) */
-#define L14_EXPERTS_ADAM_V       2376744896 /*   37748736: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         2414493632 /*    1196304: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           2415689936 /*    1196304: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         2416886240 /*    1196304: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         2418082544 /*    1196304: AdamW second moment (fp32) */
-#define L15_EXPERTS_MASTER       2419278848 /*   37748736: layer 15 experts: this rank's fp32 master shard */
-#define L15_EXPERTS_GRAD         2457027584 /*   37748736: its gradient, accumulated over micro-batches */
-#define L15_EXPERTS_ADAM_M       2494776320 /*   37748736: AdamW first moment (fp32) */
-#define L15_EXPERTS_ADAM_V       2532525056 /*   37748736: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         2570273792 /*    1196304: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           2571470096 /*    1196304: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         2572666400 /*    1196304: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         2573862704 /*    1196304: AdamW second moment (fp32) */
-#define L16_EXPERTS_MASTER       2575059008 /*   37748736: layer 16 experts: this rank's fp32 master shard */
-#define L16_EXPERTS_GRAD         2612807744 /*   37748736: its gradient, accumulated over micro-batches */
-#define L16_EXPERTS_ADAM_M       2650556480 /*   37748736: AdamW first moment (fp32) */
-#define L16_EXPERTS_ADAM_V       2688305216 /*   37748736: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         2726053952 /*    1196304: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           2727250256 /*    1196304: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         2728446560 /*    1196304: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         2729642864 /*    1196304: AdamW second moment (fp32) */
-#define L17_EXPERTS_MASTER       2730839168 /*   37748736: layer 17 experts: this rank's fp32 master shard */
-#define L17_EXPERTS_GRAD         2768587904 /*   37748736: its gradient, accumulated over micro-batches */
-#define L17_EXPERTS_ADAM_M       2806336640 /*   37748736: AdamW first moment (fp32) */
-#define L17_EXPERTS_ADAM_V       2844085376 /*   37748736: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         2881834112 /*    1196304: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           2883030416 /*    1196304: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         2884226720 /*    1196304: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         2885423024 /*    1196304: AdamW second moment (fp32) */
-#define L18_EXPERTS_MASTER       2886619328 /*   37748736: layer 18 experts: this rank's fp32 master shard */
-#define L18_EXPERTS_GRAD         2924368064 /*   37748736: its gradient, accumulated over micro-batches */
-#define L18_EXPERTS_ADAM_M       2962116800 /*   37748736: AdamW first moment (fp32) */
-#define L18_EXPERTS_ADAM_V       2999865536 /*   37748736: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         3037614272 /*    1196304: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           3038810576 /*    1196304: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         3040006880 /*    1196304: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         3041203184 /*    1196304: AdamW second moment (fp32) */
-#define L19_EXPERTS_MASTER       3042399488 /*   37748736: layer 19 experts: this rank's fp32 master shard */
-#define L19_EXPERTS_GRAD         3080148224 /*   37748736: its gradient, accumulated over micro-batches */
-#define L19_EXPERTS_ADAM_M       3117896960 /*   37748736: AdamW first moment (fp32) */
-#define L19_EXPERTS_ADAM_V       3155645696 /*   37748736: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         3193394432 /*    1196304: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           3194590736 /*    1196304: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         3195787040 /*    1196304: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         3196983344 /*    1196304: AdamW second moment (fp32) */
-#define L20_EXPERTS_MASTER       3198179648 /*   37748736: layer 20 experts: this rank's fp32 master shard */
-#define L20_EXPERTS_GRAD         3235928384 /*   37748736: its gradient, accumulated over micro-batches */
-#define L20_EXPERTS_ADAM_M       3273677120 /*   37748736: AdamW first moment (fp32) */
-#define L20_EXPERTS_ADAM_V       3311425856 /*   37748736: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         3349174592 /*    1196304: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           3350370896 /*    1196304: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         3351567200 /*    1196304: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         3352763504 /*    1196304: AdamW second moment (fp32) */
-#define L21_EXPERTS_MASTER       3353959808 /*   37748736: layer 21 experts: this rank's fp32 master shard */
-#define L21_EXPERTS_GRAD         3391708544 /*   37748736: its gradient, accumulated over micro-batches */
-#define L21_EXPERTS_ADAM_M       3429457280 /*   37748736: AdamW first moment (fp32) */
-#define L21_EXPERTS_ADAM_V       3467206016 /*   37748736: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         3504954752 /*    1196304: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           3506151056 /*    1196304: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         3507347360 /*    1196304: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         3508543664 /*    1196304: AdamW second moment (fp32) */
-#define L22_EXPERTS_MASTER       3509739968 /*   37748736: layer 22 experts: this rank's fp32 master shard */
-#define L22_EXPERTS_GRAD         3547488704 /*   37748736: its gradient, accumulated over micro-batches */
-#define L22_EXPERTS_ADAM_M       3585237440 /*   37748736: AdamW first moment (fp32) */
-#define L22_EXPERTS_ADAM_V       3622986176 /*   37748736: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         3660734912 /*    1196304: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           3661931216 /*    1196304: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         3663127520 /*    1196304: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         3664323824 /*    1196304: AdamW second moment (fp32) */
-#define L23_EXPERTS_MASTER       3665520128 /*   37748736: layer 23 experts: this rank's fp32 master shard */
-#define L23_EXPERTS_GRAD         3703268864 /*   37748736: its gradient, accumulated over micro-batches */
-#define L23_EXPERTS_ADAM_M       3741017600 /*   37748736: AdamW first moment (fp32) */
-#define L23_EXPERTS_ADAM_V       3778766336 /*   37748736: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         3816515072 /*    1196304: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           3817711376 /*    1196304: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         3818907680 /*    1196304: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         3820103984 /*    1196304: AdamW second moment (fp32) */
-#define L24_EXPERTS_MASTER       3821300288 /*   37748736: layer 24 experts: this rank's fp32 master shard */
-#define L24_EXPERTS_GRAD         3859049024 /*   37748736: its gradient, accumulated over micro-batches */
-#define L24_EXPERTS_ADAM_M       3896797760 /*   37748736: AdamW first moment (fp32) */
-#define L24_EXPERTS_ADAM_V       3934546496 /*   37748736: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         3972295232 /*    1196304: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           3973491536 /*    1196304: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         3974687840 /*    1196304: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         3975884144 /*    1196304: AdamW second moment (fp32) */
-#define L25_EXPERTS_MASTER       3977080448 /*   37748736: layer 25 experts: this rank's fp32 master shard */
-#define L25_EXPERTS_GRAD         4014829184 /*   37748736: its gradient, accumulated over micro-batches */
-#define L25_EXPERTS_ADAM_M       4052577920 /*   37748736: AdamW first moment (fp32) */
-#define L25_EXPERTS_ADAM_V       4090326656 /*   37748736: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         4128075392 /*    1196304: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           4129271696 /*    1196304: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         4130468000 /*    1196304: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         4131664304 /*    1196304: AdamW second moment (fp32) */
-#define L26_EXPERTS_MASTER       4132860608 /*   37748736: layer 26 experts: this rank's fp32 master shard */
-#define L26_EXPERTS_GRAD         4170609344 /*   37748736: its gradient, accumulated over micro-batches */
-#define L26_EXPERTS_ADAM_M       4208358080 /*   37748736: AdamW first moment (fp32) */
-#define L26_EXPERTS_ADAM_V       4246106816 /*   37748736: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         4283855552 /*    1196304: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           4285051856 /*    1196304: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         4286248160 /*    1196304: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         4287444464 /*    1196304: AdamW second moment (fp32) */
-#define L27_EXPERTS_MASTER       4288640768 /*   37748736: layer 27 experts: this rank's fp32 master shard */
-#define L27_EXPERTS_GRAD         4326389504 /*   37748736: its gradient, accumulated over micro-batches */
-#define L27_EXPERTS_ADAM_M       4364138240 /*   37748736: AdamW first moment (fp32) */
-#define L27_EXPERTS_ADAM_V       4401886976 /*   37748736: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         4439635712 /*    1196304: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           4440832016 /*    1196304: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         4442028320 /*    1196304: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         4443224624 /*    1196304: AdamW second moment (fp32) */
-#define L28_EXPERTS_MASTER       4444420928 /*   37748736: layer 28 experts: this rank's fp32 master shard */
-#define L28_EXPERTS_GRAD         4482169664 /*   37748736: its gradient, accumulated over micro-batches */
-#define L28_EXPERTS_ADAM_M       4519918400 /*   37748736: AdamW first moment (fp32) */
-#define L28_EXPERTS_ADAM_V       4557667136 /*   37748736: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         4595415872 /*    1196304: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           4596612176 /*    1196304: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         4597808480 /*    1196304: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         4599004784 /*    1196304: AdamW second moment (fp32) */
-#define L29_EXPERTS_MASTER       4600201088 /*   37748736: layer 29 experts: this rank's fp32 master shard */
-#define L29_EXPERTS_GRAD         4637949824 /*   37748736: its gradient, accumulated over micro-batches */
-#define L29_EXPERTS_ADAM_M       4675698560 /*   37748736: AdamW first moment (fp32) */
-#define L29_EXPERTS_ADAM_V       4713447296 /*   37748736: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         4751196032 /*    1196304: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           4752392336 /*    1196304: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         4753588640 /*    1196304: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         4754784944 /*    1196304: AdamW second moment (fp32) */
-#define L30_EXPERTS_MASTER       4755981248 /*   37748736: layer 30 experts: this rank's fp32 master shard */
-#define L30_EXPERTS_GRAD         4793729984 /*   37748736: its gradient, accumulated over micro-batches */
-#define L30_EXPERTS_ADAM_M       4831478720 /*   37748736: AdamW first moment (fp32) */
-#define L30_EXPERTS_ADAM_V       4869227456 /*   37748736: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         4906976192 /*    1196304: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           4908172496 /*    1196304: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         4909368800 /*    1196304: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         4910565104 /*    1196304: AdamW second moment (fp32) */
-#define L31_EXPERTS_MASTER       4911761408 /*   37748736: layer 31 experts: this rank's fp32 master shard */
-#define L31_EXPERTS_GRAD         4949510144 /*   37748736: its gradient, accumulated over micro-batches */
-#define L31_EXPERTS_ADAM_M       4987258880 /*   37748736: AdamW first moment (fp32) */
-#define L31_EXPERTS_ADAM_V       5025007616 /*   37748736: AdamW second moment (fp32) */
-#define L32_DENSE_MASTER         5062756352 /*    1196304: layer 32 dense: this rank's fp32 master shard */
-#define L32_DENSE_GRAD           5063952656 /*    1196304: its gradient, accumulated over micro-batches */
-#define L32_DENSE_ADAM_M         5065148960 /*    1196304: AdamW first moment (fp32) */
-#define L32_DENSE_ADAM_V         5066345264 /*    1196304: AdamW second moment (fp32) */
-#define L32_EXPERTS_MASTER       5067541568 /*   37748736: layer 32 experts: this rank's fp32 master shard */
-#define L32_EXPERTS_GRAD         5105290304 /*   37748736: its gradient, accumulated over micro-batches */
-#define L32_EXPERTS_ADAM_M       5143039040 /*   37748736: AdamW first moment (fp32) */
-#define L32_EXPERTS_ADAM_V       5180787776 /*   37748736: AdamW second moment (fp32) */
-#define L33_DENSE_MASTER         5218536512 /*    1196304: layer 33 dense: this rank's fp32 master shard */
-#define L33_DENSE_GRAD           5219732816 /*    1196304: its gradient, accumulated over micro-batches */
-#define L33_DENSE_ADAM_M         5220929120 /*    1196304: AdamW first moment (fp32) */
-#define L33_DENSE_ADAM_V         5222125424 /*    1196304: AdamW second moment (fp32) */
-#define L33_EXPERTS_MASTER       5223321728 /*   37748736: layer 33 experts: this rank's fp32 master shard */
-#define L33_EXPERTS_GRAD         5261070464 /*   37748736: its gradient, accumulated over micro-batches */
-#define L33_EXPERTS_ADAM_M       5298819200 /*   37748736: AdamW first moment (fp32) */
-#define L33_EXPERTS_ADAM_V       5336567936 /*   37748736: AdamW second moment (fp32) */
-#define L34_DENSE_MASTER         5374316672 /*    1196304: layer 34 dense: this rank's fp32 master shard */
-#define L34_DENSE_GRAD           5375512976 /*    1196304: its gradient, accumulated over micro-batches */
-#define L34_DENSE_ADAM_M         5376709280 /*    1196304: AdamW first moment (fp32) */
-#define L34_DENSE_ADAM_V         5377905584 /*    1196304: AdamW second moment (fp32) */
-#define L34_EXPERTS_MASTER       5379101888 /*   37748736: layer 34 experts: this rank's fp32 master shard */
-#define L34_EXPERTS_GRAD         5416850624 /*   37748736: its gradient, accumulated over micro-batches */
-#define L34_EXPERTS_ADAM_M       5454599360 /*   37748736: AdamW first moment (fp32) */
-#define L34_EXPERTS_ADAM_V       5492348096 /*   37748736: AdamW second moment (fp32) */
-#define L35_DENSE_MASTER         5530096832 /*    1196304: layer 35 dense: this rank's fp32 master shard */
-#define L35_DENSE_GRAD           5531293136 /*    1196304: its gradient, accumulated over micro-batches */
-#define L35_DENSE_ADAM_M         5532489440 /*    1196304: AdamW first moment (fp32) */
-#define L35_DENSE_ADAM_V         5533685744 /*    1196304: AdamW second moment (fp32) */
-#define L35_EXPERTS_MASTER       5534882048 /*   37748736: layer 35 experts: this rank's fp32 master shard */
-#define L35_EXPERTS_GRAD         5572630784 /*   37748736: its gradient, accumulated over micro-batches */
-#define L35_EXPERTS_ADAM_M       5610379520 /*   37748736: AdamW first moment (fp32) */
-#define L35_EXPERTS_ADAM_V       5648128256 /*   37748736: AdamW second moment (fp32) */
-#define L36_DENSE_MASTER         5685876992 /*    1196304: layer 36 dense: this rank's fp32 master shard */
-#define L36_DENSE_GRAD           5687073296 /*    1196304: its gradient, accumulated over micro-batches */
-#define L36_DENSE_ADAM_M         5688269600 /*    1196304: AdamW first moment (fp32) */
-#define L36_DENSE_ADAM_V         5689465904 /*    1196304: AdamW second moment (fp32) */
-#define L36_EXPERTS_MASTER       5690662208 /*   37748736: layer 36 experts: this rank's fp32 master shard */
-#define L36_EXPERTS_GRAD         5728410944 /*   37748736: its gradient, accumulated over micro-batches */
-#define L36_EXPERTS_ADAM_M       5766159680 /*   37748736: AdamW first moment (fp32) */
-#define L36_EXPERTS_ADAM_V       5803908416 /*   37748736: AdamW second moment (fp32) */
-#define L37_DENSE_MASTER         5841657152 /*    1196304: layer 37 dense: this rank's fp32 master shard */
-#define L37_DENSE_GRAD           5842853456 /*    1196304: its gradient, accumulated over micro-batches */
-#define L37_DENSE_ADAM_M         5844049760 /*    1196304: AdamW first moment (fp32) */
-#define L37_DENSE_ADAM_V         5845246064 /*    1196304: AdamW second moment (fp32) */
-#define L37_EXPERTS_MASTER       5846442368 /*   37748736: layer 37 experts: this rank's fp32 master shard */
-#define L37_EXPERTS_GRAD         5884191104 /*   37748736: its gradient, accumulated over micro-batches */
-#define L37_EXPERTS_ADAM_M       5921939840 /*   37748736: AdamW first moment (fp32) */
-#define L37_EXPERTS_ADAM_V       5959688576 /*   37748736: AdamW second moment (fp32) */
-#define L38_DENSE_MASTER         5997437312 /*    1196304: layer 38 dense: this rank's fp32 master shard */
-#define L38_DENSE_GRAD           5998633616 /*    1196304: its gradient, accumulated over micro-batches */
-#define L38_DENSE_ADAM_M         5999829920 /*    1196304: AdamW first moment (fp32) */
-#define L38_DENSE_ADAM_V         6001026224 /*    1196304: AdamW second moment (fp32) */
-#define L38_EXPERTS_MASTER       6002222528 /*   37748736: layer 38 experts: this rank's fp32 master shard */
-#define L38_EXPERTS_GRAD         6039971264 /*   37748736: its gradient, accumulated over micro-batches */
-#define L38_EXPERTS_ADAM_M       6077720000 /*   37748736: AdamW first moment (fp32) */
-#define L38_EXPERTS_ADAM_V       6115468736 /*   37748736: AdamW second moment (fp32) */
-#define L39_DENSE_MASTER         6153217472 /*    1196304: layer 39 dense: this rank's fp32 master shard */
-#define L39_DENSE_GRAD           6154413776 /*    1196304: its gradient, accumulated over micro-batches */
-#define L39_DENSE_ADAM_M         6155610080 /*    1196304: AdamW first moment (fp32) */
-#define L39_DENSE_ADAM_V         6156806384 /*    1196304: AdamW second moment (fp32) */
-#define L39_EXPERTS_MASTER       6158002688 /*   37748736: layer 39 experts: this rank's fp32 master shard */
-#define L39_EXPERTS_GRAD         6195751424 /*   37748736: its gradient, accumulated over micro-batches */
-#define L39_EXPERTS_ADAM_M       6233500160 /*   37748736: AdamW first moment (fp32) */
-#define L39_EXPERTS_ADAM_V       6271248896 /*   37748736: AdamW second moment (fp32) */
-#define L40_DENSE_MASTER         6308997632 /*    1196304: layer 40 dense: this rank's fp32 master shard */
-#define L40_DENSE_GRAD           6310193936 /*    1196304: its gradient, accumulated over micro-batches */
-#define L40_DENSE_ADAM_M         6311390240 /*    1196304: AdamW first moment (fp32) */
-#define L40_DENSE_ADAM_V         6312586544 /*    1196304: AdamW second moment (fp32) */
-#define L40_EXPERTS_MASTER       6313782848 /*   37748736: layer 40 experts: this rank's fp32 master shard */
-#define L40_EXPERTS_GRAD         6351531584 /*   37748736: its gradient, accumulated over micro-batches */
-#define L40_EXPERTS_ADAM_M       6389280320 /*   37748736: AdamW first moment (fp32) */
-#define L40_EXPERTS_ADAM_V       6427029056 /*   37748736: AdamW second moment (fp32) */
-#define L41_DENSE_MASTER         6464777792 /*    1196304: layer 41 dense: this rank's fp32 master shard */
-#define L41_DENSE_GRAD           6465974096 /*    1196304: its gradient, accumulated over micro-batches */
-#define L41_DENSE_ADAM_M         6467170400 /*    1196304: AdamW first moment (fp32) */
-#define L41_DENSE_ADAM_V         6468366704 /*    1196304: AdamW second moment (fp32) */
-#define L41_EXPERTS_MASTER       6469563008 /*   37748736: layer 41 experts: this rank's fp32 master shard */
-#define L41_EXPERTS_GRAD         6507311744 /*   37748736: its gradient, accumulated over micro-batches */
-#define L41_EXPERTS_ADAM_M       6545060480 /*   37748736: AdamW first moment (fp32) */
-#define L41_EXPERTS_ADAM_V       6582809216 /*   37748736: AdamW second moment (fp32) */
-#define L42_DENSE_MASTER         6620557952 /*    1196304: layer 42 dense: this rank's fp32 master shard */
-#define L42_DENSE_GRAD           6621754256 /*    1196304: its gradient, accumulated over micro-batches */
-#define L42_DENSE_ADAM_M         6622950560 /*    1196304: AdamW first moment (fp32) */
-#define L42_DENSE_ADAM_V         6624146864 /*    1196304: AdamW second moment (fp32) */
-#define L42_EXPERTS_MASTER       6625343168 /*   37748736: layer 42 experts: this rank's fp32 master shard */
-#define L42_EXPERTS_GRAD         6663091904 /*   37748736: its gradient, accumulated over micro-batches */
-#define L42_EXPERTS_ADAM_M       6700840640 /*   37748736: AdamW first moment (fp32) */
-#define L42_EXPERTS_ADAM_V       6738589376 /*   37748736: AdamW second moment (fp32) */
-#define L43_DENSE_MASTER         6776338112 /*    1196304: layer 43 dense: this rank's fp32 master shard */
-#define L43_DENSE_GRAD           6777534416 /*    1196304: its gradient, accumulated over micro-batches */
-#define L43_DENSE_ADAM_M         6778730720 /*    1196304: AdamW first moment (fp32) */
-#define L43_DENSE_ADAM_V         6779927024 /*    1196304: AdamW second moment (fp32) */
-#define L43_EXPERTS_MASTER       6781123328 /*   37748736: layer 43 experts: this rank's fp32 master shard */
-#define L43_EXPERTS_GRAD         6818872064 /*   37748736: its gradient, accumulated over micro-batches */
-#define L43_EXPERTS_ADAM_M       6856620800 /*   37748736: AdamW first moment (fp32) */
-#define L43_EXPERTS_ADAM_V       6894369536 /*   37748736: AdamW second moment (fp32) */
-#define L44_DENSE_MASTER         6932118272 /*    1196304: layer 44 dense: this rank's fp32 master shard */
-#define L44_DENSE_GRAD           6933314576 /*    1196304: its gradient, accumulated over micro-batches */
-#define L44_DENSE_ADAM_M         6934510880 /*    1196304: AdamW first moment (fp32) */
-#define L44_DENSE_ADAM_V         6935707184 /*    1196304: AdamW second moment (fp32) */
-#define L44_EXPERTS_MASTER       6936903488 /*   37748736: layer 44 experts: this rank's fp32 master shard */
-#define L44_EXPERTS_GRAD         6974652224 /*   37748736: its gradient, accumulated over micro-batches */
-#define L44_EXPERTS_ADAM_M       7012400960 /*   37748736: AdamW first moment (fp32) */
-#define L44_EXPERTS_ADAM_V       7050149696 /*   37748736: AdamW second moment (fp32) */
-#define L45_DENSE_MASTER         7087898432 /*    1196304: layer 45 dense: this rank's fp32 master shard */
-#define L45_DENSE_GRAD           7089094736 /*    1196304: its gradient, accumulated over micro-batches */
-#define L45_DENSE_ADAM_M         7090291040 /*    1196304: AdamW first moment (fp32) */
-#define L45_DENSE_ADAM_V         7091487344 /*    1196304: AdamW second moment (fp32) */
-#define L45_EXPERTS_MASTER       7092683648 /*   37748736: layer 45 experts: this rank's fp32 master shard */
-#define L45_EXPERTS_GRAD         7130432384 /*   37748736: its gradient, accumulated over micro-batches */
-#define L45_EXPERTS_ADAM_M       7168181120 /*   37748736: AdamW first moment (fp32) */
-#define L45_EXPERTS_ADAM_V       7205929856 /*   37748736: AdamW second moment (fp32) */
-#define L46_DENSE_MASTER         7243678592 /*    1196304: layer 46 dense: this rank's fp32 master shard */
-#define L46_DENSE_GRAD           7244874896 /*    1196304: its gradient, accumulated over micro-batches */
-#define L46_DENSE_ADAM_M         7246071200 /*    1196304: AdamW first moment (fp32) */
-#define L46_DENSE_ADAM_V         7247267504 /*    1196304: AdamW second moment (fp32) */
-#define L46_EXPERTS_MASTER       7248463808 /*   37748736: layer 46 experts: this rank's fp32 master shard */
-#define L46_EXPERTS_GRAD         7286212544 /*   37748736: its gradient, accumulated over micro-batches */
-#define L46_EXPERTS_ADAM_M       7323961280 /*   37748736: AdamW first moment (fp32) */
-#define L46_EXPERTS_ADAM_V       7361710016 /*   37748736: AdamW second moment (fp32) */
-#define L47_DENSE_MASTER         7399458752 /*    1196304: layer 47 dense: this rank's fp32 master shard */
-#define L47_DENSE_GRAD           7400655056 /*    1196304: its gradient, accumulated over micro-batches */
-#define L47_DENSE_ADAM_M         7401851360 /*    1196304: AdamW first moment (fp32) */
-#define L47_DENSE_ADAM_V         7403047664 /*    1196304: AdamW second moment (fp32) */
-#define L47_EXPERTS_MASTER       7404243968 /*   37748736: layer 47 experts: this rank's fp32 master shard */
-#define L47_EXPERTS_GRAD         7441992704 /*   37748736: its gradient, accumulated over micro-batches */
-#define L47_EXPERTS_ADAM_M       7479741440 /*   37748736: AdamW first moment (fp32) */
-#define L47_EXPERTS_ADAM_V       7517490176 /*   37748736: AdamW second moment (fp32) */
-#define HEAD_MASTER              7555238912 /*   19447936: head: this rank's fp32 master shard */
-#define HEAD_GRAD                7574686848 /*   19447936: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              7594134784 /*   19447936: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              7613582720 /*   19447936: AdamW second moment (fp32) */
+#define EMBED_MASTER                      0 /*   19447808 [master.fp32_shard]: embedding: this rank's fp32 master shard */
+#define EMBED_GRAD                 19447808 /*   19447808 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M               38895616 /*   19447808 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define EMBED_ADAM_V               58343424 /*   19447808 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER            77791232 /*    1196304 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L0_DENSE_GRAD              78987536 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L0_DENSE_ADAM_M            80183840 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_V            81380144 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_EXPERTS_MASTER          82576448 /*   37748736 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
+#define L0_EXPERTS_GRAD           120325184 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_ADAM_M         158073920 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L0_EXPERTS_ADAM_V         195822656 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L1_DENSE_MASTER           233571392 /*    1196304 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L1_DENSE_GRAD             234767696 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L1_DENSE_ADAM_M           235964000 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_V           237160304 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L1_EXPERTS_MASTER         238356608 /*   37748736 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
+#define L1_EXPERTS_GRAD           276105344 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_ADAM_M         313854080 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L1_EXPERTS_ADAM_V         351602816 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L2_DENSE_MASTER           389351552 /*    1196304 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L2_DENSE_GRAD             390547856 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L2_DENSE_ADAM_M           391744160 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_V           392940464 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L2_EXPERTS_MASTER         394136768 /*   37748736 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
+#define L2_EXPERTS_GRAD           431885504 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_ADAM_M         469634240 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L2_EXPERTS_ADAM_V         507382976 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L3_DENSE_MASTER           545131712 /*    1196304 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_DENSE_GRAD             546328016 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_DENSE_ADAM_M           547524320 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_V           548720624 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L3_EXPERTS_MASTER         549916928 /*   37748736 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
+#define L3_EXPERTS_GRAD           587665664 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_ADAM_M         625414400 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_V         663163136 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L4_DENSE_MASTER           700911872 /*    1196304 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
+#define L4_DENSE_GRAD             702108176 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L4_DENSE_ADAM_M           703304480 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_V           704500784 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L4_EXPERTS_MASTER         705697088 /*   37748736 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
+#define L4_EXPERTS_GRAD           743445824 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L4_EXPERTS_ADAM_M         781194560 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L4_EXPERTS_ADAM_V         818943296 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L5_DENSE_MASTER           856692032 /*    1196304 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
+#define L5_DENSE_GRAD             857888336 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L5_DENSE_ADAM_M           859084640 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_V           860280944 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L5_EXPERTS_MASTER         861477248 /*   37748736 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
+#define L5_EXPERTS_GRAD           899225984 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L5_EXPERTS_ADAM_M         936974720 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L5_EXPERTS_ADAM_V         974723456 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L6_DENSE_MASTER          1012472192 /*    1196304 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
+#define L6_DENSE_GRAD            1013668496 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L6_DENSE_ADAM_M          1014864800 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_V          1016061104 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L6_EXPERTS_MASTER        1017257408 /*   37748736 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
+#define L6_EXPERTS_GRAD          1055006144 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L6_EXPERTS_ADAM_M        1092754880 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L6_EXPERTS_ADAM_V        1130503616 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L7_DENSE_MASTER          1168252352 /*    1196304 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
+#define L7_DENSE_GRAD            1169448656 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L7_DENSE_ADAM_M          1170644960 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_V          1171841264 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L7_EXPERTS_MASTER        1173037568 /*   37748736 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
+#define L7_EXPERTS_GRAD          1210786304 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L7_EXPERTS_ADAM_M        1248535040 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L7_EXPERTS_ADAM_V        1286283776 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L8_DENSE_MASTER          1324032512 /*    1196304 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
+#define L8_DENSE_GRAD            1325228816 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L8_DENSE_ADAM_M          1326425120 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_V          1327621424 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L8_EXPERTS_MASTER        1328817728 /*   37748736 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
+#define L8_EXPERTS_GRAD          1366566464 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L8_EXPERTS_ADAM_M        1404315200 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L8_EXPERTS_ADAM_V        1442063936 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L9_DENSE_MASTER          1479812672 /*    1196304 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
+#define L9_DENSE_GRAD            1481008976 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L9_DENSE_ADAM_M          1482205280 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_V          1483401584 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L9_EXPERTS_MASTER        1484597888 /*   37748736 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
+#define L9_EXPERTS_GRAD          1522346624 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L9_EXPERTS_ADAM_M        1560095360 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L9_EXPERTS_ADAM_V        1597844096 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L10_DENSE_MASTER         1635592832 /*    1196304 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
+#define L10_DENSE_GRAD           1636789136 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L10_DENSE_ADAM_M         1637985440 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_V         1639181744 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L10_EXPERTS_MASTER       1640378048 /*   37748736 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
+#define L10_EXPERTS_GRAD         1678126784 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L10_EXPERTS_ADAM_M       1715875520 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L10_EXPERTS_ADAM_V       1753624256 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L11_DENSE_MASTER         1791372992 /*    1196304 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
+#define L11_DENSE_GRAD           1792569296 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L11_DENSE_ADAM_M         1793765600 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_V         1794961904 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L11_EXPERTS_MASTER       1796158208 /*   37748736 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
+#define L11_EXPERTS_GRAD         1833906944 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L11_EXPERTS_ADAM_M       1871655680 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L11_EXPERTS_ADAM_V       1909404416 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L12_DENSE_MASTER         1947153152 /*    1196304 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
+#define L12_DENSE_GRAD           1948349456 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L12_DENSE_ADAM_M         1949545760 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_V         1950742064 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L12_EXPERTS_MASTER       1951938368 /*   37748736 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
+#define L12_EXPERTS_GRAD         1989687104 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L12_EXPERTS_ADAM_M       2027435840 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L12_EXPERTS_ADAM_V       2065184576 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L13_DENSE_MASTER         2102933312 /*    1196304 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
+#define L13_DENSE_GRAD           2104129616 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L13_DENSE_ADAM_M         2105325920 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_V         2106522224 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L13_EXPERTS_MASTER       2107718528 /*   37748736 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
+#define L13_EXPERTS_GRAD         2145467264 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L13_EXPERTS_ADAM_M       2183216000 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L13_EXPERTS_ADAM_V       2220964736 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L14_DENSE_MASTER         2258713472 /*    1196304 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
+#define L14_DENSE_GRAD           2259909776 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L14_DENSE_ADAM_M         2261106080 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_V         2262302384 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L14_EXPERTS_MASTER       2263498688 /*   37748736 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
+#define L14_EXPERTS_GRAD         2301247424 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L14_EXPERTS_ADAM_M       2338996160 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L14_EXPERTS_ADAM_V       2376744896 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L15_DENSE_MASTER         2414493632 /*    1196304 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
+#define L15_DENSE_GRAD           2415689936 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L15_DENSE_ADAM_M         2416886240 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_V         2418082544 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L15_EXPERTS_MASTER       2419278848 /*   37748736 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
+#define L15_EXPERTS_GRAD         2457027584 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L15_EXPERTS_ADAM_M       2494776320 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L15_EXPERTS_ADAM_V       2532525056 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L16_DENSE_MASTER         2570273792 /*    1196304 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
+#define L16_DENSE_GRAD           2571470096 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L16_DENSE_ADAM_M         2572666400 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_V         2573862704 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L16_EXPERTS_MASTER       2575059008 /*   37748736 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
+#define L16_EXPERTS_GRAD         2612807744 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L16_EXPERTS_ADAM_M       2650556480 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L16_EXPERTS_ADAM_V       2688305216 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L17_DENSE_MASTER         2726053952 /*    1196304 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
+#define L17_DENSE_GRAD           2727250256 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L17_DENSE_ADAM_M         2728446560 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_V         2729642864 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L17_EXPERTS_MASTER       2730839168 /*   37748736 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
+#define L17_EXPERTS_GRAD         2768587904 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L17_EXPERTS_ADAM_M       2806336640 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L17_EXPERTS_ADAM_V       2844085376 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L18_DENSE_MASTER         2881834112 /*    1196304 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
+#define L18_DENSE_GRAD           2883030416 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L18_DENSE_ADAM_M         2884226720 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_V         2885423024 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L18_EXPERTS_MASTER       2886619328 /*   37748736 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
+#define L18_EXPERTS_GRAD         2924368064 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L18_EXPERTS_ADAM_M       2962116800 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L18_EXPERTS_ADAM_V       2999865536 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L19_DENSE_MASTER         3037614272 /*    1196304 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
+#define L19_DENSE_GRAD           3038810576 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L19_DENSE_ADAM_M         3040006880 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_V         3041203184 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L19_EXPERTS_MASTER       3042399488 /*   37748736 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
+#define L19_EXPERTS_GRAD         3080148224 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L19_EXPERTS_ADAM_M       3117896960 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L19_EXPERTS_ADAM_V       3155645696 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L20_DENSE_MASTER         3193394432 /*    1196304 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
+#define L20_DENSE_GRAD           3194590736 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L20_DENSE_ADAM_M         3195787040 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_V         3196983344 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L20_EXPERTS_MASTER       3198179648 /*   37748736 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
+#define L20_EXPERTS_GRAD         3235928384 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L20_EXPERTS_ADAM_M       3273677120 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L20_EXPERTS_ADAM_V       3311425856 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L21_DENSE_MASTER         3349174592 /*    1196304 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
+#define L21_DENSE_GRAD           3350370896 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L21_DENSE_ADAM_M         3351567200 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_V         3352763504 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L21_EXPERTS_MASTER       3353959808 /*   37748736 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
+#define L21_EXPERTS_GRAD         3391708544 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L21_EXPERTS_ADAM_M       3429457280 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L21_EXPERTS_ADAM_V       3467206016 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L22_DENSE_MASTER         3504954752 /*    1196304 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
+#define L22_DENSE_GRAD           3506151056 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L22_DENSE_ADAM_M         3507347360 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_V         3508543664 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L22_EXPERTS_MASTER       3509739968 /*   37748736 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
+#define L22_EXPERTS_GRAD         3547488704 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L22_EXPERTS_ADAM_M       3585237440 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L22_EXPERTS_ADAM_V       3622986176 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L23_DENSE_MASTER         3660734912 /*    1196304 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
+#define L23_DENSE_GRAD           3661931216 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L23_DENSE_ADAM_M         3663127520 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_V         3664323824 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L23_EXPERTS_MASTER       3665520128 /*   37748736 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
+#define L23_EXPERTS_GRAD         3703268864 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L23_EXPERTS_ADAM_M       3741017600 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L23_EXPERTS_ADAM_V       3778766336 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L24_DENSE_MASTER         3816515072 /*    1196304 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
+#define L24_DENSE_GRAD           3817711376 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L24_DENSE_ADAM_M         3818907680 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_V         3820103984 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L24_EXPERTS_MASTER       3821300288 /*   37748736 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
+#define L24_EXPERTS_GRAD         3859049024 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L24_EXPERTS_ADAM_M       3896797760 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L24_EXPERTS_ADAM_V       3934546496 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L25_DENSE_MASTER         3972295232 /*    1196304 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
+#define L25_DENSE_GRAD           3973491536 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L25_DENSE_ADAM_M         3974687840 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_V         3975884144 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L25_EXPERTS_MASTER       3977080448 /*   37748736 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
+#define L25_EXPERTS_GRAD         4014829184 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L25_EXPERTS_ADAM_M       4052577920 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L25_EXPERTS_ADAM_V       4090326656 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L26_DENSE_MASTER         4128075392 /*    1196304 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
+#define L26_DENSE_GRAD           4129271696 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L26_DENSE_ADAM_M         4130468000 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_V         4131664304 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L26_EXPERTS_MASTER       4132860608 /*   37748736 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
+#define L26_EXPERTS_GRAD         4170609344 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L26_EXPERTS_ADAM_M       4208358080 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L26_EXPERTS_ADAM_V       4246106816 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L27_DENSE_MASTER         4283855552 /*    1196304 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
+#define L27_DENSE_GRAD           4285051856 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L27_DENSE_ADAM_M         4286248160 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_V         4287444464 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L27_EXPERTS_MASTER       4288640768 /*   37748736 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
+#define L27_EXPERTS_GRAD         4326389504 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L27_EXPERTS_ADAM_M       4364138240 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L27_EXPERTS_ADAM_V       4401886976 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L28_DENSE_MASTER         4439635712 /*    1196304 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
+#define L28_DENSE_GRAD           4440832016 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L28_DENSE_ADAM_M         4442028320 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_V         4443224624 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L28_EXPERTS_MASTER       4444420928 /*   37748736 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
+#define L28_EXPERTS_GRAD         4482169664 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L28_EXPERTS_ADAM_M       4519918400 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L28_EXPERTS_ADAM_V       4557667136 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L29_DENSE_MASTER         4595415872 /*    1196304 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
+#define L29_DENSE_GRAD           4596612176 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L29_DENSE_ADAM_M         4597808480 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_V         4599004784 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L29_EXPERTS_MASTER       4600201088 /*   37748736 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
+#define L29_EXPERTS_GRAD         4637949824 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L29_EXPERTS_ADAM_M       4675698560 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L29_EXPERTS_ADAM_V       4713447296 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L30_DENSE_MASTER         4751196032 /*    1196304 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
+#define L30_DENSE_GRAD           4752392336 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L30_DENSE_ADAM_M         4753588640 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_V         4754784944 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L30_EXPERTS_MASTER       4755981248 /*   37748736 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
+#define L30_EXPERTS_GRAD         4793729984 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L30_EXPERTS_ADAM_M       4831478720 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L30_EXPERTS_ADAM_V       4869227456 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L31_DENSE_MASTER         4906976192 /*    1196304 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
+#define L31_DENSE_GRAD           4908172496 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L31_DENSE_ADAM_M         4909368800 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_V         4910565104 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L31_EXPERTS_MASTER       4911761408 /*   37748736 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
+#define L31_EXPERTS_GRAD         4949510144 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L31_EXPERTS_ADAM_M       4987258880 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L31_EXPERTS_ADAM_V       5025007616 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L32_DENSE_MASTER         5062756352 /*    1196304 [master.fp32_shard]: layer 32 dense: this rank's fp32 master shard */
+#define L32_DENSE_GRAD           5063952656 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L32_DENSE_ADAM_M         5065148960 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L32_DENSE_ADAM_V         5066345264 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L32_EXPERTS_MASTER       5067541568 /*   37748736 [master.fp32_shard]: layer 32 experts: this rank's fp32 master shard */
+#define L32_EXPERTS_GRAD         5105290304 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L32_EXPERTS_ADAM_M       5143039040 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L32_EXPERTS_ADAM_V       5180787776 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L33_DENSE_MASTER         5218536512 /*    1196304 [master.fp32_shard]: layer 33 dense: this rank's fp32 master shard */
+#define L33_DENSE_GRAD           5219732816 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L33_DENSE_ADAM_M         5220929120 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L33_DENSE_ADAM_V         5222125424 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L33_EXPERTS_MASTER       5223321728 /*   37748736 [master.fp32_shard]: layer 33 experts: this rank's fp32 master shard */
+#define L33_EXPERTS_GRAD         5261070464 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L33_EXPERTS_ADAM_M       5298819200 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L33_EXPERTS_ADAM_V       5336567936 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L34_DENSE_MASTER         5374316672 /*    1196304 [master.fp32_shard]: layer 34 dense: this rank's fp32 master shard */
+#define L34_DENSE_GRAD           5375512976 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L34_DENSE_ADAM_M         5376709280 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L34_DENSE_ADAM_V         5377905584 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L34_EXPERTS_MASTER       5379101888 /*   37748736 [master.fp32_shard]: layer 34 experts: this rank's fp32 master shard */
+#define L34_EXPERTS_GRAD         5416850624 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L34_EXPERTS_ADAM_M       5454599360 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L34_EXPERTS_ADAM_V       5492348096 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L35_DENSE_MASTER         5530096832 /*    1196304 [master.fp32_shard]: layer 35 dense: this rank's fp32 master shard */
+#define L35_DENSE_GRAD           5531293136 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L35_DENSE_ADAM_M         5532489440 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L35_DENSE_ADAM_V         5533685744 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L35_EXPERTS_MASTER       5534882048 /*   37748736 [master.fp32_shard]: layer 35 experts: this rank's fp32 master shard */
+#define L35_EXPERTS_GRAD         5572630784 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L35_EXPERTS_ADAM_M       5610379520 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L35_EXPERTS_ADAM_V       5648128256 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L36_DENSE_MASTER         5685876992 /*    1196304 [master.fp32_shard]: layer 36 dense: this rank's fp32 master shard */
+#define L36_DENSE_GRAD           5687073296 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L36_DENSE_ADAM_M         5688269600 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L36_DENSE_ADAM_V         5689465904 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L36_EXPERTS_MASTER       5690662208 /*   37748736 [master.fp32_shard]: layer 36 experts: this rank's fp32 master shard */
+#define L36_EXPERTS_GRAD         5728410944 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L36_EXPERTS_ADAM_M       5766159680 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L36_EXPERTS_ADAM_V       5803908416 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L37_DENSE_MASTER         5841657152 /*    1196304 [master.fp32_shard]: layer 37 dense: this rank's fp32 master shard */
+#define L37_DENSE_GRAD           5842853456 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L37_DENSE_ADAM_M         5844049760 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L37_DENSE_ADAM_V         5845246064 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L37_EXPERTS_MASTER       5846442368 /*   37748736 [master.fp32_shard]: layer 37 experts: this rank's fp32 master shard */
+#define L37_EXPERTS_GRAD         5884191104 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L37_EXPERTS_ADAM_M       5921939840 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L37_EXPERTS_ADAM_V       5959688576 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L38_DENSE_MASTER         5997437312 /*    1196304 [master.fp32_shard]: layer 38 dense: this rank's fp32 master shard */
+#define L38_DENSE_GRAD           5998633616 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L38_DENSE_ADAM_M         5999829920 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L38_DENSE_ADAM_V         6001026224 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L38_EXPERTS_MASTER       6002222528 /*   37748736 [master.fp32_shard]: layer 38 experts: this rank's fp32 master shard */
+#define L38_EXPERTS_GRAD         6039971264 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L38_EXPERTS_ADAM_M       6077720000 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L38_EXPERTS_ADAM_V       6115468736 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L39_DENSE_MASTER         6153217472 /*    1196304 [master.fp32_shard]: layer 39 dense: this rank's fp32 master shard */
+#define L39_DENSE_GRAD           6154413776 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L39_DENSE_ADAM_M         6155610080 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L39_DENSE_ADAM_V         6156806384 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L39_EXPERTS_MASTER       6158002688 /*   37748736 [master.fp32_shard]: layer 39 experts: this rank's fp32 master shard */
+#define L39_EXPERTS_GRAD         6195751424 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L39_EXPERTS_ADAM_M       6233500160 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L39_EXPERTS_ADAM_V       6271248896 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L40_DENSE_MASTER         6308997632 /*    1196304 [master.fp32_shard]: layer 40 dense: this rank's fp32 master shard */
+#define L40_DENSE_GRAD           6310193936 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L40_DENSE_ADAM_M         6311390240 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L40_DENSE_ADAM_V         6312586544 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L40_EXPERTS_MASTER       6313782848 /*   37748736 [master.fp32_shard]: layer 40 experts: this rank's fp32 master shard */
+#define L40_EXPERTS_GRAD         6351531584 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L40_EXPERTS_ADAM_M       6389280320 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L40_EXPERTS_ADAM_V       6427029056 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L41_DENSE_MASTER         6464777792 /*    1196304 [master.fp32_shard]: layer 41 dense: this rank's fp32 master shard */
+#define L41_DENSE_GRAD           6465974096 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L41_DENSE_ADAM_M         6467170400 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L41_DENSE_ADAM_V         6468366704 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L41_EXPERTS_MASTER       6469563008 /*   37748736 [master.fp32_shard]: layer 41 experts: this rank's fp32 master shard */
+#define L41_EXPERTS_GRAD         6507311744 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L41_EXPERTS_ADAM_M       6545060480 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L41_EXPERTS_ADAM_V       6582809216 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L42_DENSE_MASTER         6620557952 /*    1196304 [master.fp32_shard]: layer 42 dense: this rank's fp32 master shard */
+#define L42_DENSE_GRAD           6621754256 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L42_DENSE_ADAM_M         6622950560 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L42_DENSE_ADAM_V         6624146864 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L42_EXPERTS_MASTER       6625343168 /*   37748736 [master.fp32_shard]: layer 42 experts: this rank's fp32 master shard */
+#define L42_EXPERTS_GRAD         6663091904 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L42_EXPERTS_ADAM_M       6700840640 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L42_EXPERTS_ADAM_V       6738589376 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L43_DENSE_MASTER         6776338112 /*    1196304 [master.fp32_shard]: layer 43 dense: this rank's fp32 master shard */
+#define L43_DENSE_GRAD           6777534416 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L43_DENSE_ADAM_M         6778730720 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L43_DENSE_ADAM_V         6779927024 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L43_EXPERTS_MASTER       6781123328 /*   37748736 [master.fp32_shard]: layer 43 experts: this rank's fp32 master shard */
+#define L43_EXPERTS_GRAD         6818872064 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L43_EXPERTS_ADAM_M       6856620800 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L43_EXPERTS_ADAM_V       6894369536 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L44_DENSE_MASTER         6932118272 /*    1196304 [master.fp32_shard]: layer 44 dense: this rank's fp32 master shard */
+#define L44_DENSE_GRAD           6933314576 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L44_DENSE_ADAM_M         6934510880 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L44_DENSE_ADAM_V         6935707184 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L44_EXPERTS_MASTER       6936903488 /*   37748736 [master.fp32_shard]: layer 44 experts: this rank's fp32 master shard */
+#define L44_EXPERTS_GRAD         6974652224 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L44_EXPERTS_ADAM_M       7012400960 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L44_EXPERTS_ADAM_V       7050149696 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L45_DENSE_MASTER         7087898432 /*    1196304 [master.fp32_shard]: layer 45 dense: this rank's fp32 master shard */
+#define L45_DENSE_GRAD           7089094736 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L45_DENSE_ADAM_M         7090291040 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L45_DENSE_ADAM_V         7091487344 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L45_EXPERTS_MASTER       7092683648 /*   37748736 [master.fp32_shard]: layer 45 experts: this rank's fp32 master shard */
+#define L45_EXPERTS_GRAD         7130432384 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L45_EXPERTS_ADAM_M       7168181120 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L45_EXPERTS_ADAM_V       7205929856 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L46_DENSE_MASTER         7243678592 /*    1196304 [master.fp32_shard]: layer 46 dense: this rank's fp32 master shard */
+#define L46_DENSE_GRAD           7244874896 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L46_DENSE_ADAM_M         7246071200 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L46_DENSE_ADAM_V         7247267504 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L46_EXPERTS_MASTER       7248463808 /*   37748736 [master.fp32_shard]: layer 46 experts: this rank's fp32 master shard */
+#define L46_EXPERTS_GRAD         7286212544 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L46_EXPERTS_ADAM_M       7323961280 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L46_EXPERTS_ADAM_V       7361710016 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L47_DENSE_MASTER         7399458752 /*    1196304 [master.fp32_shard]: layer 47 dense: this rank's fp32 master shard */
+#define L47_DENSE_GRAD           7400655056 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L47_DENSE_ADAM_M         7401851360 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L47_DENSE_ADAM_V         7403047664 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L47_EXPERTS_MASTER       7404243968 /*   37748736 [master.fp32_shard]: layer 47 experts: this rank's fp32 master shard */
+#define L47_EXPERTS_GRAD         7441992704 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L47_EXPERTS_ADAM_M       7479741440 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L47_EXPERTS_ADAM_V       7517490176 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define HEAD_MASTER              7555238912 /*   19447936 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define HEAD_GRAD                7574686848 /*   19447936 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define HEAD_ADAM_M              7594134784 /*   19447936 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define HEAD_ADAM_V              7613582720 /*   19447936 [optimizer.adamw_moments]: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define WS_RSTD1                     131072 /*      65536: its 1/rms per token */
-#define WS_RSTDQ                     196608 /*    2097152: qk-norm: 1/rms per token (full) or per token and head */
-#define WS_RSTDK                    2293760 /*     262144: the same for the keys */
-#define WS_LSE                      2555904 /*    2097152: attention log-sum-exp per head and query */
-#define WS_RSTD2                    4653056 /*      65536: its 1/rms per token */
-#define WS_LOGITS                   4718592 /*    8388608: router logits */
-#define WS_IDX                     13107200 /*     524288: selected experts (int32) */
-#define WS_WTS                     13631488 /*     524288: their weights */
-#define WS_POS                     14155776 /*     524288: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                 14680064 /*        129: first row of each expert (int32) */
-#define DWTS                       14680208 /*     524288: gradient of the routing weights */
-#define AUX                        15204496 /*        384: load-balancing loss scratch */
-#define RSTDF                      15204880 /*      65536: its 1/rms per token */
-#define LSEF                       15270416 /*      65536: log-sum-exp of each token's logits */
+#define WS_RSTD1                     131072 /*      65536 [activations.forward_layer]: its 1/rms per token */
+#define WS_RSTDQ                     196608 /*    2097152 [activations.forward_layer]: qk-norm: 1/rms per token (full) or per token and head */
+#define WS_RSTDK                    2293760 /*     262144 [activations.forward_layer]: the same for the keys */
+#define WS_LSE                      2555904 /*    2097152 [activations.forward_layer]: attention log-sum-exp per head and query */
+#define WS_RSTD2                    4653056 /*      65536 [activations.forward_layer]: its 1/rms per token */
+#define WS_LOGITS                   4718592 /*    8388608 [activations.forward_layer]: router logits */
+#define WS_IDX                     13107200 /*     524288 [activations.forward_layer]: selected experts (int32) */
+#define WS_WTS                     13631488 /*     524288 [activations.forward_layer]: their weights */
+#define WS_POS                     14155776 /*     524288 [activations.forward_layer]: row of each assignment in expert order (int32) */
+#define WS_OFFSETS                 14680064 /*        129 [activations.forward_layer]: first row of each expert (int32) */
+#define DWTS                       14680208 /*     524288 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                        15204496 /*        384 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                      15204880 /*      65536 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                       15270416 /*      65536 [activations.loss_stats]: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*   19447808: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM             19447808 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM           20644112 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM             58392848 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM           59589152 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM             97337888 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM           98534192 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM            136282928 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM          137479232 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM            175227968 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM          176424272 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM            214173008 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          215369312 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM            253118048 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          254314352 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM            292063088 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          293259392 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM            331008128 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          332204432 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM            369953168 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          371149472 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM           408898208 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         410094512 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM           447843248 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         449039552 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM           486788288 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         487984592 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM           525733328 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         526929632 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM           564678368 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         565874672 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM           603623408 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         604819712 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM           642568448 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         643764752 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM           681513488 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         682709792 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM           720458528 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         721654832 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM           759403568 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         760599872 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM           798348608 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         799544912 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM           837293648 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         838489952 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM           876238688 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM         877434992 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM           915183728 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM         916380032 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM           954128768 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM         955325072 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM           993073808 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM         994270112 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM          1032018848 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM        1033215152 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM          1070963888 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM        1072160192 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM          1109908928 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM        1111105232 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM          1148853968 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM        1150050272 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1187799008 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1188995312 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1226744048 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1227940352 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_DENSE_PARAM          1265689088 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_EXPERTS_PARAM        1266885392 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_DENSE_PARAM          1304634128 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_EXPERTS_PARAM        1305830432 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_DENSE_PARAM          1343579168 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_EXPERTS_PARAM        1344775472 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_DENSE_PARAM          1382524208 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_EXPERTS_PARAM        1383720512 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_DENSE_PARAM          1421469248 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_EXPERTS_PARAM        1422665552 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_DENSE_PARAM          1460414288 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_EXPERTS_PARAM        1461610592 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_DENSE_PARAM          1499359328 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_EXPERTS_PARAM        1500555632 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_DENSE_PARAM          1538304368 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_EXPERTS_PARAM        1539500672 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_DENSE_PARAM          1577249408 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_EXPERTS_PARAM        1578445712 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_DENSE_PARAM          1616194448 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_EXPERTS_PARAM        1617390752 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_DENSE_PARAM          1655139488 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_EXPERTS_PARAM        1656335792 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_DENSE_PARAM          1694084528 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_EXPERTS_PARAM        1695280832 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_DENSE_PARAM          1733029568 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_EXPERTS_PARAM        1734225872 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_DENSE_PARAM          1771974608 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_EXPERTS_PARAM        1773170912 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_DENSE_PARAM          1810919648 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_EXPERTS_PARAM        1812115952 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_DENSE_PARAM          1849864688 /*    1196304: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_EXPERTS_PARAM        1851060992 /*   37748736: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM               1888809728 /*   19447936: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define KEPT                     1908257664 /* 30532122624: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
-#define GRAD0                   32440380288 /*  623120640: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                   33063500928 /*  623120640: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                  33686621568 /*  134217728: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  33820839296 /*  134217728: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  33955057024 /*  134217728: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  34089274752 /*  134217728: attention norm output */
-#define WS_Q                    34223492480 /*  268435456: queries (rotated) */
-#define WS_K                    34491927936 /*   33554432: keys (rotated) */
-#define WS_QR                   34525482368 /*  268435456: queries before qk-norm */
-#define WS_KR                   34793917824 /*   33554432: keys before qk-norm */
-#define WS_V                    34827472256 /*   33554432: values */
-#define WS_ATT                  34861026688 /*  268435456: attention output */
-#define WS_RES                  35129462144 /*  134217728: residual stream after attention */
-#define WS_LN2                  35263679872 /*  134217728: mlp norm output */
-#define WS_XP                   35397897600 /* 1073741824: token copies in expert order: the experts' input */
-#define WS_YP                   36471639424 /* 1073741824: expert outputs in that order */
-#define WS_EG                   37545381248 /*  402653184: routed experts' gate */
-#define WS_EU                   37948034432 /*  402653184: routed experts' up */
-#define WS_EH                   38350687616 /*  402653184: routed experts' activation */
-#define DX_A                    38753340800 /*  134217728: gradient of the residual stream (even layers' output) */
-#define DX_B                    38887558528 /*  134217728: gradient of the residual stream (odd layers' output) */
-#define DLN                     39021776256 /*  134217728: gradient of a norm's output */
-#define LWS                     39155993984 /* 1207959552: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
-#define EDG                             LWS /*  402653184: routed experts' gate gradient: in LWS (an FFN's backward) */
-#define EDU                    (LWS + 402653184) /*  402653184: routed experts' up gradient: in LWS (an FFN's backward) */
-#define EDH                    (LWS + 805306368) /*  402653184: routed experts' activation gradient: in LWS (an FFN's backward) */
-#define DATT                            LWS /*  268435456: gradient of the attention output: in LWS (the attention's backward) */
-#define DQ                     (LWS + 268435456) /*  268435456: gradient of the queries: in LWS (the attention's backward) */
-#define DK                     (LWS + 536870912) /*   33554432: gradient of the keys: in LWS (the attention's backward) */
-#define DV                     (LWS + 570425344) /*   33554432: gradient of the values: in LWS (the attention's backward) */
-#define DQR                    (LWS + 603979776) /*  268435456: gradient of the queries before qk-norm: in LWS (the attention's backward) */
-#define DKR                    (LWS + 872415232) /*   33554432: gradient of the keys before qk-norm: in LWS (the attention's backward) */
-#define WS_Y                            LWS /*  134217728: a block's output before the residual add: in LWS (a layer's forward) */
-#define LNF                             LWS /*  134217728: final norm output: in LWS (the loss) */
-#define CE                     (LWS + 134217728) /* 1073741824: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
-#define DLOGITS                         LWS /*   16777216: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
-#define DYP                     40363953536 /* 1073741824: gradient of the expert outputs */
+#define EMBED_PARAM                       0 /*   19447808 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM             19447808 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM           20644112 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM             58392848 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM           59589152 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM             97337888 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM           98534192 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM            136282928 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM          137479232 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM            175227968 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM          176424272 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM            214173008 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM          215369312 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM            253118048 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM          254314352 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM            292063088 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM          293259392 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM            331008128 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM          332204432 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM            369953168 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM          371149472 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM           408898208 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM         410094512 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM           447843248 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM         449039552 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM           486788288 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM         487984592 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM           525733328 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM         526929632 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM           564678368 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM         565874672 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM           603623408 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM         604819712 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM           642568448 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM         643764752 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM           681513488 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM         682709792 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM           720458528 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM         721654832 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM           759403568 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM         760599872 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM           798348608 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM         799544912 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM           837293648 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM         838489952 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM           876238688 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM         877434992 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM           915183728 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM         916380032 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM           954128768 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM         955325072 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM           993073808 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM         994270112 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM          1032018848 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM        1033215152 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM          1070963888 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM        1072160192 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM          1109908928 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM        1111105232 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM          1148853968 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM        1150050272 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM          1187799008 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM        1188995312 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM          1226744048 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM        1227940352 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_DENSE_PARAM          1265689088 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_EXPERTS_PARAM        1266885392 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_DENSE_PARAM          1304634128 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_EXPERTS_PARAM        1305830432 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_DENSE_PARAM          1343579168 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_EXPERTS_PARAM        1344775472 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_DENSE_PARAM          1382524208 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_EXPERTS_PARAM        1383720512 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_DENSE_PARAM          1421469248 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_EXPERTS_PARAM        1422665552 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_DENSE_PARAM          1460414288 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_EXPERTS_PARAM        1461610592 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_DENSE_PARAM          1499359328 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_EXPERTS_PARAM        1500555632 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_DENSE_PARAM          1538304368 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_EXPERTS_PARAM        1539500672 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_DENSE_PARAM          1577249408 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_EXPERTS_PARAM        1578445712 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_DENSE_PARAM          1616194448 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_EXPERTS_PARAM        1617390752 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_DENSE_PARAM          1655139488 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_EXPERTS_PARAM        1656335792 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_DENSE_PARAM          1694084528 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_EXPERTS_PARAM        1695280832 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_DENSE_PARAM          1733029568 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_EXPERTS_PARAM        1734225872 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_DENSE_PARAM          1771974608 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_EXPERTS_PARAM        1773170912 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_DENSE_PARAM          1810919648 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_EXPERTS_PARAM        1812115952 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_DENSE_PARAM          1849864688 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_EXPERTS_PARAM        1851060992 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM               1888809728 /*   19447936 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define KEPT                     1908257664 /* 30532122624 [gathered.params_kept]: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
+#define GRAD0                   32440380288 /*  623120640 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   33063500928 /*  623120640 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                  33686621568 /*  134217728 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  33820839296 /*  134217728 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  33955057024 /*  134217728 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  34089274752 /*  134217728 [activations.forward_layer]: attention norm output */
+#define WS_Q                    34223492480 /*  268435456 [activations.forward_layer]: queries (rotated) */
+#define WS_K                    34491927936 /*   33554432 [activations.forward_layer]: keys (rotated) */
+#define WS_QR                   34525482368 /*  268435456 [activations.forward_layer]: queries before qk-norm */
+#define WS_KR                   34793917824 /*   33554432 [activations.forward_layer]: keys before qk-norm */
+#define WS_V                    34827472256 /*   33554432 [activations.forward_layer]: values */
+#define WS_ATT                  34861026688 /*  268435456 [activations.forward_layer]: attention output */
+#define WS_RES                  35129462144 /*  134217728 [activations.forward_layer]: residual stream after attention */
+#define WS_LN2                  35263679872 /*  134217728 [activations.forward_layer]: mlp norm output */
+#define WS_XP                   35397897600 /* 1073741824 [activations.forward_layer]: token copies in expert order: the experts' input */
+#define WS_YP                   36471639424 /* 1073741824 [activations.forward_layer]: expert outputs in that order */
+#define WS_EG                   37545381248 /*  402653184 [activations.forward_layer]: routed experts' gate */
+#define WS_EU                   37948034432 /*  402653184 [activations.forward_layer]: routed experts' up */
+#define WS_EH                   38350687616 /*  402653184 [activations.forward_layer]: routed experts' activation */
+#define DX_A                    38753340800 /*  134217728 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    38887558528 /*  134217728 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     39021776256 /*  134217728 [activations.grad_norm]: gradient of a norm's output */
+#define LWS                     39155993984 /* 1207959552 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define EDG                             LWS /*  402653184 [workspace.shared]: routed experts' gate gradient: in LWS (an FFN's backward) */
+#define EDU                    (LWS + 402653184) /*  402653184 [workspace.shared]: routed experts' up gradient: in LWS (an FFN's backward) */
+#define EDH                    (LWS + 805306368) /*  402653184 [workspace.shared]: routed experts' activation gradient: in LWS (an FFN's backward) */
+#define DATT                            LWS /*  268435456 [workspace.shared]: gradient of the attention output: in LWS (the attention's backward) */
+#define DQ                     (LWS + 268435456) /*  268435456 [workspace.shared]: gradient of the queries: in LWS (the attention's backward) */
+#define DK                     (LWS + 536870912) /*   33554432 [workspace.shared]: gradient of the keys: in LWS (the attention's backward) */
+#define DV                     (LWS + 570425344) /*   33554432 [workspace.shared]: gradient of the values: in LWS (the attention's backward) */
+#define DQR                    (LWS + 603979776) /*  268435456 [workspace.shared]: gradient of the queries before qk-norm: in LWS (the attention's backward) */
+#define DKR                    (LWS + 872415232) /*   33554432 [workspace.shared]: gradient of the keys before qk-norm: in LWS (the attention's backward) */
+#define WS_Y                            LWS /*  134217728 [workspace.shared]: a block's output before the residual add: in LWS (a layer's forward) */
+#define LNF                             LWS /*  134217728 [workspace.shared]: final norm output: in LWS (the loss) */
+#define CE                     (LWS + 134217728) /* 1073741824 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
+#define DLOGITS                         LWS /*   16777216 [workspace.shared]: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
+#define DYP                     40363953536 /* 1073741824 [moe.grad_expert_out]: gradient of the expert outputs */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-45 go to the
  * host arena after their layer's forward and come back two layers before their backward. */

@@ -27,176 +27,176 @@
 #define EPS ((real)1e-05)                        /* the norms' epsilon (model.norm_eps) */
 
 /* ---- the state arena map (elements of real) ---- */
-#define EMBED_MASTER                      0 /*      16384: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                    16384 /*      16384: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                  32768 /*      16384: AdamW first moment (fp32) */
-#define EMBED_ADAM_V                  49152 /*      16384: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER               65536 /*      74368: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD                139904 /*      74368: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M              214272 /*      74368: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V              288640 /*      74368: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER            363008 /*     393216: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD              756224 /*     393216: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M           1149440 /*     393216: AdamW first moment (fp32) */
-#define L0_EXPERTS_ADAM_V           1542656 /*     393216: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER             1935872 /*      74368: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD               2010240 /*      74368: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M             2084608 /*      74368: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V             2158976 /*      74368: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER           2233344 /*     393216: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD             2626560 /*     393216: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M           3019776 /*     393216: AdamW first moment (fp32) */
-#define L1_EXPERTS_ADAM_V           3412992 /*     393216: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER             3806208 /*      74368: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD               3880576 /*      74368: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M             3954944 /*      74368: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V             4029312 /*      74368: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER           4103680 /*     393216: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD             4496896 /*     393216: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M           4890112 /*     393216: AdamW first moment (fp32) */
-#define L2_EXPERTS_ADAM_V           5283328 /*     393216: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER             5676544 /*      74368: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD               5750912 /*      74368: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M             5825280 /*      74368: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V             5899648 /*      74368: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER           5974016 /*     393216: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD             6367232 /*     393216: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M           6760448 /*     393216: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V           7153664 /*     393216: AdamW second moment (fp32) */
-#define HEAD_MASTER                 7546880 /*      16448: head: this rank's fp32 master shard */
-#define HEAD_GRAD                   7563328 /*      16448: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M                 7579776 /*      16448: AdamW first moment (fp32) */
-#define HEAD_ADAM_V                 7596224 /*      16448: AdamW second moment (fp32) */
+#define EMBED_MASTER                      0 /*      16384 [master.fp32_shard]: embedding: this rank's fp32 master shard */
+#define EMBED_GRAD                    16384 /*      16384 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M                  32768 /*      16384 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define EMBED_ADAM_V                  49152 /*      16384 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER               65536 /*      74368 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L0_DENSE_GRAD                139904 /*      74368 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L0_DENSE_ADAM_M              214272 /*      74368 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_V              288640 /*      74368 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_EXPERTS_MASTER            363008 /*     393216 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
+#define L0_EXPERTS_GRAD              756224 /*     393216 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_ADAM_M           1149440 /*     393216 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L0_EXPERTS_ADAM_V           1542656 /*     393216 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L1_DENSE_MASTER             1935872 /*      74368 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L1_DENSE_GRAD               2010240 /*      74368 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L1_DENSE_ADAM_M             2084608 /*      74368 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_V             2158976 /*      74368 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L1_EXPERTS_MASTER           2233344 /*     393216 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
+#define L1_EXPERTS_GRAD             2626560 /*     393216 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_ADAM_M           3019776 /*     393216 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L1_EXPERTS_ADAM_V           3412992 /*     393216 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L2_DENSE_MASTER             3806208 /*      74368 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L2_DENSE_GRAD               3880576 /*      74368 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L2_DENSE_ADAM_M             3954944 /*      74368 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_V             4029312 /*      74368 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L2_EXPERTS_MASTER           4103680 /*     393216 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
+#define L2_EXPERTS_GRAD             4496896 /*     393216 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_ADAM_M           4890112 /*     393216 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L2_EXPERTS_ADAM_V           5283328 /*     393216 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L3_DENSE_MASTER             5676544 /*      74368 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_DENSE_GRAD               5750912 /*      74368 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_DENSE_ADAM_M             5825280 /*      74368 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_V             5899648 /*      74368 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L3_EXPERTS_MASTER           5974016 /*     393216 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
+#define L3_EXPERTS_GRAD             6367232 /*     393216 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_ADAM_M           6760448 /*     393216 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_V           7153664 /*     393216 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define HEAD_MASTER                 7546880 /*      16448 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define HEAD_GRAD                   7563328 /*      16448 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
+#define HEAD_ADAM_M                 7579776 /*      16448 [optimizer.adamw_moments]: AdamW first moment (fp32) */
+#define HEAD_ADAM_V                 7596224 /*      16448 [optimizer.adamw_moments]: AdamW second moment (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define L0_RSTD1                       1024 /*        512: its 1/rms per token */
-#define L0_LSE                         1536 /*       2048: attention log-sum-exp per head and query */
-#define L0_RSTD2                       3584 /*        512: its 1/rms per token */
-#define L0_LOGITS                      4096 /*       4096: router logits */
-#define L0_IDX                         8192 /*       1024: selected experts (int32) */
-#define L0_WTS                         9216 /*       1024: their weights */
-#define L0_POS                        10240 /*       1024: row of each assignment in expert order (int32) */
-#define L0_OFFSETS                    11264 /*          9: first row of each expert (int32) */
-#define L1_RSTD1                      11280 /*        512: its 1/rms per token */
-#define L1_LSE                        11792 /*       2048: attention log-sum-exp per head and query */
-#define L1_RSTD2                      13840 /*        512: its 1/rms per token */
-#define L1_LOGITS                     14352 /*       4096: router logits */
-#define L1_IDX                        18448 /*       1024: selected experts (int32) */
-#define L1_WTS                        19472 /*       1024: their weights */
-#define L1_POS                        20496 /*       1024: row of each assignment in expert order (int32) */
-#define L1_OFFSETS                    21520 /*          9: first row of each expert (int32) */
-#define L2_RSTD1                      21536 /*        512: its 1/rms per token */
-#define L2_LSE                        22048 /*       2048: attention log-sum-exp per head and query */
-#define L2_RSTD2                      24096 /*        512: its 1/rms per token */
-#define L2_LOGITS                     24608 /*       4096: router logits */
-#define L2_IDX                        28704 /*       1024: selected experts (int32) */
-#define L2_WTS                        29728 /*       1024: their weights */
-#define L2_POS                        30752 /*       1024: row of each assignment in expert order (int32) */
-#define L2_OFFSETS                    31776 /*          9: first row of each expert (int32) */
-#define L3_RSTD1                      31792 /*        512: its 1/rms per token */
-#define L3_LSE                        32304 /*       2048: attention log-sum-exp per head and query */
-#define L3_RSTD2                      34352 /*        512: its 1/rms per token */
-#define L3_LOGITS                     34864 /*       4096: router logits */
-#define L3_IDX                        38960 /*       1024: selected experts (int32) */
-#define L3_WTS                        39984 /*       1024: their weights */
-#define L3_POS                        41008 /*       1024: row of each assignment in expert order (int32) */
-#define L3_OFFSETS                    42032 /*          9: first row of each expert (int32) */
-#define DWTS                          42048 /*       1024: gradient of the routing weights */
-#define AUX                           43072 /*         24: load-balancing loss scratch */
-#define RSTDF                         43104 /*        512: its 1/rms per token */
-#define LSEF                          43616 /*        512: log-sum-exp of each token's logits */
+#define L0_RSTD1                       1024 /*        512 [activations.saved[0]]: its 1/rms per token */
+#define L0_LSE                         1536 /*       2048 [activations.saved[0]]: attention log-sum-exp per head and query */
+#define L0_RSTD2                       3584 /*        512 [activations.saved[0]]: its 1/rms per token */
+#define L0_LOGITS                      4096 /*       4096 [activations.saved[0]]: router logits */
+#define L0_IDX                         8192 /*       1024 [activations.saved[0]]: selected experts (int32) */
+#define L0_WTS                         9216 /*       1024 [activations.saved[0]]: their weights */
+#define L0_POS                        10240 /*       1024 [activations.saved[0]]: row of each assignment in expert order (int32) */
+#define L0_OFFSETS                    11264 /*          9 [activations.saved[0]]: first row of each expert (int32) */
+#define L1_RSTD1                      11280 /*        512 [activations.saved[1]]: its 1/rms per token */
+#define L1_LSE                        11792 /*       2048 [activations.saved[1]]: attention log-sum-exp per head and query */
+#define L1_RSTD2                      13840 /*        512 [activations.saved[1]]: its 1/rms per token */
+#define L1_LOGITS                     14352 /*       4096 [activations.saved[1]]: router logits */
+#define L1_IDX                        18448 /*       1024 [activations.saved[1]]: selected experts (int32) */
+#define L1_WTS                        19472 /*       1024 [activations.saved[1]]: their weights */
+#define L1_POS                        20496 /*       1024 [activations.saved[1]]: row of each assignment in expert order (int32) */
+#define L1_OFFSETS                    21520 /*          9 [activations.saved[1]]: first row of each expert (int32) */
+#define L2_RSTD1                      21536 /*        512 [activations.saved[2]]: its 1/rms per token */
+#define L2_LSE                        22048 /*       2048 [activations.saved[2]]: attention log-sum-exp per head and query */
+#define L2_RSTD2                      24096 /*        512 [activations.saved[2]]: its 1/rms per token */
+#define L2_LOGITS                     24608 /*       4096 [activations.saved[2]]: router logits */
+#define L2_IDX                        28704 /*       1024 [activations.saved[2]]: selected experts (int32) */
+#define L2_WTS                        29728 /*       1024 [activations.saved[2]]: their weights */
+#define L2_POS                        30752 /*       1024 [activations.saved[2]]: row of each assignment in expert order (int32) */
+#define L2_OFFSETS                    31776 /*          9 [activations.saved[2]]: first row of each expert (int32) */
+#define L3_RSTD1                      31792 /*        512 [activations.saved[3]]: its 1/rms per token */
+#define L3_LSE                        32304 /*       2048 [activations.saved[3]]: attention log-sum-exp per head and query */
+#define L3_RSTD2                      34352 /*        512 [activations.saved[3]]: its 1/rms per token */
+#define L3_LOGITS                     34864 /*       4096 [activations.saved[3]]: router logits */
+#define L3_IDX                        38960 /*       1024 [activations.saved[3]]: selected experts (int32) */
+#define L3_WTS                        39984 /*       1024 [activations.saved[3]]: their weights */
+#define L3_POS                        41008 /*       1024 [activations.saved[3]]: row of each assignment in expert order (int32) */
+#define L3_OFFSETS                    42032 /*          9 [activations.saved[3]]: first row of each expert (int32) */
+#define DWTS                          42048 /*       1024 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                           43072 /*         24 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                         43104 /*        512 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                          43616 /*        512 [activations.loss_stats]: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
-#define KEPT                              0 /*    3806336: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
-#define CAST0                       3806336 /*     467584: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define CAST1                       4273920 /*     467584: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define GRAD0                       4741504 /*     935168: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                       5676672 /*     935168: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                          6611840 /*      65536: boundary: input of layer 0 (residual stream) */
-#define X1                          6677376 /*      65536: boundary: input of layer 1 (residual stream) */
-#define X2                          6742912 /*      65536: boundary: input of layer 2 (residual stream) */
-#define X3                          6808448 /*      65536: boundary: input of layer 3 (residual stream) */
-#define X4                          6873984 /*      65536: output of the last layer */
-#define L0_LN1                      6939520 /*      65536: attention norm output */
-#define L0_Q                        7005056 /*      65536: queries (rotated) */
-#define L0_K                        7070592 /*      32768: keys (rotated) */
-#define L0_V                        7103360 /*      32768: values */
-#define L0_ATT                      7136128 /*      65536: attention output */
-#define L0_RES                      7201664 /*      65536: residual stream after attention */
-#define L0_LN2                      7267200 /*      65536: mlp norm output */
-#define L0_XP                       7332736 /*     131072: token copies in expert order: the experts' input */
-#define L0_YP                       7463808 /*     131072: expert outputs in that order */
-#define L0_EG                       7594880 /*     262144: routed experts' gate */
-#define L0_EU                       7857024 /*     262144: routed experts' up */
-#define L0_EH                       8119168 /*     262144: routed experts' activation */
-#define L0_SG                       8381312 /*     131072: shared experts' gate */
-#define L0_SU                       8512384 /*     131072: shared experts' up */
-#define L0_SH                       8643456 /*     131072: shared experts' activation */
-#define L1_LN1                      8774528 /*      65536: attention norm output */
-#define L1_Q                        8840064 /*      65536: queries (rotated) */
-#define L1_K                        8905600 /*      32768: keys (rotated) */
-#define L1_V                        8938368 /*      32768: values */
-#define L1_ATT                      8971136 /*      65536: attention output */
-#define L1_RES                      9036672 /*      65536: residual stream after attention */
-#define L1_LN2                      9102208 /*      65536: mlp norm output */
-#define L1_XP                       9167744 /*     131072: token copies in expert order: the experts' input */
-#define L1_YP                       9298816 /*     131072: expert outputs in that order */
-#define L1_EG                       9429888 /*     262144: routed experts' gate */
-#define L1_EU                       9692032 /*     262144: routed experts' up */
-#define L1_EH                       9954176 /*     262144: routed experts' activation */
-#define L1_SG                      10216320 /*     131072: shared experts' gate */
-#define L1_SU                      10347392 /*     131072: shared experts' up */
-#define L1_SH                      10478464 /*     131072: shared experts' activation */
-#define L2_LN1                     10609536 /*      65536: attention norm output */
-#define L2_Q                       10675072 /*      65536: queries (rotated) */
-#define L2_K                       10740608 /*      32768: keys (rotated) */
-#define L2_V                       10773376 /*      32768: values */
-#define L2_ATT                     10806144 /*      65536: attention output */
-#define L2_RES                     10871680 /*      65536: residual stream after attention */
-#define L2_LN2                     10937216 /*      65536: mlp norm output */
-#define L2_XP                      11002752 /*     131072: token copies in expert order: the experts' input */
-#define L2_YP                      11133824 /*     131072: expert outputs in that order */
-#define L2_EG                      11264896 /*     262144: routed experts' gate */
-#define L2_EU                      11527040 /*     262144: routed experts' up */
-#define L2_EH                      11789184 /*     262144: routed experts' activation */
-#define L2_SG                      12051328 /*     131072: shared experts' gate */
-#define L2_SU                      12182400 /*     131072: shared experts' up */
-#define L2_SH                      12313472 /*     131072: shared experts' activation */
-#define L3_LN1                     12444544 /*      65536: attention norm output */
-#define L3_Q                       12510080 /*      65536: queries (rotated) */
-#define L3_K                       12575616 /*      32768: keys (rotated) */
-#define L3_V                       12608384 /*      32768: values */
-#define L3_ATT                     12641152 /*      65536: attention output */
-#define L3_RES                     12706688 /*      65536: residual stream after attention */
-#define L3_LN2                     12772224 /*      65536: mlp norm output */
-#define L3_XP                      12837760 /*     131072: token copies in expert order: the experts' input */
-#define L3_YP                      12968832 /*     131072: expert outputs in that order */
-#define L3_EG                      13099904 /*     262144: routed experts' gate */
-#define L3_EU                      13362048 /*     262144: routed experts' up */
-#define L3_EH                      13624192 /*     262144: routed experts' activation */
-#define L3_SG                      13886336 /*     131072: shared experts' gate */
-#define L3_SU                      14017408 /*     131072: shared experts' up */
-#define L3_SH                      14148480 /*     131072: shared experts' activation */
-#define DX_A                       14279552 /*      65536: gradient of the residual stream (even layers' output) */
-#define DX_B                       14345088 /*      65536: gradient of the residual stream (odd layers' output) */
-#define DLN                        14410624 /*      65536: gradient of a norm's output */
-#define LWS                        14476160 /*     786432: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
-#define EDG                             LWS /*     262144: routed experts' gate gradient: in LWS (an FFN's backward) */
-#define DSG                             EDG /*     131072: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
-#define EDU                    (LWS + 262144) /*     262144: routed experts' up gradient: in LWS (an FFN's backward) */
-#define DSU                             EDU /*     131072: shared experts' up gradient: in EDU (one FFN's backward at a time) */
-#define EDH                    (LWS + 524288) /*     262144: routed experts' activation gradient: in LWS (an FFN's backward) */
-#define DSH                             EDH /*     131072: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
-#define DATT                            LWS /*      65536: gradient of the attention output: in LWS (the attention's backward) */
-#define DQ                     (LWS + 65536) /*      65536: gradient of the queries: in LWS (the attention's backward) */
-#define DK                     (LWS + 131072) /*      32768: gradient of the keys: in LWS (the attention's backward) */
-#define DV                     (LWS + 163840) /*      32768: gradient of the values: in LWS (the attention's backward) */
-#define WS_Y                            LWS /*      65536: a block's output before the residual add: in LWS (a layer's forward) */
-#define WS_Y2                  (LWS + 65536) /*      65536: shared experts' output: in LWS (a layer's forward) */
-#define LNF                             LWS /*      65536: final norm output: in LWS (the loss) */
-#define CE                     (LWS + 65536) /*     524288: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
-#define DLOGITS                         LWS /*       8192: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
-#define DYP                        15262592 /*     131072: gradient of the expert outputs */
+#define KEPT                              0 /*    3806336 [gathered.params_kept]: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
+#define CAST0                       3806336 /*     467584 [params.bf16_cast]: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define CAST1                       4273920 /*     467584 [params.bf16_cast]: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define GRAD0                       4741504 /*     935168 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                       5676672 /*     935168 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                          6611840 /*      65536 [activations.saved[0]]: boundary: input of layer 0 (residual stream) */
+#define X1                          6677376 /*      65536 [activations.saved[1]]: boundary: input of layer 1 (residual stream) */
+#define X2                          6742912 /*      65536 [activations.saved[2]]: boundary: input of layer 2 (residual stream) */
+#define X3                          6808448 /*      65536 [activations.saved[3]]: boundary: input of layer 3 (residual stream) */
+#define X4                          6873984 /*      65536 [activations.final_boundary]: output of the last layer */
+#define L0_LN1                      6939520 /*      65536 [activations.saved[0]]: attention norm output */
+#define L0_Q                        7005056 /*      65536 [activations.saved[0]]: queries (rotated) */
+#define L0_K                        7070592 /*      32768 [activations.saved[0]]: keys (rotated) */
+#define L0_V                        7103360 /*      32768 [activations.saved[0]]: values */
+#define L0_ATT                      7136128 /*      65536 [activations.saved[0]]: attention output */
+#define L0_RES                      7201664 /*      65536 [activations.saved[0]]: residual stream after attention */
+#define L0_LN2                      7267200 /*      65536 [activations.saved[0]]: mlp norm output */
+#define L0_XP                       7332736 /*     131072 [activations.saved[0]]: token copies in expert order: the experts' input */
+#define L0_YP                       7463808 /*     131072 [activations.saved[0]]: expert outputs in that order */
+#define L0_EG                       7594880 /*     262144 [activations.saved[0]]: routed experts' gate */
+#define L0_EU                       7857024 /*     262144 [activations.saved[0]]: routed experts' up */
+#define L0_EH                       8119168 /*     262144 [activations.saved[0]]: routed experts' activation */
+#define L0_SG                       8381312 /*     131072 [activations.saved[0]]: shared experts' gate */
+#define L0_SU                       8512384 /*     131072 [activations.saved[0]]: shared experts' up */
+#define L0_SH                       8643456 /*     131072 [activations.saved[0]]: shared experts' activation */
+#define L1_LN1                      8774528 /*      65536 [activations.saved[1]]: attention norm output */
+#define L1_Q                        8840064 /*      65536 [activations.saved[1]]: queries (rotated) */
+#define L1_K                        8905600 /*      32768 [activations.saved[1]]: keys (rotated) */
+#define L1_V                        8938368 /*      32768 [activations.saved[1]]: values */
+#define L1_ATT                      8971136 /*      65536 [activations.saved[1]]: attention output */
+#define L1_RES                      9036672 /*      65536 [activations.saved[1]]: residual stream after attention */
+#define L1_LN2                      9102208 /*      65536 [activations.saved[1]]: mlp norm output */
+#define L1_XP                       9167744 /*     131072 [activations.saved[1]]: token copies in expert order: the experts' input */
+#define L1_YP                       9298816 /*     131072 [activations.saved[1]]: expert outputs in that order */
+#define L1_EG                       9429888 /*     262144 [activations.saved[1]]: routed experts' gate */
+#define L1_EU                       9692032 /*     262144 [activations.saved[1]]: routed experts' up */
+#define L1_EH                       9954176 /*     262144 [activations.saved[1]]: routed experts' activation */
+#define L1_SG                      10216320 /*     131072 [activations.saved[1]]: shared experts' gate */
+#define L1_SU                      10347392 /*     131072 [activations.saved[1]]: shared experts' up */
+#define L1_SH                      10478464 /*     131072 [activations.saved[1]]: shared experts' activation */
+#define L2_LN1                     10609536 /*      65536 [activations.saved[2]]: attention norm output */
+#define L2_Q                       10675072 /*      65536 [activations.saved[2]]: queries (rotated) */
+#define L2_K                       10740608 /*      32768 [activations.saved[2]]: keys (rotated) */
+#define L2_V                       10773376 /*      32768 [activations.saved[2]]: values */
+#define L2_ATT                     10806144 /*      65536 [activations.saved[2]]: attention output */
+#define L2_RES                     10871680 /*      65536 [activations.saved[2]]: residual stream after attention */
+#define L2_LN2                     10937216 /*      65536 [activations.saved[2]]: mlp norm output */
+#define L2_XP                      11002752 /*     131072 [activations.saved[2]]: token copies in expert order: the experts' input */
+#define L2_YP                      11133824 /*     131072 [activations.saved[2]]: expert outputs in that order */
+#define L2_EG                      11264896 /*     262144 [activations.saved[2]]: routed experts' gate */
+#define L2_EU                      11527040 /*     262144 [activations.saved[2]]: routed experts' up */
+#define L2_EH                      11789184 /*     262144 [activations.saved[2]]: routed experts' activation */
+#define L2_SG                      12051328 /*     131072 [activations.saved[2]]: shared experts' gate */
+#define L2_SU                      12182400 /*     131072 [activations.saved[2]]: shared experts' up */
+#define L2_SH                      12313472 /*     131072 [activations.saved[2]]: shared experts' activation */
+#define L3_LN1                     12444544 /*      65536 [activations.saved[3]]: attention norm output */
+#define L3_Q                       12510080 /*      65536 [activations.saved[3]]: queries (rotated) */
+#define L3_K                       12575616 /*      32768 [activations.saved[3]]: keys (rotated) */
+#define L3_V                       12608384 /*      32768 [activations.saved[3]]: values */
+#define L3_ATT                     12641152 /*      65536 [activations.saved[3]]: attention output */
+#define L3_RES                     12706688 /*      65536 [activations.saved[3]]: residual stream after attention */
+#define L3_LN2                     12772224 /*      65536 [activations.saved[3]]: mlp norm output */
+#define L3_XP                      12837760 /*     131072 [activations.saved[3]]: token copies in expert order: the experts' input */
+#define L3_YP                      12968832 /*     131072 [activations.saved[3]]: expert outputs in that order */
+#define L3_EG                      13099904 /*     262144 [activations.saved[3]]: routed experts' gate */
+#define L3_EU                      13362048 /*     262144 [activations.saved[3]]: routed experts' up */
+#define L3_EH                      13624192 /*     262144 [activations.saved[3]]: routed experts' activation */
+#define L3_SG                      13886336 /*     131072 [activations.saved[3]]: shared experts' gate */
+#define L3_SU                      14017408 /*     131072 [activations.saved[3]]: shared experts' up */
+#define L3_SH                      14148480 /*     131072 [activations.saved[3]]: shared experts' activation */
+#define DX_A                       14279552 /*      65536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                       14345088 /*      65536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                        14410624 /*      65536 [activations.grad_norm]: gradient of a norm's output */
+#define LWS                        14476160 /*     786432 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define EDG                             LWS /*     262144 [workspace.shared]: routed experts' gate gradient: in LWS (an FFN's backward) */
+#define DSG                             EDG /*     131072 [workspace.shared]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
+#define EDU                    (LWS + 262144) /*     262144 [workspace.shared]: routed experts' up gradient: in LWS (an FFN's backward) */
+#define DSU                             EDU /*     131072 [workspace.shared]: shared experts' up gradient: in EDU (one FFN's backward at a time) */
+#define EDH                    (LWS + 524288) /*     262144 [workspace.shared]: routed experts' activation gradient: in LWS (an FFN's backward) */
+#define DSH                             EDH /*     131072 [workspace.shared]: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DATT                            LWS /*      65536 [workspace.shared]: gradient of the attention output: in LWS (the attention's backward) */
+#define DQ                     (LWS + 65536) /*      65536 [workspace.shared]: gradient of the queries: in LWS (the attention's backward) */
+#define DK                     (LWS + 131072) /*      32768 [workspace.shared]: gradient of the keys: in LWS (the attention's backward) */
+#define DV                     (LWS + 163840) /*      32768 [workspace.shared]: gradient of the values: in LWS (the attention's backward) */
+#define WS_Y                            LWS /*      65536 [workspace.shared]: a block's output before the residual add: in LWS (a layer's forward) */
+#define WS_Y2                  (LWS + 65536) /*      65536 [workspace.shared]: shared experts' output: in LWS (a layer's forward) */
+#define LNF                             LWS /*      65536 [workspace.shared]: final norm output: in LWS (the loss) */
+#define CE                     (LWS + 65536) /*     524288 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
+#define DLOGITS                         LWS /*       8192 [workspace.shared]: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
+#define DYP                        15262592 /*     131072 [moe.grad_expert_out]: gradient of the expert outputs */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the

@@ -1,5 +1,5 @@
 // arena_diff STEP_C A.bin B.bin [threshold] — two arena dumps (dump.c) of one program compared
-// buffer by buffer, named by step.c's map (`#define NAME offset /* size: what */`): per buffer
+// buffer by buffer, named by step.c's map (`#define NAME offset /* size [plan item]: what */`): per buffer
 // the worst relative difference |a - b| / (|b| + 1e-3 · max |b|), the worst absolute one and
 // NaN counts (int32 buffers: mismatching entries). Buffers past the threshold (default 1e-3)
 // are marked '!'. A is the one under test, B the reference.
@@ -34,7 +34,7 @@ int main(int argc, char **argv) {
   if (argc < 4) return fprintf(stderr, "usage: arena_diff STEP_C A.bin B.bin [threshold]\n"), 2;
   double thr = argc > 4 ? atof(argv[4]) : 1e-3;
   std::ifstream in(argv[1]);
-  std::regex re(R"(^#define (\w+) +(\d+) /\* +(\d+): (.*) \*/)");
+  std::regex re(R"(^#define (\w+) +(\d+) /\* +(\d+)(?: \[\S*\])?: (.*) \*/)");
   std::vector<Buf> bufs;
   long arena_elems = -1, act_elems = -1; // the dump: the arena, the activations, the state (dump.c)
   std::string h = argv[1];

@@ -1,0 +1,158 @@
+/* test_plan_items.c — the plan is the only contract (design.md, principle 1): every buffer of
+ * the generated program names the plan's memory item whose bytes hold it (EmBuf.item), that item
+ * exists in the plan, and per item the program's bytes (cuda: act elements 2 B, real and int32
+ * 4 B; an alias counted in its target only) equal the item's bytes, but for the differences each
+ * rule below states and bounds. Over every example spec with a program, and MLA with q-LoRA and a
+ * MoE model with a dense first layer under each checkpoint policy.
+ *   usage: test_plan_items SOURCE_DIR [-v]   (-v: the table of every item) */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "emit.h"
+
+static const char *src_dir;
+static bool verbose;
+
+static int64_t buf_bytes(const EmBuf *b) { return b->elems * (b->arena == EM_ACT ? 2 : 4); }
+
+static bool prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+
+/* The bytes by which the program may exceed (over) or fall short of (under) item it, given
+ * the program's nb buffers in it, and why:
+ *   - each buffer is rounded up to 16 elements (64 B of fp32): up to 64 B a buffer over;
+ *   - parameter shards: each group padded to whole 16-byte vectors per rank (plan_flat_shard)
+ *     and to 16 elements, while the plan divides the parameter count by fsdp: up to 64 B a
+ *     buffer over;
+ *   - params.bf16_cast: the program's (prefetch + 1) buffers hold the largest unit's shard,
+ *     dense and experts (each group padded to its ranks), the plan the largest unit / fsdp:
+ *     1% over;
+ *   - a gathered unit (gathered.*, grads.bf16_unsharded, grads.fp32_wire): its two groups,
+ *     dense and experts, each padded to whole 16-byte vectors of bf16 per rank (plan_flat_shard):
+ *     up to 2 x fsdp x 16 B over (x 2 in fp32);
+ *   - Muon: a group with Muon matrices and AdamW tensors holds both AdamW moments over its whole
+ *     shard (ADAM_V unused by its Muon matrices); the program's optimizer.adamw_moments and
+ *     optimizer.muon_momentum are compared as one, up to 4 B x those groups' shards over;
+ *   - the stacked per-layer items (activations.saved[l]) count per token: the program adds the
+ *     per-layer tables (OFFSETS: experts + 1, EOFF, int32) and rounds the routed rows up to
+ *     whole rows (4 x max(hidden, expert width) elements, as test_layout);
+ *   - activations.forward_layer: the program's workspace serves the forward and the recompute
+ *     (activations.recompute_layer: never larger) and holds the widest layer's saves but its
+ *     boundary, as the item (the bytes the policy does not keep, of the widest layer); the
+ *     rounding and the per-layer tables as above; with dense and MoE layers each FFN pair is as
+ *     wide as its wider (emit_layout.c ffn_union), so the program may exceed the widest layer by
+ *     what a dense FFN's gate, up and activation need beyond the experts': up to 3 x 2 B x
+ *     max(0, tokens x intermediate - rows x expert width) over. */
+static void bounds(const Em *e, const MemItem *it, int nb, double *over, double *under) {
+  *over = 64.0 * nb, *under = 0;
+  const char *n = it->name;
+  double tables = 4.0 * (double)(e->E + 1) + 4.0 * (double)(e->El + 1);
+  if (prefix(n, "params.bf16_cast")) *over += 0.01 * (double)it->bytes;
+  if (prefix(n, "gathered.") || prefix(n, "grads.bf16_unsharded")) *over += 2.0 * (double)e->fsdp * 16;
+  if (prefix(n, "grads.fp32_wire")) *over += 4.0 * (double)e->fsdp * 16;
+  if (prefix(n, "activations.saved[")) {
+    double row = 4.0 * (double)(e->C > e->Fe ? e->C : e->Fe) * 2;
+    *over += tables + (e->K ? row : 0);
+  }
+  if (strcmp(n, "activations.forward_layer") == 0) {
+    bool both = e->md->n_moe_layers && e->md->n_moe_layers < e->L;
+    double dense = (double)e->N * (double)e->s->model.mlp.intermediate, routed = (double)e->R * (double)e->Fe;
+    *over += tables + (both && dense > routed ? 3 * 2 * (dense - routed) : 0);
+    *under += 64.0 * nb;
+  }
+}
+
+/* spec with the --set options sets (nsets of them; at most 4) */
+static void check_spec(const char *spec, const char *const *sets, int nsets) {
+  Mem m = {0};
+  Diag d = {.mem = &m};
+  const char *v[4];
+  for (int i = 0; i < nsets; i++) v[i] = sets[i];
+  Spec *s = spec_load(&m, &d, mem_printf(&m, "%s/%s", src_dir, spec), NULL, 0, v, nsets);
+  Model *md = s ? model_build(&m, &d, s) : NULL;
+  Plan *p = md ? plan_search(&m, md) : NULL;
+  CHECK(p != NULL);
+  if (!p) {
+    fprintf(stderr, "%s: %s", spec, d.msg ? d.msg : "no plan\n");
+    mem_free(&m);
+    return;
+  }
+  Em e;
+  em_init(&e, &m, p);
+  const Candidate *c = &p->best;
+  int64_t *got = mem_array(&m, (size_t)c->nitems + 1, sizeof *got);
+  int *nb = mem_array(&m, (size_t)c->nitems + 1, sizeof *nb);
+  for (int i = 0; i < e.nbufs; i++) {
+    const EmBuf *b = &e.bufs[i];
+    int k = -1;
+    for (int j = 0; b->item && j < c->nitems; j++)
+      if (strcmp(c->items[j].name, b->item) == 0) k = j;
+    if (k < 0) { /* a buffer the plan does not hold: the plan needs an item for it */
+      fprintf(stderr, "%s: buffer %s (%lld elements) names %s, which the plan has no item for\n", spec, b->name,
+              (long long)b->elems, b->item ? b->item : "no item");
+      CHECK(k >= 0);
+      continue;
+    }
+    if (c->items[k].tier != (e.state_host && b->arena == EM_STATE ? TIER_HOST : TIER_HBM)) {
+      fprintf(stderr, "%s: buffer %s is in %s's tier %s\n", spec, b->name, b->item, plan_tier_name(c->items[k].tier));
+      CHECK(false);
+    }
+    if (b->alias) continue; /* its bytes are its target's */
+    got[k] += buf_bytes(b);
+    nb[k]++;
+  }
+  if (verbose) printf("%s%s%s\n", spec, nsets ? " --set " : "", nsets ? sets[nsets - 1] : "");
+  /* Muon: the two optimizer items as one (bounds above) */
+  int km = -1, ka = -1;
+  for (int j = 0; j < c->nitems; j++) {
+    if (strcmp(c->items[j].name, "optimizer.muon_momentum") == 0) km = j;
+    if (strcmp(c->items[j].name, "optimizer.adamw_moments") == 0) ka = j;
+  }
+  if (km >= 0 && ka >= 0) {
+    int64_t mixed = 0;
+    for (int g = 0; g < e.ngroups; g++)
+      if (e.groups[g].muon && e.groups[g].adamw) mixed += e.groups[g].shard;
+    int64_t want = c->items[km].bytes + c->items[ka].bytes, have = got[km] + got[ka];
+    if (verbose) printf("  optimizer (Muon and AdamW together)   plan %15lld  program %15lld  over %lld, bound %lld\n",
+                        (long long)want, (long long)have, (long long)(have - want), (long long)(4 * mixed));
+    CHECK(have >= want && have - want <= 4 * mixed + 64 * (nb[km] + nb[ka]));
+    nb[km] = nb[ka] = 0; /* checked */
+  }
+  for (int j = 0; j < c->nitems; j++) {
+    const MemItem *it = &c->items[j];
+    if (!nb[j]) continue; /* held outside the arenas: the runtime, the host copies, reserves */
+    double over, under, diff = (double)got[j] - (double)it->bytes;
+    bounds(&e, it, nb[j], &over, &under);
+    bool ok = diff <= over + 0.5 && -diff <= under + 0.5;
+    if (verbose || !ok)
+      fprintf(verbose ? stdout : stderr, "  %-36s plan %15lld  program %15lld  (%d buffers) %+.4f%%%s\n", it->name,
+              (long long)it->bytes, (long long)got[j], nb[j], 100.0 * diff / (double)(it->bytes ? it->bytes : 1),
+              ok ? "" : "  <- past its bound");
+    CHECK(ok);
+  }
+  mem_free(&m);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_plan_items SOURCE_DIR [-v]\n");
+    return 2;
+  }
+  src_dir = argv[1];
+  verbose = argc > 2 && strcmp(argv[2], "-v") == 0;
+  static const char *const specs[] = {"specs/europa-1t.yaml",   "specs/mixtral-8x7b.yaml", "specs/llama-3.1-8b.yaml",
+                                      "specs/tiny-moe.yaml",    "specs/deepseek-v3.yaml",  "specs/qwen3-30b-a3b.yaml",
+                                      "specs/bench/moe-1b.yaml"};
+  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) check_spec(specs[i], NULL, 0);
+  /* MLA with q-LoRA and a dense first layer (its workspace groups, the dense FFN in the experts'
+   * bytes) under each checkpoint policy, with expert parallelism */
+  static const char *const policies[] = {"plan.activation_checkpoint=none", "plan.activation_checkpoint=selective",
+                                         "plan.activation_checkpoint=full"};
+  for (int a = 0; a < 3; a++) {
+    const char *mla[] = {"model.attention.q_lora_rank=12", "cluster.gpus_per_node=2", "plan.ep=2", policies[a]};
+    check_spec("tests/specs/mla.yaml", mla, 4);
+    const char *dense[] = {"model.moe.first_dense_layers=1", "model.mlp.intermediate=256", "plan.ep=2", policies[a]};
+    check_spec("specs/tiny-moe.yaml", dense, 4);
+  }
+  return CHECK_DONE("test_plan_items");
+}
