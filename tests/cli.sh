@@ -118,6 +118,9 @@ expect 2 '^mtc: error: --set training.seq_len=32768: B \(generated/europa-1t/pla
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 expect 0 "wrote $tmp/out/x/plan.json" "$mtc" compile specs/tiny-moe.yaml -o "$tmp/out/x"
 [ -s "$tmp/out/x/plan.json" ] && [ -s "$tmp/out/x/plan.txt" ] || { echo "FAIL: compile outputs missing"; fail=1; }
+# the same compile again into its own directory (README: "an earlier compile's directory"), so every
+# program file must carry the "regenerate with `mtc compile`" line output.c knows mtc's files by
+expect 0 "wrote $tmp/out/x/step.h" "$mtc" compile specs/tiny-moe.yaml -o "$tmp/out/x"
 (cd "$tmp" && "$mtc" compile "$OLDPWD/specs/tiny-moe.yaml" >/dev/null) || { echo "FAIL: compile to default dir"; fail=1; }
 [ -s "$tmp/generated/tiny-moe/plan.json" ] || { echo "FAIL: default output dir generated/tiny-moe/"; fail=1; }
 grep -q "$tmp\|$PWD" "$tmp/generated/tiny-moe/plan.json" && { echo "FAIL: absolute path in plan.json"; fail=1; }
