@@ -96,6 +96,9 @@ expect 0 '^96,yes,384,1,4,full,host,host,1,' "$mtc" sweep specs/europa-1t.yaml -
 expect 2 'needs at least one --over' "$mtc" sweep specs/europa-1t.yaml
 expect 2 "needs KEY=V1,V2" "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes
 expect 2 "^--set:1:15: error: 'cluster.nodes' is 'many'" "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=96,many
+# ... before any row: a bad value anywhere in the grid writes nothing to stdout
+out=$("$mtc" sweep specs/tiny-moe.yaml --over cluster.nodes=1,2,many 2>/dev/null); rc=$?
+[ $rc -eq 2 ] && [ -z "$out" ] || { echo "FAIL: sweep with a bad last value: exit $rc, stdout: $out"; fail=1; }
 expect 2 '\-\-over applies to .sweep. only' "$mtc" plan specs/europa-1t.yaml --over cluster.nodes=1
 # diff: the shorter sequence halves the activation items; plan.json files compare too
 expect 0 '^memory.host.items.activations.boundary\[\] +58.0 GB +29.0 GB +-50.0%' "$mtc" diff specs/europa-1t.yaml specs/europa-1t.yaml --set training.seq_len=32768
