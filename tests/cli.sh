@@ -21,6 +21,9 @@ expect 2 "unknown command 'frobnicate'" "$mtc" frobnicate
 expect 2 "unknown option '--frob'" "$mtc" plan --frob specs/tiny-moe.yaml
 expect 2 "option '--set' needs a value" "$mtc" plan specs/tiny-moe.yaml --set
 expect 2 'missing SPEC file' "$mtc" check
+# import-hf writes a spec from its CONFIG alone: a --set (even an unknown key) was accepted and ignored
+expect 2 "import-hf: takes no --set" "$mtc" import-hf tests/hf/gpt2.json --set cluster.nodes=2
+expect 2 "import-hf: missing CONFIG" "$mtc" import-hf
 expect 2 'expected one SPEC file' "$mtc" check specs/tiny-moe.yaml specs/europa-1t.yaml
 expect 2 '\-\-json applies to .plan. only' "$mtc" check --json specs/tiny-moe.yaml
 expect 2 "cannot open 'nonexistent.yaml'" "$mtc" check nonexistent.yaml
