@@ -228,7 +228,14 @@ sed 's/"seconds": 0.5,/"seconds": 0.1,/' "$tmpc/p.json" >"$tmpc/fast.json" # 100
 expect 2 'efficiency.dense_gemm would be 2, above 1.*raise gpu.bf16_flops in cpu' \
   "$mtc" calibrate "$tmpc/fast.json" --preset cpu -o "$tmpc/out.yaml"
 expect 2 "unknown cluster preset 'nosuch'" "$mtc" calibrate "$tmpc/p.json" --preset nosuch -o "$tmpc/out.yaml"
-expect 2 'cannot write it' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/no/dir/out.yaml"
+expect 2 'cannot write .*no/dir/out.yaml' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/no/dir/out.yaml"
+# a FIFO is refused, never waited on, as a profile and as -o; -o is never written through a link
+mkfifo "$tmpc/fifo"
+expect 2 'fifo: not a regular file' timeout 10 "$mtc" calibrate "$tmpc/fifo" --preset cpu -o "$tmpc/out.yaml"
+expect 2 'fifo: a FIFO' timeout 10 "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/fifo"
+ln -s linked.yaml "$tmpc/link.yaml"
+expect 2 'a symbolic link' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/link.yaml"
+[ -e "$tmpc/linked.yaml" ] && { echo "FAIL: calibrate -o wrote through a link"; fail=1; }
 # by hand: dense_gemm = 1e10 / (50e9 x 0.5) = 0.4, attention = 1e9 / (50e9 x 0.25) = 0.08; elementwise:
 # the norm's 1e8 B (the model does not price the elementwise class's bytes) over the seconds of
 # both and of the 1-rank all-gather, 0.25 s, at 10 GB/s = 0.04; the rest stays the cpu preset's
