@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "mtc.h"
@@ -60,6 +61,10 @@ static bool bad(Diag *d, const char *path, const char *fmt, const char *field, c
 }
 
 static bool load_profile(Mem *m, Diag *d, const char *path, Profile *p) {
+  struct stat st; /* never waited on: a FIFO would block json_load_file */
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return diag_error(d, (Loc){0}, "%s: not a regular file; expected a profile that `train --profile FILE` wrote",
+                      path);
   json_error_t je;
   json_t *root = json_load_file(path, 0, &je);
   if (!root && je.line < 1)
@@ -269,11 +274,11 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
   o = mem_printf(&m, "%s%s", o, text + hi);
   if (o[0] && o[strlen(o) - 1] != '\n') o = mem_printf(&m, "%s\n", o);
 
-  FILE *fp = fopen(out, "w");
-  if (!fp || fputs(o, fp) < 0 || fclose(fp) != 0) {
-    diag_error(&d, (Loc){0}, "-o %s: cannot write it; expected a writable path", out);
-    goto done;
-  }
+  OutFile of; /* PATH.tmp renamed over PATH: never through a link, a FIFO or a device */
+  FILE *fp = out_open(&d, &of, out);
+  if (!fp) goto done;
+  fputs(o, fp); /* a write error is out_close's: ferror */
+  if (!out_close(&d, &of)) goto done;
   printf("wrote %s: preset %s calibrated from %d profile(s)\n", out, preset, npaths);
   for (int f = 0; f < NFACTORS; f++)
     if (have[f]) printf("  efficiency.%-14s %.4g  (%s)\n", factors[f].key, fit[f], why[f]);

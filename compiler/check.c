@@ -233,6 +233,13 @@ static bool check_plan(Diag *d, Spec *s) {
   if (p->offload_activations == OFF_NVME && !c->nvme.present)
     FAIL("plan.offload_activations", "offload to nvme, but the cluster has no NVMe tier; expected "
          "a cluster.nvme section (capacity, bandwidth) or offload_activations: host");
+  /* offload moves the layer boundaries that full checkpointing keeps (search.c searches it with full only) */
+  if (p->offload_activations != OFF_AUTO && p->offload_activations != OFF_NONE && p->activation_checkpoint != AC_AUTO &&
+      p->activation_checkpoint != AC_FULL)
+    FAIL("plan.offload_activations", "offload_activations %s moves the layer boundaries that full checkpointing keeps, "
+         "but activation_checkpoint is %s; expected activation_checkpoint: full (or auto), or offload_activations: none",
+         p->offload_activations == OFF_HOST ? "host" : "nvme",
+         p->activation_checkpoint == AC_NONE ? "none" : "selective");
   if (p->optimizer_step == PIN_STEP_HOST && p->optimizer_tier == PIN_TIER_HBM)
     FAIL("plan.optimizer_step", "optimizer_step host runs the step on the host cores, but optimizer_tier "
          "hbm keeps the master weights and optimizer state in HBM; expected optimizer_tier: host (or auto) "

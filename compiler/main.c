@@ -37,15 +37,15 @@ static const char usage_main[] =
     "  diff A B [--all]      what changes between two plans (plan.json files or specs; --set\n"
     "                        applies to B): layout, memory items, predicted times\n"
     "  import-hf CONFIG [-o SPEC]\n"
-    "                        a spec from a Hugging Face config.json (llama, mixtral, qwen2_moe,\n"
-    "                        qwen3_moe, deepseek_v3, gpt2)\n"
+    "                        a spec from a Hugging Face config.json (llama, qwen2, qwen3,\n"
+    "                        mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, gpt2)\n"
     "  calibrate PROFILE... --preset NAME -o PRESET.yaml\n"
     "                        fit a cluster preset's efficiencies to `train --profile` files\n"
     "  keys                  print the spec reference (every key, type, default) as markdown\n"
     "\n"
     "options of every command:\n"
     "  -s, --set KEY=VALUE   override a spec key before validation (repeatable; not for build,\n"
-    "                        export without --spec, calibrate or keys), e.g.\n"
+    "                        export without --spec, import-hf, calibrate or keys), e.g.\n"
     "                        --set training.seq_len=32768 --set cluster.nodes=48\n"
     "  -h, --help            help for the command\n"
     "      --version         print the version\n"
@@ -430,15 +430,19 @@ int main(int argc, char **argv) {
       if (nargs != 2) status = usage_error(cmd, "expected two plans or specs, A and B");
       else status = diff_run(argv[1 + optind], argv[2 + optind], a.sets, a.nsets, a.all);
     } else if (nargs != 1) {
-      bool dir = strcmp(cmd, "build") == 0;
-      status = usage_error(cmd, nargs ? (dir ? "expected one DIR" : "expected one SPEC file")
-                                      : (dir ? "missing DIR (the directory mtc compile wrote)" : "missing SPEC file"));
+      bool dir = strcmp(cmd, "build") == 0, hf = strcmp(cmd, "import-hf") == 0;
+      status = usage_error(cmd, nargs ? (dir ? "expected one DIR" : hf ? "expected one CONFIG file" : "expected one SPEC file")
+                                      : (dir  ? "missing DIR (the directory mtc compile wrote)"
+                                         : hf ? "missing CONFIG (a Hugging Face config.json)"
+                                              : "missing SPEC file"));
     } else if (strcmp(cmd, "build") == 0) {
       status = a.nsets ? usage_error(cmd, "takes no --set: compile again instead")
                        : build_run(argv[1 + optind], a.backend ? a.backend : "cpu", a.real ? a.real : "float",
                                    a.allow_edits);
     } else if (strcmp(cmd, "import-hf") == 0) {
-      status = import_cmd(argv[1 + optind], a.out);
+      status = a.nsets ? usage_error(cmd, "takes no --set: it writes a spec from CONFIG alone; pass --set to the "
+                                          "commands that read that spec")
+                       : import_cmd(argv[1 + optind], a.out);
     } else if (strcmp(cmd, "sweep") == 0) {
       if (!a.nover) status = usage_error(cmd, "needs at least one --over KEY=V1,V2,...");
       else status = sweep_run(argv[1 + optind], a.sets, a.nsets, a.overs, a.nover, a.csv);

@@ -417,6 +417,13 @@ static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNo
     if (!parse_int(s, &x, &ovf)) {
       char *endp;
       double r = strtod(s, &endp);
+      if (decimal(s) && endp != s && *endp == '\0' && isfinite(r) && r == floor(r)) {
+        if (fabs(r) >= 1e18)
+          return diag_error(d, v->loc, "'%s' is %s, out of range; expected an integer from %lld to %lld", key, s,
+                            (long long)f->min, (long long)f->max);
+        return diag_error(d, v->loc, "'%s' is %s, a real number; expected %s: write %.0f", key, s,
+                          type_name(f), r == 0 ? 0.0 : r);
+      }
       if (decimal(s) && endp != s && *endp == '\0' && isfinite(r))
         return diag_error(d, v->loc, "'%s' is %s, not a whole number; expected %s", key, s, type_name(f));
       return diag_error(d, v->loc, "'%s' is '%s'; expected %s", key, s, type_name(f));

@@ -57,6 +57,24 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
   }
   const char **all = mem_array(&mem, (size_t)(nsets + nover) + 1, sizeof *all);
   for (int i = 0; i < nsets; i++) all[i] = sets[i];
+  int *idx = mem_array(&mem, (size_t)nover + 1, sizeof *idx);
+  /* every point's spec and model first, so that a bad value is an error before any row (exit 2
+   * with a table cut short read as a result) */
+  for (int64_t pt = 0; pt < points; pt++) {
+    Mem m = {0};
+    Diag pd = {.mem = &m};
+    int64_t rest = pt;
+    for (int i = nover - 1; i >= 0; i--) idx[i] = (int)(rest % ax[i].n), rest /= ax[i].n;
+    for (int i = 0; i < nover; i++) all[nsets + i] = mem_printf(&m, "%s=%s", ax[i].key, ax[i].vals[idx[i]]);
+    Spec *s = spec_load(&m, &pd, path, NULL, 0, all, nsets + nover);
+    if (!s || !model_build(&m, &pd, s)) {
+      fputs(pd.msg, stderr);
+      mem_free(&m);
+      mem_free(&mem);
+      return EXIT_BAD_INPUT;
+    }
+    mem_free(&m);
+  }
   const char *sep = csv ? "," : " ";
   for (int i = 0; i < nover; i++) printf(csv ? "%s%s" : "%-14s%s", ax[i].key, sep);
   if (csv)
@@ -64,7 +82,6 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
   else
     printf("%-4s %-11s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s  %s\n", "fits", "fsdp x dp", "ep", "ckpt",
            "offl", "opt", "pf", "mb", "keep", "tok/s/GPU", "MFU", "HBM GiB", "host GiB", "step s", "bottleneck / why not");
-  int *idx = mem_array(&mem, (size_t)nover + 1, sizeof *idx);
   for (int64_t pt = 0; pt < points; pt++) {
     Mem m = {0};
     Diag pd = {.mem = &m};

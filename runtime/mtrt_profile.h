@@ -70,5 +70,11 @@ typedef struct {
   double step_seconds, tokens_per_step, predicted_step_seconds;
 } RtProfRun;
 int rt_prof_write(const char *path, const RtProfRun *run, char *err, int errlen);
+/* Whether `train --profile path` can be written, checked at start-up rather than after the run:
+ * the file is replaced atomically (mtrt_ckpt.h's rt_replace_begin: path.tmp, then a rename; a
+ * directory, FIFO, device or link refused), path.tmp is created and removed here, and an existing
+ * non-empty file that is not an mtc profile (no "mtc-profile-1" in its first 256 bytes: the
+ * data, code) is refused, untouched. Returns 0, or -1 with err filled. Call on rank 0. */
+int rt_prof_check(const char *path, char *err, int errlen);
 
 #endif

@@ -21,6 +21,9 @@ expect 2 "unknown command 'frobnicate'" "$mtc" frobnicate
 expect 2 "unknown option '--frob'" "$mtc" plan --frob specs/tiny-moe.yaml
 expect 2 "option '--set' needs a value" "$mtc" plan specs/tiny-moe.yaml --set
 expect 2 'missing SPEC file' "$mtc" check
+# import-hf writes a spec from its CONFIG alone: a --set (even an unknown key) was accepted and ignored
+expect 2 "import-hf: takes no --set" "$mtc" import-hf tests/hf/gpt2.json --set cluster.nodes=2
+expect 2 "import-hf: missing CONFIG" "$mtc" import-hf
 expect 2 'expected one SPEC file' "$mtc" check specs/tiny-moe.yaml specs/europa-1t.yaml
 expect 2 '\-\-json applies to .plan. only' "$mtc" check --json specs/tiny-moe.yaml
 expect 2 "cannot open 'nonexistent.yaml'" "$mtc" check nonexistent.yaml
@@ -96,6 +99,9 @@ expect 0 '^96,yes,384,1,4,full,host,host,1,' "$mtc" sweep specs/europa-1t.yaml -
 expect 2 'needs at least one --over' "$mtc" sweep specs/europa-1t.yaml
 expect 2 "needs KEY=V1,V2" "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes
 expect 2 "^--set:1:15: error: 'cluster.nodes' is 'many'" "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=96,many
+# ... before any row: a bad value anywhere in the grid writes nothing to stdout
+out=$("$mtc" sweep specs/tiny-moe.yaml --over cluster.nodes=1,2,many 2>/dev/null); rc=$?
+[ $rc -eq 2 ] && [ -z "$out" ] || { echo "FAIL: sweep with a bad last value: exit $rc, stdout: $out"; fail=1; }
 expect 2 '\-\-over applies to .sweep. only' "$mtc" plan specs/europa-1t.yaml --over cluster.nodes=1
 # diff: the shorter sequence halves the activation items; plan.json files compare too
 expect 0 '^memory.host.items.activations.boundary\[\] +58.0 GB +29.0 GB +-50.0%' "$mtc" diff specs/europa-1t.yaml specs/europa-1t.yaml --set training.seq_len=32768
@@ -118,6 +124,9 @@ expect 2 '^mtc: error: --set training.seq_len=32768: B \(generated/europa-1t/pla
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 expect 0 "wrote $tmp/out/x/plan.json" "$mtc" compile specs/tiny-moe.yaml -o "$tmp/out/x"
 [ -s "$tmp/out/x/plan.json" ] && [ -s "$tmp/out/x/plan.txt" ] || { echo "FAIL: compile outputs missing"; fail=1; }
+# the same compile again into its own directory (README: "an earlier compile's directory"), so every
+# program file must carry the "regenerate with `mtc compile`" line output.c knows mtc's files by
+expect 0 "wrote $tmp/out/x/step.h" "$mtc" compile specs/tiny-moe.yaml -o "$tmp/out/x"
 (cd "$tmp" && "$mtc" compile "$OLDPWD/specs/tiny-moe.yaml" >/dev/null) || { echo "FAIL: compile to default dir"; fail=1; }
 [ -s "$tmp/generated/tiny-moe/plan.json" ] || { echo "FAIL: default output dir generated/tiny-moe/"; fail=1; }
 grep -q "$tmp\|$PWD" "$tmp/generated/tiny-moe/plan.json" && { echo "FAIL: absolute path in plan.json"; fail=1; }
@@ -219,7 +228,14 @@ sed 's/"seconds": 0.5,/"seconds": 0.1,/' "$tmpc/p.json" >"$tmpc/fast.json" # 100
 expect 2 'efficiency.dense_gemm would be 2, above 1.*raise gpu.bf16_flops in cpu' \
   "$mtc" calibrate "$tmpc/fast.json" --preset cpu -o "$tmpc/out.yaml"
 expect 2 "unknown cluster preset 'nosuch'" "$mtc" calibrate "$tmpc/p.json" --preset nosuch -o "$tmpc/out.yaml"
-expect 2 'cannot write it' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/no/dir/out.yaml"
+expect 2 'cannot write .*no/dir/out.yaml' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/no/dir/out.yaml"
+# a FIFO is refused, never waited on, as a profile and as -o; -o is never written through a link
+mkfifo "$tmpc/fifo"
+expect 2 'fifo: not a regular file' timeout 10 "$mtc" calibrate "$tmpc/fifo" --preset cpu -o "$tmpc/out.yaml"
+expect 2 'fifo: a FIFO' timeout 10 "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/fifo"
+ln -s linked.yaml "$tmpc/link.yaml"
+expect 2 'a symbolic link' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/link.yaml"
+[ -e "$tmpc/linked.yaml" ] && { echo "FAIL: calibrate -o wrote through a link"; fail=1; }
 # by hand: dense_gemm = 1e10 / (50e9 x 0.5) = 0.4, attention = 1e9 / (50e9 x 0.25) = 0.08; elementwise:
 # the norm's 1e8 B (the model does not price the elementwise class's bytes) over the seconds of
 # both and of the 1-rank all-gather, 0.25 s, at 10 GB/s = 0.04; the rest stays the cpu preset's

@@ -495,6 +495,20 @@ errors)
   [ $rc -eq 2 ] && echo "$out" | grep -q "expected a writable file path" || die "bad --metrics: $out"
   out=$("$work/e1/build/train" --bogus 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q "unknown option '--bogus'" || die "unknown option: $out"
+  # --profile: checked at start (not after the run), never written over data or through a link,
+  # and a run that measured no step says so instead of exiting 0 without the file
+  cp "$text" "$work/prof-data.txt"; before=$(cksum < "$work/prof-data.txt")
+  out=$("$work/e1/build/train" --data "$text" --steps 3 --metrics /dev/null --profile "$work/prof-data.txt" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "not a profile of mtc's" && [ "$(cksum < "$work/prof-data.txt")" = "$before" ] &&
+    ! echo "$out" | grep -q "^step" || die "--profile over a data file: exit $rc, $out"
+  out=$("$work/e1/build/train" --data "$text" --steps 3 --metrics /dev/null --profile "$work/no/such/dir/p.json" 2>&1); rc=$?
+  [ $rc -eq 2 ] && ! echo "$out" | grep -q "^step" || die "an unwritable --profile not refused at start: exit $rc, $out"
+  ln -sf prof.json "$work/prof-link.json"
+  out=$("$work/e1/build/train" --data "$text" --steps 3 --metrics /dev/null --profile "$work/prof-link.json" 2>&1); rc=$?
+  [ $rc -eq 2 ] && [ ! -e "$work/prof.json" ] || die "--profile through a link: exit $rc, $out"
+  out=$("$work/e1/build/train" --data "$text" --steps 1 --metrics /dev/null --profile "$work/prof.json" 2>&1); rc=$?
+  [ $rc -eq 1 ] && echo "$out" | grep -q "measured no step" && [ ! -e "$work/prof.json" ] ||
+    die "--profile with no timed step: exit $rc, $out"
   # training.steps past 2^31 (the key allows 2^40): a 64-bit schedule (issue 16 items 10 and 13)
   build long "$tiny" float "${small[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 --set training.steps=4294967336 \
     --set training.warmup_steps=0 --set plan.activation_checkpoint=full --set plan.offload_activations=nvme \

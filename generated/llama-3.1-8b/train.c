@@ -1,6 +1,6 @@
-/* train.c — the training program mtc writes next to its step code (mtc's templates/train/NN-*.c in
- * name order, each part after the first opening with a ==== line; do not edit here: regenerate
- * with `mtc compile`).
+/* train.c — the training program mtc writes next to its step code; do not edit here: regenerate with `mtc compile`.
+ * (mtc's templates/train/NN-*.c in name order, each part after the first opening with a ==== line;
+ * output.c knows a program file of mtc's by the "regenerate with" phrase above, on one line.)
  *
  *   train --data PATH [--steps N] [--metrics PATH] [--seed S]     (N: stop after step N; the
  *         learning-rate schedule always spans the spec's training.steps)
@@ -761,6 +761,16 @@ static int open_metrics(Run *r) {
   return bad ? 2 : 0;
 }
 
+/* --profile FILE checked before the run rather than when it is written at the end (rank 0 writes
+ * it): 2 when it cannot be (mtrt_profile.h's rt_prof_check), else 0. */
+static int check_profile(const Run *r) {
+  char err[768];
+  int bad = r->a.profile && r->rank0 && rt_prof_check(r->a.profile, err, sizeof err) != 0;
+  if (bad) fprintf(stderr, "error: --profile %s\n", err);
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return bad ? 2 : 0;
+}
+
 /* ==== templates/train/50-loop.c: the training loop, checkpoints, the end-of-run report, main ==== */
 
 /* The optimizer step over every group where the plan runs it (skip: a non-finite step, which
@@ -934,6 +944,12 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
  * timed steps, the GPU's memory. Returns 0, or 1 when the profile cannot be written. */
 static int report_end(const Run *r, long timed, double seconds, double opt_seconds) {
   int status = 0;
+  if (r->a.profile && !timed) { /* the first step a run takes is not timed: nothing was measured */
+    if (r->rank0)
+      fprintf(stderr, "error: --profile %s not written: this run measured no step (its first step is not timed); "
+              "expected --steps at least 2 past the step it starts from\n", r->a.profile);
+    status = 1;
+  }
   if (r->a.profile && timed) {
     char err[512];
     double tokens = (double)GLOBAL_BATCH * SEQ_LEN / r->c.comm.world;
@@ -979,7 +995,7 @@ static int train(Run *r) {
   int status = r->a.ckpt_dir ? resume(r) : 0;
   if (status) return status < 0 ? 0 : status; /* -1: the checkpoint is already at --steps */
   report_start(r);
-  if (open_metrics(r) != 0) return 2;
+  if (check_profile(r) != 0 || open_metrics(r) != 0) return 2;
   long timed;
   double seconds, opt_seconds;
   status = train_loop(r, &timed, &seconds, &opt_seconds);

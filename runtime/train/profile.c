@@ -1,12 +1,16 @@
 /* profile.c — `train --profile FILE` (mtrt_profile.h): per op class and collective, the seconds,
  * calls and FLOPs or bytes of the measured steps, averaged over the ranks, as JSON. */
+#include <errno.h>
 #include <jansson.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "mtrt_ckpt.h"
 #include "mtrt_profile.h"
 #include "mtrt_real.h"
 
@@ -103,8 +107,43 @@ int rt_prof_write(const char *path, const RtProfRun *run, char *err, int errlen)
     json_object_set_new(cls, prof_names[c].name, o);
   }
   json_object_set_new(root, "classes", cls);
-  int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+  char tmp[4200], why[4400];
+  errno = 0;
+  int fd = rt_replace_begin(path, tmp, sizeof tmp, why, sizeof why), rc = -1;
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (fd >= 0 && !f) close(fd);
+  if (f) {
+    rc = json_dumpf(root, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+    rc = (fputc('\n', f) == EOF || fflush(f) != 0 || fsync(fileno(f)) != 0) ? -1 : rc;
+    rc = fclose(f) != 0 ? -1 : rc;
+    if (rc != 0) {
+      int e = errno ? errno : EIO;
+      unlink(tmp);
+      snprintf(why, sizeof why, "cannot write %s: %s", tmp, strerror(e));
+    }
+    else if (rt_replace_commit(tmp, path, why, sizeof why) != 0) rc = -1;
+  }
   json_decref(root);
-  if (rc != 0) snprintf(err, (size_t)errlen, "cannot write %s", path);
+  if (rc != 0) snprintf(err, (size_t)errlen, "%s", why);
   return rc == 0 ? 0 : -1;
+}
+
+int rt_prof_check(const char *path, char *err, int errlen) {
+  char tmp[4200], why[4400], head[257] = "";
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(head, 1, sizeof head - 1, f) : 0;
+    if (f) fclose(f);
+    head[n] = 0;
+    if (!strstr(head, "\"mtc-profile-1\""))
+      return snprintf(err, (size_t)errlen, "%s holds %lld bytes that are not a profile of mtc's (no \"format\": "
+                      "\"mtc-profile-1\"); expected a new path, or the profile of an earlier run (the only files "
+                      "--profile replaces)", path, (long long)st.st_size), -1;
+  }
+  int fd = rt_replace_begin(path, tmp, sizeof tmp, why, sizeof why);
+  if (fd < 0) return snprintf(err, (size_t)errlen, "%s", why), -1;
+  close(fd);
+  unlink(tmp);
+  return 0;
 }

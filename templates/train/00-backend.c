@@ -1,6 +1,6 @@
-/* train.c — the training program mtc writes next to its step code (mtc's templates/train/NN-*.c in
- * name order, each part after the first opening with a ==== line; do not edit here: regenerate
- * with `mtc compile`).
+/* train.c — the training program mtc writes next to its step code; do not edit here: regenerate with `mtc compile`.
+ * (mtc's templates/train/NN-*.c in name order, each part after the first opening with a ==== line;
+ * output.c knows a program file of mtc's by the "regenerate with" phrase above, on one line.)
  *
  *   train --data PATH [--steps N] [--metrics PATH] [--seed S]     (N: stop after step N; the
  *         learning-rate schedule always spans the spec's training.steps)

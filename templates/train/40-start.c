@@ -236,3 +236,13 @@ static int open_metrics(Run *r) {
   return bad ? 2 : 0;
 }
 
+/* --profile FILE checked before the run rather than when it is written at the end (rank 0 writes
+ * it): 2 when it cannot be (mtrt_profile.h's rt_prof_check), else 0. */
+static int check_profile(const Run *r) {
+  char err[768];
+  int bad = r->a.profile && r->rank0 && rt_prof_check(r->a.profile, err, sizeof err) != 0;
+  if (bad) fprintf(stderr, "error: --profile %s\n", err);
+  MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return bad ? 2 : 0;
+}
+

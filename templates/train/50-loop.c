@@ -171,6 +171,12 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
  * timed steps, the GPU's memory. Returns 0, or 1 when the profile cannot be written. */
 static int report_end(const Run *r, long timed, double seconds, double opt_seconds) {
   int status = 0;
+  if (r->a.profile && !timed) { /* the first step a run takes is not timed: nothing was measured */
+    if (r->rank0)
+      fprintf(stderr, "error: --profile %s not written: this run measured no step (its first step is not timed); "
+              "expected --steps at least 2 past the step it starts from\n", r->a.profile);
+    status = 1;
+  }
   if (r->a.profile && timed) {
     char err[512];
     double tokens = (double)GLOBAL_BATCH * SEQ_LEN / r->c.comm.world;
@@ -216,7 +222,7 @@ static int train(Run *r) {
   int status = r->a.ckpt_dir ? resume(r) : 0;
   if (status) return status < 0 ? 0 : status; /* -1: the checkpoint is already at --steps */
   report_start(r);
-  if (open_metrics(r) != 0) return 2;
+  if (check_profile(r) != 0 || open_metrics(r) != 0) return 2;
   long timed;
   double seconds, opt_seconds;
   status = train_loop(r, &timed, &seconds, &opt_seconds);
