@@ -249,6 +249,8 @@ typedef struct {
   LoadBalance load_balance;
   double aux_loss_coef;    /* aux_loss: weight of the balancing loss */
   double bias_update_rate; /* aux_free: bias step per optimizer step */
+  double seq_aux_loss_coef; /* sequence-wise balance loss weight (DeepSeek-V2 seq_aux, V3's complementary
+                               loss); 0: off; with either load_balance */
   bool norm_topk_prob;       /* true: the top-k weights renormalized to sum 1 (Mixtral, Qwen3-MoE);
                                 false: the raw softmax (or sigmoid) scores (Qwen2-MoE) */
   double routed_scaling_factor; /* routed experts' weights times this (DeepSeek-V3; default 1) */

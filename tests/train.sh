@@ -46,7 +46,8 @@
 #   conventions  tests/specs/conventions.yaml (norm_eps, norm_topk_prob false, routed_scaling_factor)
 #              and its variants (attention.bias qkv, qkvo; sigmoid router; qk-norm per head with selective checkpointing, and
 #              full with full checkpointing; llama3 and YaRN RoPE scaling; Qwen2-MoE's gated shared
-#              expert; DeepSeek-V3's group-limited routing): the double gradient check, and 1 vs 2 ranks (ep 2,
+#              expert; DeepSeek-V3's group-limited routing; the sequence-wise balance loss with softmax and with
+#              sigmoid + aux_free, 2 sequences a micro-batch): the double gradient check, and 1 vs 2 ranks (ep 2,
 #              fp32 wire) within 1e-4
 #   gpt        each GPT-style feature's spec in tests/specs (gelu-experts, learned-positions,
 #              tied-embeddings, layernorm, biases, and gpt2-style with all of them): every tensor's
@@ -630,7 +631,9 @@ conventions)
             "group --set model.moe.router=sigmoid --set model.moe.load_balance=aux_free --set model.moe.router_bias=true --set model.moe.n_group=2 --set model.moe.topk_group=1"
             "groupsm --set model.moe.n_group=2 --set model.moe.topk_group=1"
             "abqkv --set model.attention.bias=qkv"
-            "abqkvo --set model.attention.bias=qkvo --set model.attention.qk_norm=per_head")
+            "abqkvo --set model.attention.bias=qkvo --set model.attention.qk_norm=per_head"
+            "seqaux --set model.moe.seq_aux_loss_coef=0.5 --set model.moe.aux_loss_coef=0 --set training.micro_batch=2 --set training.global_batch=4"
+            "seqauxsig --set model.moe.router=sigmoid --set model.moe.load_balance=aux_free --set model.moe.router_bias=true --set model.moe.seq_aux_loss_coef=0.5 --set training.micro_batch=2 --set training.global_batch=4")
   for v in "${variants[@]}"; do
     read -r -a args <<<"$v"; name=cv-${args[0]}
     build "$name" "$cv" double "${args[@]:1}" || continue
@@ -641,6 +644,7 @@ conventions)
     cv-yarn) grep -q "rt_rope_yarn_backward" "$work/$name/step.c" || die "$name: no YaRN RoPE in step.c" ;;
     cv-gate) grep -q "rt_sigmoid_gate_backward" "$work/$name/step.c" && grep -q '"model.layers.1.mlp.shared_expert_gate.weight"' \
       "$work/$name/step.c" || die "$name: no shared_expert_gate in step.c" ;;
+    cv-seqaux*) grep -q "rt_seq_aux_loss_backward" "$work/$name/step.c" || die "$name: no sequence-wise balance loss in step.c" ;;
     cv-group*) grep -q "rt_router_group_forward" "$work/$name/step.c" || die "$name: no group-limited routing in step.c" ;;
     cv-abqkv*) grep -q '"model.layers.0.self_attn.v_proj.bias"' "$work/$name/step.c" || die "$name: no v_proj bias in step.c"
       grep -q '"model.layers.0.mlp.down_proj.bias"\|input_layernorm.bias' "$work/$name/step.c" && die "$name: biases beyond attention"

@@ -581,9 +581,9 @@
 #define WS_OFFSETS                 20363776 /*        257: first row of each expert (int32) */
 #define WS_EOFF                    20364048 /*         65: first row of each local expert in the round (int32) */
 #define DWTS                       20364128 /*     393216: gradient of the routing weights */
-#define AUX                        20757344 /*        768: load-balancing loss scratch */
-#define RSTDF                      20758112 /*      49152: its 1/rms per token */
-#define LSEF                       20807264 /*      49152: log-sum-exp of each token's logits */
+#define AUX                        20757344 /*       6144: load-balancing loss scratch */
+#define RSTDF                      20763488 /*      49152: its 1/rms per token */
+#define LSEF                       20812640 /*      49152: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    3619840: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -2162,6 +2162,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L3_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2206,6 +2207,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L4_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2250,6 +2252,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L5_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2294,6 +2297,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L6_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2338,6 +2342,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L7_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2382,6 +2387,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L8_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2426,6 +2432,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L9_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2470,6 +2477,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L10_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2514,6 +2522,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L11_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2558,6 +2567,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L12_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2602,6 +2612,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L13_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2646,6 +2657,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L14_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2690,6 +2702,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L15_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2734,6 +2747,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L16_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2778,6 +2792,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L17_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2822,6 +2837,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L18_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2866,6 +2882,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L19_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2910,6 +2927,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L20_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2954,6 +2972,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L21_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2998,6 +3017,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L22_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3042,6 +3062,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L23_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3086,6 +3107,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L24_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3130,6 +3152,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L25_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3174,6 +3197,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L26_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3218,6 +3242,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L27_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3262,6 +3287,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L28_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3306,6 +3332,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L29_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3350,6 +3377,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L30_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3394,6 +3422,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L31_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3438,6 +3467,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L32_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3482,6 +3512,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L33_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3526,6 +3557,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L34_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3570,6 +3602,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L35_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3614,6 +3647,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L36_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3658,6 +3692,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L37_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3702,6 +3737,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L38_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3746,6 +3782,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L39_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3790,6 +3827,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L40_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3834,6 +3872,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L41_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3878,6 +3917,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L42_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3922,6 +3962,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L43_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3966,6 +4007,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L44_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4010,6 +4052,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L45_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4054,6 +4097,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L46_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4098,6 +4142,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L47_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4142,6 +4187,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L48_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4186,6 +4232,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L49_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4230,6 +4277,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L50_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4274,6 +4322,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L51_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4318,6 +4367,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L52_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4362,6 +4412,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L53_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4406,6 +4457,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L54_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4450,6 +4502,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L55_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4494,6 +4547,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L56_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4538,6 +4592,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L57_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4582,6 +4637,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L58_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4626,6 +4682,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L59_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4670,6 +4727,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L60_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4724,6 +4782,7 @@ static void layer60_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -4787,6 +4846,7 @@ static void layer59_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -4850,6 +4910,7 @@ static void layer58_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -4913,6 +4974,7 @@ static void layer57_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -4976,6 +5038,7 @@ static void layer56_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5039,6 +5102,7 @@ static void layer55_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5102,6 +5166,7 @@ static void layer54_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5165,6 +5230,7 @@ static void layer53_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5228,6 +5294,7 @@ static void layer52_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5291,6 +5358,7 @@ static void layer51_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5354,6 +5422,7 @@ static void layer50_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5417,6 +5486,7 @@ static void layer49_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5480,6 +5550,7 @@ static void layer48_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5543,6 +5614,7 @@ static void layer47_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5606,6 +5678,7 @@ static void layer46_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5669,6 +5742,7 @@ static void layer45_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5732,6 +5806,7 @@ static void layer44_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5795,6 +5870,7 @@ static void layer43_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5858,6 +5934,7 @@ static void layer42_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5921,6 +5998,7 @@ static void layer41_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5984,6 +6062,7 @@ static void layer40_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6047,6 +6126,7 @@ static void layer39_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6110,6 +6190,7 @@ static void layer38_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6173,6 +6254,7 @@ static void layer37_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6236,6 +6318,7 @@ static void layer36_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6299,6 +6382,7 @@ static void layer35_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6362,6 +6446,7 @@ static void layer34_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6425,6 +6510,7 @@ static void layer33_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6488,6 +6574,7 @@ static void layer32_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6551,6 +6638,7 @@ static void layer31_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6614,6 +6702,7 @@ static void layer30_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6677,6 +6766,7 @@ static void layer29_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6740,6 +6830,7 @@ static void layer28_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6803,6 +6894,7 @@ static void layer27_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6866,6 +6958,7 @@ static void layer26_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6929,6 +7022,7 @@ static void layer25_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6992,6 +7086,7 @@ static void layer24_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7055,6 +7150,7 @@ static void layer23_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7118,6 +7214,7 @@ static void layer22_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7181,6 +7278,7 @@ static void layer21_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7244,6 +7342,7 @@ static void layer20_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7307,6 +7406,7 @@ static void layer19_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7370,6 +7470,7 @@ static void layer18_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7433,6 +7534,7 @@ static void layer17_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7496,6 +7598,7 @@ static void layer16_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7559,6 +7662,7 @@ static void layer15_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7622,6 +7726,7 @@ static void layer14_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7685,6 +7790,7 @@ static void layer13_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7748,6 +7854,7 @@ static void layer12_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7811,6 +7918,7 @@ static void layer11_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7874,6 +7982,7 @@ static void layer10_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7937,6 +8046,7 @@ static void layer9_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8000,6 +8110,7 @@ static void layer8_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8063,6 +8174,7 @@ static void layer7_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8126,6 +8238,7 @@ static void layer6_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8189,6 +8302,7 @@ static void layer5_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8252,6 +8366,7 @@ static void layer4_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8315,6 +8430,7 @@ static void layer3_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);

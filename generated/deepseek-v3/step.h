@@ -58,7 +58,7 @@
 #define OPT_STEP_ON_HOST 1
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 20856416
+#define ARENA_ELEMS 20861792
 #define ARENA_SCRATCH 113152
 #define ACT_ELEMS 50550584832
 #define ACT_SCRATCH 2621197824

@@ -109,6 +109,40 @@ void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx,
   cu_launch(K_AUX_LOSS_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &logits, &scratch, &coef});
 }
 
+/* The sequence-wise loss's statistics (2 E per sequence: P then f) into scratch (2 (N / T) E). */
+static void seq_aux_stats(real *stats, const real *logits, const int32_t *idx, int N, int E, int K, int T, bool sig) {
+  if (N != cu.cfg.tokens || K != cu.cfg.top_k || E != cu.cfg.experts || T < 1 || N % T)
+    rt_cuda_fail("sequence-wise balance loss", "the routing's shape is not the one kernels.cu was compiled for");
+  int s = sig;
+  cu_check(cudaMemsetAsync(stats, 0, sizeof(float) * 2 * (size_t)(N / T) * (size_t)E, cu.stream),
+           "sequence-wise balance loss");
+  cu_launch(K_SEQ_AUX_STATS, cu_blocks(N, 128), 128, (void *[]){&stats, &logits, &idx, &T, &s});
+}
+
+/* The loss from the statistics on the host: one copy of 2 (N / T) E values and a synchronization,
+ * as the batch-wise loss's. */
+real rt_seq_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, int K, int T, bool sigmoid,
+                             real alpha, real *scratch) {
+  static float *host; /* 2 B E values, kept for the next call (the program's shape is fixed) */
+  int B = N / T;
+  size_t n = 2 * (size_t)B * (size_t)E;
+  seq_aux_stats(scratch, logits, idx, N, E, K, T, sigmoid);
+  if (!host && !(host = malloc(sizeof(float) * n))) rt_cuda_fail("rt_seq_aux_loss_forward", "out of host memory");
+  cu_download(host, scratch, sizeof(float) * n);
+  double s = 0;
+  for (int b = 0; b < B; b++)
+    for (int e = 0; e < E; e++) s += (double)host[(size_t)b * 2 * E + e] * host[(size_t)b * 2 * E + E + e];
+  return (real)(alpha * s / B);
+}
+
+void rt_seq_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E, int K, int T,
+                              bool sigmoid, real alpha, real dloss, real *scratch) {
+  seq_aux_stats(scratch, logits, idx, N, E, K, T, sigmoid);
+  float coef = dloss * alpha / (float)N;
+  int s = sigmoid;
+  cu_launch(K_SEQ_AUX_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &logits, &scratch, &T, &coef, &s});
+}
+
 void rt_moe_count(real *load, const int32_t *idx, int64_t n) {
   long long nn = n;
   if (n > 0) cu_launch(K_MOE_LOAD_ADD, cu_blocks(nn, 256), 256, (void *[]){&load, &idx, &nn});
