@@ -58,6 +58,8 @@
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
 #   text-muon  the same with training.optimizer=muon, ending within 0.05 of 1.934 (issue 13)
+#   text-deepseek  tests/specs/deepseek-style.yaml (MLA, first dense layer, shared expert, sigmoid
+#              router, aux-free with the sequence-wise balance loss) the same way: below 2.5
 #   calibrate  tiny-moe on 1 rank with --profile (3 steps: 2 profiled), then mtc calibrate of the
 #              cpu preset from that profile: every op class the cost model prices is in the
 #              profile with its seconds and FLOPs or bytes (the GEMM and attention FLOPs those
@@ -583,6 +585,20 @@ text | text-muon)
     awk -v b="$last" 'BEGIN { exit !(b > 1.934 - 0.05 && b < 1.934 + 0.05) }' ||
       die "expected Muon's last loss within 0.05 of 1.934"
   fi ;;
+text-deepseek)
+  # issue 15's loss acceptance: tests/specs/deepseek-style.yaml (MLA with q-LoRA, a first dense
+  # layer, shared expert, sigmoid router with aux-free bias balancing and the sequence-wise
+  # balance loss) on the same text, 300 steps on 2 ranks: from ~ln 256 to below 2.5
+  build ds "$src/tests/specs/deepseek-style.yaml" float || exit 1
+  grep -q "rt_mla_kv_backward" "$work/ds/step.c" && grep -q "rt_router_bias_update" "$work/ds/step.c" &&
+    grep -q "rt_seq_aux_loss_backward" "$work/ds/step.c" || die "ds: step.c lacks MLA, the bias update or the sequence-wise loss"
+  (cd "$work" && "${mpirun[@]}" -np 2 ./ds/build/train --data "$text" --metrics ds.jsonl | tail -3) || die "training run"
+  losses "$work/ds.jsonl" | awk 'NR == 1 || NR % 25 == 0 { printf "step %d loss %s\n", NR, $1 }'
+  first=$(losses "$work/ds.jsonl" | head -1); last=$(losses "$work/ds.jsonl" | tail -1)
+  n=$(losses "$work/ds.jsonl" | wc -l)
+  echo "deepseek-style on $text: $n steps, loss $first -> $last"
+  awk -v a="$first" -v b="$last" -v n="$n" 'BEGIN { exit !(n == 300 && a > 5.0 && a < 6.0 && b < 2.5) }' ||
+    die "expected 300 steps with the loss from ~5.55 to below 2.5" ;;
 muon-traffic)
   # a PMPI interposer (tests/pmpi/pmpi_count.c, built here) counts the bytes each rank hands to MPI;
   # 2 ranks, ep 1, 24 experts: Muon's extra bytes per rank and step over AdamW stay below 3/4 of the
