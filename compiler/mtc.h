@@ -1002,6 +1002,12 @@ typedef struct {
   bool transposed;
   int nparts;
   ExportPart parts[3];
+  /* DeepSeek's interleaved RoPE rows (HF rope_interleave, deepseek_v3): rope_dim > 0 permutes the
+   * rows of every block of rope_block rows: the family's row rope_off + 2j is the program's
+   * rope_off + j, its row rope_off + 2j + 1 the program's rope_off + rope_dim / 2 + j (j <
+   * rope_dim / 2): the pairs transformers' apply_rotary_pos_emb_interleave de-interleaves into
+   * mtc's half-split RoPE (rt_rope_strided_forward). One part, not transposed. */
+  int64_t rope_block, rope_off, rope_dim;
 } ExportTensor;
 /* Every tensor family's model class loads for model md, in the model's order; *count of them. */
 ExportTensor *export_tensors(Mem *m, const Model *md, const char *family, int *count);

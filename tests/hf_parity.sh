@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `mtc export --spec` against transformers itself: for a model of each family the program trains
 # (gpt2, llama with llama3 RoPE scaling and norm_eps 1e-6, mixtral, olmoe, qwen2_moe with a
-# first dense layer; llama with attention_bias, qwen2, qwen2_moe with q/k/v biases), 3 steps on one window of text (a file of seq_len + 1 bytes: every sample
+# first dense layer; llama with attention_bias, qwen2, qwen2_moe with q/k/v biases; deepseek_v3 with and
+# without q-LoRA, YaRN, against tests/hf_deepseek_v3.py's forward as transformers 4.46.3 has no
+# DeepseekV3 class), 3 steps on one window of text (a file of seq_len + 1 bytes: every sample
 # is that window), a checkpoint, export --spec, then the 4th step resumed from it: its loss (the
 # checkpoint's weights on the window) equals the loss of transformers' class for the family
 # loaded from the export (tests/hf_parity.py, float64) within 1e-5 relative, and the class found
@@ -28,7 +30,9 @@ case_() { # NAME SPEC WINDOW SETS...
     { echo "FAIL $name: training, export or resume"; fail=1; return; }
   local ours hf
   ours=$(sed -n 's/^{"step":4,"loss":\([^,]*\),.*/\1/p' "$work/$name.jsonl")
-  hf=$("$py" "$src/tests/hf_parity.py" "$work/hf-$name" "$win" 2>"$work/$name.py.log" | tail -1) ||
+  local ref=$src/tests/hf_parity.py # deepseek_v3: the reference forward (transformers 4.46.3 has no such class)
+  grep -q '"model_type": "deepseek_v3"' "$work/hf-$name/config.json" && ref=$src/tests/hf_deepseek_v3.py
+  hf=$("$py" "$ref" "$work/hf-$name" "$win" 2>"$work/$name.py.log" | tail -1) ||
     { echo "FAIL $name: transformers did not load the export"; tail -3 "$work/$name.py.log"; fail=1; return; }
   awk -v n="$name" -v a="$ours" -v b="$hf" -v f="$(sed -n 's/.*"model_type": "\(.*\)".*/\1/p' "$work/hf-$name/config.json")" \
     'BEGIN { r = (a - b) / b; if (r < 0) r = -r; printf "%s (%s): mtc %s, transformers %s, relative %.2e\n", n, f, a, b, r
@@ -48,4 +52,14 @@ case_ llama-qkvo "$src/tests/specs/calib-dense.yaml" win65 "${s64[@]}" --set mod
 case_ qwen2 "$src/tests/specs/calib-dense.yaml" win65 "${s64[@]}" --set model.layers=2 --set model.attention.bias=qkv
 case_ qwen2_moe-qkv "$src/specs/tiny-moe.yaml" win65 "${s64[@]}" --set model.layers=2 --set model.moe.shared_expert_gate=true \
   --set model.attention.bias=qkv
+# deepseek_v3 (MLA with q-LoRA, groups, routed_scaling_factor; without q-LoRA with YaRN): the RoPE
+# rows exported interleaved (rope_interleave true), against tests/hf_deepseek_v3.py's forward. lr 0.03:
+# after 3 steps at the default 1e-3 the scores are so flat that rope rows left in mtc's order move the
+# loss by only 1.5e-6 (inside 1e-5); at 0.03 by 7.1e-4, while the export as written agrees to 5.4e-8
+ds=(--set model.moe.router=sigmoid --set model.moe.router_bias=true --set model.moe.load_balance=aux_free --set training.lr=0.03)
+case_ deepseek_v3 "$src/tests/specs/mla.yaml" win65 "${s64[@]}" "${ds[@]}" --set model.attention.q_lora_rank=12 \
+  --set model.moe.n_group=2 --set model.moe.topk_group=1 --set model.moe.routed_scaling_factor=2.5
+case_ deepseek_v3-yarn "$src/tests/specs/mla.yaml" win65 "${s64[@]}" "${ds[@]}" --set model.rope_scaling.type=yarn \
+  --set model.rope_scaling.factor=4 --set model.rope_scaling.original_max_position=16 --set model.rope_scaling.mscale=0.8 \
+  --set model.rope_scaling.mscale_all_dim=1
 exit $fail

@@ -24,7 +24,8 @@
 #   export     mtc export of a 2-rank checkpoint, read back by tests/safetensors_check.py (its own
 #              safetensors and checkpoint readers): every tensor equals the master weights; with
 #              --spec, gpt2-style (gpt2: fused, transposed c_attn), calib-moe (mixtral) and tiny-moe
-#              with a gated shared expert (qwen2_moe, also from an EP 2 checkpoint) as Hugging Face
+#              with a gated shared expert (qwen2_moe, also from an EP 2 checkpoint), mla with and without
+#              q-LoRA (deepseek_v3: the RoPE rows interleaved, as rope_interleave true reads them) as Hugging Face
 #              directories: the family's names, the same values, a config.json that import-hf
 #              reads; a model no family expresses and another spec's checkpoint are refused,
 #              writing nothing
@@ -440,6 +441,10 @@ export)
   hf_spec hf-gpt2 "$src/tests/specs/gpt2-style.yaml" gpt2 --set training.seq_len=32
   hf_spec hf-mixtral "$src/tests/specs/calib-moe.yaml" mixtral --set model.layers=2 --set model.moe.experts=4
   hf_spec hf-qwen2 "$tiny" qwen2_moe --set model.moe.shared_expert_gate=true --set model.layers=2
+  # DeepSeek-V3 (MLA with and without q-LoRA): the RoPE rows written interleaved (rope_interleave true)
+  dsx=(--set model.moe.router=sigmoid --set model.moe.router_bias=true --set model.moe.load_balance=aux_free)
+  hf_spec hf-dsv3 "$src/tests/specs/mla.yaml" deepseek_v3 "${dsx[@]}" --set model.attention.q_lora_rank=12
+  hf_spec hf-dsv3q "$src/tests/specs/mla.yaml" deepseek_v3 "${dsx[@]}"
   # from a 2-rank checkpoint with its experts in EP 2: against mtc export's own-name file of it
   ep2=("${small[@]}" --set training.steps=3 --set model.moe.shared_expert_gate=true --set model.layers=2
        --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=2)
