@@ -416,6 +416,10 @@ static bool deepseek(Hf *h, bool v2) {
   if (!opt_bool(h, "rope_interleave", true, &interleave)) return false;
   const char *score = get_str(h, "scoring_func", &ok), *topk_method = get_str(h, "topk_method", &ok);
   if (!ok) return false;
+  /* absent: the family's defaults (V2's config: softmax, greedy; V3's config and transformers'
+   * DeepseekV3TopkRouter, which reads neither field: sigmoid, noaux_tc) */
+  if (!score) score = v2 ? "softmax" : "sigmoid";
+  if (!topk_method) topk_method = v2 ? "greedy" : "noaux_tc";
   if (score && strcmp(score, "sigmoid") && strcmp(score, "softmax"))
     return diag_error(h->d, key_loc(h, "scoring_func"), "\"scoring_func\" is '%s'; expected sigmoid or softmax", score);
   bool sigmoid = score && !strcmp(score, "sigmoid"), noaux = topk_method && !strcmp(topk_method, "noaux_tc");

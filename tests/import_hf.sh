@@ -133,6 +133,14 @@ printf '%s' "{$dsv3, \"aux_loss_alpha\": 0.0001, \"seq_aux\": true}" >"$tmp/d3.j
   { echo "FAIL: deepseek_v3's aux_loss_alpha with seq_aux is not seq_aux_loss_coef beside aux_free"; fail=1; }
 expect_err "{$dsv3, \"aux_loss_alpha\": 0.001, \"seq_aux\": false}" '"seq_aux" is false with aux_loss_alpha 0.001 and topk_method noaux_tc'
 expect_err "{$ds, \"num_experts_per_tok\": 2, \"attention_bias\": true}" '"attention_bias" is true (biases on MLA'
+# without scoring_func and topk_method, deepseek_v3 is transformers' DeepseekV3TopkRouter (sigmoid, noaux_tc)
+# and deepseek_v2 its config's defaults (softmax, greedy)
+printf '%s' "{$ds, \"num_experts_per_tok\": 2}" >"$tmp/d3m.json"
+"$mtc" import-hf "$tmp/d3m.json" -o "$tmp/d3m.yaml" && grep -q "router: sigmoid" "$tmp/d3m.yaml" && grep -q "load_balance: aux_free" "$tmp/d3m.yaml" ||
+  { echo "FAIL: deepseek_v3 without scoring_func/topk_method is not sigmoid with aux-free bias"; fail=1; }
+printf '%s' "{$ds, \"num_experts_per_tok\": 2}" | sed 's/deepseek_v3/deepseek_v2/' >"$tmp/d2m.json"
+"$mtc" import-hf "$tmp/d2m.json" -o "$tmp/d2m.yaml" && ! grep -q "router: sigmoid\|router_bias\|n_group" "$tmp/d2m.yaml" ||
+  { echo "FAIL: deepseek_v2 without scoring_func/topk_method is not softmax greedy"; fail=1; }
 # rope_interleave (either value: the same model up to the rope rows' order, which export writes
 # interleaved) imports as the same spec; a value that is not a boolean is refused
 printf '%s' "{$dsv3, \"rope_interleave\": false}" >"$tmp/d3f.json"; printf '%s' "{$dsv3, \"rope_interleave\": true}" >"$tmp/d3t.json"
