@@ -31,11 +31,12 @@ case_() { # NAME SPEC WINDOW SETS...
   local ours hf
   ours=$(sed -n 's/^{"step":4,"loss":\([^,]*\),.*/\1/p' "$work/$name.jsonl")
   local ref=$src/tests/hf_parity.py # deepseek_v3: the reference forward (transformers 4.46.3 has no such class)
-  grep -q '"model_type": "deepseek_v3"' "$work/hf-$name/config.json" && ref=$src/tests/hf_deepseek_v3.py
+  local who=transformers
+  grep -q '"model_type": "deepseek_v3"' "$work/hf-$name/config.json" && ref=$src/tests/hf_deepseek_v3.py who=hf_deepseek_v3.py
   hf=$("$py" "$ref" "$work/hf-$name" "$win" 2>"$work/$name.py.log" | tail -1) ||
     { echo "FAIL $name: transformers did not load the export"; tail -3 "$work/$name.py.log"; fail=1; return; }
-  awk -v n="$name" -v a="$ours" -v b="$hf" -v f="$(sed -n 's/.*"model_type": "\(.*\)".*/\1/p' "$work/hf-$name/config.json")" \
-    'BEGIN { r = (a - b) / b; if (r < 0) r = -r; printf "%s (%s): mtc %s, transformers %s, relative %.2e\n", n, f, a, b, r
+  awk -v n="$name" -v a="$ours" -v b="$hf" -v w="$who" -v f="$(sed -n 's/.*"model_type": "\(.*\)".*/\1/p' "$work/hf-$name/config.json")" \
+    'BEGIN { r = (a - b) / b; if (r < 0) r = -r; printf "%s (%s): mtc %s, %s %s, relative %.2e\n", n, f, a, w, b, r
              exit !(a != "" && r <= 1e-5) }' || fail=1
 }
 s64=(--set training.seq_len=64)
