@@ -1583,3 +1583,16 @@ extern "C" __global__ void seq_aux_backward(float *dlogits, const float *logits,
     dlogits[(size_t)n * EXPERTS + e] += coef * (sig ? g * (1.f - g) / s : p) * (f[e] - pf);
   }
 }
+
+// loss = alpha / B · Σ_b Σ_e P_{b,e} f_{b,e} from seq_aux_stats' statistics into out[0]: one block
+// (a multiple of 32 threads), so that the loss comes down with the routing's counts in one copy.
+extern "C" __global__ void seq_aux_loss_sum(float *out, const float *stats, int B, float alpha) {
+  __shared__ float shared[32];
+  float s = 0;
+  for (int i = threadIdx.x; i < B * EXPERTS; i += blockDim.x) {
+    size_t b = (size_t)(i / EXPERTS) * 2 * EXPERTS;
+    s += stats[b + i % EXPERTS] * stats[b + EXPERTS + i % EXPERTS];
+  }
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) out[0] = alpha * s / B;
+}

@@ -119,20 +119,21 @@ static void seq_aux_stats(real *stats, const real *logits, const int32_t *idx, i
   cu_launch(K_SEQ_AUX_STATS, cu_blocks(N, 128), 128, (void *[]){&stats, &logits, &idx, &T, &s});
 }
 
-/* The loss from the statistics on the host: one copy of 2 (N / T) E values and a synchronization,
- * as the batch-wise loss's. */
+/* The loss summed on the device (seq_aux_loss_sum) into the statistics' slot before the counts, which
+ * are counted here for the permutation that follows: one copy brings both down, as the batch-wise
+ * loss does (rt_moe_permute then neither counts nor copies again). */
 real rt_seq_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, int K, int T, bool sigmoid,
                              real alpha, real *scratch) {
-  static float *host; /* 2 B E values, kept for the next call (the program's shape is fixed) */
+  size_t cnt, tab, eoff;
+  cu_moe_layout((size_t)cu.cfg.experts, &cnt, &tab, &eoff);
   int B = N / T;
-  size_t n = 2 * (size_t)B * (size_t)E;
+  float a = alpha, *out = (float *)cu.moe;
   seq_aux_stats(scratch, logits, idx, N, E, K, T, sigmoid);
-  if (!host && !(host = malloc(sizeof(float) * n))) rt_cuda_fail("rt_seq_aux_loss_forward", "out of host memory");
-  cu_download(host, scratch, sizeof(float) * n);
-  double s = 0;
-  for (int b = 0; b < B; b++)
-    for (int e = 0; e < E; e++) s += (double)host[(size_t)b * 2 * E + e] * host[(size_t)b * 2 * E + E + e];
-  return (real)(alpha * s / B);
+  cu_launch(K_SEQ_AUX_LOSS_SUM, 1, 256, (void *[]){&out, &scratch, &B, &a});
+  count(idx, N, E, K);
+  cu_download(cu.moe_host, cu.moe, cnt + sizeof(int) * (size_t)E);
+  cu.cnt_of = idx;
+  return ((const float *)cu.moe_host)[0];
 }
 
 void rt_seq_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E, int K, int T,
