@@ -620,7 +620,9 @@ void em_layout(Em *e) {
       }
     }
     e->item = "moe.tables";
-    buf(e, "AUX", 3 * e->E, "load-balancing loss scratch");
+    /* the sequence-wise loss's cuda statistics: 2 E per sequence of the micro-batch */
+    int64_t aux = e->s->model.moe.seq_aux_loss_coef > 0 && 2 * e->B > 3 ? 2 * e->B * e->E : 3 * e->E;
+    buf(e, "AUX", aux, "load-balancing loss scratch");
   }
   e->item = "activations.loss_stats";
   buf(e, "RSTDF", N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");

@@ -57,6 +57,10 @@ void em_moe_forward(Em *e, int l) {
   else
     P(e, "  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(%s), I(%s), %lld, %lld, %lld, %.9g, R(AUX));\n", lg,
       idx, N, E, K, e->s->model.moe.aux_loss_coef);
+  if (ms->seq_aux_loss_coef > 0) /* DeepSeek-V2's seq_aux, V3's complementary loss: per sequence of T tokens */
+    P(e, "  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(%s), I(%s), %lld, %lld, %lld, %lld, %s, %.9g, R(AUX)); "
+         "/* sequence-wise balance loss: N, E, K, T */\n", lg, idx, N, E, K, (long long)e->T, e->sigmoid ? "true" : "false",
+      ms->seq_aux_loss_coef);
   P(e, "  rt_moe_permute(I(%s), I(%s), I(%s), %lld, %lld, %lld);\n", pos, offs, idx, N, E, K);
   P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
   long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
@@ -197,6 +201,9 @@ void em_moe_backward(Em *e, int l, const char *dy) {
   if (!e->aux_free)
     P(e, "  rt_aux_loss_backward(R(DLOGITS), R(%s), I(%s), %lld, %lld, %lld, %.9g, c->dloss, R(AUX));\n", lg, idx, N,
       E, K, e->s->model.moe.aux_loss_coef);
+  if (e->s->model.moe.seq_aux_loss_coef > 0)
+    P(e, "  rt_seq_aux_loss_backward(R(DLOGITS), R(%s), I(%s), %lld, %lld, %lld, %lld, %s, %.9g, c->dloss, R(AUX));\n", lg,
+      idx, N, E, K, (long long)e->T, e->sigmoid ? "true" : "false", e->s->model.moe.seq_aux_loss_coef);
   int64_t o = off(e, g, "moe.gate.weight");
   P(e, "  rt_router_logits_backward(R(DLN), DW(%lld), R(DLOGITS), R(%s), W(%lld), %lld, %lld, %lld); /* router */\n",
     (long long)o, ln2, (long long)o, N, C, E);

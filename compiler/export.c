@@ -109,8 +109,14 @@ static int write_data(FILE *f, RtCkpt *k, const ExportTensor *ts, int n, const i
         fprintf(stderr, "error: %s\n", buf[p] ? err : "out of memory");
         status = 2;
       }
-      if (!status && !t->transposed)
+      if (!status && !t->transposed && !t->rope_dim)
         for (int64_t j = 0; j < ct->count; j++) put(f, buf[p][j], k->real_bytes);
+      if (!status && t->rope_dim) /* DeepSeek's interleaved RoPE rows (ExportTensor.rope_*) */
+        for (int64_t r = 0, cols = t->cols ? t->cols : 1; r < t->rows; r++) {
+          int64_t in = r % t->rope_block - t->rope_off, src = r;
+          if (in >= 0 && in < t->rope_dim) src = r - in + (in % 2 ? t->rope_dim / 2 : 0) + in / 2;
+          for (int64_t c = 0; c < cols; c++) put(f, buf[p][src * cols + c], k->real_bytes);
+        }
     }
     if (!status && t->transposed) /* [in, out]: row r holds column r of each part, parts side by side */
       for (int64_t r = 0; r < t->rows; r++)

@@ -330,6 +330,10 @@ void *export_config(const Spec *s, const char *family, const char *dtype) {
     set_real(c, "routed_scaling_factor", moe->routed_scaling_factor);
     set_str(c, "scoring_func", "sigmoid");
     set_str(c, "topk_method", "noaux_tc");
+    /* DeepSeek's remote MoEGate fields for the sequence-wise balance loss (import-hf reads them back) */
+    set_real(c, "aux_loss_alpha", moe->seq_aux_loss_coef);
+    set_bool(c, "seq_aux", true);
+    set_bool(c, "rope_interleave", true); /* the rope rows are written interleaved (rope_rows) */
     moe_common(c, moe);
   }
   return c;
@@ -375,6 +379,24 @@ static const char *family_name(Mem *m, const char *family, const char *raw) {
   return raw; /* Llama, Qwen3, Qwen3-MoE, OLMoE, DeepSeek-V3: the program's names are theirs */
 }
 
+/* DeepSeek's RoPE rows (deepseek_v3, config rope_interleave true): the rope part of each q head
+ * (q_b_proj, q_proj: blocks of nope + rope rows, the rope rows last) and kv_a_proj_with_mqa's rope
+ * key (its rows past kv_lora_rank) are written in interleaved pairs (ExportTensor's rope_*), so
+ * that transformers' DeepseekV3Attention with rope_interleave (its default, and DeepSeek's own
+ * modeling_deepseek.py, which always de-interleaves) computes mtc's half-split RoPE. */
+static void rope_rows(const Model *md, ExportTensor *t) {
+  const AttentionSpec *a = &md->spec->model.attention;
+  size_t n = strlen(t->name);
+#define ENDS(x) (n >= sizeof(x) - 1 && !strcmp(t->name + n - (sizeof(x) - 1), x))
+  if (ENDS(".q_b_proj.weight") || ENDS(".q_proj.weight"))
+    t->rope_block = a->qk_nope_head_dim + a->qk_rope_head_dim, t->rope_off = a->qk_nope_head_dim;
+  else if (ENDS(".kv_a_proj_with_mqa.weight"))
+    t->rope_block = a->kv_lora_rank + a->qk_rope_head_dim, t->rope_off = a->kv_lora_rank;
+  else return;
+  t->rope_dim = a->qk_rope_head_dim;
+#undef ENDS
+}
+
 ExportTensor *export_tensors(Mem *m, const Model *md, const char *family, int *count) {
   int cap = 0, n = 0;
   for (int i = 0; i < md->nops; i++)
@@ -408,6 +430,7 @@ ExportTensor *export_tensors(Mem *m, const Model *md, const char *family, int *c
         }
         ExportPart *pt = &t->parts[t->nparts++];
         pt->raw = raw, pt->expert = p->ndim == 3 ? e : -1, pt->rows = rows, pt->cols = cols;
+        if (!strcmp(family, "deepseek_v3")) rope_rows(md, t);
       }
     }
   }

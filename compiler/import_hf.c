@@ -1,8 +1,9 @@
 /* import_hf.c — `mtc import-hf config.json`: a Hugging Face transformers config becomes a
  * spec (its model section from the config; cluster and training sections to edit).
- * Families: llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, gpt2. Field
+ * Families: llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, gpt2. Field
  * names are those of transformers' configuration_<family>.py. Every field that changes the math is
- * kept (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, qk-norm,
+ * kept (rms_norm_eps, norm_topk_prob, routed_scaling_factor, router_aux_loss_coef, DeepSeek's
+ * aux_loss_alpha and seq_aux, qk-norm,
  * rope_scaling llama3 and yarn, Qwen2-MoE's shared_expert_gate, n_group/topk_group, the attention
  * biases: attention_bias, Qwen2's and Qwen2-MoE's q/k/v biases) or, when the spec cannot say it
  * yet (other rope types, mlp_bias, clip_qkv, sliding windows), refused with an error naming the field; so is an invalid value
@@ -359,10 +360,43 @@ static bool qwen_moe(Hf *h, bool qwen3) {
   return moe_conventions(h, false);
 }
 
-static bool deepseek_v3(Hf *h) {
+/* DeepSeek's balancing loss (the remote modeling_deepseek.py's MoEGate: alpha = aux_loss_alpha,
+ * seq_aux: per sequence, else over the batch). Absent, alpha is 0: transformers' own DeepSeek
+ * classes have neither field nor a loss (the published configs set both: V2-Lite 0.001, true). seq_aux
+ * becomes model.moe.seq_aux_loss_coef beside either balancing (V3's complementary loss beside
+ * aux_free); the batch-wise form is model.moe.aux_loss_coef, whose scores are softmax probabilities:
+ * refused beside aux_free or a sigmoid router, where it would be another loss. Without aux_free,
+ * mtc's own default batch-wise loss is turned off (aux_loss_coef 0) unless the config asks for it. */
+static bool deepseek_aux(Hf *h, bool aux_free, bool sigmoid) {
+  bool seq;
+  json_t *a = json_object_get(h->cfg, "aux_loss_alpha");
+  if (a && !json_is_null(a) && (!json_is_number(a) || json_number_value(a) < 0))
+    return diag_error(h->d, key_loc(h, "aux_loss_alpha"), "\"aux_loss_alpha\" is not a number >= 0; expected one "
+                      "such as 0.001");
+  double alpha = a && json_is_number(a) ? json_number_value(a) : 0;
+  if (!opt_bool(h, "seq_aux", true, &seq)) return false;
+  if (!seq && alpha > 0 && (aux_free || sigmoid))
+    return unsupported(h, "seq_aux", mem_printf(h->m, "is false with aux_loss_alpha %g and %s (a batch-wise balancing "
+                       "loss of %s scores; mtc's batch-wise loss is of softmax probabilities and not beside aux_free; "
+                       "seq_aux true is model.moe.seq_aux_loss_coef)", alpha, aux_free ? "topk_method noaux_tc" :
+                       "scoring_func sigmoid", sigmoid ? "sigmoid" : "softmax"));
+  if (!aux_free) emit(h, "    aux_loss_coef: %.9g\n", seq ? 0 : alpha);
+  if (seq && alpha > 0) emit(h, "    seq_aux_loss_coef: %.9g\n", alpha);
+  return true;
+}
+
+/* DeepSeek-V2 and V3 (configuration_deepseek.py of deepseek-ai's models; transformers'
+ * configuration_deepseek_v3.py): MLA with or without q-LoRA, first_k_dense_replace dense layers,
+ * shared experts, softmax (V2) or sigmoid (V3) scores, group-limited routing, YaRN.
+ * V2's MoEGate: topk_method greedy (or its default's spelling "gready") takes the top-k of all
+ * experts, group_limited_greedy the top-k of the topk_group groups with the best probability;
+ * routed_scaling_factor multiplies the weights when they are not renormalized (norm_topk_prob,
+ * default false). V3's: noaux_tc (sigmoid scores + e_score_correction_bias, groups by their two
+ * best), weights renormalized (default true) then times routed_scaling_factor. */
+static bool deepseek(Hf *h, bool v2) {
   int64_t hidden, layers, heads = 0, q_rank, kv_rank, nope, rope_dim, v, experts, shared, topk, moe_inter, inter, first,
       freq;
-  bool ok = true;
+  bool ok = true, abias;
   if (!common(h, &hidden, &layers) || !get_int(h, "num_attention_heads", true, 1, &heads) ||
       !get_int(h, "kv_lora_rank", true, 1, &kv_rank) || !get_int(h, "qk_nope_head_dim", true, 1, &nope) ||
       !get_int(h, "qk_rope_head_dim", true, 1, &rope_dim) || !get_int(h, "v_head_dim", true, 1, &v) ||
@@ -370,10 +404,32 @@ static bool deepseek_v3(Hf *h) {
       !get_int(h, "moe_intermediate_size", true, 1, &moe_inter) || !get_int(h, "intermediate_size", true, 1, &inter) ||
       !opt_int(h, "q_lora_rank", 0, 0, &q_rank) || !opt_int(h, "n_shared_experts", 0, 0, &shared) ||
       !opt_int(h, "first_k_dense_replace", 0, 0, &first) || !opt_int(h, "moe_layer_freq", 1, 1, &freq) ||
-      !topk_fits(h, topk, experts, "n_routed_experts"))
+      !topk_fits(h, topk, experts, "n_routed_experts") || !get_bool(h, "attention_bias", &abias))
     return false;
+  /* DeepseekV2Attention / V3's: attention_bias puts biases on q(_a)_proj, kv_a_proj_with_mqa and o_proj */
+  if (abias) return unsupported(h, "attention_bias", "is true (biases on MLA's projections)");
+  /* rope_interleave (transformers' DeepseekV3, default true; DeepSeek's own code always): RoPE on
+   * pairs (2i, 2i + 1) of the rope rows; false: mtc's half-split pairs (i, i + rope / 2). The same
+   * model up to a fixed permutation of the rope rows of q_b_proj/q_proj and kv_a_proj_with_mqa
+   * (which mtc export --spec applies, writing rope_interleave true): either value imports as is. */
+  bool interleave;
+  if (!opt_bool(h, "rope_interleave", true, &interleave)) return false;
   const char *score = get_str(h, "scoring_func", &ok), *topk_method = get_str(h, "topk_method", &ok);
   if (!ok) return false;
+  /* absent: the family's defaults (V2's config: softmax, greedy; V3's config and transformers'
+   * DeepseekV3TopkRouter, which reads neither field: sigmoid, noaux_tc) */
+  if (!score) score = v2 ? "softmax" : "sigmoid";
+  if (!topk_method) topk_method = v2 ? "greedy" : "noaux_tc";
+  if (score && strcmp(score, "sigmoid") && strcmp(score, "softmax"))
+    return diag_error(h->d, key_loc(h, "scoring_func"), "\"scoring_func\" is '%s'; expected sigmoid or softmax", score);
+  bool sigmoid = score && !strcmp(score, "sigmoid"), noaux = topk_method && !strcmp(topk_method, "noaux_tc");
+  bool grouped = !v2 || (topk_method && !strcmp(topk_method, "group_limited_greedy"));
+  if (v2 && topk_method && !grouped && strcmp(topk_method, "greedy") && strcmp(topk_method, "gready"))
+    return diag_error(h->d, key_loc(h, "topk_method"), "\"topk_method\" is '%s'; expected greedy or "
+                      "group_limited_greedy (model_type deepseek_v2)", topk_method);
+  if (v2 && sigmoid) /* V2's MoEGate raises NotImplementedError for it */
+    return diag_error(h->d, key_loc(h, "scoring_func"), "\"scoring_func\" is 'sigmoid'; model_type deepseek_v2 "
+                      "scores experts by softmax only; expected softmax");
   emit(h, "  attention:\n    kind: mla\n    heads: %lld\n", (long long)heads);
   if (q_rank) emit(h, "    q_lora_rank: %lld\n", (long long)q_rank);
   emit(h, "    kv_lora_rank: %lld\n    qk_nope_head_dim: %lld\n    qk_rope_head_dim: %lld\n    v_head_dim: %lld\n",
@@ -384,25 +440,28 @@ static bool deepseek_v3(Hf *h) {
        (long long)experts, (long long)topk, (long long)shared, (long long)moe_inter);
   if (first) emit(h, "    first_dense_layers: %lld\n", (long long)first);
   if (freq > 1) emit(h, "    interleave: %lld\n", (long long)freq);
-  if (score && strcmp(score, "sigmoid") && strcmp(score, "softmax"))
-    return diag_error(h->d, key_loc(h, "scoring_func"), "\"scoring_func\" is '%s'; expected sigmoid or softmax", score);
-  if (score && !strcmp(score, "sigmoid")) emit(h, "    router: sigmoid\n");
-  if (topk_method && !strcmp(topk_method, "noaux_tc")) emit(h, "    router_bias: true\n    load_balance: aux_free\n");
+  if (sigmoid) emit(h, "    router: sigmoid\n");
+  if (noaux) emit(h, "    router_bias: true\n    load_balance: aux_free\n");
   int64_t groups, topk_group;
   double scale;
+  bool norm;
   if (!opt_int(h, "n_group", 1, 1, &groups) || !opt_int(h, "topk_group", 1, 1, &topk_group) ||
-      !get_real(h, "routed_scaling_factor", 1, &scale))
+      !get_real(h, "routed_scaling_factor", 1, &scale) || !opt_bool(h, "norm_topk_prob", !v2, &norm))
     return false;
-  if (experts % groups != 0)
+  if (grouped && experts % groups != 0)
     return diag_error(h->d, key_loc(h, "n_group"), "\"n_group\" is %lld, which does not divide n_routed_experts "
                       "%lld; expected a divisor (experts are routed in equal groups)", (long long)groups,
                       (long long)experts);
-  if (topk_group > groups)
+  if (grouped && topk_group > groups)
     return diag_error(h->d, key_loc(h, "topk_group"), "\"topk_group\" is %lld, more than n_group %lld; expected 1 "
                       "to %lld groups", (long long)topk_group, (long long)groups, (long long)groups);
-  if (groups > 1) emit(h, "    n_group: %lld\n    topk_group: %lld\n", (long long)groups, (long long)topk_group);
+  if (v2 && norm && topk > 1 && scale != 1) /* V2's MoEGate scales only the weights it does not renormalize */
+    return unsupported(h, "routed_scaling_factor", mem_printf(h->m, "is %g with norm_topk_prob true (DeepSeek-V2's "
+                       "MoEGate then leaves the renormalized weights unscaled; mtc scales them)", scale));
+  if (grouped && groups > 1) emit(h, "    n_group: %lld\n    topk_group: %lld\n", (long long)groups, (long long)topk_group);
+  if (!norm) emit(h, "    norm_topk_prob: false\n");
   if (scale != 1) emit(h, "    routed_scaling_factor: %.9g\n", scale);
-  return moe_conventions(h, true); /* DeepseekV3Config: norm_topk_prob true by default */
+  return deepseek_aux(h, noaux, sigmoid);
 }
 
 /* A number or boolean field as a double (dflt when absent or null; NAN when another type). */
@@ -495,16 +554,16 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
   }
   emit(&h, "name: %s\n", safe);
   if (!ok) { /* model_type or _name_or_path was not text: reported */
-  } else if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2");
+  } else if (!type) ok = diag_error(d, (Loc){src, 0, 0}, "no \"model_type\"; expected llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3 or gpt2");
   else if (!strcmp(type, "llama") || !strcmp(type, "qwen2") || !strcmp(type, "qwen3")) ok = llama(&h, type);
   else if (!strcmp(type, "olmoe")) ok = olmoe(&h);
   else if (!strcmp(type, "mixtral")) ok = mixtral(&h);
   else if (!strcmp(type, "qwen3_moe")) ok = qwen_moe(&h, true);
   else if (!strcmp(type, "qwen2_moe")) ok = qwen_moe(&h, false);
-  else if (!strcmp(type, "deepseek_v3")) ok = deepseek_v3(&h);
+  else if (!strcmp(type, "deepseek_v3") || !strcmp(type, "deepseek_v2")) ok = deepseek(&h, !strcmp(type, "deepseek_v2"));
   else if (!strcmp(type, "gpt2")) ok = gpt2(&h);
   else ok = diag_error(d, (Loc){src, 0, 0}, "\"model_type\" is '%s', which mtc cannot import yet; expected "
-                       "llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3 or gpt2", type);
+                       "llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3 or gpt2", type);
   if (ok)
     emit(&h, "cluster:                        # edit: your machines\n  preset: jupiter-booster\n  nodes: 1\n"
              "training:                       # edit: your run\n  seq_len: %lld\n  global_batch: 4\n"

@@ -250,6 +250,8 @@ typedef struct {
   LoadBalance load_balance;
   double aux_loss_coef;    /* aux_loss: weight of the balancing loss */
   double bias_update_rate; /* aux_free: bias step per optimizer step */
+  double seq_aux_loss_coef; /* sequence-wise balance loss weight (DeepSeek-V2 seq_aux, V3's complementary
+                               loss); 0: off; with either load_balance */
   bool norm_topk_prob;       /* true: the top-k weights renormalized to sum 1 (Mixtral, Qwen3-MoE);
                                 false: the raw softmax (or sigmoid) scores (Qwen2-MoE) */
   double routed_scaling_factor; /* routed experts' weights times this (DeepSeek-V3; default 1) */
@@ -1024,6 +1026,12 @@ typedef struct {
   bool transposed;
   int nparts;
   ExportPart parts[3];
+  /* DeepSeek's interleaved RoPE rows (HF rope_interleave, deepseek_v3): rope_dim > 0 permutes the
+   * rows of every block of rope_block rows: the family's row rope_off + 2j is the program's
+   * rope_off + j, its row rope_off + 2j + 1 the program's rope_off + rope_dim / 2 + j (j <
+   * rope_dim / 2): the pairs transformers' apply_rotary_pos_emb_interleave de-interleaves into
+   * mtc's half-split RoPE (rt_rope_strided_forward). One part, not transposed. */
+  int64_t rope_block, rope_off, rope_dim;
 } ExportTensor;
 /* Every tensor family's model class loads for model md, in the model's order; *count of them. */
 ExportTensor *export_tensors(Mem *m, const Model *md, const char *family, int *count);

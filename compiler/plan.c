@@ -363,10 +363,15 @@ static void build_items(Items *it, const Model *md) {
          PHASE_OPT(L), "4 B x tokens x top_k: gradient of the routing weights (a MoE layer's backward)");
     /* (with the experts' saves recomputed the backward's row offsets are the layer workspace's) */
     const bool eoff = ch->ep > 1 && plan_keeps(ch->ac, SAVE_EXPERT);
-    item(it, "moe.tables", CAT_MOE, TIER_HBM, 4 * 3 * (double)E + (eoff ? 4 * (double)(El + 1) : 0), 1,
-         PHASE_OPT(L), eoff ? "4 B x 3 x experts: the load-balancing loss's scratch; 4 B x (experts / ep + 1): "
-                              "the backward's first row of each local expert in a round"
-                            : "4 B x 3 x experts: the load-balancing loss's scratch");
+    /* the balancing losses' scratch: 3 x experts, or with the sequence-wise loss 2 x experts per
+     * sequence of the micro-batch when that is more (emit_layout.c's AUX) */
+    const bool seq = mo->seq_aux_loss_coef > 0 && 2 * ch->micro_batch > 3;
+    const double aux = seq ? 2 * (double)ch->micro_batch * (double)E : 3 * (double)E;
+    const char *aux_what = seq ? "4 B x 2 x experts x sequences of a micro-batch: the balancing losses' scratch"
+                               : "4 B x 3 x experts: the load-balancing loss's scratch";
+    item(it, "moe.tables", CAT_MOE, TIER_HBM, 4 * aux + (eoff ? 4 * (double)(El + 1) : 0), 1, PHASE_OPT(L),
+         eoff ? mem_printf(it->m, "%s; 4 B x (experts / ep + 1): the backward's first row of each local expert in a "
+                              "round", aux_what) : aux_what);
     if (s->model.moe.load_balance == LB_AUX_FREE)
       item(it, "moe.expert_loads", CAT_MOE, TIER_HBM, 4 * (double)E * (double)md->n_moe_layers, 0, END,
            "4 B x experts x MoE layers: tokens per expert this step (aux_free's bias update)");

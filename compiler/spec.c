@@ -103,6 +103,7 @@ static const Field moe_fields[] = {
     {"load_balance", F_ENUM, O(MoeSpec, load_balance), "aux_loss", 0, 0, lb_names, NULL, "aux_loss or aux_free (bias adjustment; needs router_bias)"},
     {"aux_loss_coef", F_REAL, O(MoeSpec, aux_loss_coef), "0.01", 0, 0, NULL, NULL, "weight of the load-balancing loss (aux_loss; Switch Transformer's alpha; 0: off)", 0, 1000, false, true},
     {"bias_update_rate", F_REAL, O(MoeSpec, bias_update_rate), "0.001", 0, 0, NULL, NULL, "router-bias step per optimizer step (aux_free; DeepSeek-V3's gamma)", 0, 1, false, true},
+    {"seq_aux_loss_coef", F_REAL, O(MoeSpec, seq_aux_loss_coef), "0", 0, 0, NULL, NULL, "weight of the sequence-wise balance loss: alpha (1/B) sum over sequences of sum_e f_e P_e per sequence, P of softmax scores or of sigmoid scores normalized over experts (DeepSeek-V2's aux_loss_alpha with seq_aux; DeepSeek-V3's complementary loss beside aux_free: 0.0001); 0: off", 0, 1000, false, true},
     {"norm_topk_prob", F_BOOL, O(MoeSpec, norm_topk_prob), "true", 0, 0, NULL, NULL, "top-k weights renormalized to sum 1 (Mixtral, Qwen3-MoE); false: the raw softmax or sigmoid scores (Qwen2-MoE)"},
     {"shared_expert_gate", F_BOOL, O(MoeSpec, shared_expert_gate), "false", 0, 0, NULL, NULL, "the shared experts' output scaled by sigmoid(x . w), w of hidden (Qwen2-MoE's shared_expert_gate)"},
     {"n_group", F_INT, O(MoeSpec, n_group), "1", 1, 64, NULL, NULL, "group-limited routing: experts in this many equal groups (DeepSeek-V2, V3: 8)"},

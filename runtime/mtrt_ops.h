@@ -210,6 +210,17 @@ real rt_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, i
                          real *scratch /* 3E */);
 void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E,
                           int K, real alpha, real dloss, real *scratch /* 2E */);
+/* Sequence-wise balance loss (DeepSeek-V2 §2.2.4 with HF `seq_aux: true`; DeepSeek-V3 §2.3.3's
+ * complementary loss, eqs. 17-20): alpha · (1/B) Σ_b Σ_e f_{b,e} P_{b,e} over the N / T sequences b
+ * of T tokens each, f_{b,e} = E / (K T) · the assignments of sequence b to expert e (no gradient),
+ * P_{b,e} = mean over b's tokens of the affinity s_{t,e}: softmax(logits) (sigmoid = false), or the
+ * sigmoid scores normalized over all experts, σ_e / Σ_j σ_j (sigmoid = true: V3's s'). A sequence
+ * lies whole in one rank's micro-batch, so the loss needs no communication. Returns the loss;
+ * backward adds its gradient (times dloss) to dlogits (N, E). scratch: 2E values. */
+real rt_seq_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, int K, int T, bool sigmoid,
+                             real alpha, real *scratch);
+void rt_seq_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E, int K, int T,
+                              bool sigmoid, real alpha, real dloss, real *scratch);
 
 /* load (E) += the number of assignments to each expert among idx (n entries): the counts
  * behind auxiliary-loss-free balancing. */

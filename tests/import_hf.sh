@@ -22,7 +22,16 @@ for cfg in tests/hf/*.json; do
   got=$(counts "$tmp/$name.yaml") || { echo "FAIL $name: the imported spec does not check"; fail=1; continue; }
   # the counts of the example spec of the same name, or the model card's (tests/hf/NAME.counts:
   # Qwen1.5-MoE-A2.7B 14.3 B / 2.7 B activated; Qwen2.5-7B 7.61 B with 6.53 B non-embedding: by hand
-  # 7,615,616,512 = 6,525,621,760 + 2 x 152,064 x 3,584, which mtc rounds to 7.62)
+  # 7,615,616,512 = 6,525,621,760 + 2 x 152,064 x 3,584, which mtc rounds to 7.62;
+  # DeepSeek-V2-Lite 15.7 B total, 2.4 B activated: by hand, embedding and LM head 2 x 102,400 x 2,048
+  # = 419,430,400; per layer MLA without q-LoRA q_proj 2,048 x 16 x 192 + kv_a_proj_with_mqa 2,048 x 576
+  # + kv_a_layernorm 512 + kv_b_proj 512 x 16 x 256 + o_proj 2,048 x 2,048 = 13,763,072 and two norms
+  # 4,096; layer 0's dense MLP 3 x 2,048 x 10,944 = 67,239,936; 26 MoE layers of 64 + 2 shared experts
+  # of 3 x 2,048 x 1,408 = 8,650,752 and the gate 64 x 2,048: 571,080,704; the final norm 2,048. Total
+  # 419,430,400 + 27 x 13,767,168 + 67,239,936 + 26 x 571,080,704 + 2,048 = 15,706,484,224 (15.71).
+  # Active: 6 of the 64 routed experts, 26 x (8 x 8,650,752 + 131,072) = 1,802,764,288, with the rest:
+  # 2,661,150,208 (2.66), of which the embedding table is a lookup: 2,661,150,208 - 209,715,200 =
+  # 2.45 B, the card's 2.4 B)
   if [ -f "specs/$name.yaml" ]; then want=$(counts "specs/$name.yaml")
   elif [ "$name" = gpt2 ]; then want="124.44 M parameters, 124.44 M active)" # GPT-2 small: 124,439,808
   else want=$(cat "tests/hf/$name.counts"); fi
@@ -31,6 +40,7 @@ for cfg in tests/hf/*.json; do
   grep -q '"rms_norm_eps": 1e-06' "$cfg" && { grep -q "norm_eps: 1e-06" "$tmp/$name.yaml" || { echo "FAIL $name: rms_norm_eps dropped"; fail=1; }; }
   grep -q '"norm_topk_prob": false' "$cfg" && { grep -q "norm_topk_prob: false" "$tmp/$name.yaml" || { echo "FAIL $name: norm_topk_prob dropped"; fail=1; }; }
   grep -q '"router_aux_loss_coef"' "$cfg" && { grep -q "aux_loss_coef: " "$tmp/$name.yaml" || { echo "FAIL $name: router_aux_loss_coef dropped"; fail=1; }; }
+  grep -q '"seq_aux": true' "$cfg" && { grep -q "seq_aux_loss_coef: 0.001" "$tmp/$name.yaml" || { echo "FAIL $name: aux_loss_alpha with seq_aux dropped"; fail=1; }; }
   grep -q '"rope_type": "llama3"' "$cfg" && { grep -q "type: llama3" "$tmp/$name.yaml" || { echo "FAIL $name: rope_scaling dropped"; fail=1; }; }
   case $name in
   qwen3-*) grep -q "qk_norm: per_head" "$tmp/$name.yaml" || { echo "FAIL $name: no per-head qk-norm"; fail=1; } ;;
@@ -114,6 +124,44 @@ ds='"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "voc
 expect_err "{$ds, \"num_experts_per_tok\": 9}" '"num_experts_per_tok" is 9, more than n_routed_experts 8'
 expect_err "{$ds, \"num_experts_per_tok\": 2, \"n_group\": 4, \"topk_group\": 5}" '"topk_group" is 5, more than n_group 4'
 expect_err "{$ds, \"num_experts_per_tok\": 2, \"n_group\": 3}" '"n_group" is 3, which does not divide n_routed_experts 8'
+# DeepSeek's balancing loss: seq_aux is model.moe.seq_aux_loss_coef (beside aux_free for V3), the
+# batch-wise form aux_loss_coef; a batch-wise loss beside aux_free is refused at seq_aux
+dsv3="$ds, \"num_experts_per_tok\": 2, \"scoring_func\": \"sigmoid\", \"topk_method\": \"noaux_tc\""
+printf '%s' "{$dsv3, \"aux_loss_alpha\": 0.0001, \"seq_aux\": true}" >"$tmp/d3.json"
+"$mtc" import-hf "$tmp/d3.json" -o "$tmp/d3.yaml" && "$mtc" check "$tmp/d3.yaml" >/dev/null && grep -q "seq_aux_loss_coef: 0.0001" "$tmp/d3.yaml" &&
+  grep -q "load_balance: aux_free" "$tmp/d3.yaml" && ! grep -q "  aux_loss_coef" "$tmp/d3.yaml" ||
+  { echo "FAIL: deepseek_v3's aux_loss_alpha with seq_aux is not seq_aux_loss_coef beside aux_free"; fail=1; }
+expect_err "{$dsv3, \"aux_loss_alpha\": 0.001, \"seq_aux\": false}" '"seq_aux" is false with aux_loss_alpha 0.001 and topk_method noaux_tc'
+expect_err "{$ds, \"num_experts_per_tok\": 2, \"attention_bias\": true}" '"attention_bias" is true (biases on MLA'
+# without scoring_func and topk_method, deepseek_v3 is transformers' DeepseekV3TopkRouter (sigmoid, noaux_tc)
+# and deepseek_v2 its config's defaults (softmax, greedy)
+printf '%s' "{$ds, \"num_experts_per_tok\": 2}" >"$tmp/d3m.json"
+"$mtc" import-hf "$tmp/d3m.json" -o "$tmp/d3m.yaml" && grep -q "router: sigmoid" "$tmp/d3m.yaml" && grep -q "load_balance: aux_free" "$tmp/d3m.yaml" ||
+  { echo "FAIL: deepseek_v3 without scoring_func/topk_method is not sigmoid with aux-free bias"; fail=1; }
+printf '%s' "{$ds, \"num_experts_per_tok\": 2}" | sed 's/deepseek_v3/deepseek_v2/' >"$tmp/d2m.json"
+"$mtc" import-hf "$tmp/d2m.json" -o "$tmp/d2m.yaml" && ! grep -q "router: sigmoid\|router_bias\|n_group" "$tmp/d2m.yaml" ||
+  { echo "FAIL: deepseek_v2 without scoring_func/topk_method is not softmax greedy"; fail=1; }
+# rope_interleave (either value: the same model up to the rope rows' order, which export writes
+# interleaved) imports as the same spec; a value that is not a boolean is refused
+printf '%s' "{$dsv3, \"rope_interleave\": false}" >"$tmp/d3f.json"; printf '%s' "{$dsv3, \"rope_interleave\": true}" >"$tmp/d3t.json"
+"$mtc" import-hf "$tmp/d3f.json" -o "$tmp/d3f.yaml" && "$mtc" import-hf "$tmp/d3t.json" -o "$tmp/d3t.yaml" &&
+  diff <(sed 1,2d "$tmp/d3f.yaml") <(sed 1,2d "$tmp/d3t.yaml") >/dev/null || { echo "FAIL: rope_interleave changed the imported spec"; fail=1; }
+expect_err "{$dsv3, \"rope_interleave\": 1}" '"rope_interleave" is not true or false'
+# deepseek_v2: softmax scores; group_limited_greedy keeps n_group/topk_group, greedy ignores them (V2's
+# MoEGate); seq_aux false is the batch-wise aux_loss_coef; routed_scaling_factor beside renormalized
+# weights (which V2 leaves unscaled) is refused
+dsv2=$(printf '%s' "$ds" | sed 's/deepseek_v3/deepseek_v2/')
+printf '%s' "{$dsv2, \"num_experts_per_tok\": 2, \"topk_method\": \"group_limited_greedy\", \"n_group\": 4, \"topk_group\": 2, \"routed_scaling_factor\": 16.0, \"aux_loss_alpha\": 0.003, \"seq_aux\": false}" >"$tmp/d2.json"
+"$mtc" import-hf "$tmp/d2.json" -o "$tmp/d2.yaml" && "$mtc" check "$tmp/d2.yaml" >/dev/null && grep -q "n_group: 4" "$tmp/d2.yaml" &&
+  grep -q "topk_group: 2" "$tmp/d2.yaml" && grep -q "norm_topk_prob: false" "$tmp/d2.yaml" && grep -q "routed_scaling_factor: 16" "$tmp/d2.yaml" &&
+  grep -q "aux_loss_coef: 0.003" "$tmp/d2.yaml" && ! grep -q "seq_aux_loss_coef\|router: sigmoid\|aux_free" "$tmp/d2.yaml" ||
+  { echo "FAIL: deepseek_v2's group_limited_greedy, routed_scaling_factor or batch-wise aux_loss_alpha not kept"; fail=1; }
+printf '%s' "{$dsv2, \"num_experts_per_tok\": 2, \"topk_method\": \"greedy\", \"n_group\": 4, \"topk_group\": 2}" >"$tmp/d2g.json"
+"$mtc" import-hf "$tmp/d2g.json" -o "$tmp/d2g.yaml" && ! grep -q "n_group" "$tmp/d2g.yaml" && grep -q "aux_loss_coef: 0" "$tmp/d2g.yaml" ||
+  { echo "FAIL: deepseek_v2's greedy routing took the groups, or a config without aux_loss_alpha kept mtc's default loss"; fail=1; }
+expect_err "{$dsv2, \"num_experts_per_tok\": 2, \"norm_topk_prob\": true, \"routed_scaling_factor\": 2.0}" '"routed_scaling_factor" is 2 with norm_topk_prob true'
+expect_err "{$dsv2, \"num_experts_per_tok\": 2, \"scoring_func\": \"sigmoid\"}" 'model_type deepseek_v2 scores experts by softmax only'
+expect_err "{$dsv2, \"num_experts_per_tok\": 2, \"topk_method\": \"noaux_tc\"}" '"topk_method" is .noaux_tc.; expected greedy or group_limited_greedy'
 # the config's file name is data in the spec (a YAML comment), whatever it holds
 odd=$(printf '%s/a\nname: evil\n#.json' "$tmp"); cp tests/hf/llama-3.1-8b.json "$odd"
 "$mtc" import-hf "$odd" -o "$tmp/odd.yaml" && "$mtc" check "$tmp/odd.yaml" >/dev/null && ! grep -q '^name: evil' "$tmp/odd.yaml" ||

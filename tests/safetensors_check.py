@@ -14,6 +14,11 @@ the modeling files: mixtral's block_sparse_moe.{gate, experts.E.w1 (gate_proj), 
 w3 (up_proj)}; qwen2_moe's mlp.shared_expert; gpt2's transformer.{wte, wpe, h.N.{ln_1, attn,
 ln_2, mlp}, ln_f} with Conv1D weights stored [in, out] (transposed) and attn.c_attn the q, k, v
 projections side by side (weights) or end to end (biases); the others keep the program's names.
+deepseek_v3 (config.json beside FILE with rope_interleave true): the RoPE rows of q_b_proj/q_proj
+(the last qk_rope_head_dim rows of each head) and kv_a_proj_with_mqa (its rows past kv_lora_rank)
+are de-interleaved here as transformers' apply_rotary_pos_emb_interleave does (x.view(d/2, 2)
+.transpose: the even rows, then the odd ones) before they are compared with the program's
+half-split rows.
 CKPT_STEP_DIR may instead be `mtc export`'s own-name file of the same checkpoint (any ep).
 usage: safetensors_check.py CKPT_STEP_DIR|REF.safetensors FILE.safetensors [FAMILY]"""
 import json
@@ -101,6 +106,30 @@ if family:  # rename, transpose Conv1D weights, and join c_attn's parts in q, k,
         mapped[name] = (b"".join(rows), [cols, sum(s[0] for _, _, s in ps)])
     want = mapped
     assert header["__metadata__"].get("model_type") == family, header["__metadata__"]
+if family == "deepseek_v3":
+    import os
+    cfg = json.load(open(os.path.join(os.path.dirname(path), "config.json")))
+    assert cfg.get("rope_interleave") is True, "deepseek_v3 export without rope_interleave true"
+    nope, rd, kvr = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["kv_lora_rank"]
+
+    def deinterleave(name, data, rows):
+        """data's rows with each rope block's rows in HF's de-interleaved order (even, then odd)."""
+        if name.endswith(".q_b_proj.weight") or name.endswith(".q_proj.weight"):
+            block, off = nope + rd, nope
+        elif name.endswith(".kv_a_proj_with_mqa.weight"):
+            block, off = kvr + rd, kvr
+        else:
+            return data
+        rb_row = len(data) // rows
+        row = [data[r * rb_row:(r + 1) * rb_row] for r in range(rows)]
+        out = []
+        for b0 in range(0, rows, block):
+            part = row[b0 + off:b0 + off + rd]
+            out += row[b0:b0 + off] + part[0::2] + part[1::2]
+        return b"".join(out)
+else:
+    def deinterleave(name, data, rows):
+        return data
 names = [n for n in header if n != "__metadata__"]
 assert sorted(names) == sorted(want), f"names differ: {set(names) ^ set(want)}"
 checked = 0
@@ -108,7 +137,8 @@ for n in names:
     h = header[n]
     b, e = h["data_offsets"]
     assert h["dtype"] == ("F32" if rb == 4 else "F64") and h["shape"] == want[n][1], n
-    assert body[b:e] == want[n][0], f"{n}: exported values differ from the checkpoint's master weights"
+    assert deinterleave(n, body[b:e], h["shape"][0]) == want[n][0], \
+        f"{n}: exported values differ from the checkpoint's master weights"
     checked += 1
 vals = struct.unpack(f"<{len(body) // rb}{fmt}", body)
 assert any(v != 0 for v in vals)

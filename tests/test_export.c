@@ -108,6 +108,7 @@ static void round_trip(const char *spec, const char *const *sets, int n, const c
     CHECK_EQ(b->moe.n_group, a->moe.n_group);
     if (a->moe.n_group > 1) CHECK_EQ(b->moe.topk_group, a->moe.topk_group);
     if (a->moe.load_balance == LB_AUX_LOSS) CHECK_NEAR(b->moe.aux_loss_coef, a->moe.aux_loss_coef, 1e-12);
+    CHECK_NEAR(b->moe.seq_aux_loss_coef, a->moe.seq_aux_loss_coef, 1e-12);
   }
   /* the same plan: the original cluster and training with the imported model section */
   Spec s3 = *s;
@@ -449,6 +450,11 @@ int main(int argc, char **argv) {
       "model.layers.1.mlp.shared_experts.down_proj.weight 32 16"};
   names("tests/specs/conventions.yaml", ds_sets, N(ds_sets), "deepseek_v3", ds_want, N(ds_want));
   round_trip("tests/specs/conventions.yaml", ds_sets, N(ds_sets), "deepseek_v3");
+  /* DeepSeek-V3's complementary sequence-wise loss beside aux_free: aux_loss_alpha with seq_aux */
+  const char *ds_seq[N(ds_sets) + 1];
+  for (int i = 0; i < N(ds_sets); i++) ds_seq[i] = ds_sets[i];
+  ds_seq[N(ds_sets)] = "model.moe.seq_aux_loss_coef=0.0001";
+  round_trip("tests/specs/conventions.yaml", ds_seq, N(ds_seq), "deepseek_v3");
 
   /* ---- refusals: the key, and why ---- */
   refused("specs/tiny-moe.yaml", NULL, 0, "shared experts without a gate");

@@ -24,7 +24,8 @@
 #   export     mtc export of a 2-rank checkpoint, read back by tests/safetensors_check.py (its own
 #              safetensors and checkpoint readers): every tensor equals the master weights; with
 #              --spec, gpt2-style (gpt2: fused, transposed c_attn), calib-moe (mixtral) and tiny-moe
-#              with a gated shared expert (qwen2_moe, also from an EP 2 checkpoint) as Hugging Face
+#              with a gated shared expert (qwen2_moe, also from an EP 2 checkpoint), mla with and without
+#              q-LoRA (deepseek_v3: the RoPE rows interleaved, as rope_interleave true reads them) as Hugging Face
 #              directories: the family's names, the same values, a config.json that import-hf
 #              reads; a model no family expresses and another spec's checkpoint are refused,
 #              writing nothing
@@ -46,7 +47,8 @@
 #   conventions  tests/specs/conventions.yaml (norm_eps, norm_topk_prob false, routed_scaling_factor)
 #              and its variants (attention.bias qkv, qkvo; sigmoid router; qk-norm per head with selective checkpointing, and
 #              full with full checkpointing; llama3 and YaRN RoPE scaling; Qwen2-MoE's gated shared
-#              expert; DeepSeek-V3's group-limited routing): the double gradient check, and 1 vs 2 ranks (ep 2,
+#              expert; DeepSeek-V3's group-limited routing; the sequence-wise balance loss with softmax and with
+#              sigmoid + aux_free, 2 sequences a micro-batch): the double gradient check, and 1 vs 2 ranks (ep 2,
 #              fp32 wire) within 1e-4
 #   gpt        each GPT-style feature's spec in tests/specs (gelu-experts, learned-positions,
 #              tied-embeddings, layernorm, biases, and gpt2-style with all of them): every tensor's
@@ -57,6 +59,8 @@
 #   text       tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2
 #              ranks: the loss starts near ln 256 = 5.55 and ends below 2.5
 #   text-muon  the same with training.optimizer=muon, ending within 0.05 of 1.934 (issue 13)
+#   text-deepseek  tests/specs/deepseek-style.yaml (MLA, first dense layer, shared expert, sigmoid
+#              router, aux-free with the sequence-wise balance loss) the same way: below 2.5
 #   calibrate  tiny-moe on 1 rank with --profile (3 steps: 2 profiled), then mtc calibrate of the
 #              cpu preset from that profile: every op class the cost model prices is in the
 #              profile with its seconds and FLOPs or bytes (the GEMM and attention FLOPs those
@@ -437,6 +441,10 @@ export)
   hf_spec hf-gpt2 "$src/tests/specs/gpt2-style.yaml" gpt2 --set training.seq_len=32
   hf_spec hf-mixtral "$src/tests/specs/calib-moe.yaml" mixtral --set model.layers=2 --set model.moe.experts=4
   hf_spec hf-qwen2 "$tiny" qwen2_moe --set model.moe.shared_expert_gate=true --set model.layers=2
+  # DeepSeek-V3 (MLA with and without q-LoRA): the RoPE rows written interleaved (rope_interleave true)
+  dsx=(--set model.moe.router=sigmoid --set model.moe.router_bias=true --set model.moe.load_balance=aux_free)
+  hf_spec hf-dsv3 "$src/tests/specs/mla.yaml" deepseek_v3 "${dsx[@]}" --set model.attention.q_lora_rank=12
+  hf_spec hf-dsv3q "$src/tests/specs/mla.yaml" deepseek_v3 "${dsx[@]}"
   # from a 2-rank checkpoint with its experts in EP 2: against mtc export's own-name file of it
   ep2=("${small[@]}" --set training.steps=3 --set model.moe.shared_expert_gate=true --set model.layers=2
        --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=2)
@@ -596,6 +604,20 @@ text | text-muon)
     awk -v b="$last" 'BEGIN { exit !(b > 1.934 - 0.05 && b < 1.934 + 0.05) }' ||
       die "expected Muon's last loss within 0.05 of 1.934"
   fi ;;
+text-deepseek)
+  # issue 15's loss acceptance: tests/specs/deepseek-style.yaml (MLA with q-LoRA, a first dense
+  # layer, shared expert, sigmoid router with aux-free bias balancing and the sequence-wise
+  # balance loss) on the same text, 300 steps on 2 ranks: from ~ln 256 to below 2.5
+  build ds "$src/tests/specs/deepseek-style.yaml" float || exit 1
+  grep -q "rt_mla_kv_backward" "$work/ds/step.c" && grep -q "rt_router_bias_update" "$work/ds/step.c" &&
+    grep -q "rt_seq_aux_loss_backward" "$work/ds/step.c" || die "ds: step.c lacks MLA, the bias update or the sequence-wise loss"
+  (cd "$work" && "${mpirun[@]}" -np 2 ./ds/build/train --data "$text" --metrics ds.jsonl | tail -3) || die "training run"
+  losses "$work/ds.jsonl" | awk 'NR == 1 || NR % 25 == 0 { printf "step %d loss %s\n", NR, $1 }'
+  first=$(losses "$work/ds.jsonl" | head -1); last=$(losses "$work/ds.jsonl" | tail -1)
+  n=$(losses "$work/ds.jsonl" | wc -l)
+  echo "deepseek-style on $text: $n steps, loss $first -> $last"
+  awk -v a="$first" -v b="$last" -v n="$n" 'BEGIN { exit !(n == 300 && a > 5.0 && a < 6.0 && b < 2.5) }' ||
+    die "expected 300 steps with the loss from ~5.55 to below 2.5" ;;
 muon-traffic)
   # a PMPI interposer (tests/pmpi/pmpi_count.c, built here) counts the bytes each rank hands to MPI;
   # 2 ranks, ep 1, 24 experts: Muon's extra bytes per rank and step over AdamW stay below 3/4 of the
@@ -644,7 +666,9 @@ conventions)
             "group --set model.moe.router=sigmoid --set model.moe.load_balance=aux_free --set model.moe.router_bias=true --set model.moe.n_group=2 --set model.moe.topk_group=1"
             "groupsm --set model.moe.n_group=2 --set model.moe.topk_group=1"
             "abqkv --set model.attention.bias=qkv"
-            "abqkvo --set model.attention.bias=qkvo --set model.attention.qk_norm=per_head")
+            "abqkvo --set model.attention.bias=qkvo --set model.attention.qk_norm=per_head"
+            "seqaux --set model.moe.seq_aux_loss_coef=0.5 --set model.moe.aux_loss_coef=0 --set training.micro_batch=2 --set training.global_batch=4"
+            "seqauxsig --set model.moe.router=sigmoid --set model.moe.load_balance=aux_free --set model.moe.router_bias=true --set model.moe.seq_aux_loss_coef=0.5 --set training.micro_batch=2 --set training.global_batch=4")
   for v in "${variants[@]}"; do
     read -r -a args <<<"$v"; name=cv-${args[0]}
     build "$name" "$cv" double "${args[@]:1}" || continue
@@ -655,6 +679,7 @@ conventions)
     cv-yarn) grep -q "rt_rope_yarn_backward" "$work/$name/step.c" || die "$name: no YaRN RoPE in step.c" ;;
     cv-gate) grep -q "rt_sigmoid_gate_backward" "$work/$name/step.c" && grep -q '"model.layers.1.mlp.shared_expert_gate.weight"' \
       "$work/$name/step.c" || die "$name: no shared_expert_gate in step.c" ;;
+    cv-seqaux*) grep -q "rt_seq_aux_loss_backward" "$work/$name/step.c" || die "$name: no sequence-wise balance loss in step.c" ;;
     cv-group*) grep -q "rt_router_group_forward" "$work/$name/step.c" || die "$name: no group-limited routing in step.c" ;;
     cv-abqkv*) grep -q '"model.layers.0.self_attn.v_proj.bias"' "$work/$name/step.c" || die "$name: no v_proj bias in step.c"
       grep -q '"model.layers.0.mlp.down_proj.bias"\|input_layernorm.bias' "$work/$name/step.c" && die "$name: biases beyond attention"

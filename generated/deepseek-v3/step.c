@@ -581,9 +581,9 @@
 #define WS_OFFSETS                 20363776 /*        257 [activations.forward_layer]: first row of each expert (int32) */
 #define WS_EOFF                    20364048 /*         65 [activations.forward_layer]: first row of each local expert in the round (int32) */
 #define DWTS                       20364128 /*     393216 [moe.grad_routing_weights]: gradient of the routing weights */
-#define AUX                        20757344 /*        768 [moe.tables]: load-balancing loss scratch */
-#define RSTDF                      20758112 /*      49152 [activations.loss_stats]: its 1/rms per token */
-#define LSEF                       20807264 /*      49152 [activations.loss_stats]: log-sum-exp of each token's logits */
+#define AUX                        20757344 /*       6144 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                      20763488 /*      49152 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                       20812640 /*      49152 [activations.loss_stats]: log-sum-exp of each token's logits */
 
 /* ---- the activation arena map (elements of act) ---- */
 #define EMBED_PARAM                       0 /*    3619840 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
@@ -2164,6 +2164,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L3_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2208,6 +2209,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L4_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2252,6 +2254,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L5_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2296,6 +2299,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L6_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2340,6 +2344,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L7_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2384,6 +2389,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L8_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2428,6 +2434,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L9_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2472,6 +2479,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L10_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2516,6 +2524,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L11_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2560,6 +2569,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L12_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2604,6 +2614,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L13_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2648,6 +2659,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L14_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2692,6 +2704,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L15_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2736,6 +2749,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L16_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2780,6 +2794,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L17_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2824,6 +2839,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L18_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2868,6 +2884,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L19_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2912,6 +2929,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L20_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2956,6 +2974,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L21_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3000,6 +3019,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L22_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3044,6 +3064,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L23_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3088,6 +3109,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L24_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3132,6 +3154,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L25_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3176,6 +3199,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L26_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3220,6 +3244,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L27_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3264,6 +3289,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L28_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3308,6 +3334,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L29_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3352,6 +3379,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L30_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3396,6 +3424,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L31_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3440,6 +3469,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L32_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3484,6 +3514,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L33_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3528,6 +3559,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L34_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3572,6 +3604,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L35_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3616,6 +3649,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L36_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3660,6 +3694,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L37_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3704,6 +3739,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L38_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3748,6 +3784,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L39_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3792,6 +3829,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L40_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3836,6 +3874,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L41_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3880,6 +3919,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L42_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3924,6 +3964,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L43_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3968,6 +4009,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L44_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4012,6 +4054,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L45_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4056,6 +4099,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L46_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4100,6 +4144,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L47_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4144,6 +4189,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L48_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4188,6 +4234,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L49_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4232,6 +4279,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L50_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4276,6 +4324,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L51_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4320,6 +4369,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L52_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4364,6 +4414,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L53_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4408,6 +4459,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L54_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4452,6 +4504,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L55_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4496,6 +4549,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L56_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4540,6 +4594,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L57_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4584,6 +4639,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L58_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4628,6 +4684,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L59_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4672,6 +4729,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
   if (!recompute) rt_moe_count(R(L60_LOAD), I(WS_IDX), 393216); /* aux_free: tokens per expert */
+  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, R(AUX)); /* sequence-wise balance loss: N, E, K, T */
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 49152, 256, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4726,6 +4784,7 @@ static void layer60_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -4789,6 +4848,7 @@ static void layer59_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -4852,6 +4912,7 @@ static void layer58_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -4915,6 +4976,7 @@ static void layer57_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -4978,6 +5040,7 @@ static void layer56_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5041,6 +5104,7 @@ static void layer55_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5104,6 +5168,7 @@ static void layer54_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5167,6 +5232,7 @@ static void layer53_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5230,6 +5296,7 @@ static void layer52_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5293,6 +5360,7 @@ static void layer51_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5356,6 +5424,7 @@ static void layer50_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5419,6 +5488,7 @@ static void layer49_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5482,6 +5552,7 @@ static void layer48_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5545,6 +5616,7 @@ static void layer47_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5608,6 +5680,7 @@ static void layer46_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5671,6 +5744,7 @@ static void layer45_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5734,6 +5808,7 @@ static void layer44_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5797,6 +5872,7 @@ static void layer43_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5860,6 +5936,7 @@ static void layer42_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5923,6 +6000,7 @@ static void layer41_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -5986,6 +6064,7 @@ static void layer40_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6049,6 +6128,7 @@ static void layer39_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6112,6 +6192,7 @@ static void layer38_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6175,6 +6256,7 @@ static void layer37_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6238,6 +6320,7 @@ static void layer36_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6301,6 +6384,7 @@ static void layer35_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6364,6 +6448,7 @@ static void layer34_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6427,6 +6512,7 @@ static void layer33_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6490,6 +6576,7 @@ static void layer32_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6553,6 +6640,7 @@ static void layer31_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6616,6 +6704,7 @@ static void layer30_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6679,6 +6768,7 @@ static void layer29_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6742,6 +6832,7 @@ static void layer28_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6805,6 +6896,7 @@ static void layer27_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6868,6 +6960,7 @@ static void layer26_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6931,6 +7024,7 @@ static void layer25_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -6994,6 +7088,7 @@ static void layer24_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7057,6 +7152,7 @@ static void layer23_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7120,6 +7216,7 @@ static void layer22_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7183,6 +7280,7 @@ static void layer21_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7246,6 +7344,7 @@ static void layer20_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7309,6 +7408,7 @@ static void layer19_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7372,6 +7472,7 @@ static void layer18_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7435,6 +7536,7 @@ static void layer17_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7498,6 +7600,7 @@ static void layer16_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7561,6 +7664,7 @@ static void layer15_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7624,6 +7728,7 @@ static void layer14_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7687,6 +7792,7 @@ static void layer13_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7750,6 +7856,7 @@ static void layer12_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7813,6 +7920,7 @@ static void layer11_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7876,6 +7984,7 @@ static void layer10_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -7939,6 +8048,7 @@ static void layer9_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8002,6 +8112,7 @@ static void layer8_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8065,6 +8176,7 @@ static void layer7_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8128,6 +8240,7 @@ static void layer6_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8191,6 +8304,7 @@ static void layer5_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8254,6 +8368,7 @@ static void layer4_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
@@ -8317,6 +8432,7 @@ static void layer3_backward(RtCtx *c) {
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
   rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
+  rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);

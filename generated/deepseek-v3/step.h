@@ -8,7 +8,7 @@
 #define MODEL_NAME "deepseek-v3"
 #define SPEC_FILE "deepseek-v3.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "1f8e62e9a828515a"
+#define PLAN_HASH "458f7848be6edbc4"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 256
 #define PLAN_FSDP 256
@@ -45,7 +45,7 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 901.936 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 94142788864 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HBM_BYTES 94142810368 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 87808060160 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
@@ -58,7 +58,7 @@
 #define OPT_STEP_ON_HOST 1
 /* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
  * micro-batch writes before reading them */
-#define ARENA_ELEMS 20856416
+#define ARENA_ELEMS 20861792
 #define ARENA_SCRATCH 113152
 #define ACT_ELEMS 45913781760
 #define ACT_SCRATCH 2621197824

@@ -221,6 +221,58 @@ void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx,
   }
 }
 
+/* The affinities of one token (row l of E logits) into p: softmax, or sigmoid normalized to sum 1. */
+static void affinity_row(real *p, const real *l, int E, bool sig) {
+  if (!sig) { softmax_row(p, l, E); return; }
+  real s = 0;
+  for (int e = 0; e < E; e++) s += p[e] = sigmoid(l[e]);
+  for (int e = 0; e < E; e++) p[e] /= s;
+}
+
+/* f (E) = E / (K T) · the assignments of the T tokens from idx (T · K entries) to each expert. */
+static void seq_fractions(real *f, const int32_t *idx, int E, int K, int T) {
+  memset(f, 0, sizeof(real) * (size_t)E);
+  for (int a = 0; a < T * K; a++) f[idx[a]] += (real)E / (real)(K * T);
+}
+
+real rt_seq_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, int K, int T, bool sig,
+                             real alpha, real *scratch) {
+  real *p = scratch, *f = scratch + E, loss = 0;
+  int B = N / T;
+  for (int b = 0; b < B; b++) {
+    seq_fractions(f, idx + (size_t)b * T * K, E, K, T);
+    for (int t = 0; t < T; t++) {
+      affinity_row(p, logits + ((size_t)b * T + t) * E, E, sig);
+      for (int e = 0; e < E; e++) loss += f[e] * p[e];
+    }
+  }
+  return alpha * loss / (real)(B * T);
+}
+
+/* dL/ds_{t,e} = g_e = alpha f_{b,e} / (B T). Softmax: dl_e = p_e (g_e − Σ p g); normalized sigmoid
+ * s'_e = σ_e / S: dl_e = σ_e (1 − σ_e) / S · (g_e − Σ s' g). */
+void rt_seq_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E, int K, int T,
+                              bool sig, real alpha, real dloss, real *scratch) {
+  real *p = scratch, *f = scratch + E;
+  int B = N / T;
+  real c = dloss * alpha / (real)(B * T);
+  for (int b = 0; b < B; b++) {
+    seq_fractions(f, idx + (size_t)b * T * K, E, K, T);
+    for (int t = 0; t < T; t++) {
+      size_t n = (size_t)b * T + t;
+      const real *l = logits + n * E;
+      affinity_row(p, l, E, sig);
+      real pg = 0, S = 0;
+      for (int e = 0; e < E; e++) pg += p[e] * f[e];
+      for (int e = 0; sig && e < E; e++) S += sigmoid(l[e]);
+      for (int e = 0; e < E; e++) {
+        real d = sig ? sigmoid(l[e]) * (1 - sigmoid(l[e])) / S : p[e];
+        dlogits[n * E + e] += c * d * (f[e] - pg);
+      }
+    }
+  }
+}
+
 void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E, int K) {
   for (int e = 0; e <= E; e++) offsets[e] = 0;
   for (int a = 0; a < N * K; a++) offsets[idx[a] + 1]++;

@@ -26,7 +26,8 @@ static const char *const kernel_names[K_COUNT] = {
     "rope_yarn", "position_forward", "colsum_add", "layernorm_forward", "layernorm_backward",
     "bias_forward", "accumulate_act_f32", "accumulate_f32", "muon_momentum", "muon_apply", "ns_inv_norm", "ns_prep",
     "ns_finish", "cast_act_f32", "round_bf16", "moe_count", "moe_positions", "moe_regroup",
-    "rope_strided", "mla_kv_forward", "mla_kv_backward", "moe_load_add", "router_bias_update"};
+    "rope_strided", "mla_kv_forward", "mla_kv_backward", "moe_load_add", "router_bias_update",
+    "seq_aux_stats", "seq_aux_backward", "seq_aux_loss_sum"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;

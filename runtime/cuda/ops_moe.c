@@ -109,6 +109,41 @@ void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx,
   cu_launch(K_AUX_LOSS_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &logits, &scratch, &coef});
 }
 
+/* The sequence-wise loss's statistics (2 E per sequence: P then f) into scratch (2 (N / T) E). */
+static void seq_aux_stats(real *stats, const real *logits, const int32_t *idx, int N, int E, int K, int T, bool sig) {
+  if (N != cu.cfg.tokens || K != cu.cfg.top_k || E != cu.cfg.experts || T < 1 || N % T)
+    rt_cuda_fail("sequence-wise balance loss", "the routing's shape is not the one kernels.cu was compiled for");
+  int s = sig;
+  cu_check(cudaMemsetAsync(stats, 0, sizeof(float) * 2 * (size_t)(N / T) * (size_t)E, cu.stream),
+           "sequence-wise balance loss");
+  cu_launch(K_SEQ_AUX_STATS, cu_blocks(N, 128), 128, (void *[]){&stats, &logits, &idx, &T, &s});
+}
+
+/* The loss summed on the device (seq_aux_loss_sum) into the statistics' slot before the counts, which
+ * are counted here for the permutation that follows: one copy brings both down, as the batch-wise
+ * loss does (rt_moe_permute then neither counts nor copies again). */
+real rt_seq_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, int K, int T, bool sigmoid,
+                             real alpha, real *scratch) {
+  size_t cnt, tab, eoff;
+  cu_moe_layout((size_t)cu.cfg.experts, &cnt, &tab, &eoff);
+  int B = N / T;
+  float a = alpha, *out = (float *)cu.moe;
+  seq_aux_stats(scratch, logits, idx, N, E, K, T, sigmoid);
+  cu_launch(K_SEQ_AUX_LOSS_SUM, 1, 256, (void *[]){&out, &scratch, &B, &a});
+  count(idx, N, E, K);
+  cu_download(cu.moe_host, cu.moe, cnt + sizeof(int) * (size_t)E);
+  cu.cnt_of = idx;
+  return ((const float *)cu.moe_host)[0];
+}
+
+void rt_seq_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E, int K, int T,
+                              bool sigmoid, real alpha, real dloss, real *scratch) {
+  seq_aux_stats(scratch, logits, idx, N, E, K, T, sigmoid);
+  float coef = dloss * alpha / (float)N;
+  int s = sigmoid;
+  cu_launch(K_SEQ_AUX_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &logits, &scratch, &T, &coef, &s});
+}
+
 void rt_moe_count(real *load, const int32_t *idx, int64_t n) {
   long long nn = n;
   if (n > 0) cu_launch(K_MOE_LOAD_ADD, cu_blocks(nn, 256), 256, (void *[]){&load, &idx, &nn});

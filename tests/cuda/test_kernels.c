@@ -83,7 +83,7 @@ static double err_of(const float *got, const float *ref, size_t n) {
 }
 
 /* ---- memory: host and device buffers of one pass, freed at its end ---- */
-enum { MAXBUF = 256 };
+enum { MAXBUF = 320 };
 static void *hbufs[MAXBUF], *dbufs[MAXBUF];
 static int nh, nd;
 static unsigned seed = 1;
@@ -371,6 +371,16 @@ static void moe(void) {
                ref_aux_loss_forward(logits, idx, N, E, K, 1, scratch), TOL);
   ref_aux_loss_backward(dla, logits, idx, N, E, K, 1, 0.5f, scratch), rt_aux_loss_backward(ddla, dlog, didx, N, E, K, 1, 0.5f, dscratch);
   check_dev("aux_loss_backward", ddla, dla, nl, TOL);
+  /* the sequence-wise loss (B sequences of T), softmax and normalized-sigmoid affinities, alpha 1 */
+  for (int sig = 0; sig < 2; sig++) {
+    float *ss = host(2 * (size_t)B * E), *dss = devf(NULL, 2 * (size_t)B * E), *sdl = rnd(nl, 2e-3f), *dsdl = devf(sdl, nl);
+    check_scalar(sig ? "seq_aux_loss_forward sigmoid" : "seq_aux_loss_forward softmax",
+                 rt_seq_aux_loss_forward(dlog, didx, N, E, K, T, sig, 1, dss),
+                 ref_seq_aux_loss_forward(logits, idx, N, E, K, T, sig, 1, ss), TOL);
+    ref_seq_aux_loss_backward(sdl, logits, idx, N, E, K, T, sig, 1, 0.5f, ss);
+    rt_seq_aux_loss_backward(dsdl, dlog, didx, N, E, K, T, sig, 1, 0.5f, dss);
+    check_dev(sig ? "seq_aux_loss_backward sigmoid" : "seq_aux_loss_backward softmax", dsdl, sdl, nl, TOL);
+  }
 
   int32_t *pos = (int32_t *)host(na), *off = (int32_t *)host(E + 1), *dpos = devi(NULL, na), *doff = devi(NULL, E + 1);
   ref_moe_permute(pos, off, idx, N, E, K), rt_moe_permute(dpos, doff, didx, N, E, K);
