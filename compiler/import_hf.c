@@ -430,6 +430,14 @@ static bool deepseek(Hf *h, bool v2) {
   if (v2 && sigmoid) /* V2's MoEGate raises NotImplementedError for it */
     return diag_error(h->d, key_loc(h, "scoring_func"), "\"scoring_func\" is 'sigmoid'; model_type deepseek_v2 "
                       "scores experts by softmax only; expected softmax");
+  /* DeepSeek-V3 §2.2: multi-token prediction modules beside the main model, trained with their
+   * own loss; transformers' DeepseekV3ForCausalLM drops their weights on load. mtc plans and
+   * trains the main model: said in the spec, not refused (every V3 config has one) */
+  int64_t mtp;
+  if (!opt_int(h, "num_nextn_predict_layers", 0, 0, &mtp)) return false;
+  if (mtp)
+    emit(h, "  # num_nextn_predict_layers %lld is not modeled: DeepSeek-V3's multi-token prediction modules and their\n"
+         "  # loss are not planned or trained (the main model only, as transformers' class loads it)\n", (long long)mtp);
   emit(h, "  attention:\n    kind: mla\n    heads: %lld\n", (long long)heads);
   if (q_rank) emit(h, "    q_lora_rank: %lld\n", (long long)q_rank);
   emit(h, "    kv_lora_rank: %lld\n    qk_nope_head_dim: %lld\n    qk_rope_head_dim: %lld\n    v_head_dim: %lld\n",

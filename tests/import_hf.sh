@@ -141,6 +141,10 @@ printf '%s' "{$ds, \"num_experts_per_tok\": 2}" >"$tmp/d3m.json"
 printf '%s' "{$ds, \"num_experts_per_tok\": 2}" | sed 's/deepseek_v3/deepseek_v2/' >"$tmp/d2m.json"
 "$mtc" import-hf "$tmp/d2m.json" -o "$tmp/d2m.yaml" && ! grep -q "router: sigmoid\|router_bias\|n_group" "$tmp/d2m.yaml" ||
   { echo "FAIL: deepseek_v2 without scoring_func/topk_method is not softmax greedy"; fail=1; }
+# num_nextn_predict_layers (DeepSeek-V3's multi-token prediction) is not modeled, and the spec says so
+printf '%s' "{$dsv3, \"num_nextn_predict_layers\": 1}" >"$tmp/d3mtp.json"
+"$mtc" import-hf "$tmp/d3mtp.json" -o "$tmp/d3mtp.yaml" && grep -q "# num_nextn_predict_layers 1 is not modeled" "$tmp/d3mtp.yaml" &&
+  "$mtc" plan "$tmp/d3mtp.yaml" >/dev/null || { echo "FAIL: num_nextn_predict_layers is not noted in the imported spec"; fail=1; }
 # rope_interleave (either value: the same model up to the rope rows' order, which export writes
 # interleaved) imports as the same spec; a value that is not a boolean is refused
 printf '%s' "{$dsv3, \"rope_interleave\": false}" >"$tmp/d3f.json"; printf '%s' "{$dsv3, \"rope_interleave\": true}" >"$tmp/d3t.json"
