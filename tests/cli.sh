@@ -232,6 +232,36 @@ grep -q '^  dense_gemm: 0.4   # fitted from .*p.json: 10 GFLOP in 0.5 s' "$tmpc/
 sed 's/"flops": 1e10/"flops": 2e10/' "$tmpc/p.json" >"$tmpc/p2.json"
 expect 0 'efficiency.dense_gemm +0.6667 ' "$mtc" calibrate "$tmpc/p.json" "$tmpc/p2.json" --preset cpu -o "$tmpc/out2.yaml"
 expect 0 'predicted step' env MTC_PRESET_DIR="$tmpc" "$mtc" plan specs/tiny-moe.yaml --set cluster.preset=out
+# a 2-rank profile: its collectives fit the link factors (cost.c's prices inverted). By hand, the
+# cpu preset's links: 2 ranks per node, a mesh, nvlink 5 GB/s. network: the all-gather's and
+# reduce-scatter's 5e8 B each (ring bytes a rank sends) over the fsdp group of 2 at 1 x 5 GB/s
+# = 0.2 s at the full rate, measured 0.2 + 0.2 s: 0.2^2 / (0.2 x 0.4) = 0.5; all_to_all: 2.5e8 B
+# to the one other EP rank over 1 pair link, 0.05 s at the full rate in 0.125 s: 0.4;
+# elementwise: the collectives are real transfers now, not local copies: the norm's 1e8 B in the
+# norm's and elementwise class's 0.2 s at 10 GB/s = 0.05
+cat >"$tmpc/p2r.json" <<'JSON'
+{"format": "mtc-profile-1", "model": "hand", "backend": "cpu", "world": 2, "fsdp": 2, "ep": 2, "steps": 2,
+ "classes": {"gemm": {"seconds": 0.5, "calls": 10, "flops": 1e10},
+             "norm": {"seconds": 0.1, "calls": 8, "bytes": 1e8},
+             "elementwise": {"seconds": 0.1, "calls": 8, "bytes": 5e8},
+             "all_gather": {"seconds": 0.2, "calls": 8, "bytes": 5e8},
+             "reduce_scatter": {"seconds": 0.2, "calls": 8, "bytes": 5e8},
+             "all_to_all": {"seconds": 0.125, "calls": 4, "bytes": 2.5e8}}}
+JSON
+expect 0 'efficiency.network +0.5 ' "$mtc" calibrate "$tmpc/p2r.json" --preset cpu -o "$tmpc/links.yaml"
+grep -q '^  network: 0.5   # fitted from .*p2r.json: 1000 MB in 0.4 s per step and rank = 2.5 GB/s, / the group.s link' "$tmpc/links.yaml" &&
+  grep -q '^  all_to_all: 0.4   # fitted from .*p2r.json: 250 MB in 0.125 s' "$tmpc/links.yaml" &&
+  grep -q '^  elementwise: 0.05   # fitted from' "$tmpc/links.yaml" ||
+  { echo "FAIL: mtc calibrate's link factors (expected network 0.5, all_to_all 0.4, elementwise 0.05)"; cat "$tmpc/links.yaml"; fail=1; }
+# and the plan prices the exchange with it: tiny-moe's all-to-all at 0.4 of 5 GB/s is 2x the base
+# preset's (all_to_all unset: network's 0.8)
+a2a() { env MTC_PRESET_DIR="$tmpc" "$mtc" plan specs/tiny-moe.yaml --set cluster.preset="$1" --set plan.ep=2 --json |
+  sed -n 's/.*"moe_all_to_all": \([0-9.e+-]*\).*/\1/p'; }
+awk -v a="$(a2a links)" -v b="$(a2a cpu)" 'BEGIN { exit !(b > 0 && a / b > 1.999 && a / b < 2.001) }' ||
+  { echo "FAIL: the calibrated all_to_all does not price tiny-moe's exchange at 2x ($(a2a links) vs $(a2a cpu) s)"; fail=1; }
+sed 's/"seconds": 0.125/"seconds": 0.01/' "$tmpc/p2r.json" >"$tmpc/fastlink.json" # 25 GB/s on a 5 GB/s link
+expect 2 'efficiency.all_to_all would be 5, above 1.*raise links.nvlink / links.internode in cpu' \
+  "$mtc" calibrate "$tmpc/fastlink.json" --preset cpu -o "$tmpc/out.yaml"
 rm -rf "$tmpc"
 
 [ $fail -eq 0 ] && echo "ok: command line"
