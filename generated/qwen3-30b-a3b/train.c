@@ -824,7 +824,12 @@ int main(int argc, char **argv) {
     for (int g = 0; OPT_ON_HOST && g < N_GROUPS && !skip; g++)
       if (step_groups[g].comm == RT_GROUP_FSDP) to_device(&c, step_groups[g].master, step_groups[g].shard);
     step_end(&c, !skip);
-    if (rt_prof_on) rt_prof_end(RT_PROF_OPTIMIZER, t_opt, 0, 0);
+    if (rt_prof_on) { /* the bytes the cost model counts for this rank's update (none when skipped) */
+      double ob = 0;
+      for (int g = 0; g < N_GROUPS && !skip; g++)
+        ob += rt_opt_bytes(step_tensors, N_TENSORS, g, shard_lo(&c, g), shard_lo(&c, g) + step_groups[g].shard);
+      rt_prof_end(RT_PROF_OPTIMIZER, t_opt, 0, ob);
+    }
     if (step > start) opt_seconds += rt_now() - t_opt; /* the optimizer step: every group's update */
     if (!skip) refresh_params(&c);
     skips = skip ? skips + 1 : 0, skipped += skip;
@@ -900,7 +905,7 @@ int main(int argc, char **argv) {
     const char *backend = "cpu";
 #endif
     RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed, tokens,
-                    tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU};
+                    tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU, OPT_ON_HOST};
     if (rt_prof_write(a.profile, &pr, err, sizeof err) != 0) {
       if (rank0) fprintf(stderr, "error: --profile %s: %s; expected a writable path\n", a.profile, err);
       status = 1;
