@@ -148,14 +148,16 @@ WRAP(rt_lm_head_ce_backward,
       int chunk, real *scratch, real dloss),
      (dx, dw, x, w, targets, lse, N, C, V, chunk, scratch, dloss), RT_PROF_LOSS, 0, B2 * 2 * N * (double)V)
 
-/* ---- collectives: the bytes this rank sends, the seconds it is blocked ---- */
+/* ---- collectives: the bytes this rank sends as the cost model counts them (cost.c: the
+ * gathered parameters and the exchanged token rows in bf16, 2 B a value, whatever `act` is
+ * here; the reduce-scatter's wire as sent, fp32 or bf16), the seconds it is blocked ---- */
 static double group_size(MPI_Comm comm) {
   int g = 1;
   MPI_Comm_size(comm, &g);
   return g;
 }
 WRAP(rt_comm_all_gather_start, (MPI_Comm comm, act * out, const act *in, size_t count, int slot),
-     (comm, out, in, count, slot), RT_PROF_ALL_GATHER, 0, (group_size(comm) - 1) * count * sizeof(act))
+     (comm, out, in, count, slot), RT_PROF_ALL_GATHER, 0, (group_size(comm) - 1) * count * B2)
 WRAP(rt_comm_all_gather_wait, (int slot), (slot), RT_PROF_ALL_GATHER, 0, 0)
 WRAP(rt_comm_reduce_scatter_start,
      (MPI_Comm comm, real * acc, act * in, size_t count, bool bf16, real * wire, int slot),
@@ -173,7 +175,7 @@ static double a2a_sent(MPI_Comm comm, const int *scount, int row) {
   double rows = 0;
   for (int p = 0; p < g; p++)
     if (p != me) rows += scount[p];
-  return rows * row * (double)sizeof(real);
+  return rows * row * B2;
 }
 WRAP(rt_comm_all_to_all_v,
      (MPI_Comm comm, const real *send, const int *scount, const int *sdispl, real *recv, const int *rcount,
