@@ -9,7 +9,7 @@
  *     factor = Σ w_i² / (rate · Σ w_i m_i)
  * (one profile: factor = w / (rate · m)). The memory-bound classes (norm, rope, activation,
  * loss, permute, elementwise) share efficiency.elementwise: their bytes and seconds are summed
- * per profile first. The optimizer step fits efficiency.optimizer from the bytes the cost model
+ * per profile first. The optimizer step fits efficiency.optimizer_update from the bytes the cost model
  * counts for it (30 B per AdamW parameter of the rank's shard, 22 per Muon one) at hbm_bandwidth,
  * when the step ran on the device. Factors with no measurement in any profile keep the preset's
  * value.
@@ -66,7 +66,7 @@ static const Factor factors[] = {
     {"elementwise", {"norm", "rope", "activation", "loss"}, {"permute", "elementwise"}, "bytes", RATE_HBM, false},
     {"network", {"all_gather", "reduce_scatter", "all_reduce"}, {NULL}, "bytes", RATE_RING, true},
     {"all_to_all", {"all_to_all"}, {NULL}, "bytes", RATE_A2A, true},
-    {"optimizer", {"optimizer"}, {NULL}, "bytes", RATE_HBM, false},
+    {"optimizer_update", {"optimizer"}, {NULL}, "bytes", RATE_HBM, false},
 };
 enum { F_OPTIMIZER = 7 };
 enum { NFACTORS = sizeof factors / sizeof factors[0] };
@@ -125,7 +125,7 @@ static bool load_profile(Mem *m, Diag *d, const char *path, const Rates *r, Prof
   p->ep = json_is_integer(ep) ? (long)json_integer_value(ep) : 1;
   for (int f = 0; f < NFACTORS; f++) {
     if (factors[f].multi_rank && p->world <= 1) continue; /* local copies: elementwise's (below) */
-    /* a step on the host is priced at host.bandwidth x host_memory, not efficiency.optimizer;
+    /* a step on the host is priced at host.bandwidth x host_memory, not efficiency.optimizer_update;
      * a profile from before the optimizer's bytes were counted has none */
     if (f == F_OPTIMIZER && (json_is_true(json_object_get(root, "optimizer_on_host")) ||
                              !json_object_get(json_object_get(cls, "optimizer"), "bytes")))

@@ -116,7 +116,7 @@ static const char *const usage_cmd[][2] = {
                   "Fits preset NAME's cost-model factors to the files `DIR/build/train --profile FILE`\n"
                   "wrote: efficiency.dense_gemm, grouped_gemm, attention and attention_bwd from the\n"
                   "FLOPs and seconds of each class, elementwise from the bytes and seconds of the\n"
-                  "memory-bound ones, optimizer from the optimizer step's bytes (a step on the device),\n"
+                  "memory-bound ones, optimizer_update from the optimizer step's bytes (a step on the device),\n"
                   "network and all_to_all from the collectives of a profile of 2 or more ranks (least\n"
                   "squares over the profiles), and writes PRESET.yaml: the\n"
                   "base preset with those keys replaced, each citing the profiles. The preset is named\n"

@@ -260,17 +260,17 @@ a2a() { env MTC_PRESET_DIR="$tmpc" "$mtc" plan specs/tiny-moe.yaml --set cluster
 awk -v a="$(a2a links)" -v b="$(a2a cpu)" 'BEGIN { exit !(b > 0 && a / b > 1.999 && a / b < 2.001) }' ||
   { echo "FAIL: the calibrated all_to_all does not price tiny-moe's exchange at 2x ($(a2a links) vs $(a2a cpu) s)"; fail=1; }
 # the optimizer step: 1.2e8 B (30 B per AdamW parameter of the rank's shard) in 0.04 s at the cpu
-# preset's 10 GB/s: efficiency.optimizer 0.3; the plan then prices tiny-moe's step at 0.7 / 0.3 of
-# the base preset's (elementwise 0.7 when optimizer is unset); a step on the host is not fitted
+# preset's 10 GB/s: efficiency.optimizer_update 0.3; the plan then prices tiny-moe's step at 0.7 / 0.3 of
+# the base preset's (elementwise 0.7 when optimizer_update is unset); a step on the host is not fitted
 sed 's/"classes": {/"classes": {"optimizer": {"seconds": 0.04, "calls": 1, "bytes": 1.2e8},/' "$tmpc/p.json" >"$tmpc/opt.json"
-expect 0 'efficiency.optimizer +0.3 ' "$mtc" calibrate "$tmpc/opt.json" --preset cpu -o "$tmpc/opt.yaml"
+expect 0 'efficiency.optimizer_update +0.3 ' "$mtc" calibrate "$tmpc/opt.json" --preset cpu -o "$tmpc/opt.yaml"
 opt() { env MTC_PRESET_DIR="$tmpc" "$mtc" plan specs/tiny-moe.yaml --set cluster.preset="$1" --set plan.optimizer_tier=hbm \
   --set plan.optimizer_step=gpu --json | sed -n 's/.*"optimizer": \([0-9][0-9.e+-]*\).*/\1/p' | head -1; }
 awk -v a="$(opt opt)" -v b="$(opt cpu)" 'BEGIN { exit !(b > 0 && a / b > 0.7 / 0.3 - 1e-3 && a / b < 0.7 / 0.3 + 1e-3) }' ||
   { echo "FAIL: the calibrated optimizer does not price tiny-moe's step at 0.7 / 0.3 ($(opt opt) vs $(opt cpu) s)"; fail=1; }
 sed 's/"world": 1,/"world": 1, "optimizer_on_host": true,/' "$tmpc/opt.json" >"$tmpc/opthost.json"
-"$mtc" calibrate "$tmpc/opthost.json" --preset cpu -o "$tmpc/opthost.yaml" | grep -q 'efficiency.optimizer' &&
-  { echo "FAIL: mtc calibrate fitted efficiency.optimizer from a step on the host"; fail=1; }
+"$mtc" calibrate "$tmpc/opthost.json" --preset cpu -o "$tmpc/opthost.yaml" | grep -q 'efficiency.optimizer_update' &&
+  { echo "FAIL: mtc calibrate fitted efficiency.optimizer_update from a step on the host"; fail=1; }
 sed 's/"seconds": 0.125/"seconds": 0.01/' "$tmpc/p2r.json" >"$tmpc/fastlink.json" # 25 GB/s on a 5 GB/s link
 expect 2 'efficiency.all_to_all would be 5, above 1.*raise links.nvlink / links.internode in cpu' \
   "$mtc" calibrate "$tmpc/fastlink.json" --preset cpu -o "$tmpc/out.yaml"
