@@ -9,10 +9,10 @@
  *     factor = Σ w_i² / (rate · Σ w_i m_i)
  * (one profile: factor = w / (rate · m)). The memory-bound classes (norm, rope, activation,
  * loss, permute, elementwise) share efficiency.elementwise: their bytes and seconds are summed
- * per profile first. The optimizer step fits efficiency.optimizer_update from the bytes the cost model
- * counts for it (30 B per AdamW parameter of the rank's shard, 22 per Muon one) at hbm_bandwidth,
- * when the step ran on the device. Factors with no measurement in any profile keep the preset's
- * value.
+ * per profile first. The optimizer step fits efficiency.optimizer_update from the bytes the
+ * cost model counts for it (30 B per AdamW parameter of the rank's shard, 22 per Muon one) at
+ * hbm_bandwidth, when the step ran on the device. Factors with no measurement in any profile
+ * keep the preset's value.
  *
  * The collectives of a profile of more than one rank fit the link factors the same way, their
  * work the bytes a rank sends and their rate the link the cost model (cost.c) prices them on:
@@ -57,7 +57,7 @@ typedef struct {
  * local copies (the all-gather's of the shard, the reduce-scatter's add), which the model does
  * not price either. */
 static const char *const one_rank_copies[] = {"all_gather", "reduce_scatter", "all_reduce", NULL};
-enum { F_ELEMENTWISE = 4 };
+enum { F_ELEMENTWISE = 4 }; /* indices in factors[] */
 static const Factor factors[] = {
     {"dense_gemm", {"gemm"}, {NULL}, "flops", RATE_PEAK, false},
     {"grouped_gemm", {"grouped_gemm"}, {NULL}, "flops", RATE_PEAK, false},
@@ -125,7 +125,7 @@ static bool load_profile(Mem *m, Diag *d, const char *path, const Rates *r, Prof
   p->ep = json_is_integer(ep) ? (long)json_integer_value(ep) : 1;
   for (int f = 0; f < NFACTORS; f++) {
     if (factors[f].multi_rank && p->world <= 1) continue; /* local copies: elementwise's (below) */
-    /* a step on the host is priced at host.bandwidth x host_memory, not efficiency.optimizer_update;
+    /* a step on the host is priced at host.bandwidth x host_memory, not by optimizer_update;
      * a profile from before the optimizer's bytes were counted has none */
     if (f == F_OPTIMIZER && (json_is_true(json_object_get(root, "optimizer_on_host")) ||
                              !json_object_get(json_object_get(cls, "optimizer"), "bytes")))
