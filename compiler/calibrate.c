@@ -9,7 +9,22 @@
  *     factor = Σ w_i² / (rate · Σ w_i m_i)
  * (one profile: factor = w / (rate · m)). The memory-bound classes (norm, rope, activation,
  * loss, permute, elementwise) share efficiency.elementwise: their bytes and seconds are summed
- * per profile first. Factors with no measurement in any profile keep the preset's value.
+ * per profile first. The optimizer step fits efficiency.optimizer_update from the bytes the
+ * cost model counts for it (30 B per AdamW parameter of the rank's shard, 22 per Muon one) at
+ * hbm_bandwidth, when the step ran on the device. Factors with no measurement in any profile
+ * keep the preset's value.
+ *
+ * The collectives of a profile of more than one rank fit the link factors the same way, their
+ * work the bytes a rank sends and their rate the link the cost model (cost.c) prices them on:
+ * efficiency.network from the all-gathers, reduce-scatters and all-reduces (ring bytes
+ * (g − 1)/g of the buffer, a group of g = fsdp ranks, the world's for the all-reduce, over
+ * links.nvlink behind an NVSwitch, (g − 1) pair links in a mesh, links.internode when the
+ * group spans nodes), efficiency.all_to_all from the MoE exchange (the rows sent to the other
+ * ep − 1 ranks over ep − 1 pair links of links.nvlink; an EP group across nodes is not fitted).
+ * The rate then differs per profile, so the fit is in u_i = w_i / rate_i, the seconds at the
+ * full rate: factor = Σ u_i² / Σ u_i m_i. Seconds are the time a rank is blocked in the
+ * collective: a transfer hidden behind compute makes the link look faster than it is (a fit
+ * above 1 is refused, as for the compute factors).
  *
  * The output is the base preset's text with the fitted keys of its efficiency section
  * rewritten, each with a comment citing the profiles and the figures it came from instead of
@@ -26,12 +41,14 @@
 
 enum { MAX_PROFILES = 64 };
 
+typedef enum { RATE_PEAK, RATE_HBM, RATE_RING, RATE_A2A } RateKind;
 typedef struct {
   const char *key;        /* efficiency.KEY */
   const char *classes[5]; /* profile classes whose work and seconds are summed into it */
   const char *unpriced[6]; /* classes whose seconds are added but not their work (below) */
   const char *what;       /* "flops" or "bytes" */
-  bool peak;              /* rate: bf16_flops × sustained (else hbm_bandwidth) */
+  RateKind rate;          /* bf16_flops × sustained, hbm_bandwidth, or the collective's link */
+  bool multi_rank;        /* fitted from profiles of more than one rank only */
 } Factor;
 
 /* The cost model prices the norms, RoPE, the activations and the loss by their bytes, and not
@@ -41,26 +58,49 @@ typedef struct {
  * local copies (the all-gather's of the shard, the reduce-scatter's add), which the model does
  * not price either. */
 static const char *const one_rank_copies[] = {"all_gather", "reduce_scatter", "all_reduce", NULL};
+enum { F_ELEMENTWISE = 4 }; /* indices in factors[] */
 static const Factor factors[] = {
-    {"dense_gemm", {"gemm"}, {NULL}, "flops", true},
-    {"grouped_gemm", {"grouped_gemm"}, {NULL}, "flops", true},
-    {"attention", {"attention_fwd"}, {NULL}, "flops", true},
-    {"attention_bwd", {"attention_bwd"}, {NULL}, "flops", true},
-    {"elementwise", {"norm", "rope", "activation", "loss"}, {"permute", "elementwise"}, "bytes", false},
+    {"dense_gemm", {"gemm"}, {NULL}, "flops", RATE_PEAK, false},
+    {"grouped_gemm", {"grouped_gemm"}, {NULL}, "flops", RATE_PEAK, false},
+    {"attention", {"attention_fwd"}, {NULL}, "flops", RATE_PEAK, false},
+    {"attention_bwd", {"attention_bwd"}, {NULL}, "flops", RATE_PEAK, false},
+    {"elementwise", {"norm", "rope", "activation", "loss"}, {"permute", "elementwise"}, "bytes", RATE_HBM, false},
+    {"network", {"all_gather", "reduce_scatter", "all_reduce"}, {NULL}, "bytes", RATE_RING, true},
+    {"all_to_all", {"all_to_all"}, {NULL}, "bytes", RATE_A2A, true},
+    {"optimizer_update", {"optimizer"}, {NULL}, "bytes", RATE_HBM, false},
 };
+enum { F_OPTIMIZER = 7 };
 enum { NFACTORS = sizeof factors / sizeof factors[0] };
+
+/* The base preset's rates, bytes or FLOPs per second (links: per GPU and direction). */
+typedef struct {
+  double peak, hbm, nvlink, internode;
+  long gpus_per_node;
+  bool nvswitch;
+} Rates;
 
 typedef struct {
   const char *path;
   double w[NFACTORS], s[NFACTORS]; /* work and seconds per step, per factor */
+  double u[NFACTORS];              /* the work at the full rate: seconds, rate included */
+  long world, fsdp, ep;
   char desc[200];
 } Profile;
+
+/* The link rate of a collective class over a group of g ranks, as cost.c prices it; 0 when the
+ * cost model does not price it that way (an all-to-all across nodes). */
+static double link_rate(const Rates *r, const char *cls, long g) {
+  if (g <= 1) return 0;
+  if (strcmp(cls, "all_to_all") == 0) return g <= r->gpus_per_node ? (double)(g - 1) * r->nvlink : 0;
+  if (g > r->gpus_per_node) return r->internode;
+  return r->nvswitch ? r->nvlink : (double)(g - 1) * r->nvlink;
+}
 
 static bool bad(Diag *d, const char *path, const char *fmt, const char *field, const char *expected) {
   return diag_error(d, (Loc){0}, "%s: %s: %s; expected %s", path, field, fmt, expected);
 }
 
-static bool load_profile(Mem *m, Diag *d, const char *path, Profile *p) {
+static bool load_profile(Mem *m, Diag *d, const char *path, const Rates *r, Profile *p) {
   struct stat st; /* never waited on: a FIFO would block json_load_file */
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
     return diag_error(d, (Loc){0}, "%s: not a regular file; expected a profile that `train --profile FILE` wrote",
@@ -84,7 +124,17 @@ static bool load_profile(Mem *m, Diag *d, const char *path, Profile *p) {
     goto done;
   }
   json_t *world = json_object_get(root, "world");
-  for (int f = 0; f < NFACTORS; f++)
+  json_t *fsdp = json_object_get(root, "fsdp"), *ep = json_object_get(root, "ep");
+  p->world = json_is_integer(world) ? (long)json_integer_value(world) : 1;
+  p->fsdp = json_is_integer(fsdp) ? (long)json_integer_value(fsdp) : p->world;
+  p->ep = json_is_integer(ep) ? (long)json_integer_value(ep) : 1;
+  for (int f = 0; f < NFACTORS; f++) {
+    if (factors[f].multi_rank && p->world <= 1) continue; /* local copies: elementwise's (below) */
+    /* a step on the host is priced at host.bandwidth x host_memory, not by optimizer_update;
+     * a profile from before the optimizer's bytes were counted has none */
+    if (f == F_OPTIMIZER && (json_is_true(json_object_get(root, "optimizer_on_host")) ||
+                             !json_object_get(json_object_get(cls, "optimizer"), "bytes")))
+      continue;
     for (int c = 0; c < 5 && factors[f].classes[c]; c++) {
       const char *name = factors[f].classes[c];
       json_t *o = json_object_get(cls, name);
@@ -96,13 +146,18 @@ static bool load_profile(Mem *m, Diag *d, const char *path, Profile *p) {
         bad(d, path, "missing or not a number >= 0", field, "seconds and the class's FLOPs or bytes per step");
         goto done;
       }
-      p->w[f] += json_number_value(w), p->s[f] += json_number_value(s);
+      double rate = factors[f].rate == RATE_PEAK ? r->peak : factors[f].rate == RATE_HBM ? r->hbm
+                    : link_rate(r, name, strcmp(name, "all_to_all") == 0 ? p->ep
+                                         : strcmp(name, "all_reduce") == 0 ? p->world : p->fsdp);
+      if (rate <= 0) continue; /* not priced on a link the fit can invert */
+      p->w[f] += json_number_value(w), p->s[f] += json_number_value(s), p->u[f] += json_number_value(w) / rate;
     }
+  }
   for (int f = 0; f < NFACTORS; f++) {
     const char *names[12];
     int n = 0;
     for (int c = 0; c < 6 && factors[f].unpriced[c]; c++) names[n++] = factors[f].unpriced[c];
-    if (!factors[f].peak && json_integer_value(world) == 1)
+    if (f == F_ELEMENTWISE && p->world <= 1)
       for (int c = 0; one_rank_copies[c]; c++) names[n++] = one_rank_copies[c];
     for (int c = 0; c < n; c++) {
       json_t *o = json_object_get(cls, names[c]), *s = json_object_get(o, "seconds");
@@ -173,43 +228,56 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
   int status = EXIT_BAD_INPUT;
   Profile *pr = mem_alloc(&m, sizeof *pr * (size_t)(npaths ? npaths : 1));
   YNode *root = NULL;
-  for (int i = 0; i < npaths; i++)
-    if (!load_profile(&m, &d, paths[i], &pr[i])) goto done;
   root = preset_load(&m, &d, preset, NULL, (Loc){0});
   if (!root) goto done;
   double peak = rate(&d, root, "gpu.bf16_flops", Q_FLOPS, preset), hbm = rate(&d, root, "gpu.hbm_bandwidth", Q_RATE, preset);
   if (!peak || !hbm) goto done;
   double sustained = fraction(root, "efficiency.sustained", 1);
+  Rates rates = {.peak = peak * sustained, .hbm = hbm, .gpus_per_node = (long)fraction(root, "gpus_per_node", 1)};
+  YNode *topo = yaml_path(root, "links.topology");
+  rates.nvswitch = topo && topo->kind == Y_SCALAR && strcmp(topo->str, "nvswitch") == 0;
+  char err[200];
+  YNode *nv = yaml_path(root, "links.nvlink"), *ib = yaml_path(root, "links.internode");
+  if (nv && nv->kind == Y_SCALAR && !units_parse(nv->str, Q_RATE, &rates.nvlink, err, sizeof err))
+    diag_error(&d, nv->loc, "links.nvlink: %s", err);
+  if (ib && ib->kind == Y_SCALAR && !units_parse(ib->str, Q_RATE, &rates.internode, err, sizeof err))
+    diag_error(&d, ib->loc, "links.internode: %s", err);
+  if (d.msg) goto done;
+  for (int i = 0; i < npaths; i++)
+    if (!load_profile(&m, &d, paths[i], &rates, &pr[i])) goto done;
 
   /* the fit */
   double fit[NFACTORS];
   bool have[NFACTORS];
   char *why[NFACTORS];
   for (int f = 0; f < NFACTORS; f++) {
-    double ww = 0, wm = 0, w = 0, s = 0, n = 0; /* w, s: the mean work and seconds (the comment's) */
+    double uu = 0, um = 0, w = 0, s = 0, u = 0, n = 0; /* w, s: the mean work and seconds (the comment's) */
     for (int i = 0; i < npaths; i++)
-      if (pr[i].s[f] > 0 && pr[i].w[f] > 0)
-        ww += pr[i].w[f] * pr[i].w[f], wm += pr[i].w[f] * pr[i].s[f], w += pr[i].w[f], s += pr[i].s[f], n++;
-    if (n) w /= n, s /= n;
-    have[f] = wm > 0;
+      if (pr[i].s[f] > 0 && pr[i].u[f] > 0)
+        uu += pr[i].u[f] * pr[i].u[f], um += pr[i].u[f] * pr[i].s[f], w += pr[i].w[f], s += pr[i].s[f],
+            u += pr[i].u[f], n++;
+    if (n) w /= n, s /= n, u /= n;
+    have[f] = um > 0;
     if (!have[f]) continue;
-    double r = factors[f].peak ? peak * sustained : hbm;
-    fit[f] = ww / (r * wm);
-    bool flops = factors[f].peak;
+    fit[f] = uu / um;
+    RateKind rk = factors[f].rate;
+    bool flops = rk == RATE_PEAK;
+    /* the rate the work was priced at (a mean over the profiles for the links) and its name */
+    const char *rname = rk == RATE_PEAK ? "bf16_flops" : rk == RATE_HBM ? "hbm_bandwidth"
+                        : rk == RATE_A2A ? "(ep - 1) x links.nvlink" : "the group's link (links.nvlink / internode)";
+    const char *fix = rk == RATE_PEAK ? "gpu.bf16_flops" : rk == RATE_HBM ? "gpu.hbm_bandwidth" : "links.nvlink / links.internode";
     char *cite = "";
     for (int i = 0; i < npaths; i++)
-      if (pr[i].s[f] > 0 && pr[i].w[f] > 0) cite = mem_printf(&m, "%s%s%s", cite, *cite ? ", " : "", paths[i]);
+      if (pr[i].s[f] > 0 && pr[i].u[f] > 0) cite = mem_printf(&m, "%s%s%s", cite, *cite ? ", " : "", paths[i]);
     why[f] = mem_printf(&m, "%.4g %s in %.4g s per step and rank%s = %.4g %s, / %s %.4g%s", flops ? w / 1e9 : w / 1e6,
                         flops ? "GFLOP" : "MB", s, n > 1 ? " (mean)" : "", w / s / 1e9, flops ? "GFLOP/s" : "GB/s",
-                        flops ? "bf16_flops" : "hbm_bandwidth", flops ? peak / 1e9 : hbm / 1e9,
+                        rname, w / u / 1e9,
                         flops ? (sustained != 1 ? " GFLOP/s x sustained" : " GFLOP/s") : " GB/s");
     why[f] = mem_printf(&m, "fitted from %s: %s", cite, why[f]);
     if (fit[f] > 1) {
       diag_error(&d, (Loc){0}, "%s: efficiency.%s would be %.3g, above 1: the measured rate (%.4g %s/s) beats the "
                  "preset's %s; expected a preset whose peak rates are at least what the machine does (raise "
-                 "gpu.%s in %s)", paths[0], factors[f].key, fit[f], w / s / 1e9,
-                 flops ? "GFLOP" : "GB", flops ? "bf16_flops" : "hbm_bandwidth",
-                 flops ? "bf16_flops" : "hbm_bandwidth", preset);
+                 "%s in %s)", paths[0], factors[f].key, fit[f], w / s / 1e9, flops ? "GFLOP" : "GB", rname, fix, preset);
       goto done;
     }
   }

@@ -397,7 +397,8 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   /* elementwise update: AdamW reads master, grad, 2 moments and writes them + bf16 param
    * (30 B/param); Muon's reads master, grad, momentum and writes them + bf16 (22 B/param) */
   double touched = (30 * p_adam + 22 * p_muon) / (double)ch->fsdp;
-  opt += ch->opt_on_host ? touched / host_bw : touched / (cl->gpu.hbm_bandwidth * e->elementwise);
+  double opt_eff = e->optimizer_update > 0 ? e->optimizer_update : e->elementwise; /* efficiency.optimizer_update */
+  opt += ch->opt_on_host ? touched / host_bw : touched / (cl->gpu.hbm_bandwidth * opt_eff);
   if (ch->opt_tier == TIER_HOST && !ch->opt_on_host) /* stream state over C2C, both ways */
     opt += 2 * (16 * p_adam + 12 * p_muon) / (double)ch->fsdp / c2c;
   if (ch->opt_on_host) opt += 2 * shard / c2c; /* updated bf16 parameters back to HBM */

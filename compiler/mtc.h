@@ -317,6 +317,8 @@ typedef struct {
   double all_to_all;     /* of a link's rate the MoE all-to-all reaches (0: network) */
   double sustained;      /* of the best-shape rates (dense_gemm, attention) a whole training
                             step sustains: clocks under power and thermal limits */
+  double optimizer_update; /* of hbm_bandwidth the optimizer's elementwise update on the GPU
+                            reaches (AdamW 30 B, Muon 22 B per parameter; 0: elementwise) */
 } EfficiencySpec;
 
 /* Whose kernels the cost model prices (cluster.stack): the generated program's, or PyTorch's

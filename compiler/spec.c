@@ -174,6 +174,7 @@ static const Field efficiency_fields[] = {
     {"all_to_all", F_REAL, O(EfficiencySpec, all_to_all), "(network)", 0, 0, NULL, NULL, "fraction of a link's rate the MoE all-to-all (NCCL send/recv to every peer) reaches", FRACTION},
     {"sustained", F_REAL, O(EfficiencySpec, sustained), "1", 0, 0, NULL, NULL, "fraction of the best-shape GEMM and attention rates a whole training step sustains (clocks under power and thermal limits)", FRACTION},
     {"kernel_launch", F_REAL, O(EfficiencySpec, kernel_launch), "0", 0, 0, NULL, NULL, "seconds: the least time one kernel takes (launch and host dispatch; 0: none)", FROM_0},
+    {"optimizer_update", F_REAL, O(EfficiencySpec, optimizer_update), "(elementwise)", 0, 0, NULL, NULL, "fraction of hbm_bandwidth the optimizer step's elementwise update reaches on the GPU (AdamW 30 B, Muon 22 B per parameter of the shard; with the step on the host, host.bandwidth x host_memory prices it)", FRACTION},
     END};
 
 static const Field reserve_fields[] = {

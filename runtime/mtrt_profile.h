@@ -6,7 +6,8 @@
  * by FLOPs; attention forward and backward by the model's FLOPs (causal: 2·B·T²·nh·hd forward,
  * 2.5× that backward); the memory-bound work (norms, RoPE, activations, the loss, the MoE
  * permute, residual adds and copies) by the bytes its arguments span, in this build's `act`
- * size; the optimizer step by time only; collectives by the bytes each rank sends and the time
+ * size; the optimizer step by the bytes the cost model counts for it (rt_opt_bytes, and whether
+ * it ran on the host); collectives by the bytes each rank sends and the time
  * the rank is blocked in them. Seconds are exclusive: a GEMM inside another timed op (the LM
  * head's, the experts') counts as a GEMM only.
  *
@@ -68,6 +69,7 @@ typedef struct {
   int world, fsdp, ep;
   long steps;
   double step_seconds, tokens_per_step, predicted_step_seconds;
+  int optimizer_on_host; /* the step ran on the host CPU (the plan's optimizer_step: host) */
 } RtProfRun;
 int rt_prof_write(const char *path, const RtProfRun *run, char *err, int errlen);
 /* Whether `train --profile path` can be written, checked at start-up rather than after the run:

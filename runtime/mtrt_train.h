@@ -186,6 +186,10 @@ void rt_init_shard(real *shard, const RtTensor *t, int nt, int g, int64_t lo, in
  * (clipping). */
 void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtTensor *t, int nt,
                     int g, int64_t lo, int64_t hi, float grad_scale, const RtAdamW *h);
+/* The bytes the cost model counts for the optimizer step on the shard [lo, hi) of group g
+ * (compiler/cost.c): 30 B per AdamW parameter (master, gradient and two moments read, written
+ * back with the bf16 copy), 22 B per Muon parameter. `train --profile`'s optimizer class. */
+double rt_opt_bytes(const RtTensor *t, int nt, int g, int64_t lo, int64_t hi);
 /* The element value of tensor name (expert e, or -1) at index i, for tests and checkpoints. */
 real rt_init_value(const char *name, int expert, int64_t i, float std, bool one, uint64_t seed);
 

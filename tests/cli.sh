@@ -248,6 +248,48 @@ grep -q '^  dense_gemm: 0.4   # fitted from .*p.json: 10 GFLOP in 0.5 s' "$tmpc/
 sed 's/"flops": 1e10/"flops": 2e10/' "$tmpc/p.json" >"$tmpc/p2.json"
 expect 0 'efficiency.dense_gemm +0.6667 ' "$mtc" calibrate "$tmpc/p.json" "$tmpc/p2.json" --preset cpu -o "$tmpc/out2.yaml"
 expect 0 'predicted step' env MTC_PRESET_DIR="$tmpc" "$mtc" plan specs/tiny-moe.yaml --set cluster.preset=out
+# a 2-rank profile: its collectives fit the link factors (cost.c's prices inverted). By hand, the
+# cpu preset's links: 2 ranks per node, a mesh, nvlink 5 GB/s. network: the all-gather's and
+# reduce-scatter's 5e8 B each (ring bytes a rank sends) over the fsdp group of 2 at 1 x 5 GB/s
+# = 0.2 s at the full rate, measured 0.2 + 0.2 s: 0.2^2 / (0.2 x 0.4) = 0.5; all_to_all: 2.5e8 B
+# to the one other EP rank over 1 pair link, 0.05 s at the full rate in 0.125 s: 0.4;
+# elementwise: the collectives are real transfers now, not local copies: the norm's 1e8 B in the
+# norm's and elementwise class's 0.2 s at 10 GB/s = 0.05
+cat >"$tmpc/p2r.json" <<'JSON'
+{"format": "mtc-profile-1", "model": "hand", "backend": "cpu", "world": 2, "fsdp": 2, "ep": 2, "steps": 2,
+ "classes": {"gemm": {"seconds": 0.5, "calls": 10, "flops": 1e10},
+             "norm": {"seconds": 0.1, "calls": 8, "bytes": 1e8},
+             "elementwise": {"seconds": 0.1, "calls": 8, "bytes": 5e8},
+             "all_gather": {"seconds": 0.2, "calls": 8, "bytes": 5e8},
+             "reduce_scatter": {"seconds": 0.2, "calls": 8, "bytes": 5e8},
+             "all_to_all": {"seconds": 0.125, "calls": 4, "bytes": 2.5e8}}}
+JSON
+expect 0 'efficiency.network +0.5 ' "$mtc" calibrate "$tmpc/p2r.json" --preset cpu -o "$tmpc/links.yaml"
+grep -q '^  network: 0.5   # fitted from .*p2r.json: 1000 MB in 0.4 s per step and rank = 2.5 GB/s, / the group.s link' "$tmpc/links.yaml" &&
+  grep -q '^  all_to_all: 0.4   # fitted from .*p2r.json: 250 MB in 0.125 s' "$tmpc/links.yaml" &&
+  grep -q '^  elementwise: 0.05   # fitted from' "$tmpc/links.yaml" ||
+  { echo "FAIL: mtc calibrate's link factors (expected network 0.5, all_to_all 0.4, elementwise 0.05)"; cat "$tmpc/links.yaml"; fail=1; }
+# and the plan prices the exchange with it: tiny-moe's all-to-all at 0.4 of 5 GB/s is 2x the base
+# preset's (all_to_all unset: network's 0.8)
+a2a() { env MTC_PRESET_DIR="$tmpc" "$mtc" plan specs/tiny-moe.yaml --set cluster.preset="$1" --set plan.ep=2 --json |
+  sed -n 's/.*"moe_all_to_all": \([0-9.e+-]*\).*/\1/p'; }
+awk -v a="$(a2a links)" -v b="$(a2a cpu)" 'BEGIN { exit !(b > 0 && a / b > 1.999 && a / b < 2.001) }' ||
+  { echo "FAIL: the calibrated all_to_all does not price tiny-moe's exchange at 2x ($(a2a links) vs $(a2a cpu) s)"; fail=1; }
+# the optimizer step: 1.2e8 B (30 B per AdamW parameter of the rank's shard) in 0.04 s at the cpu
+# preset's 10 GB/s: efficiency.optimizer_update 0.3; the plan then prices tiny-moe's step at 0.7 / 0.3 of
+# the base preset's (elementwise 0.7 when optimizer_update is unset); a step on the host is not fitted
+sed 's/"classes": {/"classes": {"optimizer": {"seconds": 0.04, "calls": 1, "bytes": 1.2e8},/' "$tmpc/p.json" >"$tmpc/opt.json"
+expect 0 'efficiency.optimizer_update +0.3 ' "$mtc" calibrate "$tmpc/opt.json" --preset cpu -o "$tmpc/opt.yaml"
+opt() { env MTC_PRESET_DIR="$tmpc" "$mtc" plan specs/tiny-moe.yaml --set cluster.preset="$1" --set plan.optimizer_tier=hbm \
+  --set plan.optimizer_step=gpu --json | sed -n 's/.*"optimizer": \([0-9][0-9.e+-]*\).*/\1/p' | head -1; }
+awk -v a="$(opt opt)" -v b="$(opt cpu)" 'BEGIN { exit !(b > 0 && a / b > 0.7 / 0.3 - 1e-3 && a / b < 0.7 / 0.3 + 1e-3) }' ||
+  { echo "FAIL: the calibrated optimizer does not price tiny-moe's step at 0.7 / 0.3 ($(opt opt) vs $(opt cpu) s)"; fail=1; }
+sed 's/"world": 1,/"world": 1, "optimizer_on_host": true,/' "$tmpc/opt.json" >"$tmpc/opthost.json"
+"$mtc" calibrate "$tmpc/opthost.json" --preset cpu -o "$tmpc/opthost.yaml" | grep -q 'efficiency.optimizer_update' &&
+  { echo "FAIL: mtc calibrate fitted efficiency.optimizer_update from a step on the host"; fail=1; }
+sed 's/"seconds": 0.125/"seconds": 0.01/' "$tmpc/p2r.json" >"$tmpc/fastlink.json" # 25 GB/s on a 5 GB/s link
+expect 2 'efficiency.all_to_all would be 5, above 1.*raise links.nvlink / links.internode in cpu' \
+  "$mtc" calibrate "$tmpc/fastlink.json" --preset cpu -o "$tmpc/out.yaml"
 rm -rf "$tmpc"
 
 [ $fail -eq 0 ] && echo "ok: command line"

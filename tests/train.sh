@@ -792,6 +792,9 @@ want = 3 * 2 * N * per_tok + 4 * 2 * N * C * V
 assert abs(c["gemm"]["flops"] - want) < 1, (c["gemm"]["flops"], want)
 # the loss: 2 B per logit forward, 4 backward
 assert abs(c["loss"]["bytes"] - 6 * N * V) < 1, c["loss"]
+# the optimizer: AdamW's 30 B per parameter as the cost model counts them, every one of the
+# 3,806,336 parameters on the one rank (`mtc plan`'s total), the step on the device
+assert abs(c["optimizer"]["bytes"] - 30 * 3806336) < 1 and p["optimizer_on_host"] is False, c["optimizer"]
 print("profile: " + ", ".join("%s %.3f ms" % (k, 1e3 * v["seconds"]) for k, v in c.items()))
 slow = json.loads(json.dumps(p))
 for v in slow["classes"].values(): v["seconds"] *= 2

@@ -909,7 +909,12 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
     adam.lr = lr, adam.step = step + 1;
     double t_opt = rt_prof_on ? rt_prof_begin() : rt_now();
     optimizer_step(r, skip, rt_clip_scale(norm, (float)GRAD_CLIP), &adam);
-    if (rt_prof_on) rt_prof_end(RT_PROF_OPTIMIZER, t_opt, 0, 0);
+    if (rt_prof_on) { /* the bytes the cost model counts for this rank's update (none when skipped) */
+      double ob = 0;
+      for (int g = 0; g < N_GROUPS && !skip; g++)
+        ob += rt_opt_bytes(step_tensors, N_TENSORS, g, shard_lo(c, g), shard_lo(c, g) + step_groups[g].shard);
+      rt_prof_end(RT_PROF_OPTIMIZER, t_opt, 0, ob);
+    }
     if (step > r->start) *opt_seconds += rt_now() - t_opt; /* the optimizer step: every group's update */
     if (!skip) refresh_params(c);
     skips = skip ? skips + 1 : 0, skipped += skip;
@@ -959,7 +964,7 @@ static int report_end(const Run *r, long timed, double seconds, double opt_secon
     const char *backend = "cpu";
 #endif
     RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, r->c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed, tokens,
-                    tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU};
+                    tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU, OPT_ON_HOST};
     if (rt_prof_write(r->a.profile, &pr, err, sizeof err) != 0) {
       if (r->rank0) fprintf(stderr, "error: --profile %s: %s; expected a writable path\n", r->a.profile, err);
       status = 1;

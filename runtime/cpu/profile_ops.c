@@ -148,14 +148,16 @@ WRAP(rt_lm_head_ce_backward,
       int chunk, real *scratch, real dloss),
      (dx, dw, x, w, targets, lse, N, C, V, chunk, scratch, dloss), RT_PROF_LOSS, 0, B2 * 2 * N * (double)V)
 
-/* ---- collectives: the bytes this rank sends, the seconds it is blocked ---- */
+/* ---- collectives: the bytes this rank sends as the cost model counts them (cost.c: the
+ * gathered parameters and the exchanged token rows in bf16, 2 B a value, whatever `act` is
+ * here; the reduce-scatter's wire as sent, fp32 or bf16), the seconds it is blocked ---- */
 static double group_size(MPI_Comm comm) {
   int g = 1;
   MPI_Comm_size(comm, &g);
   return g;
 }
 WRAP(rt_comm_all_gather_start, (MPI_Comm comm, act * out, const act *in, size_t count, int slot),
-     (comm, out, in, count, slot), RT_PROF_ALL_GATHER, 0, (group_size(comm) - 1) * count * sizeof(act))
+     (comm, out, in, count, slot), RT_PROF_ALL_GATHER, 0, (group_size(comm) - 1) * count * B2)
 WRAP(rt_comm_all_gather_wait, (int slot), (slot), RT_PROF_ALL_GATHER, 0, 0)
 WRAP(rt_comm_reduce_scatter_start,
      (MPI_Comm comm, real * acc, act * in, size_t count, bool bf16, real * wire, int slot),
@@ -164,7 +166,18 @@ WRAP(rt_comm_reduce_scatter_start,
 WRAP(rt_comm_reduce_scatter_wait, (int slot), (slot), RT_PROF_REDUCE_SCATTER, 0, 0)
 WRAP(rt_comm_all_reduce, (MPI_Comm comm, real * buf, size_t count), (comm, buf, count), RT_PROF_ALL_REDUCE, 0,
      2 * (group_size(comm) - 1) / group_size(comm) * count * sizeof(real))
+/* the rows this rank sends to the other ranks of comm (its own stay: a local copy), as the cost
+ * model's cost_all_to_all counts them: bytes · (ep − 1) / ep of a uniform exchange */
+static double a2a_sent(MPI_Comm comm, const int *scount, int row) {
+  int g = 1, me = 0;
+  MPI_Comm_size(comm, &g);
+  MPI_Comm_rank(comm, &me);
+  double rows = 0;
+  for (int p = 0; p < g; p++)
+    if (p != me) rows += scount[p];
+  return rows * row * B2;
+}
 WRAP(rt_comm_all_to_all_v,
      (MPI_Comm comm, const real *send, const int *scount, const int *sdispl, real *recv, const int *rcount,
       const int *rdispl, int row),
-     (comm, send, scount, sdispl, recv, rcount, rdispl, row), RT_PROF_ALL_TO_ALL, 0, 0)
+     (comm, send, scount, sdispl, recv, rcount, rdispl, row), RT_PROF_ALL_TO_ALL, 0, a2a_sent(comm, scount, row))

@@ -21,7 +21,7 @@ static const struct {
     {"gemm", "flops"},           {"grouped_gemm", "flops"},   {"attention_fwd", "flops"},
     {"attention_bwd", "flops"},  {"norm", "bytes"},           {"rope", "bytes"},
     {"activation", "bytes"},     {"loss", "bytes"},           {"permute", "bytes"},
-    {"elementwise", "bytes"},    {"optimizer", "seconds"},    {"all_gather", "bytes"},
+    {"elementwise", "bytes"},    {"optimizer", "bytes"},    {"all_gather", "bytes"},
     {"reduce_scatter", "bytes"}, {"all_reduce", "bytes"},     {"all_to_all", "bytes"},
 };
 
@@ -96,6 +96,7 @@ int rt_prof_write(const char *path, const RtProfRun *run, char *err, int errlen)
   json_object_set_new(root, "cpu_seconds_per_step", json_real(cpu / w / steps));
   json_object_set_new(root, "predicted_step_seconds", json_real(run->predicted_step_seconds));
   json_object_set_new(root, "tokens_per_step", json_real(run->tokens_per_step));
+  json_object_set_new(root, "optimizer_on_host", json_boolean(run->optimizer_on_host));
   json_object_set_new(root, "per", json_string("rank and step, mean over the ranks"));
   for (int c = 0; c < RT_PROF_CLASSES; c++) {
     if (sum[c][1] == 0) continue;

@@ -104,6 +104,16 @@ void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtT
   })
 }
 
+double rt_opt_bytes(const RtTensor *t, int nt, int g, int64_t lo, int64_t hi) {
+  double bytes = 0;
+  RT_FOR_PIECES(t, nt, g, lo, hi, {
+    (void)first;
+    (void)at;
+    bytes += (double)len * (T->muon ? 22 : 30);
+  })
+  return bytes;
+}
+
 double rt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
