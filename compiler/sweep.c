@@ -35,6 +35,18 @@ static bool parse_over(Mem *m, const char *arg, Axis *ax, Diag *d) {
   return true;
 }
 
+/* Point pt of the grid (the last axis fastest): idx its value per axis, all[nsets..] its --set
+ * strings, then the spec and model of path with all of them in m. NULL (an error in d) when the
+ * point's spec or model is invalid; *spec is the spec. */
+static Model *load_point(Mem *m, Diag *d, const char *path, const Axis *ax, int nover, int64_t pt, int *idx,
+                         const char **all, int nsets, Spec **spec) {
+  int64_t rest = pt;
+  for (int i = nover - 1; i >= 0; i--) idx[i] = (int)(rest % ax[i].n), rest /= ax[i].n;
+  for (int i = 0; i < nover; i++) all[nsets + i] = mem_printf(m, "%s=%s", ax[i].key, ax[i].vals[idx[i]]);
+  *spec = spec_load(m, d, path, NULL, 0, all, nsets + nover);
+  return *spec ? model_build(m, d, *spec) : NULL;
+}
+
 int sweep_run(const char *path, const char *const *sets, int nsets, const char *const *overs,
               int nover, bool csv) {
   Mem mem = {0};
@@ -63,11 +75,8 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
   for (int64_t pt = 0; pt < points; pt++) {
     Mem m = {0};
     Diag pd = {.mem = &m};
-    int64_t rest = pt;
-    for (int i = nover - 1; i >= 0; i--) idx[i] = (int)(rest % ax[i].n), rest /= ax[i].n;
-    for (int i = 0; i < nover; i++) all[nsets + i] = mem_printf(&m, "%s=%s", ax[i].key, ax[i].vals[idx[i]]);
-    Spec *s = spec_load(&m, &pd, path, NULL, 0, all, nsets + nover);
-    if (!s || !model_build(&m, &pd, s)) {
+    Spec *s;
+    if (!load_point(&m, &pd, path, ax, nover, pt, idx, all, nsets, &s)) {
       fputs(pd.msg, stderr);
       mem_free(&m);
       mem_free(&mem);
@@ -85,11 +94,8 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
   for (int64_t pt = 0; pt < points; pt++) {
     Mem m = {0};
     Diag pd = {.mem = &m};
-    int64_t rest = pt;
-    for (int i = nover - 1; i >= 0; i--) idx[i] = (int)(rest % ax[i].n), rest /= ax[i].n;
-    for (int i = 0; i < nover; i++) all[nsets + i] = mem_printf(&m, "%s=%s", ax[i].key, ax[i].vals[idx[i]]);
-    Spec *s = spec_load(&m, &pd, path, NULL, 0, all, nsets + nover);
-    Model *md = s ? model_build(&m, &pd, s) : NULL;
+    Spec *s;
+    Model *md = load_point(&m, &pd, path, ax, nover, pt, idx, all, nsets, &s);
     if (!md) {
       fputs(pd.msg, stderr);
       mem_free(&m);
