@@ -126,8 +126,19 @@ void em_init(Em *e, Mem *m, const Plan *p);
 /* Fills e's groups, tensors and arena from its model and plan. */
 void em_layout(Em *e);
 /* The arena macro of activation `name` of layer l under the checkpoint policy: "L2_Q" when
- * saved per layer, "WS_Q" when the layer recomputes it in backward. */
-const char *em_act(Em *e, int l, const char *name, SaveClass cls);
+ * saved per layer, "WS_Q" when the layer recomputes it in backward; its class is the model
+ * graph's (em_saved), or for the per-layer tables OFFSETS and EOFF the class of the saves they
+ * go with. A name neither knows is an internal error (exit 70, naming layer and buffer). */
+const char *em_act(Em *e, int l, const char *name);
+/* The model graph's save (compiler/model.c) that program buffer `name` of layer l holds, or
+ * NULL: the entry of that name among layer l's ops; with one EP rank buffer XP holds the
+ * experts' input rows, the save XE. */
+const Saved *em_saved(const Em *e, int l, const char *name);
+/* Elements of program buffer `name` of layer l: its save's elements per token times the
+ * tokens N, or for a routed save times the rows R one rank's experts take per round
+ * (elements per token / top_k per row). An internal error (exit 70) when the model has no such
+ * save. */
+int64_t em_saved_elems(const Em *e, int l, const char *name);
 /* The arena of buffer name (registered by em_layout; the boundaries X<l> are activations), or
  * -1 for a name that is no buffer. */
 int em_arena_of(const Em *e, const char *name);
@@ -173,8 +184,5 @@ void em_mla_layout(Em *e, int l);
 #define off em_off
 #define bias_arg em_bias_arg
 #define A em_act
-#define OTH SAVE_OTHER
-#define ATT SAVE_ATTN
-#define EXP SAVE_EXPERT
 
 #endif

@@ -149,7 +149,7 @@ static void qk_norm_forward(Em *e, int l, const char *ind) {
     long long rows, width;
     qk_rows(e, i ? e->nkv : e->nh, &rows, &width);
     P(e, "%srt_qk_norm_forward(R(%s), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* %s_norm */\n", ind,
-      A(e, l, i ? "K" : "Q", ATT), A(e, l, i ? "RSTDK" : "RSTDQ", ATT), A(e, l, i ? "KR" : "QR", ATT),
+      A(e, l, i ? "K" : "Q"), A(e, l, i ? "RSTDK" : "RSTDQ"), A(e, l, i ? "KR" : "QR"),
       (long long)off(e, g, i ? "attn.k_norm.weight" : "attn.q_norm.weight"), rows, width, i ? "k" : "q");
   }
 }
@@ -163,8 +163,8 @@ static void qk_norm_backward(Em *e, int l) {
     int64_t o = off(e, g, i ? "attn.k_norm.weight" : "attn.q_norm.weight");
     P(e, "  rt_zero(R(%s), %lld);\n", i ? "DKR" : "DQR", rows * width);
     P(e, "  rt_qk_norm_backward(R(%s), DW(%lld), R(%s), R(%s), W(%lld), R(%s), %lld, %lld); /* %s_norm */\n",
-      i ? "DKR" : "DQR", (long long)o, i ? "DK" : "DQ", A(e, l, i ? "KR" : "QR", ATT), (long long)o,
-      A(e, l, i ? "RSTDK" : "RSTDQ", ATT), rows, width, i ? "k" : "q");
+      i ? "DKR" : "DQR", (long long)o, i ? "DK" : "DQ", A(e, l, i ? "KR" : "QR"), (long long)o,
+      A(e, l, i ? "RSTDK" : "RSTDQ"), rows, width, i ? "k" : "q");
   }
 }
 
@@ -172,9 +172,9 @@ static void attention_qkv(Em *e, int l, const char *ind);
 
 static void attention_forward(Em *e, int l) {
   int g = e->layer_dense[l];
-  const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT),
-             *v = A(e, l, "V", ATT), *att = A(e, l, "ATT", ATT), *lse = A(e, l, "LSE", ATT);
-  em_norm_forward(e, g, ln1, A(e, l, "RSTD1", OTH), mem_printf(e->m, "X%d", l), "input_layernorm");
+  const char *ln1 = A(e, l, "LN1"), *q = A(e, l, "Q"), *k = A(e, l, "K"),
+             *v = A(e, l, "V"), *att = A(e, l, "ATT"), *lse = A(e, l, "LSE");
+  em_norm_forward(e, g, ln1, A(e, l, "RSTD1"), mem_printf(e->m, "X%d", l), "input_layernorm");
   const char *ind = e->ac == AC_SELECTIVE ? "    " : "  ";
   if (e->mla) em_mla_forward(e, l); /* opens the selective block itself */
   else attention_qkv(e, l, ind);
@@ -184,17 +184,17 @@ static void attention_forward(Em *e, int l) {
   if (e->ac == AC_SELECTIVE) P(e, "  }\n");
   P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* o_proj */\n", att,
     (long long)off(e, g, "attn.o_proj.weight"), bias_arg(e, g, "attn.o_proj.weight", "W"), (long long)e->N, (long long)e->AO, (long long)e->C);
-  P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "RES", OTH), l, (long long)(e->N * e->C));
-  em_norm_forward(e, g, A(e, l, "LN2", OTH), A(e, l, "RSTD2", OTH), A(e, l, "RES", OTH), "post_attention_layernorm");
+  P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "RES"), l, (long long)(e->N * e->C));
+  em_norm_forward(e, g, A(e, l, "LN2"), A(e, l, "RSTD2"), A(e, l, "RES"), "post_attention_layernorm");
 }
 
 /* mha/gqa's q, k, v from LN1 (qk-norm, RoPE) into Q, K, V; opens the selective block. */
 static void attention_qkv(Em *e, int l, const char *ind) {
   int g = e->layer_dense[l];
-  const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT), *v = A(e, l, "V", ATT);
+  const char *ln1 = A(e, l, "LN1"), *q = A(e, l, "Q"), *k = A(e, l, "K"), *v = A(e, l, "V");
   if (e->ac == AC_SELECTIVE)
     P(e, "  if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */\n");
-  const char *qr = e->qk_norm ? A(e, l, "QR", ATT) : q, *kr = e->qk_norm ? A(e, l, "KR", ATT) : k;
+  const char *qr = e->qk_norm ? A(e, l, "QR") : q, *kr = e->qk_norm ? A(e, l, "KR") : k;
   P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* q_proj */\n", ind, qr, ln1,
     (long long)off(e, g, "attn.q_proj.weight"), bias_arg(e, g, "attn.q_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->Q);
   P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* k_proj */\n", ind, kr, ln1,
@@ -217,11 +217,11 @@ static void attention_qkv(Em *e, int l, const char *ind) {
 static void mlp_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   int64_t N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
-  const char *ln2 = A(e, l, "LN2", OTH), *u = A(e, l, "U", OTH), *h = A(e, l, "H", OTH);
+  const char *ln2 = A(e, l, "LN2"), *u = A(e, l, "U"), *h = A(e, l, "H");
   P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* up_proj */\n", u, ln2,
     (long long)off(e, g, "mlp.up_proj.weight"), bias_arg(e, g, "mlp.up_proj.weight", "W"), (long long)N, (long long)C, (long long)F);
   if (e->s->model.mlp.activation == ACT_SWIGLU) {
-    const char *gg = A(e, l, "G", OTH);
+    const char *gg = A(e, l, "G");
     P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* gate_proj */\n", gg, ln2,
       (long long)off(e, g, "mlp.gate_proj.weight"), bias_arg(e, g, "mlp.gate_proj.weight", "W"), (long long)N, (long long)C, (long long)F);
     P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", h, gg, u, (long long)(N * F));
@@ -249,20 +249,20 @@ void em_layer_forward(Em *e, int l) {
   attention_forward(e, l);
   if (moe) em_moe_forward(e, l);
   else mlp_forward(e, l);
-  P(e, "  %srt_add(R(X%d), R(%s), R(WS_Y), %lld); /* residual */\n}\n", e->ac == AC_NONE ? "" : "if (!recompute) ", l + 1, A(e, l, "RES", OTH),
+  P(e, "  %srt_add(R(X%d), R(%s), R(WS_Y), %lld); /* residual */\n}\n", e->ac == AC_NONE ? "" : "if (!recompute) ", l + 1, A(e, l, "RES"),
     (long long)(e->N * e->C));
 }
 
 static void mlp_backward(Em *e, int l, const char *dy) {
   int g = e->layer_dense[l];
   long long N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
-  const char *ln2 = A(e, l, "LN2", OTH), *u = A(e, l, "U", OTH), *h = A(e, l, "H", OTH);
+  const char *ln2 = A(e, l, "LN2"), *u = A(e, l, "U"), *h = A(e, l, "H");
   P(e, "  rt_zero(R(DH), %lld);\n", N * F);
   P(e, "  rt_matmul_backward(R(DH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
     (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "DW"), dy, h, (long long)off(e, g, "mlp.down_proj.weight"), N, F, C);
   P(e, "  rt_zero(R(DU), %lld);\n", N * F);
   if (e->s->model.mlp.activation == ACT_SWIGLU) {
-    const char *gg = A(e, l, "G", OTH);
+    const char *gg = A(e, l, "G");
     P(e, "  rt_zero(R(DG), %lld);\n", N * F);
     P(e, "  rt_swiglu_backward(R(DG), R(DU), R(DH), R(%s), R(%s), %lld);\n", gg, u, N * F);
     P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n",
@@ -287,19 +287,19 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
   if (moe) em_moe_backward(e, l, dy);
   else mlp_backward(e, l, dy);
   P(e, "  rt_copy(R(%s), R(%s), %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
-  em_norm_backward(e, g, dx, A(e, l, "RES", OTH), A(e, l, "RSTD2", OTH), "post_attention_layernorm");
+  em_norm_backward(e, g, dx, A(e, l, "RES"), A(e, l, "RSTD2"), "post_attention_layernorm");
   int64_t o = off(e, g, "attn.o_proj.weight");
   P(e, "  rt_zero(R(DATT), %lld);\n", N * AO);
   P(e, "  rt_matmul_backward(R(DATT), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
-    (long long)o, bias_arg(e, g, "attn.o_proj.weight", "DW"), dx, A(e, l, "ATT", ATT), (long long)o, N, AO, C);
+    (long long)o, bias_arg(e, g, "attn.o_proj.weight", "DW"), dx, A(e, l, "ATT"), (long long)o, N, AO, C);
   P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * (long long)e->VW);
   P(e, "  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, "
        "%lld, %lld, %lld);\n",
-    A(e, l, "Q", ATT), A(e, l, "K", ATT), A(e, l, "V", ATT), A(e, l, "ATT", ATT), A(e, l, "LSE", ATT),
+    A(e, l, "Q"), A(e, l, "K"), A(e, l, "V"), A(e, l, "ATT"), A(e, l, "LSE"),
     (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd, (long long)e->vd);
   if (e->mla) {
     em_mla_backward(e, l);
-    em_norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1", OTH), "input_layernorm");
+    em_norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1"), "input_layernorm");
     P(e, "}\n");
     return;
   }
@@ -315,7 +315,7 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
   }
   if (e->qk_norm) qk_norm_backward(e, l);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
-  const char *ln1 = A(e, l, "LN1", OTH);
+  const char *ln1 = A(e, l, "LN1");
   static const char *const qkv[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; i++) {
     const char *key = i == 0 ? "attn.q_proj.weight" : i == 1 ? "attn.k_proj.weight" : "attn.v_proj.weight";
@@ -324,7 +324,7 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
     P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
       (long long)o, bias_arg(e, g, key, "DW"), dproj, ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
   }
-  em_norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1", OTH), "input_layernorm");
+  em_norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1"), "input_layernorm");
   P(e, "}\n");
 }
 

@@ -81,7 +81,50 @@ int em_arena_of(const Em *e, const char *name) {
  * workspace (recomputed in backward) under the plan's checkpoint policy: the planner's rule. */
 static bool per_layer(const Em *e, SaveClass cls) { return plan_keeps(e->ac, cls); }
 
-const char *em_act(Em *e, int l, const char *name, SaveClass cls) {
+const Saved *em_saved(const Em *e, int l, const char *name) {
+  if (e->ep == 1 && strcmp(name, "XP") == 0) name = "XE"; /* no all-to-all: the copies are the input */
+  const Layer *ly = &e->md->layers[l];
+  for (int i = ly->first_op; i < ly->first_op + ly->nops; i++)
+    for (int j = 0; j < e->md->ops[i].nsaved; j++)
+      if (strcmp(e->md->ops[i].saved[j].name, name) == 0) return &e->md->ops[i].saved[j];
+  return NULL;
+}
+
+static _Noreturn void no_save(int l, const char *name) { /* (a bug: model.c and the emitter disagree) */
+  fprintf(stderr, "mtc: internal error: layer %d has no save %s in the model graph (compiler/model.c), "
+          "which the program's buffer needs\n", l, name);
+  exit(70);
+}
+
+int64_t em_saved_elems(const Em *e, int l, const char *name) {
+  const Saved *sv = em_saved(e, l, name);
+  if (!sv) no_save(l, name);
+  return sv->routed ? sv->elems / e->K * e->R : sv->elems * e->N;
+}
+
+/* A layer's buffers that are not per-token saves, so not the model graph's (which counts per
+ * token): their sizes do not grow with the tokens. Each goes with the class of the saves it
+ * indexes. */
+static const struct {
+  const char *name;
+  SaveClass cls;
+} tables[] = {
+    {"OFFSETS", SAVE_OTHER}, /* first row of each expert (E + 1): with the permutation POS */
+    {"EOFF", SAVE_EXPERT},   /* first row of each local expert in a round (El + 1): with the rows XE */
+};
+
+/* Index of table name in tables, or -1. */
+static int table_of(const char *name) {
+  for (int t = 0; t < (int)(sizeof tables / sizeof *tables); t++)
+    if (strcmp(tables[t].name, name) == 0) return t;
+  return -1;
+}
+
+const char *em_act(Em *e, int l, const char *name) {
+  const Saved *sv = em_saved(e, l, name);
+  int t = sv ? -1 : table_of(name);
+  if (!sv && t < 0) no_save(l, name);
+  SaveClass cls = sv ? sv->cls : tables[t].cls;
   return per_layer(e, cls) ? mem_printf(e->m, "L%d_%s", l, name) : mem_printf(e->m, "WS_%s", name);
 }
 
@@ -93,15 +136,19 @@ static const char *layer_item(Em *e, int l, SaveClass cls) {
   return per_layer(e, cls) ? mem_printf(e->m, "activations.saved[%d]", l) : "activations.forward_layer";
 }
 
-/* Registers activation `name` of layer l (n elements) under its class: activations (A), or fp32
- * and int32 values that go with them (statistics, routing: R). */
-static void act(Em *e, int l, const char *name, SaveClass cls, int64_t n, const char *what) {
-  e->item = layer_item(e, l, cls);
-  abuf(e, em_act(e, l, name, cls), n, what);
+/* Registers buffer `name` of layer l as the model graph describes it (em_saved): its elements
+ * (em_saved_elems), its class (kept per layer or workspace) and its arena (bf16 saves are
+ * activations, A; fp32 and int32 ones, statistics and routing, are R). */
+static void act(Em *e, int l, const char *name, const char *what) {
+  const Saved *sv = em_saved(e, l, name);
+  if (!sv) no_save(l, name);
+  e->item = layer_item(e, l, sv->cls);
+  add_buf(e, em_act(e, l, name), em_saved_elems(e, l, name), what, sv->dtype == DT_BF16 ? EM_ACT : EM_REAL);
 }
-static void stat(Em *e, int l, const char *name, SaveClass cls, int64_t n, const char *what) {
-  e->item = layer_item(e, l, cls);
-  buf(e, em_act(e, l, name, cls), n, what);
+/* A per-layer table (tables above: n int32 elements, not per token) of layer l. */
+static void table(Em *e, int l, const char *name, int64_t n, const char *what) {
+  e->item = layer_item(e, l, tables[table_of(name)].cls);
+  buf(e, em_act(e, l, name), n, what);
 }
 
 /* HF name of a model.c parameter of layer l ("attn.q_proj.weight" ->
@@ -288,16 +335,14 @@ static void shared_ws(Em *e) {
 }
 
 /* MLA's buffers of layer l (emit_mla.c writes the code): the latents before their norms and
- * their 1/rms, of class other (model.c's q_latent, kv_latent, latent_rstd). */
+ * their 1/rms (model.c's QA, KVL, RSTDQA, RSTDKV: class other). */
 void em_mla_layout(Em *e, int l) {
-  int64_t N = e->N;
-  e->item = layer_item(e, l, SAVE_OTHER);
   if (e->qr) {
-    abuf(e, em_act(e, l, "QA", SAVE_OTHER), N * e->qr, "mla: q_a_proj's output (the query latent before its norm)");
-    buf(e, em_act(e, l, "RSTDQA", SAVE_OTHER), N, "mla: q_a_layernorm's 1/rms per token");
+    act(e, l, "QA", "mla: q_a_proj's output (the query latent before its norm)");
+    act(e, l, "RSTDQA", "mla: q_a_layernorm's 1/rms per token");
   }
-  abuf(e, em_act(e, l, "KVL", SAVE_OTHER), N * e->kvr, "mla: the KV latent before kv_a_layernorm");
-  buf(e, em_act(e, l, "RSTDKV", SAVE_OTHER), N, "mla: kv_a_layernorm's 1/rms per token");
+  act(e, l, "KVL", "mla: the KV latent before kv_a_layernorm");
+  act(e, l, "RSTDKV", "mla: kv_a_layernorm's 1/rms per token");
 }
 
 /* A dense layer's FFN (WS_G, WS_U, WS_H: class other) and a MoE layer's routed experts' (WS_EG,
@@ -505,48 +550,49 @@ void em_layout(Em *e) {
       e->item = l == e->L        ? "activations.final_boundary"
                 : e->ac == AC_FULL ? mem_printf(e->m, "activations.boundary[%d]", l)
                                    : mem_printf(e->m, "activations.saved[%d]", l);
-      abuf(e, mem_printf(e->m, "X%d", l), N * C,
+      abuf(e, mem_printf(e->m, "X%d", l), l < e->L ? em_saved_elems(e, l, "X") : N * C, /* (X<L>: the final norm's) */
           l < e->L ? mem_printf(e->m, "boundary: input of layer %d (residual stream)", l) : "output of the last layer");
     }
   e->host_elems = e->offload && e->L >= 3 ? (e->L - 2) * N * C : 0;
   ffn_union(e);
+  /* each layer's buffers, sized and classed by the model graph's saves (act: model.c's entry of
+   * that name), in the order the arena has always held them; the tables OFFSETS, EOFF and the
+   * MoE send sides (workspace) are not per-token saves and stay explicit */
   int64_t st = e->s->model.norm == NORM_LAYERNORM ? 2 : 1; /* norm statistics per token: rstd (and the mean) */
   for (int l = 0; l < e->L; l++) {
     const Layer *ly = &md->layers[l];
-    act(e, l, "LN1", SAVE_OTHER, N * C, "attention norm output");
-    stat(e, l, "RSTD1", SAVE_OTHER, N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
+    act(e, l, "LN1", "attention norm output");
+    act(e, l, "RSTD1", st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
     if (e->mla) em_mla_layout(e, l);
-    act(e, l, "Q", SAVE_ATTN, N * e->Q, "queries (rotated)");
-    act(e, l, "K", SAVE_ATTN, N * e->KV, "keys (rotated)");
+    act(e, l, "Q", "queries (rotated)");
+    act(e, l, "K", "keys (rotated)");
     if (e->qk_norm) {
-      bool full = e->qk_norm == QKN_FULL;
-      act(e, l, "QR", SAVE_ATTN, N * e->Q, "queries before qk-norm");
-      act(e, l, "KR", SAVE_ATTN, N * e->KV, "keys before qk-norm");
-      stat(e, l, "RSTDQ", SAVE_ATTN, full ? N : N * e->nh, "qk-norm: 1/rms per token (full) or per token and head");
-      stat(e, l, "RSTDK", SAVE_ATTN, full ? N : N * e->nkv, "the same for the keys");
+      act(e, l, "QR", "queries before qk-norm");
+      act(e, l, "KR", "keys before qk-norm");
+      act(e, l, "RSTDQ", "qk-norm: 1/rms per token (full) or per token and head");
+      act(e, l, "RSTDK", "the same for the keys");
     }
-    act(e, l, "V", SAVE_ATTN, N * e->VW, "values");
-    act(e, l, "ATT", SAVE_ATTN, N * e->AO, "attention output");
-    stat(e, l, "LSE", SAVE_ATTN, N * e->nh, "attention log-sum-exp per head and query");
-    act(e, l, "RES", SAVE_OTHER, N * C, "residual stream after attention");
-    act(e, l, "LN2", SAVE_OTHER, N * C, "mlp norm output");
-    stat(e, l, "RSTD2", SAVE_OTHER, N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
+    act(e, l, "V", "values");
+    act(e, l, "ATT", "attention output");
+    act(e, l, "LSE", "attention log-sum-exp per head and query");
+    act(e, l, "RES", "residual stream after attention");
+    act(e, l, "LN2", "mlp norm output");
+    act(e, l, "RSTD2", st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
     if (ly->kind == LAYER_DENSE) {
-      int64_t F = e->s->model.mlp.intermediate;
-      if (e->s->model.mlp.activation == ACT_SWIGLU) act(e, l, "G", SAVE_OTHER, N * F, "mlp gate");
-      act(e, l, "U", SAVE_OTHER, N * F, "mlp up");
-      act(e, l, "H", SAVE_OTHER, N * F, "mlp activation");
+      if (e->s->model.mlp.activation == ACT_SWIGLU) act(e, l, "G", "mlp gate");
+      act(e, l, "U", "mlp up");
+      act(e, l, "H", "mlp activation");
       continue;
     }
-    stat(e, l, "LOGITS", SAVE_OTHER, N * e->E, "router logits");
-    stat(e, l, "IDX", SAVE_OTHER, N * K, "selected experts (int32)");
-    stat(e, l, "WTS", SAVE_OTHER, N * K, "their weights");
-    stat(e, l, "POS", SAVE_OTHER, N * K, "row of each assignment in expert order (int32)");
-    stat(e, l, "OFFSETS", SAVE_OTHER, e->E + 1, "first row of each expert (int32)");
+    act(e, l, "LOGITS", "router logits");
+    act(e, l, "IDX", "selected experts (int32)");
+    act(e, l, "WTS", "their weights");
+    act(e, l, "POS", "row of each assignment in expert order (int32)");
+    table(e, l, "OFFSETS", e->E + 1, "first row of each expert (int32)");
     /* the experts' input and output rows: with ep 1 the token copies in expert order are the
      * experts' input (saved); with ep > 1 the rows received are (XE), and the send side (WS_XP)
      * and the outputs before they go back (WS_YE) are workspace */
-    if (e->ep == 1) act(e, l, "XP", SAVE_EXPERT, N * K * C, "token copies in expert order: the experts' input");
+    if (e->ep == 1) act(e, l, "XP", "token copies in expert order: the experts' input");
     /* WS_XP and DXE share one buffer: WS_XP is read by the dispatches only (the forward's, and the
      * backward's rebuild of each round, rounds > 1, which gathers it again from LN2 first); DXE
      * is written after the round's last dispatch and read by its undispatch */
@@ -568,23 +614,23 @@ void em_layout(Em *e) {
       alias_buf(e, "WS_YP", "WS_XP", 0, N * K * C, "expert outputs in expert order: in WS_XP's rows (each round's "
                 "outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt)");
     else
-      act(e, l, "YP", SAVE_EXPERT, N * K * C, "expert outputs in that order");
+      act(e, l, "YP", "expert outputs in that order");
     if (e->ep > 1) {
-      act(e, l, "XE", SAVE_EXPERT, e->R * C, "rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS)");
+      act(e, l, "XE", "rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS)");
       e->item = "moe.combine_send";
       abuf(e, "WS_YE", e->R * C, "their outputs, before going back");
-      stat(e, l, "EOFF", SAVE_EXPERT, e->El + 1, "first row of each local expert in the round (int32)");
+      table(e, l, "EOFF", e->El + 1, "first row of each local expert in the round (int32)");
     }
-    if (!e->gelu_experts) act(e, l, "EG", SAVE_EXPERT, e->R * e->Fe, "routed experts' gate");
-    act(e, l, "EU", SAVE_EXPERT, e->R * e->Fe, e->gelu_experts ? "routed experts' up (GELU's input)" : "routed experts' up");
-    act(e, l, "EH", SAVE_EXPERT, e->R * e->Fe, "routed experts' activation");
+    if (!e->gelu_experts) act(e, l, "EG", "routed experts' gate");
+    act(e, l, "EU", e->gelu_experts ? "routed experts' up (GELU's input)" : "routed experts' up");
+    act(e, l, "EH", "routed experts' activation");
     if (e->Fs) {
-      if (!e->gelu_experts) act(e, l, "SG", SAVE_EXPERT, N * e->Fs, "shared experts' gate");
-      act(e, l, "SU", SAVE_EXPERT, N * e->Fs, "shared experts' up");
-      act(e, l, "SH", SAVE_EXPERT, N * e->Fs, "shared experts' activation");
+      if (!e->gelu_experts) act(e, l, "SG", "shared experts' gate");
+      act(e, l, "SU", "shared experts' up");
+      act(e, l, "SH", "shared experts' activation");
       if (e->s->model.moe.shared_expert_gate) {
-        act(e, l, "SO", SAVE_EXPERT, N * C, "shared experts' output before the gate");
-        stat(e, l, "SGL", SAVE_EXPERT, N, "shared_expert_gate's logit per token (fp32, as the router's)");
+        act(e, l, "SO", "shared experts' output before the gate");
+        act(e, l, "SGL", "shared_expert_gate's logit per token (fp32, as the router's)");
       }
     }
   }

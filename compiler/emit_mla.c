@@ -56,20 +56,20 @@ static void kv_a_part(Em *e, int g, const char *ind, const char *ln1, const char
 void em_mla_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   long long N = e->N, C = e->C;
-  const char *ln1 = A(e, l, "LN1", OTH), *q = A(e, l, "Q", ATT), *k = A(e, l, "K", ATT), *v = A(e, l, "V", ATT);
-  const char *kvl = A(e, l, "KVL", OTH);
+  const char *ln1 = A(e, l, "LN1"), *q = A(e, l, "Q"), *k = A(e, l, "K"), *v = A(e, l, "V");
+  const char *kvl = A(e, l, "KVL");
   /* the latents and their norms: outside `if (!recompute)` under selective checkpointing, whose
    * backward needs them (class other) */
   if (e->qr) {
-    const char *qa = A(e, l, "QA", OTH);
+    const char *qa = A(e, l, "QA");
     P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* q_a_proj */\n", qa, ln1,
       ll(off(e, g, "attn.q_a_proj.weight")), N, C, ll(e->qr));
     P(e, "  rt_qk_norm_forward(R(WS_QAN), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* q_a_layernorm */\n",
-      A(e, l, "RSTDQA", OTH), qa, ll(off(e, g, "attn.q_a_layernorm.weight")), N, ll(e->qr));
+      A(e, l, "RSTDQA"), qa, ll(off(e, g, "attn.q_a_layernorm.weight")), N, ll(e->qr));
   }
   kv_a_part(e, g, "  ", ln1, kvl, 0, e->kvr, "the latent");
   P(e, "  rt_qk_norm_forward(R(WS_KVN), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* kv_a_layernorm */\n",
-    A(e, l, "RSTDKV", OTH), kvl, ll(off(e, g, "attn.kv_a_layernorm.weight")), N, ll(e->kvr));
+    A(e, l, "RSTDKV"), kvl, ll(off(e, g, "attn.kv_a_layernorm.weight")), N, ll(e->kvr));
   const char *ind = "  ";
   if (e->ac == AC_SELECTIVE) {
     P(e, "  if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */\n");
@@ -105,7 +105,7 @@ void em_mla_backward(Em *e, int l) {
   int g = e->layer_dense[l];
   long long N = e->N, C = e->C, qr = e->qr, kvr = e->kvr, rd = e->rope_dim;
   double theta = e->s->model.attention.rope_theta;
-  const char *ln1 = A(e, l, "LN1", OTH), *kvl = A(e, l, "KVL", OTH);
+  const char *ln1 = A(e, l, "LN1"), *kvl = A(e, l, "KVL");
   int64_t wkvb = off(e, g, "attn.kv_b_proj.weight"), wkva = off(e, g, "attn.kv_a_proj_with_mqa.weight");
   int64_t wkvn = off(e, g, "attn.kv_a_layernorm.weight");
   const char *ra = rope_args(e);
@@ -113,17 +113,17 @@ void em_mla_backward(Em *e, int l) {
     ll(e->nope), ll(e->B), ll(e->T), ll(e->nh), ll(e->hd), rd, theta, ra);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   if (qr) { /* q_b_proj and q_a_layernorm, the normalized latent recomputed (same values, same 1/rms) */
-    const char *qa = A(e, l, "QA", OTH);
+    const char *qa = A(e, l, "QA");
     int64_t wqb = off(e, g, "attn.q_b_proj.weight"), wqn = off(e, g, "attn.q_a_layernorm.weight");
     int64_t w = off(e, g, "attn.q_a_proj.weight");
     P(e, "  rt_qk_norm_forward(R(RQAN), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* q_a_layernorm again */\n",
-      A(e, l, "RSTDQA", OTH), qa, ll(wqn), N, qr);
+      A(e, l, "RSTDQA"), qa, ll(wqn), N, qr);
     P(e, "  rt_zero(R(DQAN), %lld);\n", N * qr);
     P(e, "  rt_matmul_backward(R(DQAN), DW(%lld), NULL, R(DQ), R(RQAN), W(%lld), %lld, %lld, %lld); /* q_b_proj */\n",
       ll(wqb), ll(wqb), N, qr, ll(e->Q));
     P(e, "  rt_zero(R(DQA), %lld);\n", N * qr);
     P(e, "  rt_qk_norm_backward(R(DQA), DW(%lld), R(DQAN), R(%s), W(%lld), R(%s), %lld, %lld); /* q_a_layernorm */\n",
-      ll(wqn), qa, ll(wqn), A(e, l, "RSTDQA", OTH), N, qr);
+      ll(wqn), qa, ll(wqn), A(e, l, "RSTDQA"), N, qr);
     P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DQA), R(%s), W(%lld), %lld, %lld, %lld); /* q_a_proj */\n",
       ll(w), ln1, ll(w), N, C, qr);
   } else {
@@ -138,13 +138,13 @@ void em_mla_backward(Em *e, int l) {
     ra);
   /* kv_b_proj and kv_a_layernorm, the normalized latent recomputed (same values, same 1/rms) */
   P(e, "  rt_qk_norm_forward(R(RKVN), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* kv_a_layernorm again */\n",
-    A(e, l, "RSTDKV", OTH), kvl, ll(wkvn), N, kvr);
+    A(e, l, "RSTDKV"), kvl, ll(wkvn), N, kvr);
   P(e, "  rt_zero(R(DKVN), %lld);\n", N * kvr);
   P(e, "  rt_matmul_backward(R(DKVN), DW(%lld), NULL, R(DKVB), R(RKVN), W(%lld), %lld, %lld, %lld); /* kv_b_proj */\n",
     ll(wkvb), ll(wkvb), N, kvr, ll(e->nh * (e->nope + e->vd)));
   P(e, "  rt_zero(R(DKVL), %lld);\n", N * kvr);
   P(e, "  rt_qk_norm_backward(R(DKVL), DW(%lld), R(DKVN), R(%s), W(%lld), R(%s), %lld, %lld); /* kv_a_layernorm */\n",
-    ll(wkvn), kvl, ll(wkvn), A(e, l, "RSTDKV", OTH), N, kvr);
+    ll(wkvn), kvl, ll(wkvn), A(e, l, "RSTDKV"), N, kvr);
   P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DKVL), R(%s), W(%lld), %lld, %lld, %lld); /* kv_a_proj_with_mqa: "
        "the latent */\n", ll(wkva), ln1, ll(wkva), N, C, kvr);
   P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DKRP), R(%s), W(%lld), %lld, %lld, %lld); /* kv_a_proj_with_mqa: "

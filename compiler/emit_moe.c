@@ -32,9 +32,9 @@ static bool reweight(const Em *e) {
 void em_moe_forward(Em *e, int l) {
   int g = e->layer_dense[l], ge = e->layer_experts[l];
   long long N = e->N, C = e->C, E = e->E, K = e->K;
-  const char *ln2 = A(e, l, "LN2", OTH), *lg = A(e, l, "LOGITS", OTH), *idx = A(e, l, "IDX", OTH),
-             *wts = A(e, l, "WTS", OTH), *pos = A(e, l, "POS", OTH), *offs = A(e, l, "OFFSETS", OTH),
-             *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
+  const char *ln2 = A(e, l, "LN2"), *lg = A(e, l, "LOGITS"), *idx = A(e, l, "IDX"),
+             *wts = A(e, l, "WTS"), *pos = A(e, l, "POS"), *offs = A(e, l, "OFFSETS"),
+             *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP"), *yp = A(e, l, "YP");
   P(e, "  rt_router_logits_forward(R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* router (mlp.gate) */\n", lg, ln2,
     (long long)off(e, g, "moe.gate.weight"), N, C, E);
   const MoeSpec *ms = &e->s->model.moe;
@@ -64,15 +64,15 @@ void em_moe_forward(Em *e, int l) {
   P(e, "  rt_moe_permute(I(%s), I(%s), I(%s), %lld, %lld, %lld);\n", pos, offs, idx, N, E, K);
   P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
   long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
-  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
-             *eh = A(e, l, "EH", EXP), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", off(e, ge, "moe.experts.gate_proj.weight"));
+  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG")), *eu = A(e, l, "EU"),
+             *eh = A(e, l, "EH"), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", off(e, ge, "moe.experts.gate_proj.weight"));
   if (e->ep == 1) {
     P(e, "  %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld); "
          "/* experts, hidden, expert width%s */\n",
       exloop(e), yp, eg, eu, eh, xp, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C,
       (long long)e->Fe, e->gelu_experts ? "; GELU: no gate" : "");
   } else {
-    const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
+    const char *xe = A(e, l, "XE"), *ye = "WS_YE", *eo = A(e, l, "EOFF");
     P(e, "  /* expert parallelism over %lld ranks: this rank's experts take the rows routed to them, in rounds\n"
          "   * of at most MOE_CAP_ROWS (one round unless some rank gets more than moe_imbalance x the mean) */\n",
       (long long)e->ep);
@@ -91,8 +91,8 @@ void em_moe_forward(Em *e, int l) {
   P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
   if (e->Fs) {
     long long Fs = e->Fs;
-    const char *su = A(e, l, "SU", EXP), *sh = A(e, l, "SH", EXP);
-    const char *sg = e->gelu_experts ? NULL : A(e, l, "SG", EXP);
+    const char *su = A(e, l, "SU"), *sh = A(e, l, "SH");
+    const char *sg = e->gelu_experts ? NULL : A(e, l, "SG");
     if (sg)
       P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
         ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "W"), N, C, Fs);
@@ -101,11 +101,11 @@ void em_moe_forward(Em *e, int l) {
     if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
     else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
     bool gate = e->s->model.moe.shared_expert_gate;
-    const char *so = gate ? A(e, l, "SO", EXP) : "WS_Y2";
+    const char *so = gate ? A(e, l, "SO") : "WS_Y2";
     P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.down_proj */\n", so, sh,
       (long long)off(e, g, "moe.shared_experts.down_proj.weight"), bias_arg(e, g, "moe.shared_experts.down_proj.weight", "W"), N, Fs, C);
     if (gate) {
-      const char *sgl = A(e, l, "SGL", EXP);
+      const char *sgl = A(e, l, "SGL");
       P(e, "  rt_router_logits_forward(R(%s), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n", sgl, ln2,
         (long long)off(e, g, "moe.shared_expert_gate.weight"), N, C);
       P(e, "  rt_sigmoid_gate_forward(R(WS_Y), R(%s), R(%s), %lld, %lld); /* + sigmoid(gate) x shared output */\n", so,
@@ -119,17 +119,17 @@ void em_moe_forward(Em *e, int l) {
 void em_moe_backward(Em *e, int l, const char *dy) {
   int g = e->layer_dense[l];
   long long N = e->N, C = e->C, E = e->E, K = e->K;
-  const char *ln2 = A(e, l, "LN2", OTH), *lg = A(e, l, "LOGITS", OTH), *idx = A(e, l, "IDX", OTH),
-             *wts = A(e, l, "WTS", OTH), *pos = A(e, l, "POS", OTH), *offs = A(e, l, "OFFSETS", OTH),
-             *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP", EXP), *yp = A(e, l, "YP", EXP);
+  const char *ln2 = A(e, l, "LN2"), *lg = A(e, l, "LOGITS"), *idx = A(e, l, "IDX"),
+             *wts = A(e, l, "WTS"), *pos = A(e, l, "POS"), *offs = A(e, l, "OFFSETS"),
+             *xp = e->ep > 1 ? "WS_XP" : A(e, l, "XP"), *yp = A(e, l, "YP");
   if (e->Fs) {
     long long Fs = e->Fs;
     const char *dso = dy;
     if (e->s->model.moe.shared_expert_gate) { /* through the gate: DSO, and the gate's logits into DLN */
       int64_t og = off(e, g, "moe.shared_expert_gate.weight");
       P(e, "  rt_zero(R(DSO), %lld);\n  rt_zero_real(R(DSGL), %lld);\n", N * C, N);
-      P(e, "  rt_sigmoid_gate_backward(R(DSO), R(DSGL), R(%s), R(%s), R(%s), %lld, %lld);\n", dy, A(e, l, "SO", EXP),
-        A(e, l, "SGL", EXP), N, C);
+      P(e, "  rt_sigmoid_gate_backward(R(DSO), R(DSGL), R(%s), R(%s), R(%s), %lld, %lld);\n", dy, A(e, l, "SO"),
+        A(e, l, "SGL"), N, C);
       P(e, "  rt_router_logits_backward(R(DLN), DW(%lld), R(DSGL), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n",
         (long long)og, ln2, (long long)og, N, C);
       dso = "DSO";
@@ -137,13 +137,13 @@ void em_moe_backward(Em *e, int l, const char *dy) {
     int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
     P(e, "  rt_zero(R(DSH), %lld);\n", N * Fs);
     P(e, "  rt_matmul_backward(R(DSH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
-      (long long)o, bias_arg(e, g, "moe.shared_experts.down_proj.weight", "DW"), dso, A(e, l, "SH", EXP), (long long)o, N, Fs, C);
+      (long long)o, bias_arg(e, g, "moe.shared_experts.down_proj.weight", "DW"), dso, A(e, l, "SH"), (long long)o, N, Fs, C);
     if (e->gelu_experts) {
       P(e, "  rt_zero(R(DSU), %lld);\n", N * Fs);
-      P(e, "  rt_gelu_backward(R(DSU), R(DSH), R(%s), %lld);\n", A(e, l, "SU", EXP), N * Fs);
+      P(e, "  rt_gelu_backward(R(DSU), R(DSH), R(%s), %lld);\n", A(e, l, "SU"), N * Fs);
     } else {
       P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
-      P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG", EXP), A(e, l, "SU", EXP), N * Fs);
+      P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG"), A(e, l, "SU"), N * Fs);
       o = off(e, g, "moe.shared_experts.gate_proj.weight");
       P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
         (long long)o, bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
@@ -159,8 +159,8 @@ void em_moe_backward(Em *e, int l, const char *dy) {
   long long wgo = e->gelu_experts ? 0 : off(e, ge, "moe.experts.gate_proj.weight"),
             wu = off(e, ge, "moe.experts.up_proj.weight"),
             wd = off(e, ge, "moe.experts.down_proj.weight");
-  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG", EXP)), *eu = A(e, l, "EU", EXP),
-             *eh = A(e, l, "EH", EXP), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", wgo),
+  const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG")), *eu = A(e, l, "EU"),
+             *eh = A(e, l, "EH"), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", wgo),
              *dwg = e->gelu_experts ? "NULL" : exw(e, "DWE", wgo), *edg = e->gelu_experts ? "NULL" : "R(EDG)";
   const char *bwd = "%srt_experts_backward(R(%s), %s, %s, %s, R(%s), R(%s), %s, R(%s), R(%s), "
                     "%s, %s, %s, %s, %s, %lld, %lld, R(EDH), %s, R(EDU));\n";
@@ -173,7 +173,7 @@ void em_moe_backward(Em *e, int l, const char *dy) {
     P(e, bwd, exloop(e), dxp, dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C, (long long)e->Fe, edg);
   } else {
-    const char *xe = A(e, l, "XE", EXP), *ye = "WS_YE", *eo = A(e, l, "EOFF", EXP);
+    const char *xe = A(e, l, "XE"), *ye = "WS_YE", *eo = A(e, l, "EOFF");
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    if (rounds > 1) { /* the forward kept its last round's expert activations: rebuild this round's\n"

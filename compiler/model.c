@@ -5,6 +5,8 @@
  * be checked against published ones. Dimension names used in comments:
  *   H hidden, V vocab, nh heads, nkv kv_heads, hd head_dim, I mlp.intermediate,
  *   E experts, k top_k, Ie expert_intermediate, S shared_experts, Is shared_intermediate. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mtc.h"
@@ -65,8 +67,13 @@ static void param(Cx *c, Op *o, const char *name, ParamKind kind, bool matmul, i
   if (matmul) o->active_matmul = add(c, o->active_matmul, active);
 }
 
+/* Adds save `name` (the program's buffer name, Saved) of elems per token to o. */
 static void save(Cx *c, Op *o, const char *name, int64_t elems, DType t, SaveClass cls) {
   (void)c;
+  if (o->nsaved == OP_MAX_SAVED) { /* (a model.c bug: raise OP_MAX_SAVED) */
+    fprintf(stderr, "mtc: internal error: op %s saves more than %d tensors\n", o->name, OP_MAX_SAVED);
+    abort();
+  }
   o->saved[o->nsaved++] = (Saved){name, elems, t, cls, false};
 }
 
@@ -76,20 +83,21 @@ static void routed(Op *o, int n) {
 }
 
 /* A norm over n channels: weight (and bias with model.bias or LayerNorm's own bias when
- * model.bias is set). Saves its input (class cls) and 1/rms (and the mean for LayerNorm). */
+ * model.bias is set). */
 static void norm_params(Cx *c, Op *o, const char *w, const char *b, int64_t n) {
   param(c, o, w, PK_NORM, false, n, 0, 0);
   if (c->s->model.bias) param(c, o, b, PK_NORM, false, n, 0, 0);
 }
 
+/* A norm op over the hidden size. Saves its input x (class in_cls, buffer x) and its
+ * statistics (buffer rstd): 1/rms, or LayerNorm's rstd and mean. */
 static void norm_op(Cx *c, OpKind kind, const char *name, const char *w, const char *b,
-                    int layer, SaveClass in_cls) {
+                    int layer, SaveClass in_cls, const char *x, const char *rstd) {
   int64_t H = c->s->model.hidden;
   Op *o = new_op(c, kind, name, layer, H, H);
   norm_params(c, o, w, b, H);
-  save(c, o, "x", H, DT_BF16, in_cls);
-  save(c, o, c->s->model.norm == NORM_LAYERNORM ? "mean_rstd" : "rstd",
-       c->s->model.norm == NORM_LAYERNORM ? 2 : 1, DT_FP32, SAVE_OTHER);
+  save(c, o, x, H, DT_BF16, in_cls);
+  save(c, o, rstd, c->s->model.norm == NORM_LAYERNORM ? 2 : 1, DT_FP32, SAVE_OTHER);
 }
 
 /* The causal attention core (flash-style: saves q, k, v, its output and the log-sum-exp per
@@ -100,12 +108,12 @@ static void core_and_out(Cx *c, int l, int64_t q, int64_t k, int64_t v, int64_t 
   int64_t H = ms->hidden, nh = ms->attention.heads, out = mul(c, nh, vd);
   Op *o = new_op(c, OP_ATTN_CORE, "attention.core", l, add(c, add(c, q, k), v), out);
   o->attn_flops_per_seq = (double)nh * (double)(qk + vd);
-  save(c, o, "q", q, DT_BF16, SAVE_ATTN);
-  save(c, o, "k", k, DT_BF16, SAVE_ATTN);
-  save(c, o, "v", v, DT_BF16, SAVE_ATTN);
-  save(c, o, "out", out, DT_BF16, SAVE_ATTN);
-  save(c, o, "lse", nh, DT_FP32, SAVE_ATTN);
-  o = new_op(c, OP_ATTN_OUT, "attention.out", l, out, H); /* its input is the core's "out" */
+  save(c, o, "Q", q, DT_BF16, SAVE_ATTN);
+  save(c, o, "K", k, DT_BF16, SAVE_ATTN);
+  save(c, o, "V", v, DT_BF16, SAVE_ATTN);
+  save(c, o, "ATT", out, DT_BF16, SAVE_ATTN);
+  save(c, o, "LSE", nh, DT_FP32, SAVE_ATTN);
+  o = new_op(c, OP_ATTN_OUT, "attention.out", l, out, H); /* its input is the core's ATT */
   param(c, o, "attn.o_proj.weight", PK_ATTENTION, true, H, out, 0);
   if (ms->bias || ms->attention.bias == ABIAS_QKVO) param(c, o, "attn.o_proj.bias", PK_ATTENTION, false, H, 0, 0);
 }
@@ -127,16 +135,19 @@ static void attention_gqa(Cx *c, int l) {
     param(c, o, "attn.k_proj.bias", PK_ATTENTION, false, kv, 0, 0);
     param(c, o, "attn.v_proj.bias", PK_ATTENTION, false, kv, 0, 0);
   }
-  save(c, o, "xn", H, DT_BF16, SAVE_OTHER);
+  save(c, o, "LN1", H, DT_BF16, SAVE_OTHER); /* the attention norm's output */
   if (a->qk_norm != QKN_NONE) {
     o = new_op(c, OP_QK_NORM, "attention.qk_norm", l, q + kv, q + kv);
     bool full = a->qk_norm == QKN_FULL;
     norm_params(c, o, "attn.q_norm.weight", "attn.q_norm.bias", full ? q : hd);
     norm_params(c, o, "attn.k_norm.weight", "attn.k_norm.bias", full ? kv : hd);
     /* kept with the attention core (selective checkpointing recomputes neither): the
-     * backward of the norm needs its input and 1/rms */
-    save(c, o, "qk", q + kv, DT_BF16, SAVE_ATTN);
-    save(c, o, "rstd", full ? 2 : nh + nkv, DT_FP32, SAVE_ATTN);
+     * backward of the norm needs its input (q and k before it) and 1/rms (per token with
+     * qk_norm full, else per token and head) */
+    save(c, o, "QR", q, DT_BF16, SAVE_ATTN);
+    save(c, o, "KR", kv, DT_BF16, SAVE_ATTN);
+    save(c, o, "RSTDQ", full ? 1 : nh, DT_FP32, SAVE_ATTN);
+    save(c, o, "RSTDK", full ? 1 : nkv, DT_FP32, SAVE_ATTN);
   }
   if (ms->position == POS_ROPE) new_op(c, OP_ROPE, "attention.rope", l, q + kv, q + kv);
   core_and_out(c, l, q, kv, kv, hd, hd);
@@ -159,7 +170,7 @@ static void attention_mla(Cx *c, int l) {
     param(c, o, "attn.q_b_proj.weight", PK_ATTENTION, true, q, qr, 0);
     if (b) param(c, o, "attn.q_a_proj.bias", PK_ATTENTION, false, qr, 0, 0);
     if (b) param(c, o, "attn.q_b_proj.bias", PK_ATTENTION, false, q, 0, 0);
-    save(c, o, "q_latent", qr, DT_BF16, SAVE_OTHER);
+    save(c, o, "QA", qr, DT_BF16, SAVE_OTHER); /* the query latent */
   } else {
     param(c, o, "attn.q_proj.weight", PK_ATTENTION, true, q, H, 0);
     if (b) param(c, o, "attn.q_proj.bias", PK_ATTENTION, false, q, 0, 0);
@@ -169,21 +180,24 @@ static void attention_mla(Cx *c, int l) {
   param(c, o, "attn.kv_b_proj.weight", PK_ATTENTION, true, mul(c, nh, nope + vd), kvr, 0);
   if (b) param(c, o, "attn.kv_a_proj_with_mqa.bias", PK_ATTENTION, false, kvr + rope, 0, 0);
   if (b) param(c, o, "attn.kv_b_proj.bias", PK_ATTENTION, false, mul(c, nh, nope + vd), 0, 0);
-  save(c, o, "xn", H, DT_BF16, SAVE_OTHER);
-  /* the latents before their norms (the norms' backward needs them; the normalized ones are
-   * recomputed from them) and their 1/rms; the RoPE key part of kv_a_proj_with_mqa's output is
-   * not kept: its only reader is k, saved by the core (emit_mla.c) */
-  save(c, o, "kv_latent", kvr, DT_BF16, SAVE_OTHER);
-  save(c, o, "latent_rstd", qr ? 2 : 1, DT_FP32, SAVE_OTHER);
+  save(c, o, "LN1", H, DT_BF16, SAVE_OTHER);
+  /* the latents before their norms (QA above, KVL: the norms' backward needs them; the
+   * normalized ones are recomputed from them) and their 1/rms (RSTDQA, RSTDKV); the RoPE key
+   * part of kv_a_proj_with_mqa's output is not kept: its only reader is K, saved by the core
+   * (emit_mla.c) */
+  save(c, o, "KVL", kvr, DT_BF16, SAVE_OTHER);
+  if (qr) save(c, o, "RSTDQA", 1, DT_FP32, SAVE_OTHER);
+  save(c, o, "RSTDKV", 1, DT_FP32, SAVE_OTHER);
   new_op(c, OP_ROPE, "attention.rope", l, mul(c, nh + 1, rope), mul(c, nh + 1, rope));
   core_and_out(c, l, q, k, v, nope + rope, vd);
 }
 
 /* A feed-forward of width n (times `lead` experts for routed ones, which lead with E):
  * swiglu has gate/up/down (Shazeer 2020), gelu has up/down. `tokens` is how many copies of
- * each token it sees (top_k for routed experts). */
+ * each token it sees (top_k for routed experts). Saves the gate, the up (GELU's input) and the
+ * activation, buffers <b>G, <b>U, <b>H ("" dense, "E" routed, "S" shared experts). */
 static void ffn(Cx *c, Op *o, const char *prefix, ParamKind kind, Activation act, int64_t lead,
-                int64_t n, int64_t tokens, SaveClass cls) {
+                int64_t n, int64_t tokens, SaveClass cls, const char *bp) {
   int64_t H = c->s->model.hidden;
   bool b = c->s->model.bias;
   const char *pre = prefix;
@@ -198,22 +212,18 @@ static void ffn(Cx *c, Op *o, const char *prefix, ParamKind kind, Activation act
   param(c, o, mem_printf(m, "%s.down_proj.weight", pre), kind, true, e ? e : H, e ? H : n, e ? n : 0);
   if (b) param(c, o, mem_printf(m, "%s.down_proj.bias", pre), kind, false, e ? e : H, e ? H : 0, 0);
   int64_t tn = mul(c, tokens, n);
-  if (act == ACT_SWIGLU) {
-    save(c, o, "gate", tn, DT_BF16, cls);
-    save(c, o, "up", tn, DT_BF16, cls);
-  } else {
-    save(c, o, "pre_act", tn, DT_BF16, cls);
-  }
-  save(c, o, "act", tn, DT_BF16, cls);
+  if (act == ACT_SWIGLU) save(c, o, mem_printf(m, "%sG", bp), tn, DT_BF16, cls);
+  save(c, o, mem_printf(m, "%sU", bp), tn, DT_BF16, cls);
+  save(c, o, mem_printf(m, "%sH", bp), tn, DT_BF16, cls);
 }
 
 static void dense_mlp(Cx *c, int l) {
   const MlpSpec *mlp = &c->s->model.mlp;
   int64_t H = c->s->model.hidden;
   Op *o = new_op(c, OP_MLP, "mlp", l, H, H);
-  ffn(c, o, "mlp", PK_MLP, mlp->activation, 0, mlp->intermediate, 1, SAVE_OTHER);
+  ffn(c, o, "mlp", PK_MLP, mlp->activation, 0, mlp->intermediate, 1, SAVE_OTHER, "");
   c->md->layers[l].ffn_width = mlp->intermediate;
-  save(c, o, "xn", H, DT_BF16, SAVE_OTHER);
+  save(c, o, "LN2", H, DT_BF16, SAVE_OTHER); /* the mlp norm's output */
 }
 
 /* The MoE block: router, dispatch (token permutation + all-to-all), routed experts, shared
@@ -225,30 +235,32 @@ static void moe_block(Cx *c, int l) {
   Op *o = new_op(c, OP_ROUTER, "moe.router", l, H, E);
   param(c, o, "moe.gate.weight", PK_ROUTER, true, E, H, 0);
   if (moe->router_bias) param(c, o, "moe.gate.e_score_correction_bias", PK_ROUTER, false, E, 0, 0);
-  save(c, o, "xn", H, DT_BF16, SAVE_OTHER);
-  save(c, o, "scores", E, DT_FP32, SAVE_OTHER);
-  save(c, o, "topk_index", k, DT_INT32, SAVE_OTHER);
-  save(c, o, "topk_weight", k, DT_FP32, SAVE_OTHER);
-  save(c, o, "pos", k, DT_INT32, SAVE_OTHER); /* each choice's row in expert order (the permutation) */
+  save(c, o, "LN2", H, DT_BF16, SAVE_OTHER);       /* the mlp norm's output */
+  save(c, o, "LOGITS", E, DT_FP32, SAVE_OTHER);   /* the router's scores */
+  save(c, o, "IDX", k, DT_INT32, SAVE_OTHER);     /* the top-k experts */
+  save(c, o, "WTS", k, DT_FP32, SAVE_OTHER);      /* their weights */
+  save(c, o, "POS", k, DT_INT32, SAVE_OTHER); /* each choice's row in expert order (the permutation) */
   new_op(c, OP_DISPATCH, "moe.dispatch", l, H, kH);
   o = new_op(c, OP_EXPERTS, "moe.experts", l, kH, kH);
-  ffn(c, o, "moe.experts", PK_ROUTED, moe->activation, E, moe->expert_intermediate, k, SAVE_EXPERT);
-  save(c, o, "x_permuted", kH, DT_BF16, SAVE_EXPERT); /* = the dispatch all-to-all's receive */
+  ffn(c, o, "moe.experts", PK_ROUTED, moe->activation, E, moe->expert_intermediate, k, SAVE_EXPERT, "E");
+  /* the experts' input rows, x permuted into expert order (= the dispatch all-to-all's receive;
+   * with one EP rank the program holds them in XP, the permuted copies themselves) */
+  save(c, o, "XE", kH, DT_BF16, SAVE_EXPERT);
   routed(o, o->nsaved);
-  /* the experts' outputs back in token order (= the combine all-to-all's receive): the
+  /* the experts' outputs, y, back in token order (= the combine all-to-all's receive): the
    * combine's weight gradient needs them */
-  save(c, o, "y_combined", kH, DT_BF16, SAVE_EXPERT);
+  save(c, o, "YP", kH, DT_BF16, SAVE_EXPERT);
   c->md->layers[l].routed_width = mul(c, k, moe->expert_intermediate);
   if (moe->shared_experts) {
     o = new_op(c, OP_SHARED, "moe.shared_experts", l, H, H);
     ffn(c, o, "moe.shared_experts", PK_SHARED, moe->activation, 0,
-        mul(c, moe->shared_experts, moe->shared_intermediate), 1, SAVE_EXPERT);
+        mul(c, moe->shared_experts, moe->shared_intermediate), 1, SAVE_EXPERT, "S");
     c->md->layers[l].ffn_width = mul(c, moe->shared_experts, moe->shared_intermediate);
     if (moe->shared_expert_gate) { /* Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) x the shared
                                     * expert's output; a gate like the router (AdamW, not in the FLOPs) */
       param(c, o, "moe.shared_expert_gate.weight", PK_ROUTER, true, 1, H, 0);
-      save(c, o, "shared_out", H, DT_BF16, SAVE_EXPERT);
-      save(c, o, "gate_logit", 1, DT_FP32, SAVE_EXPERT);
+      save(c, o, "SO", H, DT_BF16, SAVE_EXPERT); /* the shared experts' output */
+      save(c, o, "SGL", 1, DT_FP32, SAVE_EXPERT); /* the gate's logit */
     }
   }
   new_op(c, OP_COMBINE, "moe.combine", l, kH, H);
@@ -292,7 +304,7 @@ Model *model_build(Mem *m, Diag *d, const Spec *s) {
 
   Op *o = new_op(&c, OP_EMBED, "embedding", -1, 0, H);
   param(&c, o, "embed_tokens.weight", PK_EMBEDDING, false, V, H, 0);
-  save(&c, o, "tokens", 1, DT_INT32, SAVE_OTHER);
+  save(&c, o, "INPUTS", 1, DT_INT32, SAVE_OTHER); /* the token ids */
   if (ms->position == POS_LEARNED) {
     o = new_op(&c, OP_POS_EMBED, "position_embedding", -1, H, H);
     param(&c, o, "embed_positions.weight", PK_EMBEDDING, false, ms->max_position, H, 0);
@@ -301,24 +313,26 @@ Model *model_build(Mem *m, Diag *d, const Spec *s) {
     Layer *ly = &md->layers[l];
     ly->first_op = md->nops;
     ly->kind = is_moe_layer(ms, l) ? LAYER_MOE : LAYER_DENSE;
-    norm_op(&c, OP_NORM, "attention_norm", "input_layernorm.weight", "input_layernorm.bias", l, SAVE_BOUNDARY);
+    norm_op(&c, OP_NORM, "attention_norm", "input_layernorm.weight", "input_layernorm.bias", l, SAVE_BOUNDARY,
+            "X", "RSTD1");
     if (ms->attention.kind == ATTN_MLA) attention_mla(&c, l);
     else attention_gqa(&c, l);
     new_op(&c, OP_RESIDUAL, "attention.residual", l, 2 * H, H);
-    norm_op(&c, OP_NORM, "mlp_norm", "post_attention_layernorm.weight", "post_attention_layernorm.bias", l, SAVE_OTHER);
+    norm_op(&c, OP_NORM, "mlp_norm", "post_attention_layernorm.weight", "post_attention_layernorm.bias", l,
+            SAVE_OTHER, "RES", "RSTD2"); /* its input: the residual stream after attention */
     if (ly->kind == LAYER_MOE) moe_block(&c, l), md->n_moe_layers++;
     else dense_mlp(&c, l);
     new_op(&c, OP_RESIDUAL, "mlp.residual", l, 2 * H, H);
     ly->nops = md->nops - ly->first_op;
   }
-  norm_op(&c, OP_FINAL_NORM, "final_norm", "norm.weight", "norm.bias", -1, SAVE_OTHER);
+  norm_op(&c, OP_FINAL_NORM, "final_norm", "norm.weight", "norm.bias", -1, SAVE_OTHER, "X", "RSTDF");
   o = new_op(&c, OP_LM_HEAD, "lm_head", -1, H, 0); /* logits stay in vocabulary chunks */
   if (!ms->tie_embeddings) param(&c, o, "lm_head.weight", PK_HEAD, true, V, H, 0);
   else o->active_matmul = mul(&c, V, H); /* the GEMM runs against the embedding */
-  save(&c, o, "xf", H, DT_BF16, SAVE_OTHER);
+  save(&c, o, "LNF", H, DT_BF16, SAVE_OTHER); /* the final norm's output */
   o = new_op(&c, OP_LOSS, "loss", -1, 0, 0);
-  save(&c, o, "lse", 1, DT_FP32, SAVE_OTHER);
-  save(&c, o, "target", 1, DT_INT32, SAVE_OTHER);
+  save(&c, o, "LSEF", 1, DT_FP32, SAVE_OTHER);
+  save(&c, o, "TARGETS", 1, DT_INT32, SAVE_OTHER);
 
   /* accounting */
   for (int i = 0; i < md->nops; i++) {

@@ -483,9 +483,12 @@ typedef struct {
   bool matmul;       /* a weight matrix of a GEMM (for flops_per_token and Muon) */
 } Param;
 
-/* One activation a backward pass needs, per token. */
+/* One activation a backward pass needs, per token. Its name is the generated program's buffer
+ * (emit_layout.c: L<l>_NAME when its class is kept, WS_NAME when recomputed; "X" is the boundary
+ * X<l>): the planner counts these entries and the emitter sizes and classes its buffers from
+ * them (em_saved), one description of a layer (tests/test_layout.c checks them name for name). */
 typedef struct {
-  const char *name;  /* "q", "rstd" */
+  const char *name;  /* "Q", "RSTD1" */
   int64_t elems;     /* elements per token (routed ones scaled by top_k) */
   DType dtype;
   SaveClass cls;
