@@ -50,27 +50,117 @@ static double plan_kept(const Em *e, int l) {
   return n;
 }
 
-static void agree(const char *spec, const char *const *extra, int nextra) {
-  static const char *const policies[] = {"none", "selective", "full"};
+static const char *const policies[] = {"none", "selective", "full"};
+
+/* The program of spec with the --set options extra (at most 7) under policy a (0 none, 1
+ * selective, 2 full) in e, allocations in m; false (a failed CHECK) when it does not plan. */
+static bool program(Mem *m, Em *e, const char *spec, const char *const *extra, int nextra, int a) {
+  Diag d = {.mem = m};
+  const char *sets[8];
+  int n = 0;
+  for (int i = 0; i < nextra; i++) sets[n++] = extra[i];
+  sets[n++] = mem_printf(m, "plan.activation_checkpoint=%s", policies[a]);
+  Spec *s = spec_load(m, &d, mem_printf(m, "%s/%s", src_dir, spec), NULL, 0, sets, n);
+  Model *md = s ? model_build(m, &d, s) : NULL;
+  Plan *p = md ? plan_search(m, md) : NULL;
+  CHECK(p != NULL);
+  if (!p) {
+    fprintf(stderr, "%s: %s", spec, d.msg ? d.msg : "no plan\n");
+    return false;
+  }
+  em_init(e, m, p);
+  CHECK_EQ((int)e->ac, a + 1); /* the pinned policy: AC_NONE = 1 */
+  return true;
+}
+
+static const EmBuf *find(const Em *e, const char *name) {
+  for (int i = 0; i < e->nbufs; i++)
+    if (strcmp(e->bufs[i].name, name) == 0) return &e->bufs[i];
+  return NULL;
+}
+
+/* The program's name of save sv of a layer (its L<l>_ or WS_ suffix): the save's own, but with
+ * one EP rank the experts' input rows XE are the permuted copies XP (no all-to-all). */
+static const char *buf_name(const Em *e, const Saved *sv) {
+  return e->ep == 1 && strcmp(sv->name, "XE") == 0 ? "XP" : sv->name;
+}
+
+/* Name for name: under e's policy, every save of layer l that the policy keeps (plan_keeps) is
+ * the program's buffer L<l>_NAME (the boundary X: X<l>, or the offload slots) of the same
+ * elements (per token x tokens; routed: per token / top_k x the rows R one rank's experts take)
+ * in the arena of its type (bf16: activations; fp32, int32: R), not an alias; every save the
+ * policy drops is a workspace WS_NAME (maybe an alias) of at least those elements and no L<l>_
+ * buffer; and every per-layer buffer L<l>_* of the program but the tables (constant()) and the
+ * parameter groups' is exactly one save of the layer, kept. The class is checked by what each
+ * policy keeps: the boundary by all three, the attention's by none and selective, expert and
+ * other by none only. Returns the mismatches (printed). */
+static int names(const Em *e, const char *what) {
+  const Model *md = e->md;
+  int bad = 0;
+  for (int l = 0; l < e->L; l++) {
+    const Layer *ly = &md->layers[l];
+    char pre[32];
+    snprintf(pre, sizeof pre, "L%d_", l);
+    for (int i = ly->first_op; i < ly->first_op + ly->nops; i++)
+      for (int j = 0; j < md->ops[i].nsaved; j++) {
+        const Saved *sv = &md->ops[i].saved[j];
+        int64_t want = sv->routed ? sv->elems / e->K * e->R : sv->elems * e->N;
+        bool kept = plan_keeps(e->ac, sv->cls);
+        const char *n = buf_name(e, sv);
+        const EmBuf *b;
+        if (strcmp(n, "X") == 0)
+          b = find(e, e->offload ? "XSLOT0" : mem_printf(e->m, "X%d", l));
+        else
+          b = find(e, mem_printf(e->m, "%s%s", kept ? pre : "WS_", n));
+        const EmBuf *other = kept ? NULL : find(e, mem_printf(e->m, "%s%s", pre, n));
+        int twice = 0;
+        for (int i2 = ly->first_op; i2 < ly->first_op + ly->nops; i2++)
+          for (int j2 = 0; j2 < md->ops[i2].nsaved; j2++)
+            twice += strcmp(md->ops[i2].saved[j2].name, sv->name) == 0;
+        bool ok = b && !other && twice == 1 && (sv->dtype == DT_BF16) == (b->arena == EM_ACT && !b->real) &&
+                  (kept ? b->elems == want && !b->alias : b->elems >= want);
+        if (!ok && bad++ < 5)
+          fprintf(stderr, "%s: layer %d save %s (%s, %lld elements, %s) %s\n", what, l, sv->name,
+                  policies[e->ac - 1], (long long)want, kept ? "kept" : "recomputed",
+                  !b ? "has no program buffer" : other ? "has a per-layer buffer though recomputed"
+                  : twice > 1 ? "is not the layer's only save of that name" : "differs from the program's buffer");
+      }
+    for (int i = 0; i < e->nbufs; i++) {
+      const char *b = e->bufs[i].name;
+      if (strncmp(b, pre, strlen(pre)) != 0 || constant(b) || strstr(b, "_DENSE_") || strstr(b, "_EXPERTS_")) continue;
+      const char *n = b + strlen(pre);
+      int hits = 0;
+      for (int k = ly->first_op; k < ly->first_op + ly->nops; k++)
+        for (int j = 0; j < md->ops[k].nsaved; j++) {
+          const Saved *sv = &md->ops[k].saved[j];
+          hits += strcmp(buf_name(e, sv), n) == 0 && plan_keeps(e->ac, sv->cls);
+        }
+      if (hits != 1 && bad++ < 5)
+        fprintf(stderr, "%s: layer %d buffer %s is %d kept saves of the model graph, expected 1\n", what, l, b, hits);
+    }
+  }
+  return bad;
+}
+
+/* names() for spec (with --set options extra) under each policy. */
+static void same_names(const char *spec, const char *const *extra, int nextra) {
   for (int a = 0; a < 3; a++) {
     Mem m = {0};
-    Diag d = {.mem = &m};
-    const char *sets[8];
-    int n = 0;
-    for (int i = 0; i < nextra; i++) sets[n++] = extra[i];
-    sets[n++] = mem_printf(&m, "plan.activation_checkpoint=%s", policies[a]);
-    Spec *s = spec_load(&m, &d, mem_printf(&m, "%s/%s", src_dir, spec), NULL, 0, sets, n);
-    Model *md = s ? model_build(&m, &d, s) : NULL;
-    Plan *p = md ? plan_search(&m, md) : NULL;
-    CHECK(p != NULL);
-    if (!p) {
-      fprintf(stderr, "%s", d.msg ? d.msg : "no plan\n");
+    Em e;
+    if (program(&m, &e, spec, extra, nextra, a))
+      CHECK_EQ(names(&e, mem_printf(&m, "%s %s", spec, nextra ? extra[nextra - 1] : "")), 0);
+    mem_free(&m);
+  }
+}
+
+static void agree(const char *spec, const char *const *extra, int nextra) {
+  for (int a = 0; a < 3; a++) {
+    Mem m = {0};
+    Em e;
+    if (!program(&m, &e, spec, extra, nextra, a)) {
       mem_free(&m);
       continue;
     }
-    Em e;
-    em_init(&e, &m, p);
-    CHECK_EQ((int)e.ac, a + 1); /* the pinned policy: AC_NONE = 1 */
     int bad = 0;
     for (int l = 0; l < e.L; l++) {
       double want = plan_kept(&e, l), got = (double)program_kept(&e, l);
@@ -103,5 +193,21 @@ int main(int argc, char **argv) {
   agree("specs/llama-3.1-8b.yaml", NULL, 0);
   agree("specs/mixtral-8x7b.yaml", NULL, 0);
   agree("specs/europa-1t.yaml", NULL, 0);
+  /* name for name: every example spec, MLA with and without q-LoRA, qk-norm per head and full,
+   * a dense first layer, GELU experts, LayerNorm, a gated shared expert, one and two EP ranks */
+  static const char *const specs[] = {"specs/europa-1t.yaml",   "specs/mixtral-8x7b.yaml", "specs/llama-3.1-8b.yaml",
+                                      "specs/tiny-moe.yaml",    "specs/deepseek-v3.yaml",  "specs/qwen3-30b-a3b.yaml",
+                                      "specs/bench/moe-1b.yaml", "tests/specs/mla.yaml",  "tests/specs/gelu-experts.yaml",
+                                      "tests/specs/layernorm.yaml", "tests/specs/gpt2-style.yaml"};
+  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) same_names(specs[i], NULL, 0);
+  const char *mla[] = {"model.attention.q_lora_rank=12", "cluster.gpus_per_node=2", "plan.ep=2"};
+  const char *qkn[] = {"model.attention.qk_norm=full"};
+  const char *gate[] = {"plan.ep=2", "model.moe.shared_expert_gate=true"};
+  same_names("tests/specs/mla.yaml", mla, 3);
+  same_names("specs/qwen3-30b-a3b.yaml", qkn, 1);
+  same_names("specs/tiny-moe.yaml", ep1, 1);
+  same_names("specs/tiny-moe.yaml", ep2, 1);
+  same_names("specs/tiny-moe.yaml", dense_first, 3);
+  same_names("specs/tiny-moe.yaml", gate, 2);
   return CHECK_DONE("test_layout");
 }
