@@ -12,8 +12,8 @@
  *
  * kv_a_proj_with_mqa runs as two GEMMs over its rows [0, kvr) and [kvr, kvr + rope), so that
  * the latent and the RoPE key land in buffers of their own. The latent norms are RMSNorms over
- * rows of qr or kvr (rt_qk_norm_*, which takes any width). Saved per layer (model.c's MLA saves):
- * the pre-norm latents QA (q_latent) and KVL (kv_latent), their 1/rms (latent_rstd); the
+ * rows of qr or kvr (rt_qk_norm_*, which takes any width). Saved per layer (model.c's MLA saves,
+ * of the same names): the pre-norm latents QA and KVL, their 1/rms RSTDQA and RSTDKV; the
  * normalized latents are recomputed in the backward from them. */
 #include "emit.h"
 

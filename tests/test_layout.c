@@ -3,8 +3,10 @@
  * keeps (the per-layer buffers L<l>_* of the generated arena, plus the boundary X<l>), in
  * elements, under none, selective and full checkpointing, for dense and MoE layers, with and
  * without expert parallelism. The routed rows are the plan's moe_imbalance x the mean on both
- * sides (the program's rounded up to a row). Storage types are not compared here: the program
- * keeps fp32 where the plan counts bf16 (issue 12's typed storage).
+ * sides (the program's rounded up to a row). Then name for name (names()): each save of the
+ * model graph (compiler/model.c, named as the program's buffers) against the program's buffer of
+ * that name, its elements, its arena (bf16 saves in the activation arena, fp32 and int32 ones in
+ * R) and whether the policy keeps it, both ways, for every example spec and the variants below.
  *   usage: test_layout SOURCE_DIR */
 #include <stdlib.h>
 #include <string.h>
