@@ -140,7 +140,7 @@ PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Pla
     int64_t ranks = G->experts ? ch->efsdp : ch->fsdp;
     G->shard = G->experts && per ? round8(G->elems) : plan_flat_shard(G->elems, ranks);
     int64_t ns, batch;
-    for (int64_t r = 0; r < ranks; r++) owned[r] = 0;
+    for (int64_t r = 0; G->experts && r < ranks; r++) owned[r] = 0; /* (a dense group adds to dense) */
     group_parts(G, tens, ranks, G->experts ? owned : dense, &ns, &batch);
     if (!ns) continue; /* no Muon matrix */
     w.elems = max64(w.elems, G->shard + batch);
@@ -164,7 +164,7 @@ PlanMuonSummary plan_muon_summary(const Model *md, const Choice *ch) {
         memo[i].fsdp == ch->fsdp && memo[i].ep == ch->ep)
       return memo[i].v;
   Mem m = {0};
-  const Placement *pl = plan_placement(&m, md, ch);
+  const Placement *pl = plan_placement_ep0(&m, md, ch); /* (plan_muon_work reads EP rank 0's runs) */
   v.work = plan_muon_work(&m, md, ch, pl);
   if (pl->muon && !pl->too_large)
     v.listed = true, v.ns_flops_max_rank = pl->ns_flops_max_rank, v.moving_expert_params = (double)pl->moving_expert_params;

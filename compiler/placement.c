@@ -91,12 +91,44 @@ static int64_t split_experts(int64_t off, int64_t size, int64_t n, int64_t S, in
   return count;
 }
 
-/* The exponent of the lowest set bit of x, an integer-valued double > 0 (x = odd × 2^result). */
+/* The exponent of the lowest set bit of x, a finite double > 0 (x = odd × 2^result). */
 static int low_bit(double x) {
   int e;
   int64_t mant = (int64_t)ldexp(frexp(x, &e), 53), z = 0; /* x = mant × 2^(e − 53) */
   while (mant && !(mant & 1)) mant >>= 1, z++;
   return (int)(e - 53 + z);
+}
+
+/* L + c + c + ... (m times, L >= 0, c > 0), each sum rounded to a double as a loop of m
+ * additions rounds it, in a few steps per binade. While the sums are exact (multiples of 2^z
+ * below 2^(53 + z)) it is L + m c. Otherwise, inside a binade [top/2, top) with ulp u, L + c
+ * rounds to L + c rounded to a multiple of u (ties to the even multiple): after one such step
+ * every next step adds the same d, until the exact sum reaches top. */
+static double add_repeated(double L, double c, int64_t m) {
+  while (m > 0) {
+    int z = L > 0 && low_bit(L) < low_bit(c) ? low_bit(L) : low_bit(c);
+    if (L + (double)m * c < ldexp(1.0, 52 + z)) return L + (double)m * c; /* a factor 2 for this bound's rounding */
+    int k;
+    frexp(L, &k);
+    double top = ldexp(1.0, k); /* L in [top/2, top) */
+    if (L == 0 || L + c >= top) { /* a step that leaves L's binade */
+      L += c, m--;
+      continue;
+    }
+    double L1 = L + c, L2;
+    if (--m == 0 || L1 + c >= top) {
+      L = L1;
+      continue;
+    }
+    L2 = L1 + c, m--;
+    double d = L2 - L1; /* exact (c < L1) */
+    if (d == 0) return L2;
+    /* steps from L2 while L2 + i d + c < top; 2 fewer for the quotient's rounding */
+    double room = floor((top - L2 - c) / d) - 2;
+    int64_t j = room <= 0 ? 0 : room >= (double)m ? m : (int64_t)room;
+    L = L2 + (double)j * d, m -= j; /* exact: a multiple of u below top */
+  }
+  return L;
 }
 
 static int by_cost_desc(const void *a, const void *b) {
@@ -129,7 +161,8 @@ static int by_layer(const void *a, const void *b) {
   return strcmp(x->matrix, y->matrix);
 }
 
-Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
+/* The placement; with every EP rank's runs (all) or EP rank 0's only. */
+static Placement *place(Mem *m, const Model *md, const Choice *ch, bool all) {
   const Spec *s = md->spec;
   Placement *pl = mem_alloc(m, sizeof *pl);
   pl->ep = ch->ep;
@@ -154,16 +187,20 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
       if (!muon_matrix(p)) continue;
       nitems++;
       if (p->kind != PK_ROUTED) continue;
-      nruns += (int)ep;
+      nruns += all ? (int)ep : 1;
       held += ns_cost(p) * (double)p->shape[0];
       if (low_bit(ns_cost(p)) < low) low = low_bit(ns_cost(p));
     }
   /* The loads of the matrices orthogonalized where they are held are added a shard at a time
    * (count × cost) rather than a matrix at a time: the same doubles when every partial sum is
    * exact, i.e. all are multiples of 2^low below 2^(53 + low) (held < 2^(52 + low) leaves a
-   * factor 2 for held's own rounding). Otherwise (never for the example specs) one at a time,
-   * in the order the sums were always made. */
+   * factor 2 for held's own rounding). Otherwise (never for the example specs) each shard's
+   * sum is the one its matrices' additions, one at a time in op order, round to (add_repeated):
+   * a rank's sums come in the same order either way (by tensor, then by expert). */
   bool exact = held < ldexp(1.0, 52 + low);
+  /* Those loads depend on the rank's place in its shard group only (q = rank / ep): summed
+   * once per shard group rank, in the same order, then copied to its ep ranks. */
+  double *held_by = mem_array(m, (size_t)X, sizeof *held_by);
   pl->runs = mem_array(m, (size_t)nruns + 1, sizeof *pl->runs);
   pl->dense = mem_array(m, (size_t)nitems + 1, sizeof *pl->dense);
   Dense *dense = mem_array(m, (size_t)nitems + 1, sizeof *dense);
@@ -189,20 +226,13 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
       int64_t *moves = moving ? mem_array(m, (size_t)moving, sizeof *moves) : NULL;
       if (moving) split_experts(off, size, n, S, moves);
       ExpertRun *first = &pl->runs[pl->nruns];
+      for (int64_t e = 0; e < (all ? ep : 1); e++)
+        pl->runs[pl->nruns++] = (ExpertRun){o->layer, p->name, e, e * n, n, per, 0, moving};
       /* the shards [q0, q1] hold the run: whole experts are orthogonalized by their holder */
       int64_t q0 = per ? 0 : off / S, q1 = per ? n / per - 1 : (off + n * size - 1) / S;
-      for (int64_t e = 0; e < ep; e++) {
-        ExpertRun *r = &pl->runs[pl->nruns++];
-        *r = (ExpertRun){o->layer, p->name, e, e * n, n, per, 0, moving};
-        if (exact)
-          for (int64_t q = q0; q <= q1; q++)
-            load[e + ep * q] += (double)(per ? per : whole_in_shard(off, size, n, S, q)) * cost;
-        else
-          for (int64_t k = 0; k < n; k++) {
-            int64_t a = off + k * size;
-            if (per) load[e + ep * (k / per)] += cost;
-            else if (a / S == (a + size - 1) / S) load[e + ep * (a / S)] += cost;
-          }
+      for (int64_t q = q0; q <= q1; q++) {
+        int64_t whole = per ? per : whole_in_shard(off, size, n, S, q);
+        held_by[q] = exact ? held_by[q] + (double)whole * cost : add_repeated(held_by[q], cost, whole);
       }
       if (moving) {
         dense[nd++] = (Dense){p, o->layer, cost, first, moves};
@@ -211,6 +241,7 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
       }
     }
   }
+  for (int64_t r = 0; r < F; r++) load[r] = held_by[r / ep];
   qsort(dense, (size_t)nd, sizeof *dense, by_cost_desc);
   int64_t *heap = mem_array(m, (size_t)F, sizeof *heap); /* ranks, least loaded on top */
   for (int64_t r = 0; r < F; r++) heap[r] = r;
@@ -227,8 +258,8 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
       }
       ExpertRun *r = dense[i].run;
       for (int64_t e = 0; e < ep; e++) {
-        r[e].owner = best;
-        for (int64_t k = 0; k < r[e].moving; k++) load[e + ep * ((best + dense[i].moves[k]) % X)] += dense[i].cost;
+        if (all || e == 0) r[e].owner = best;
+        for (int64_t k = 0; k < r[0].moving; k++) load[e + ep * ((best + dense[i].moves[k]) % X)] += dense[i].cost;
       }
       for (int64_t q = F / 2 - 1; q >= 0; q--) sift(heap, F, q, load);
       continue;
@@ -252,3 +283,7 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
     if (load[r] > pl->ns_flops_max_rank) pl->ns_flops_max_rank = load[r];
   return pl;
 }
+
+Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) { return place(m, md, ch, true); }
+
+Placement *plan_placement_ep0(Mem *m, const Model *md, const Choice *ch) { return place(m, md, ch, false); }
