@@ -75,7 +75,7 @@ static void group_parts(const Grp *G, const Tens *tens, int64_t ranks, int64_t *
         owned[(t->owner + k) % ranks] += n;
         B = ((a + n - 1) / S + 1) * S;
       }
-      for (int64_t sh = t->offset / S; sh <= (end - 1) / S; sh++) { /* whole matrices per shard */
+      for (int64_t sh = t->offset / S; n <= S && sh <= (end - 1) / S; sh++) { /* whole matrices per shard (none when n > S) */
         int64_t lo = sh * S - t->offset, hi = (sh + 1) * S - t->offset;
         int64_t k0 = lo <= 0 ? 0 : (lo + n - 1) / n, k1 = hi < n ? 0 : hi / n < ne ? hi / n : ne;
         if (k1 - k0 > most) most = k1 - k0;

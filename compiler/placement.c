@@ -228,9 +228,10 @@ static Placement *place(Mem *m, const Model *md, const Choice *ch, bool all) {
       ExpertRun *first = &pl->runs[pl->nruns];
       for (int64_t e = 0; e < (all ? ep : 1); e++)
         pl->runs[pl->nruns++] = (ExpertRun){o->layer, p->name, e, e * n, n, per, 0, moving};
-      /* the shards [q0, q1] hold the run: whole experts are orthogonalized by their holder */
+      /* the shards [q0, q1] hold the run: whole experts are orthogonalized by their holder (flat:
+       * none when an expert is larger than a shard; then q1 − q0 could be as large as X) */
       int64_t q0 = per ? 0 : off / S, q1 = per ? n / per - 1 : (off + n * size - 1) / S;
-      for (int64_t q = q0; q <= q1; q++) {
+      for (int64_t q = q0; (per || size <= S) && q <= q1; q++) {
         int64_t whole = per ? per : whole_in_shard(off, size, n, S, q);
         held_by[q] = exact ? held_by[q] + (double)whole * cost : add_repeated(held_by[q], cost, whole);
       }
