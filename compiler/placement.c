@@ -12,7 +12,10 @@
  * rank of the whole group and each run of a layer's split expert matrices of one kind round
  * robin from the least-loaded rank of its shard group (LPT, Graham 1969): each rank sends its
  * pieces to the owners in one all-to-all a step for all the dense groups (one per flat expert
- * group), and gets the updates back in another. Costs are Newton-Schulz FLOPs (model.c). */
+ * group), and gets the updates back in another. Costs are Newton-Schulz FLOPs (model.c).
+ * A layout costs O(expert tensors × shards + ranks), not O(experts): whole experts are counted
+ * per shard and split ones found per shard boundary, with the same results, bit for bit, as a
+ * loop over every expert (tests/placement_oracle.h; the search places every layout it tries). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
