@@ -738,6 +738,10 @@ typedef struct {
 } Placement;
 
 Placement *plan_placement(Mem *m, const Model *md, const Choice *ch);
+/* The same with the runs of EP rank 0 only (nruns: one per layer and expert matrix kind; the
+ * other EP ranks' have the same owners and counts): what the search's plan_muon_summary reads,
+ * without ep × that many runs for every layout it tries. */
+Placement *plan_placement_ep0(Mem *m, const Model *md, const Choice *ch);
 
 /* ------------------------------------------------------------------ muon_work.c */
 

@@ -44,42 +44,44 @@ static int group_of(const Model *md, const Op *o, const Param *p) {
   return 1 + 2 * o->layer + (p->kind == PK_ROUTED);
 }
 
-/* Start of expert k of tensor T (runtime's rt_expert_at). */
-static int64_t expert_at(const Tens *T, int64_t k, int64_t block) {
-  int64_t n = T->rows * T->cols;
-  return T->per ? T->offset + k / T->per * block + k % T->per * n : T->offset + k * n;
-}
-
 /* Group G's part (ranks ranks): adds to owned[r] the values rank r owns of its matrices that
  * move; *ns: the most of 4 n + 2 r² over its Muon matrices (0: it has none); *batch: the cuda
- * backend's largest batch of matrices held whole in one shard. */
+ * backend's largest batch of matrices held whole in one shard. The runtime walks a tensor's
+ * matrices one by one (rt_expert_at: matrix k of a flat tensor at offset + k n; of whole-expert
+ * shards at offset + (k / per) S + (k % per) n); this counts the same per shard boundary:
+ *   whole-expert shards: no matrix crosses a boundary (offset + per n <= S), and each shard's
+ *       per matrices of the tensor are one batch;
+ *   flat (a dense tensor is one matrix): matrix k moves when a boundary lies strictly inside
+ *       it, to rank (owner + k) mod ranks; a batch is the matrices whole in one shard (they
+ *       are consecutive, and the runtime's batch stops at the first that ends past the shard). */
 static void group_parts(const Grp *G, const Tens *tens, int64_t ranks, int64_t *owned, int64_t *ns, int64_t *batch) {
   int64_t S = G->shard;
   *ns = *batch = 0;
-  for (int i = G->first; i < G->first + G->n; i++) { /* a moving matrix's pieces all go to its owner */
-    const Tens *t = &tens[i];
-    if (!t->muon) continue;
-    int64_t n = t->rows * t->cols, q = t->rows < t->cols ? t->rows : t->cols;
-    if (4 * n + 2 * q * q > *ns) *ns = 4 * n + 2 * q * q;
-    for (int64_t k = 0; k < (t->experts ? t->experts : 1); k++) {
-      int64_t a = expert_at(t, k, S);
-      if (a + n > (a / S + 1) * S) owned[(t->owner + k) % ranks] += n;
-    }
-  }
-  for (int i = G->first; i < G->first + G->n; i++) { /* the cuda backend's batches */
+  for (int i = G->first; i < G->first + G->n; i++) {
     const Tens *t = &tens[i];
     if (!t->muon) continue;
     int64_t n = t->rows * t->cols, q = t->rows < t->cols ? t->rows : t->cols, ne = t->experts ? t->experts : 1;
-    for (int64_t k = 0, b; k < ne; k += b) {
-      int64_t a = expert_at(t, k, S), lo = a / S * S;
-      b = 1;
-      if (a + n > lo + S) continue; /* split over shards: gathered to its owner */
-      for (; k + b < ne; b++) {
-        int64_t a2 = expert_at(t, k + b, S);
-        if (a2 != a + b * n || a2 + n > lo + S) break;
+    if (4 * n + 2 * q * q > *ns) *ns = 4 * n + 2 * q * q;
+    int64_t most = t->per; /* matrices in one batch */
+    if (!t->per) {
+      most = 0;
+      int64_t end = t->offset + ne * n;
+      for (int64_t B = (t->offset / S + 1) * S; B < end;) { /* split matrices: all pieces go to the owner */
+        int64_t k = (B - t->offset) / n, a = t->offset + k * n; /* a <= B < a + n */
+        if (a == B) {
+          B += S;
+          continue;
+        }
+        owned[(t->owner + k) % ranks] += n;
+        B = ((a + n - 1) / S + 1) * S;
       }
-      if (b * (2 * n + 2 * q * q + 1) > *batch) *batch = b * (2 * n + 2 * q * q + 1);
+      for (int64_t sh = t->offset / S; n <= S && sh <= (end - 1) / S; sh++) { /* whole matrices per shard (none when n > S) */
+        int64_t lo = sh * S - t->offset, hi = (sh + 1) * S - t->offset;
+        int64_t k0 = lo <= 0 ? 0 : (lo + n - 1) / n, k1 = hi < n ? 0 : hi / n < ne ? hi / n : ne;
+        if (k1 - k0 > most) most = k1 - k0;
+      }
     }
+    if (most * (2 * n + 2 * q * q + 1) > *batch) *batch = most * (2 * n + 2 * q * q + 1);
   }
 }
 
@@ -138,7 +140,7 @@ PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Pla
     int64_t ranks = G->experts ? ch->efsdp : ch->fsdp;
     G->shard = G->experts && per ? round8(G->elems) : plan_flat_shard(G->elems, ranks);
     int64_t ns, batch;
-    for (int64_t r = 0; r < ranks; r++) owned[r] = 0;
+    for (int64_t r = 0; G->experts && r < ranks; r++) owned[r] = 0; /* (a dense group adds to dense) */
     group_parts(G, tens, ranks, G->experts ? owned : dense, &ns, &batch);
     if (!ns) continue; /* no Muon matrix */
     w.elems = max64(w.elems, G->shard + batch);
@@ -162,7 +164,7 @@ PlanMuonSummary plan_muon_summary(const Model *md, const Choice *ch) {
         memo[i].fsdp == ch->fsdp && memo[i].ep == ch->ep)
       return memo[i].v;
   Mem m = {0};
-  const Placement *pl = plan_placement(&m, md, ch);
+  const Placement *pl = plan_placement_ep0(&m, md, ch); /* (plan_muon_work reads EP rank 0's runs) */
   v.work = plan_muon_work(&m, md, ch, pl);
   if (pl->muon && !pl->too_large)
     v.listed = true, v.ns_flops_max_rank = pl->ns_flops_max_rank, v.moving_expert_params = (double)pl->moving_expert_params;

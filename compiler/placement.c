@@ -12,7 +12,11 @@
  * rank of the whole group and each run of a layer's split expert matrices of one kind round
  * robin from the least-loaded rank of its shard group (LPT, Graham 1969): each rank sends its
  * pieces to the owners in one all-to-all a step for all the dense groups (one per flat expert
- * group), and gets the updates back in another. Costs are Newton-Schulz FLOPs (model.c). */
+ * group), and gets the updates back in another. Costs are Newton-Schulz FLOPs (model.c).
+ * A layout costs O(expert tensors × shards + ranks), not O(experts): whole experts are counted
+ * per shard and split ones found per shard boundary, with the same results, bit for bit, as a
+ * loop over every expert (tests/placement_oracle.h; the search places every layout it tries). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,9 +63,76 @@ typedef struct {
   const Param *p;
   int layer;
   double cost;
-  ExpertRun *run; /* experts: the run of EP rank 0 (the others have the same owners) */
-  bool *moves;    /* experts: which of the run's count matrices are split over ranks */
+  ExpertRun *run;  /* experts: the run of EP rank 0 (the others have the same owners) */
+  int64_t *moves;  /* experts: which of the run's count matrices are split over ranks, ascending */
 } Dense;
+
+/* Experts k < n of size elements each, expert k at element off + k·size of a flat group in
+ * shards of S elements: how many lie whole in shard q (start and end in [q S, (q+1) S)). */
+static int64_t whole_in_shard(int64_t off, int64_t size, int64_t n, int64_t S, int64_t q) {
+  int64_t lo = q * S - off, hi = (q + 1) * S - off; /* the shard, from expert 0's start */
+  if (hi < size) return 0;
+  int64_t k0 = lo <= 0 ? 0 : (lo + size - 1) / size, k1 = hi / size < n ? hi / size : n;
+  return k1 > k0 ? k1 - k0 : 0;
+}
+
+/* The same experts: those split over shards (a shard boundary strictly inside), ascending, into
+ * out (NULL: only counted); returns how many. A step per boundary or split expert, at most
+ * min(n, the boundaries in the experts' range) + 1. */
+static int64_t split_experts(int64_t off, int64_t size, int64_t n, int64_t S, int64_t *out) {
+  int64_t count = 0, end = off + n * size;
+  for (int64_t B = (off / S + 1) * S; B < end;) {
+    int64_t k = (B - off) / size, a = off + k * size; /* B lies in expert k: a <= B < a + size */
+    if (a == B) {
+      B += S; /* a boundary between two experts */
+      continue;
+    }
+    if (out) out[count] = k;
+    count++;
+    B = ((a + size - 1) / S + 1) * S; /* the first boundary past expert k */
+  }
+  return count;
+}
+
+/* The exponent of the lowest set bit of x, a finite double > 0 (x = odd × 2^result). */
+static int low_bit(double x) {
+  int e;
+  int64_t mant = (int64_t)ldexp(frexp(x, &e), 53), z = 0; /* x = mant × 2^(e − 53) */
+  while (mant && !(mant & 1)) mant >>= 1, z++;
+  return (int)(e - 53 + z);
+}
+
+/* L + c + c + ... (m times, L >= 0, c > 0), each sum rounded to a double as a loop of m
+ * additions rounds it, in a few steps per binade. While the sums are exact (multiples of 2^z
+ * below 2^(53 + z)) it is L + m c. Otherwise, inside a binade [top/2, top) with ulp u, L + c
+ * rounds to L + c rounded to a multiple of u (ties to the even multiple): after one such step
+ * every next step adds the same d, until the exact sum reaches top. */
+static double add_repeated(double L, double c, int64_t m) {
+  while (m > 0) {
+    int z = L > 0 && low_bit(L) < low_bit(c) ? low_bit(L) : low_bit(c);
+    if (L + (double)m * c < ldexp(1.0, 52 + z)) return L + (double)m * c; /* a factor 2 for this bound's rounding */
+    int k;
+    frexp(L, &k);
+    double top = ldexp(1.0, k); /* L in [top/2, top) */
+    if (L == 0 || L + c >= top) { /* a step that leaves L's binade */
+      L += c, m--;
+      continue;
+    }
+    double L1 = L + c, L2;
+    if (--m == 0 || L1 + c >= top) {
+      L = L1;
+      continue;
+    }
+    L2 = L1 + c, m--;
+    double d = L2 - L1; /* exact (c < L1) */
+    if (d == 0) return L2;
+    /* steps from L2 while L2 + i d + c < top; 2 fewer for the quotient's rounding */
+    double room = floor((top - L2 - c) / d) - 2;
+    int64_t j = room <= 0 ? 0 : room >= (double)m ? m : (int64_t)room;
+    L = L2 + (double)j * d, m -= j; /* exact: a multiple of u below top */
+  }
+  return L;
+}
 
 static int by_cost_desc(const void *a, const void *b) {
   const Dense *x = a, *y = b;
@@ -93,7 +164,8 @@ static int by_layer(const void *a, const void *b) {
   return strcmp(x->matrix, y->matrix);
 }
 
-Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
+/* The placement; with every EP rank's runs (all) or EP rank 0's only. */
+static Placement *place(Mem *m, const Model *md, const Choice *ch, bool all) {
   const Spec *s = md->spec;
   Placement *pl = mem_alloc(m, sizeof *pl);
   pl->ep = ch->ep;
@@ -109,15 +181,29 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
   /* each layer's experts group (flat): its elements, as emit_layout.c lays it out (routed tensors
    * in op order, El experts each), so that a split matrix is known by its offset */
   int64_t *group = mem_array(m, (size_t)md->nlayers + 1, sizeof *group), *at = mem_array(m, (size_t)md->nlayers + 1, sizeof *at);
-  int nitems = 0, nruns = 0;
+  int nitems = 0, nruns = 0, low = 1 << 30;
+  double held = 0; /* Newton-Schulz FLOPs of all expert matrices: a bound on a rank's load before the LPT */
   for (int i = 0; i < md->nops; i++)
     for (int j = 0; j < md->ops[i].nparams; j++) {
       const Param *p = &md->ops[i].params[j];
       if (p->kind == PK_ROUTED && md->ops[i].layer >= 0) group[md->ops[i].layer] += p->count / p->shape[0] * El;
       if (!muon_matrix(p)) continue;
       nitems++;
-      if (p->kind == PK_ROUTED) nruns += (int)ep;
+      if (p->kind != PK_ROUTED) continue;
+      nruns += all ? (int)ep : 1;
+      held += ns_cost(p) * (double)p->shape[0];
+      if (low_bit(ns_cost(p)) < low) low = low_bit(ns_cost(p));
     }
+  /* The loads of the matrices orthogonalized where they are held are added a shard at a time
+   * (count × cost) rather than a matrix at a time: the same doubles when every partial sum is
+   * exact, i.e. all are multiples of 2^low below 2^(53 + low) (held < 2^(52 + low) leaves a
+   * factor 2 for held's own rounding). Otherwise (never for the example specs) each shard's
+   * sum is the one its matrices' additions, one at a time in op order, round to (add_repeated):
+   * a rank's sums come in the same order either way (by tensor, then by expert). */
+  bool exact = held < ldexp(1.0, 52 + low);
+  /* Those loads depend on the rank's place in its shard group only (q = rank / ep): summed
+   * once per shard group rank, in the same order, then copied to its ep ranks. */
+  double *held_by = mem_array(m, (size_t)X, sizeof *held_by);
   pl->runs = mem_array(m, (size_t)nruns + 1, sizeof *pl->runs);
   pl->dense = mem_array(m, (size_t)nitems + 1, sizeof *pl->dense);
   Dense *dense = mem_array(m, (size_t)nitems + 1, sizeof *dense);
@@ -139,20 +225,18 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
       }
       int64_t n = p->shape[0] / ep, size = p->count / p->shape[0]; /* experts of one EP rank; elements of one */
       int64_t S = per ? 0 : plan_flat_shard(group[o->layer], X);
-      bool *moves = per ? NULL : mem_array(m, (size_t)n + 1, sizeof *moves);
-      int64_t moving = 0;
-      for (int64_t k = 0; !per && k < n; k++) {
-        int64_t a = off + k * size;
-        moves[k] = a / S != (a + size - 1) / S;
-        moving += moves[k];
-      }
+      int64_t moving = per ? 0 : split_experts(off, size, n, S, NULL);
+      int64_t *moves = moving ? mem_array(m, (size_t)moving, sizeof *moves) : NULL;
+      if (moving) split_experts(off, size, n, S, moves);
       ExpertRun *first = &pl->runs[pl->nruns];
-      for (int64_t e = 0; e < ep; e++) {
-        ExpertRun *r = &pl->runs[pl->nruns++];
-        *r = (ExpertRun){o->layer, p->name, e, e * n, n, per, 0, moving};
-        for (int64_t k = 0; k < n; k++) /* held whole in one shard: orthogonalized by its holder */
-          if (per) load[e + ep * (k / per)] += cost;
-          else if (!moves[k]) load[e + ep * ((off + k * size) / S)] += cost;
+      for (int64_t e = 0; e < (all ? ep : 1); e++)
+        pl->runs[pl->nruns++] = (ExpertRun){o->layer, p->name, e, e * n, n, per, 0, moving};
+      /* the shards [q0, q1] hold the run: whole experts are orthogonalized by their holder (flat:
+       * none when an expert is larger than a shard; then q1 − q0 could be as large as X) */
+      int64_t q0 = per ? 0 : off / S, q1 = per ? n / per - 1 : (off + n * size - 1) / S;
+      for (int64_t q = q0; (per || size <= S) && q <= q1; q++) {
+        int64_t whole = per ? per : whole_in_shard(off, size, n, S, q);
+        held_by[q] = exact ? held_by[q] + (double)whole * cost : add_repeated(held_by[q], cost, whole);
       }
       if (moving) {
         dense[nd++] = (Dense){p, o->layer, cost, first, moves};
@@ -161,6 +245,7 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
       }
     }
   }
+  for (int64_t r = 0; r < F; r++) load[r] = held_by[r / ep];
   qsort(dense, (size_t)nd, sizeof *dense, by_cost_desc);
   int64_t *heap = mem_array(m, (size_t)F, sizeof *heap); /* ranks, least loaded on top */
   for (int64_t r = 0; r < F; r++) heap[r] = r;
@@ -177,9 +262,8 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
       }
       ExpertRun *r = dense[i].run;
       for (int64_t e = 0; e < ep; e++) {
-        r[e].owner = best;
-        for (int64_t k = 0; k < r[e].count; k++)
-          if (dense[i].moves[k]) load[e + ep * ((best + k) % X)] += dense[i].cost;
+        if (all || e == 0) r[e].owner = best;
+        for (int64_t k = 0; k < r[0].moving; k++) load[e + ep * ((best + dense[i].moves[k]) % X)] += dense[i].cost;
       }
       for (int64_t q = F / 2 - 1; q >= 0; q--) sift(heap, F, q, load);
       continue;
@@ -203,3 +287,7 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
     if (load[r] > pl->ns_flops_max_rank) pl->ns_flops_max_rank = load[r];
   return pl;
 }
+
+Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) { return place(m, md, ch, true); }
+
+Placement *plan_placement_ep0(Mem *m, const Model *md, const Choice *ch) { return place(m, md, ch, false); }
