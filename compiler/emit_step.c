@@ -241,7 +241,7 @@ static void tables(Em *e) {
     const EmGroup *G = &e->groups[g];
     P(e, "    {\"%s\", %s, %lld, %lld, %s_MASTER, %s_GRAD, %s_ADAM_M, %s, %s},\n", G->name,
       G->comm ? "RT_GROUP_EXPERT_SHARD" : "RT_GROUP_FSDP", (long long)G->full, (long long)G->shard, G->cname,
-      G->cname, G->cname, G->adamw ? mem_printf(e->m, "%s_ADAM_V", G->cname) : "-1",
+      G->cname, G->cname, G->second ? mem_printf(e->m, "%s_ADAM_V", G->cname) : "-1",
       e->state_host ? mem_printf(e->m, "%s_PARAM", G->cname) : "-1");
   }
   P(e, "};\n\n/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,\n"
