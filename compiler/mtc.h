@@ -14,6 +14,7 @@
  *   plan.c        plan_    memory items of a candidate, their tiers and lifetimes, the arenas
  *   placement.c   plan_    which rank owns which experts and orthogonalizes which matrix (Muon)
  *   muon_work.c   plan_    Muon's scratch (MUON_WORK): one figure for the plan's item and the program
+ *   state_layout.c plan_   the state block (master, gradients, moments): the plan's items as the state arena
  *   attn_ws.c     plan_    the attention's groups of the shared workspace (MLA's too), for plan and program
  *   cost.c        cost_    the predicted step time of a candidate (and its Chrome trace)
  *   cost_kernel.c cost_    the seconds of one op's kernels on one GPU, per stack (cluster.stack)

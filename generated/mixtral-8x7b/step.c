@@ -29,6 +29,11 @@
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
+/* the plan's state block, from byte 0 of its host arena (plan.json memory): item by item, byte = 4 x element:
+ *   master.fp32_shard              from element            0,   5837849088 bytes
+ *   grads.fp32_shard               from element   1459462272,   5837849088 bytes
+ *   optimizer.adamw_moments        from element   2918924544,  11675698176 bytes
+ */
 #define EMBED_MASTER                      0 /*    4096000 [master.fp32_shard]: embedding: this rank's fp32 master shard */
 #define L0_DENSE_MASTER             4096000 /*    1312000 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
 #define L0_EXPERTS_MASTER           5408000 /*   44040192 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
@@ -480,7 +485,8 @@
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 32 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * state arena (adam_v: AdamW's second moment, its AdamW tensors' values only, compacted; -1: a group of Muon
+ * matrices only has none), and of the shard the
  * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 131072000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},

@@ -28,6 +28,11 @@
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
+/* the plan's state block, from byte 0 of its host arena (plan.json memory): item by item, byte = 4 x element:
+ *   master.fp32_shard              from element            0,   7633030656 bytes
+ *   grads.fp32_shard               from element   1908257664,   7633030656 bytes
+ *   optimizer.adamw_moments        from element   3816515328,  15266061312 bytes
+ */
 #define EMBED_MASTER                      0 /*   19447808 [master.fp32_shard]: embedding: this rank's fp32 master shard */
 #define L0_DENSE_MASTER            19447808 /*    1196304 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
 #define L0_EXPERTS_MASTER          20644112 /*   37748736 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
@@ -675,7 +680,8 @@
 
 /* Parameter groups: sharded over the FSDP group (16 ranks) or, for experts, over the
  * 16 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * state arena (adam_v: AdamW's second moment, its AdamW tensors' values only, compacted; -1: a group of Muon
+ * matrices only has none), and of the shard the
  * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 311164928, 19447808, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},

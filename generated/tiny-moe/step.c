@@ -27,6 +27,11 @@
 #define EPS ((real)1e-05)                        /* the norms' epsilon (model.norm_eps) */
 
 /* ---- the state arena map (elements of real) ---- */
+/* the plan's state block, from byte 0 of its hbm arena (plan.json memory): item by item, byte = 4 x element:
+ *   master.fp32_shard              from element            0,      7612672 bytes
+ *   grads.fp32_shard               from element      1903168,      7612672 bytes
+ *   optimizer.adamw_moments        from element      3806336,     15225344 bytes
+ */
 #define EMBED_MASTER                      0 /*      16384 [master.fp32_shard]: embedding: this rank's fp32 master shard */
 #define L0_DENSE_MASTER               16384 /*      74368 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
 #define L0_EXPERTS_MASTER             90752 /*     393216 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
@@ -200,7 +205,8 @@
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * state arena (adam_v: AdamW's second moment, its AdamW tensors' values only, compacted; -1: a group of Muon
+ * matrices only has none), and of the shard the
  * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 32768, 16384, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},
