@@ -126,7 +126,15 @@ PlanState plan_state(const Model *md, const Choice *ch) {
   enum { MEMO = 32 }; /* the search asks again for each policy of a layout */
   static struct { uint64_t key; int64_t fsdp, ep; PlanState v; } memo[MEMO];
   static int next;
-  uint64_t key = fingerprint(md);
+  /* the fingerprint of the model asked last, kept while the model is the same (one compile asks
+   * for every candidate of its search) */
+  static struct { const Model *md; const Op *ops; const Spec *spec; int nops, opt, tie; int64_t params; uint64_t key; } last;
+  const int opt = (int)md->spec->training.optimizer, tie = md->spec->model.tie_embeddings;
+  if (last.md != md || last.ops != md->ops || last.spec != md->spec || last.nops != md->nops ||
+      last.params != md->params_total || last.opt != opt || last.tie != tie)
+    last.md = md, last.ops = md->ops, last.spec = md->spec, last.nops = md->nops, last.params = md->params_total,
+    last.opt = opt, last.tie = tie, last.key = fingerprint(md);
+  uint64_t key = last.key;
   for (int i = 0; i < MEMO; i++)
     if (memo[i].key == key && memo[i].fsdp == ch->fsdp && memo[i].ep == ch->ep) return memo[i].v;
   PlanState v = compute(md, ch);
