@@ -51,6 +51,8 @@ typedef struct {
   int64_t elems, full, shard;
   int first, last;          /* its tensors are among tensors[first..last] (none: first > last) */
   bool adamw, muon;         /* some tensor is optimized by AdamW (two moments), by Muon (one) */
+  int64_t second;           /* AdamW's second moment: the most values of its AdamW tensors one
+                               rank's shard holds (plan_shard_values_max; 0: no ADAM_V buffer) */
   int64_t kept_at;          /* kept gathered (Em.keep): its first element in its kind's kept
                                buffer (Em.kept_buf); else -1 */
 } EmGroup;

@@ -456,20 +456,43 @@ void em_layout(Em *e) {
   }
 
   muon_work(e);
-  /* the state arena (fp32, in the plan's optimizer tier): each group's master shard, its gradient
-   * and its optimizer moments (AdamW's two, or Muon's momentum in ADAM_M for a group of Muon
-   * matrices only: the plan's optimizer.muon_momentum and optimizer.adamw_moments) */
+  /* the state arena (fp32, in the plan's optimizer tier), laid out as the plan's state block
+   * (plan.c, sized by plan_state): every group's master shard (master.fp32_shard), then every
+   * gradient shard (grads.fp32_shard), then every first moment (AdamW's, or Muon's momentum:
+   * optimizer.momentum under Muon, else optimizer.adamw_moments), then AdamW's second moments
+   * (optimizer.adamw_second_moment under Muon): only the values of a group's AdamW tensors in this
+   * rank's shard, compacted in the order rt_adamw_shard visits them, sized by the most any rank
+   * holds (none for a group of Muon matrices only) */
+  const bool muon_opt = e->s->training.optimizer == OPT_MUON;
   for (int g = 0; g < e->ngroups; g++) {
     EmGroup *G = &e->groups[g];
-    const char *n = G->cname;
-    e->item = "master.fp32_shard";
-    add_buf(e, mem_printf(e->m, "%s_MASTER", n), G->shard, mem_printf(e->m, "%s: this rank's fp32 master shard", G->name), EM_STATE);
-    e->item = "grads.fp32_shard";
-    add_buf(e, mem_printf(e->m, "%s_GRAD", n), G->shard, "its gradient, accumulated over micro-batches", EM_STATE);
-    e->item = G->adamw ? "optimizer.adamw_moments" : "optimizer.muon_momentum";
-    add_buf(e, mem_printf(e->m, "%s_ADAM_M", n), G->shard,
-            G->adamw ? "AdamW first moment (fp32)" : "Muon momentum (fp32)", EM_STATE);
-    if (G->adamw) add_buf(e, mem_printf(e->m, "%s_ADAM_V", n), G->shard, "AdamW second moment (fp32)", EM_STATE);
+    int n = 0;
+    int64_t *r = mem_array(e->m, 2 * (size_t)(G->last - G->first + 1) + 2, sizeof *r), whole = 0;
+    for (int i = G->first; i <= G->last; i++) {
+      const EmTensor *t = &e->tensors[i];
+      if (t->group != g || t->muon) continue;
+      if (t->experts && t->per) whole += t->count * t->per; /* the same values in every shard */
+      else r[2 * n] = t->offset, r[2 * n + 1] = t->offset + t->count * (t->experts ? t->experts : 1), n++;
+    }
+    int64_t ranks = G->comm ? e->efsdp : e->fsdp;
+    G->second = whole + plan_shard_values_max(e->m, r, n, G->shard, ranks);
+  }
+  static const char *const part[3] = {"MASTER", "GRAD", "ADAM_M"};
+  for (int k = 0; k < 4; k++) {
+    e->item = k == 0 ? "master.fp32_shard" : k == 1 ? "grads.fp32_shard" : !muon_opt ? "optimizer.adamw_moments"
+              : k == 2 ? "optimizer.momentum" : "optimizer.adamw_second_moment";
+    for (int g = 0; g < e->ngroups; g++) {
+      EmGroup *G = &e->groups[g];
+      const char *name = mem_printf(e->m, "%s_%s", G->cname, k < 3 ? part[k] : "ADAM_V");
+      const char *what = k == 0 ? mem_printf(e->m, "%s: this rank's fp32 master shard", G->name)
+                         : k == 1 ? mem_printf(e->m, "%s: its gradient, accumulated over micro-batches", G->name)
+                         : k == 2 ? mem_printf(e->m, "%s: %s", G->name, !G->muon ? "AdamW first moment (fp32)"
+                                                                        : G->adamw ? "Muon momentum and AdamW first moment (fp32)"
+                                                                                   : "Muon momentum (fp32)")
+                                  : mem_printf(e->m, "%s: AdamW second moment of its AdamW tensors' values in the shard, "
+                                               "compacted (fp32)", G->name);
+      add_buf(e, name, k < 3 ? G->shard : G->second, what, EM_STATE);
+    }
   }
   /* the arenas R and A: first what lives across micro-batches (tokens, aux_free's expert loads;
    * the shards gathered from when the master is on the host), then what each micro-batch writes

@@ -233,7 +233,8 @@ static void schedule(Em *e) {
 static void tables(Em *e) {
   P(e, "\n/* Parameter groups: sharded over the FSDP group (%lld ranks) or, for experts, over the\n"
        " * %lld ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the\n"
-       " * state arena (-1: a group of Muon matrices has no second moment), and of the shard the\n"
+       " * state arena (adam_v: AdamW's second moment, its AdamW tensors' values only, compacted; -1: a group of Muon\n"
+       " * matrices only has none), and of the shard the\n"
        " * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */\n",
     (long long)e->fsdp, (long long)e->efsdp);
   P(e, "const RtGroup step_groups[N_GROUPS] = {\n");
@@ -241,7 +242,7 @@ static void tables(Em *e) {
     const EmGroup *G = &e->groups[g];
     P(e, "    {\"%s\", %s, %lld, %lld, %s_MASTER, %s_GRAD, %s_ADAM_M, %s, %s},\n", G->name,
       G->comm ? "RT_GROUP_EXPERT_SHARD" : "RT_GROUP_FSDP", (long long)G->full, (long long)G->shard, G->cname,
-      G->cname, G->cname, G->adamw ? mem_printf(e->m, "%s_ADAM_V", G->cname) : "-1",
+      G->cname, G->cname, G->second ? mem_printf(e->m, "%s_ADAM_V", G->cname) : "-1",
       e->state_host ? mem_printf(e->m, "%s_PARAM", G->cname) : "-1");
   }
   P(e, "};\n\n/* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,\n"
@@ -411,6 +412,21 @@ static void body(Em *e, const char *spec_base) {
                                                "the activation arena map (elements of act)"};
   for (int a = 0; a < EM__ARENAS; a++) {
     P(e, "%s/* ---- %s ---- */\n", a ? "\n" : "", maps[a]);
+    if (a == EM_STATE) { /* the plan's state block (plan.c pack, plan_state): its items at these offsets */
+      const Candidate *c = &e->p->best;
+      int64_t base = -1;
+      for (int j = 0; j < c->nitems; j++)
+        if (c->items[j].state) {
+          if (base < 0) {
+            base = c->items[j].offset;
+            P(e, "/* the plan's state block, from byte %lld of its %s arena (plan.json memory): item by item, byte = 4 x "
+                 "element:\n", (long long)base, plan_tier_name(c->items[j].tier));
+          }
+          P(e, " *   %-30s from element %12lld, %12lld bytes\n", c->items[j].name, (long long)((c->items[j].offset - base) / 4),
+            (long long)c->items[j].bytes);
+        }
+      if (base >= 0) P(e, " */\n");
+    }
     for (int i = 0; i < e->nbufs; i++) {
       const EmBuf *bf = &e->bufs[i];
       if ((int)bf->arena != a || in_header(bf->name)) continue;

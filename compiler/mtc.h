@@ -14,6 +14,7 @@
  *   plan.c        plan_    memory items of a candidate, their tiers and lifetimes, the arenas
  *   placement.c   plan_    which rank owns which experts and orthogonalizes which matrix (Muon)
  *   muon_work.c   plan_    Muon's scratch (MUON_WORK): one figure for the plan's item and the program
+ *   state_layout.c plan_   the state block (master, gradients, moments): the plan's items as the state arena
  *   attn_ws.c     plan_    the attention's groups of the shared workspace (MLA's too), for plan and program
  *   cost.c        cost_    the predicted step time of a candidate (and its Chrome trace)
  *   cost_kernel.c cost_    the seconds of one op's kernels on one GPU, per stack (cluster.stack)
@@ -593,6 +594,7 @@ typedef struct {
   int start, end;
   int64_t offset;
   bool stacked;        /* per-layer activations: nested lifetimes, packed as a stack */
+  bool state;          /* the state block (plan_state): packed first, contiguous, in build order */
 } MemItem;
 
 /* The decisions of one candidate plan. */
@@ -771,6 +773,22 @@ typedef struct {
   double ns_flops_max_rank, moving_expert_params;
 } PlanMuonSummary;
 PlanMuonSummary plan_muon_summary(const Model *md, const Choice *ch);
+
+/* ---- state_layout.c: the optimizer tier's state block, as the program's state arena ---- */
+/* Elements of the state arena's parts for choice ch, summed over the parameter groups laid out
+ * as emit_layout.c lays them, each part rounded up to 16 values (64 B) per group: shards, one
+ * group's shard S (its master, its gradient and its first moment: AdamW's, or Muon's momentum,
+ * each S values); second, AdamW's second moment: per group the most values of AdamW tensors
+ * (under Muon, the tensors Muon does not optimize; under AdamW, all) that one rank's shard
+ * holds, compacted (runtime's rt_adamw_shard). plan.c's state items are 4 B times these. */
+typedef struct {
+  int64_t shards, second;
+} PlanState;
+PlanState plan_state(const Model *md, const Choice *ch);
+/* The most values of the n ranges [r[2i], r[2i+1]) (element offsets in a group, disjoint) that
+ * one of ranks shards of shard values each holds (rank k: [k shard, (k + 1) shard)). O(n + ranks),
+ * scratch in m. */
+int64_t plan_shard_values_max(Mem *m, const int64_t *r, int n, int64_t shard, int64_t ranks);
 
 /* The search's result: the fastest candidate that fits, or the one closest to fitting. */
 typedef struct {

@@ -144,8 +144,6 @@ static void build_items(Items *it, const Model *md) {
   const double pad = E && per ? routed / (double)E * ((double)per - (double)El / (double)ch->efsdp) : 0;
   const double shard = P / (double)ch->fsdp + pad;
   const bool muon = s->training.optimizer == OPT_MUON;
-  const double p_muon = muon ? (double)md->muon_params + pad * (double)ch->fsdp : 0,
-               p_adam = P + pad * (double)ch->fsdp - p_muon;
   const Tier ot = ch->opt_tier;
   const ReserveSpec *r = &s->cluster.reserve;
 
@@ -162,20 +160,35 @@ static void build_items(Items *it, const Model *md) {
          (double)(ch->prefetch + 1) * gathered_group_bytes(md, 1, true, true) / (double)ch->fsdp, 1, PHASE_OPT(L),
          "(prefetch + 1) x 2 B x the largest unit's parameters (a layer with all its experts, the embedding or the "
          "head) / fsdp: a unit's shard cast to bf16 for its all-gathers, one per buffer of the gathered pool");
-  item(it, "master.fp32_shard", CAT_OPTIMIZER, ot, 4 * shard, 0, END,
-       pad > 0 ? "4 B x (params / fsdp + the padding of whole-expert shards to the largest share)" : "4 B x params / fsdp");
-  if (muon)
-    item(it, "optimizer.muon_momentum", CAT_OPTIMIZER, ot, 4 * p_muon / (double)ch->fsdp, 0, END,
-         "4 B x Muon params / fsdp (one fp32 momentum)");
-  item(it, "optimizer.adamw_moments", CAT_OPTIMIZER, ot, 8 * p_adam / (double)ch->fsdp, 0, END,
-       "8 B x AdamW params / fsdp (fp32 first and second moments)");
-  item(it, "grads.fp32_shard", CAT_GRADS, ot, 4 * shard, 0, END,
-       "4 B x params / fsdp (reduce-scattered, accumulated in fp32)");
+  /* the state block (plan_state: the groups laid out as the program's state arena, each part
+   * rounded to 64 B per group), contiguous in this order, as the program's state arena holds it:
+   * every group's master shard, then every gradient shard, then the first moments (AdamW's, or
+   * Muon's momentum: one fp32 per value of the shard), then AdamW's second moments (only the
+   * AdamW tensors' values, compacted: under Muon, not its matrices') */
+  const PlanState ps = plan_state(md, ch);
+  const double S4 = 4 * (double)ps.shards, V4 = 4 * (double)ps.second;
+  const int first_state = it->c->nitems;
+  item(it, "master.fp32_shard", CAT_OPTIMIZER, ot, S4, 0, END,
+       pad > 0 ? "4 B x (params / fsdp + the padding of whole-expert shards to the largest share), per group rounded "
+                 "to 16 values"
+               : "4 B x params / fsdp, per group rounded to 16 values");
+  item(it, "grads.fp32_shard", CAT_GRADS, ot, S4, 0, END,
+       "as master.fp32_shard: the gradient shards (reduce-scattered, accumulated in fp32)");
+  if (muon) {
+    item(it, "optimizer.momentum", CAT_OPTIMIZER, ot, S4, 0, END,
+         "as master.fp32_shard: one fp32 first moment per value (Muon's momentum; AdamW's first moment of the rest)");
+    item(it, "optimizer.adamw_second_moment", CAT_OPTIMIZER, ot, V4, 0, END,
+         "4 B x the most values of AdamW tensors (embedding, head, norms, routers, biases) one rank's shard of a group "
+         "holds, per group rounded to 16 values: AdamW's second moment, compacted (none for Muon's matrices)");
+  } else
+    item(it, "optimizer.adamw_moments", CAT_OPTIMIZER, ot, S4 + V4, 0, END,
+         "as master.fp32_shard (first moment) + 4 B x the most values one rank's shard of a group holds, per group "
+         "rounded to 16 values (second moment)");
+  for (int i = first_state; i < it->c->nitems; i++) it->c->items[i].state = true;
   /* the state in HBM: the cuda program keeps a host copy of it (pageable), which initialization,
    * resume and checkpoints read and write (templates/train/00-backend.c's state_mirror) */
   if (ot == TIER_HBM)
-    item(it, "state.host_mirror", CAT_OPTIMIZER, TIER_HOST, 4 * shard * 2 + 4 * p_muon / (double)ch->fsdp +
-         8 * p_adam / (double)ch->fsdp, 0, END,
+    item(it, "state.host_mirror", CAT_OPTIMIZER, TIER_HOST, 3 * S4 + V4, 0, END,
          "master.fp32_shard + grads.fp32_shard + the optimizer's moments: the host copy of the HBM state "
          "(initialization, resume, checkpoints)");
 
@@ -418,29 +431,39 @@ static int by_size_desc(const void *a, const void *b) {
   return x < y ? -1 : x > y; /* stable: build order */
 }
 
-/* Packs a tier: first the per-layer activations as a stack in layer order (their lifetimes
- * nest: layer l lives from its forward to its backward), then every other item largest first
- * at the lowest offset that no item alive at the same time overlaps (greedy interval
- * packing, 256-byte aligned). The stack counts as one block alive over the union of its
- * lifetimes. placed[] is kept sorted by offset, so one scan finds the gap: O(m²) for the m
- * other items. Returns the arena size. */
+/* Packs a tier: first the state block (master, gradient and optimizer shards, alive the whole
+ * step) contiguous from offset 0 in build order, which is the program's state arena's order
+ * (emit_layout.c), each item at the previous one's end; then the per-layer activations as a
+ * stack in layer order (their lifetimes nest: layer l lives from its forward to its backward);
+ * then every other item largest first at the lowest offset that no item alive at the same time
+ * overlaps (greedy interval packing, 256-byte aligned). Each block counts as one item alive
+ * over the union of its items' lifetimes. placed[] is kept sorted by offset, so one scan finds
+ * the gap: O(m²) for the m other items. Returns the arena size. */
 static int64_t pack(Mem *m, MemItem **v, int n) {
   MemItem **rest = mem_array(m, (size_t)n + 1, sizeof *rest);
   MemItem **stack = mem_array(m, (size_t)n + 1, sizeof *stack);
-  MemItem block = {.start = PHASE_MAX, .end = 0};
+  MemItem block = {.start = PHASE_MAX, .end = 0}, state = {.start = PHASE_MAX, .end = 0};
   int np = 0, ns = 0, nr = 0;
-  for (int i = 0; i < n; i++) /* v is in build order, which is layer order for the stack */
-    if (v[i]->stacked) stack[ns++] = v[i];
+  for (int i = 0; i < n; i++) /* v is in build order: the state block's order, layer order for the stack */
+    if (v[i]->state) {
+      v[i]->offset = state.bytes;
+      state.bytes += v[i]->bytes;
+      if (v[i]->start < state.start) state.start = v[i]->start;
+      if (v[i]->end > state.end) state.end = v[i]->end;
+    } else if (v[i]->stacked) stack[ns++] = v[i];
     else rest[nr++] = v[i];
   qsort(rest, (size_t)nr, sizeof *rest, by_size_desc);
-  MemItem **placed = mem_array(m, (size_t)nr + 2, sizeof *placed);
+  MemItem **placed = mem_array(m, (size_t)nr + 3, sizeof *placed);
+  if (state.bytes) placed[np++] = &state;
+  block.offset = (state.bytes + 255) / 256 * 256;
+  block.bytes = 0;
   for (int i = 0; i < ns; i++) {
-    stack[i]->offset = block.bytes;
+    stack[i]->offset = block.offset + block.bytes;
     block.bytes = (block.bytes + stack[i]->bytes + 255) / 256 * 256;
     if (stack[i]->start < block.start) block.start = stack[i]->start;
     if (stack[i]->end > block.end) block.end = stack[i]->end;
   }
-  int64_t size = block.bytes;
+  int64_t size = ns ? block.offset + block.bytes : state.bytes;
   if (ns) placed[np++] = &block;
   for (int i = 0; i < nr; i++) {
     MemItem *x = rest[i];

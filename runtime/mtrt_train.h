@@ -64,7 +64,10 @@ typedef struct {
   int64_t full;       /* elements gathered (padded to a multiple of the group's ranks) */
   int64_t shard;      /* elements per rank: full / ranks */
   int64_t master, grad, adam_m, adam_v; /* element offsets in the state arena; adam_v -1 for a group
-                                           of Muon matrices only (Muon's momentum is adam_m) */
+                                           of Muon matrices only (Muon's momentum is adam_m). The
+                                           second moment holds only the values of the group's AdamW
+                                           tensors in the shard, compacted: the pieces of
+                                           RT_FOR_PIECES that are not Muon's, one after another */
   int64_t param;      /* element offset in the activation arena of the master shard cast to the
                          activation type, which the all-gathers read; -1 when step.c casts it
                          before each gather (the master in HBM) */
@@ -183,7 +186,8 @@ void rt_init_shard(real *shard, const RtTensor *t, int nt, int g, int64_t lo, in
                    int ep_rank, uint64_t seed);
 /* One AdamW step on the shard [lo, hi) of group g, for every tensor not optimized by Muon:
  * weight decay only inside tensors with decay set. grad_scale multiplies every gradient
- * (clipping). */
+ * (clipping). param, m and grad are indexed by position in the shard; v is compacted (RtGroup's
+ * adam_v: the AdamW pieces' values one after another). */
 void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtTensor *t, int nt,
                     int g, int64_t lo, int64_t hi, float grad_scale, const RtAdamW *h);
 /* The bytes the cost model counts for the optimizer step on the shard [lo, hi) of group g

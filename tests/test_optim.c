@@ -1,6 +1,35 @@
-/* test_optim.c — AdamW against a hand computation, the schedule's shape, clipping. */
+/* test_optim.c — AdamW against a hand computation, the schedule's shape, clipping; AdamW over
+ * a shard of a group that mixes Muon matrices and AdamW tensors (the compacted second moment). */
 #include "check.h"
 #include "mtrt_optim.h"
+#include "mtrt_train.h"
+
+/* rt_adamw_shard on rank 1's shard [3, 53) of a group of a norm (0..5, AdamW), a Muon matrix
+ * (5..45) and a router (48..60, AdamW; 45..48 a gap): the second moment holds the 7 AdamW values
+ * of the shard one after another (norm 3..5, router 48..53), and the result equals
+ * rt_adamw_update on each AdamW piece with its own moments; Muon's values are not touched. */
+static void mixed_shard(void) {
+  const RtTensor t[3] = {{"n", 0, 0, 5, 0, 5, 1, 0, true, false, false, 0, 0, 0},
+                         {"w", 0, 5, 40, 0, 8, 5, 0.02f, false, true, true, 0, 0, 0},
+                         {"r", 0, 48, 12, 0, 3, 4, 0.02f, false, true, false, 0, 0, 0}};
+  enum { LO = 3, HI = 53, S = HI - LO };
+  float p[S], m[S], g[S], v[7] = {0}, p2[S], m2[S], v2[S] = {0};
+  for (int i = 0; i < S; i++) p[i] = p2[i] = 0.01f * (float)(i + 1), m[i] = m2[i] = 0, g[i] = 0.1f * (float)(i % 7) - 0.3f;
+  RtAdamW h = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 1};
+  for (int step = 1; step <= 2; step++) {
+    h.step = step;
+    rt_adamw_shard(p, m, v, g, t, 3, 0, LO, HI, 1.0f, &h);
+    RtAdamW nodecay = h;
+    nodecay.weight_decay = 0;
+    rt_adamw_update(p2, m2, v2, g, 5 - LO, 1.0f, &nodecay); /* the norm: no decay */
+    rt_adamw_update(p2 + 48 - LO, m2 + 48 - LO, v2 + 48 - LO, g + 48 - LO, HI - 48, 1.0f, &h);
+  }
+  for (int i = 0; i < S; i++) CHECK(p[i] == p2[i] && m[i] == m2[i]);
+  for (int i = 0; i < 5 - LO; i++) CHECK(v[i] == v2[i]);
+  for (int i = 0; i < HI - 48; i++) CHECK(v[5 - LO + i] == v2[48 - LO + i]);
+  for (int i = 5 - LO; i < 45 - LO; i++) CHECK(p[i] == 0.01f * (float)(i + 1) && m[i] == 0); /* Muon's */
+  CHECK(v[6] != 0);
+}
 
 int main(void) {
   /* one step from zero moments: m = (1-b1) g, v = (1-b2) g², bias-corrected update = g / |g| */
@@ -41,5 +70,6 @@ int main(void) {
   CHECK(rt_clip_scale(norm, 10.0f) == 1.0f);
   CHECK(rt_clip_scale(norm, 0.0f) == 1.0f);
   CHECK(rt_clip_scale(NAN, 1.0f) == 1.0f); /* a non-finite norm is the guard rails' business */
+  mixed_shard();
   return CHECK_DONE("test_optim");
 }

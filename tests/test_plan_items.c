@@ -16,6 +16,10 @@ static bool verbose;
 
 static int64_t buf_bytes(const EmBuf *b) { return b->elems * (b->arena == EM_ACT ? 2 : 4); }
 
+/* A state buffer's bytes as the state arena lays it out: its elements rounded up to 16 (64 B),
+ * the next one's offset (emit_layout.c add_buf), as plan_state counts them. */
+static int64_t state_bytes(const EmBuf *b) { return (b->elems + 15) / 16 * 16 * 4; }
+
 static bool prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
 /* The bytes by which the program may exceed (over) or fall short of (under) item it, given
@@ -30,9 +34,9 @@ static bool prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p
  *   - a gathered unit (gathered.*, grads.bf16_unsharded, grads.fp32_wire): its two groups,
  *     dense and experts, each padded to whole 16-byte vectors of bf16 per rank (plan_flat_shard):
  *     up to 2 x fsdp x 16 B over (x 2 in fp32);
- *   - Muon: a group with Muon matrices and AdamW tensors holds both AdamW moments over its whole
- *     shard (ADAM_V unused by its Muon matrices); the program's optimizer.adamw_moments and
- *     optimizer.muon_momentum are compared as one, up to 4 B x those groups' shards over;
+ *   - the state block (master.fp32_shard, grads.fp32_shard, optimizer.*: plan_state lays the
+ *     groups out as the program does): no difference at all, and each state buffer at its item's
+ *     offset from the block's start (state_offsets);
  *   - the stacked per-layer items (activations.saved[l]) count per token: the program adds the
  *     per-layer tables (OFFSETS: experts + 1, EOFF, int32) and rounds the routed rows up to
  *     whole rows (4 x max(hidden, expert width) elements, as test_layout);
@@ -43,8 +47,10 @@ static bool prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p
  *     wide as its wider (emit_layout.c ffn_union), so the program may exceed the widest layer by
  *     what a dense FFN's gate, up and activation need beyond the experts': up to 3 x 2 B x
  *     max(0, tokens x intermediate - rows x expert width) over. */
+static bool state_item(const MemItem *it) { return it->state; }
+
 static void bounds(const Em *e, const MemItem *it, int nb, double *over, double *under) {
-  *over = 64.0 * nb, *under = 0;
+  *over = state_item(it) ? 0 : 64.0 * nb, *under = 0;
   const char *n = it->name;
   double tables = 4.0 * (double)(e->E + 1) + 4.0 * (double)(e->El + 1);
   if (prefix(n, "params.bf16_cast")) *over += 0.01 * (double)it->bytes;
@@ -60,6 +66,47 @@ static void bounds(const Em *e, const MemItem *it, int nb, double *over, double 
     *over += tables + (both && dense > routed ? 3 * 2 * (dense - routed) : 0);
     *under += 64.0 * nb;
   }
+}
+
+/* The program's state arena is the plan's state block: the block's items (MemItem.state) lie one
+ * after another from the block's start (its first item's offset) in their tier's arena, and each
+ * state buffer starts at its item's offset from that start plus the bytes of the item's buffers
+ * before it (the program lays them out item by item, in group order); the arena ends where the
+ * block does. */
+static void state_offsets(const char *spec, const Em *e, const Candidate *c) {
+  int64_t base = -1, end = 0;
+  Tier tier = TIER_HBM;
+  for (int j = 0; j < c->nitems; j++)
+    if (c->items[j].state) {
+      if (base < 0) base = c->items[j].offset, tier = c->items[j].tier;
+      CHECK_EQ(c->items[j].offset, base + end); /* contiguous, in build order */
+      end += c->items[j].bytes;
+    }
+  CHECK(base >= 0);
+  int64_t *at = calloc((size_t)c->nitems + 1, sizeof *at), top = 0;
+  for (int i = 0; i < e->nbufs; i++) {
+    const EmBuf *b = &e->bufs[i];
+    if (b->arena != EM_STATE) continue;
+    int k = -1;
+    for (int j = 0; j < c->nitems; j++)
+      if (strcmp(c->items[j].name, b->item) == 0) k = j;
+    CHECK(k >= 0 && c->items[k].state);
+    if (k < 0) continue;
+    int64_t want = c->items[k].offset - base + at[k], have = 4 * b->offset;
+    if (have != want)
+      fprintf(stderr, "%s: state buffer %s at byte %lld of the state arena, its item %s's bytes from %lld\n", spec,
+              b->name, (long long)have, b->item, (long long)want);
+    CHECK_EQ(have, want);
+    at[k] += state_bytes(b);
+    if (have + state_bytes(b) > top) top = have + state_bytes(b);
+  }
+  for (int j = 0; j < c->nitems; j++)
+    if (c->items[j].state) CHECK_EQ(at[j], c->items[j].bytes);
+  CHECK_EQ(top, end);
+  CHECK_EQ(4 * e->top[EM_STATE], end);
+  if (verbose) printf("  state block: %lld B at %lld of the %s arena = the program's state arena\n", (long long)end,
+                      (long long)base, plan_tier_name(tier));
+  free(at);
 }
 
 /* spec with the --set options sets (nsets of them; at most 4) */
@@ -98,26 +145,11 @@ static void check_spec(const char *spec, const char *const *sets, int nsets) {
       CHECK(false);
     }
     if (b->alias) continue; /* its bytes are its target's */
-    got[k] += buf_bytes(b);
+    got[k] += b->arena == EM_STATE ? state_bytes(b) : buf_bytes(b);
     nb[k]++;
   }
   if (verbose) printf("%s%s%s\n", spec, nsets ? " --set " : "", nsets ? sets[nsets - 1] : "");
-  /* Muon: the two optimizer items as one (bounds above) */
-  int km = -1, ka = -1;
-  for (int j = 0; j < c->nitems; j++) {
-    if (strcmp(c->items[j].name, "optimizer.muon_momentum") == 0) km = j;
-    if (strcmp(c->items[j].name, "optimizer.adamw_moments") == 0) ka = j;
-  }
-  if (km >= 0 && ka >= 0) {
-    int64_t mixed = 0;
-    for (int g = 0; g < e.ngroups; g++)
-      if (e.groups[g].muon && e.groups[g].adamw) mixed += e.groups[g].shard;
-    int64_t want = c->items[km].bytes + c->items[ka].bytes, have = got[km] + got[ka];
-    if (verbose) printf("  optimizer (Muon and AdamW together)   plan %15lld  program %15lld  over %lld, bound %lld\n",
-                        (long long)want, (long long)have, (long long)(have - want), (long long)(4 * mixed));
-    CHECK(have >= want && have - want <= 4 * mixed + 64 * (nb[km] + nb[ka]));
-    nb[km] = nb[ka] = 0; /* checked */
-  }
+  state_offsets(spec, &e, c);
   for (int j = 0; j < c->nitems; j++) {
     const MemItem *it = &c->items[j];
     if (!nb[j]) continue; /* held outside the arenas: the runtime, the host copies, reserves */
@@ -143,7 +175,11 @@ int main(int argc, char **argv) {
   static const char *const specs[] = {"specs/europa-1t.yaml",   "specs/mixtral-8x7b.yaml", "specs/llama-3.1-8b.yaml",
                                       "specs/tiny-moe.yaml",    "specs/deepseek-v3.yaml",  "specs/qwen3-30b-a3b.yaml",
                                       "specs/bench/moe-1b.yaml"};
-  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) check_spec(specs[i], NULL, 0);
+  static const char *const opts[] = {"training.optimizer=adamw", "training.optimizer=muon"};
+  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+    check_spec(specs[i], NULL, 0);
+    for (int o = 0; o < 2; o++) check_spec(specs[i], &opts[o], 1);
+  }
   /* MLA with q-LoRA and a dense first layer (its workspace groups, the dense FFN in the experts'
    * bytes) under each checkpoint policy, with expert parallelism */
   static const char *const policies[] = {"plan.activation_checkpoint=none", "plan.activation_checkpoint=selective",

@@ -25,490 +25,495 @@
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
+/* the plan's state block, from byte 0 of its host arena (plan.json memory): item by item, byte = 4 x element:
+ *   master.fp32_shard              from element            0,  10484791296 bytes
+ *   grads.fp32_shard               from element   2621197824,  10484791296 bytes
+ *   optimizer.adamw_moments        from element   5242395648,  20969582592 bytes
+ */
 #define EMBED_MASTER                      0 /*    3619840 [master.fp32_shard]: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                  3619840 /*    3619840 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                7239680 /*    3619840 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define EMBED_ADAM_V               10859520 /*    3619840 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER            14479360 /*    2279232 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD              16758592 /*    2279232 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M            19037824 /*    2279232 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V            21317056 /*    2279232 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER            23596288 /*    2279232 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD              25875520 /*    2279232 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M            28154752 /*    2279232 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V            30433984 /*    2279232 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER            32713216 /*    2279232 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD              34992448 /*    2279232 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M            37271680 /*    2279232 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V            39550912 /*    2279232 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER            41830144 /*     910152 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD              42740304 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M            43650464 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V            44560624 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER          45470784 /*   44040192 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD            89510976 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M         133551168 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V         177591360 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER           221631552 /*     910152 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD             222541712 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M           223451872 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V           224362032 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L4_EXPERTS_MASTER         225272192 /*   44040192 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
-#define L4_EXPERTS_GRAD           269312384 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L4_EXPERTS_ADAM_M         313352576 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L4_EXPERTS_ADAM_V         357392768 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER           401432960 /*     910152 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD             402343120 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M           403253280 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V           404163440 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L5_EXPERTS_MASTER         405073600 /*   44040192 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
-#define L5_EXPERTS_GRAD           449113792 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L5_EXPERTS_ADAM_M         493153984 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L5_EXPERTS_ADAM_V         537194176 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER           581234368 /*     910152 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD             582144528 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M           583054688 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V           583964848 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L6_EXPERTS_MASTER         584875008 /*   44040192 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
-#define L6_EXPERTS_GRAD           628915200 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L6_EXPERTS_ADAM_M         672955392 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L6_EXPERTS_ADAM_V         716995584 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER           761035776 /*     910152 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD             761945936 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M           762856096 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V           763766256 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L7_EXPERTS_MASTER         764676416 /*   44040192 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
-#define L7_EXPERTS_GRAD           808716608 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L7_EXPERTS_ADAM_M         852756800 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L7_EXPERTS_ADAM_V         896796992 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER           940837184 /*     910152 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD             941747344 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M           942657504 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V           943567664 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L8_EXPERTS_MASTER         944477824 /*   44040192 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
-#define L8_EXPERTS_GRAD           988518016 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L8_EXPERTS_ADAM_M        1032558208 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L8_EXPERTS_ADAM_V        1076598400 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          1120638592 /*     910152 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            1121548752 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          1122458912 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          1123369072 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L9_EXPERTS_MASTER        1124279232 /*   44040192 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
-#define L9_EXPERTS_GRAD          1168319424 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L9_EXPERTS_ADAM_M        1212359616 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L9_EXPERTS_ADAM_V        1256399808 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         1300440000 /*     910152 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           1301350160 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         1302260320 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         1303170480 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L10_EXPERTS_MASTER       1304080640 /*   44040192 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
-#define L10_EXPERTS_GRAD         1348120832 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L10_EXPERTS_ADAM_M       1392161024 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L10_EXPERTS_ADAM_V       1436201216 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         1480241408 /*     910152 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           1481151568 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         1482061728 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         1482971888 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L11_EXPERTS_MASTER       1483882048 /*   44040192 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
-#define L11_EXPERTS_GRAD         1527922240 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L11_EXPERTS_ADAM_M       1571962432 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L11_EXPERTS_ADAM_V       1616002624 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         1660042816 /*     910152 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           1660952976 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         1661863136 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         1662773296 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L12_EXPERTS_MASTER       1663683456 /*   44040192 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
-#define L12_EXPERTS_GRAD         1707723648 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L12_EXPERTS_ADAM_M       1751763840 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L12_EXPERTS_ADAM_V       1795804032 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         1839844224 /*     910152 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           1840754384 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         1841664544 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         1842574704 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L13_EXPERTS_MASTER       1843484864 /*   44040192 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
-#define L13_EXPERTS_GRAD         1887525056 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L13_EXPERTS_ADAM_M       1931565248 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L13_EXPERTS_ADAM_V       1975605440 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         2019645632 /*     910152 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           2020555792 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         2021465952 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         2022376112 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L14_EXPERTS_MASTER       2023286272 /*   44040192 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
-#define L14_EXPERTS_GRAD         2067326464 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L14_EXPERTS_ADAM_M       2111366656 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L14_EXPERTS_ADAM_V       2155406848 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         2199447040 /*     910152 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           2200357200 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         2201267360 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         2202177520 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L15_EXPERTS_MASTER       2203087680 /*   44040192 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
-#define L15_EXPERTS_GRAD         2247127872 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L15_EXPERTS_ADAM_M       2291168064 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L15_EXPERTS_ADAM_V       2335208256 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         2379248448 /*     910152 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           2380158608 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         2381068768 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         2381978928 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L16_EXPERTS_MASTER       2382889088 /*   44040192 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
-#define L16_EXPERTS_GRAD         2426929280 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L16_EXPERTS_ADAM_M       2470969472 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L16_EXPERTS_ADAM_V       2515009664 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         2559049856 /*     910152 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           2559960016 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         2560870176 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         2561780336 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L17_EXPERTS_MASTER       2562690496 /*   44040192 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
-#define L17_EXPERTS_GRAD         2606730688 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L17_EXPERTS_ADAM_M       2650770880 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L17_EXPERTS_ADAM_V       2694811072 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         2738851264 /*     910152 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           2739761424 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         2740671584 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         2741581744 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L18_EXPERTS_MASTER       2742491904 /*   44040192 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
-#define L18_EXPERTS_GRAD         2786532096 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L18_EXPERTS_ADAM_M       2830572288 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L18_EXPERTS_ADAM_V       2874612480 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         2918652672 /*     910152 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           2919562832 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         2920472992 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         2921383152 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L19_EXPERTS_MASTER       2922293312 /*   44040192 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
-#define L19_EXPERTS_GRAD         2966333504 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L19_EXPERTS_ADAM_M       3010373696 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L19_EXPERTS_ADAM_V       3054413888 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         3098454080 /*     910152 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           3099364240 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         3100274400 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         3101184560 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L20_EXPERTS_MASTER       3102094720 /*   44040192 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
-#define L20_EXPERTS_GRAD         3146134912 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L20_EXPERTS_ADAM_M       3190175104 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L20_EXPERTS_ADAM_V       3234215296 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         3278255488 /*     910152 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           3279165648 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         3280075808 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         3280985968 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L21_EXPERTS_MASTER       3281896128 /*   44040192 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
-#define L21_EXPERTS_GRAD         3325936320 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L21_EXPERTS_ADAM_M       3369976512 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L21_EXPERTS_ADAM_V       3414016704 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         3458056896 /*     910152 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           3458967056 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         3459877216 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         3460787376 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L22_EXPERTS_MASTER       3461697536 /*   44040192 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
-#define L22_EXPERTS_GRAD         3505737728 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L22_EXPERTS_ADAM_M       3549777920 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L22_EXPERTS_ADAM_V       3593818112 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         3637858304 /*     910152 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           3638768464 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         3639678624 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         3640588784 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L23_EXPERTS_MASTER       3641498944 /*   44040192 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
-#define L23_EXPERTS_GRAD         3685539136 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L23_EXPERTS_ADAM_M       3729579328 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L23_EXPERTS_ADAM_V       3773619520 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         3817659712 /*     910152 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           3818569872 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         3819480032 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         3820390192 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L24_EXPERTS_MASTER       3821300352 /*   44040192 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
-#define L24_EXPERTS_GRAD         3865340544 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L24_EXPERTS_ADAM_M       3909380736 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L24_EXPERTS_ADAM_V       3953420928 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         3997461120 /*     910152 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           3998371280 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         3999281440 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         4000191600 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L25_EXPERTS_MASTER       4001101760 /*   44040192 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
-#define L25_EXPERTS_GRAD         4045141952 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L25_EXPERTS_ADAM_M       4089182144 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L25_EXPERTS_ADAM_V       4133222336 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         4177262528 /*     910152 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           4178172688 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         4179082848 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         4179993008 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L26_EXPERTS_MASTER       4180903168 /*   44040192 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
-#define L26_EXPERTS_GRAD         4224943360 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L26_EXPERTS_ADAM_M       4268983552 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L26_EXPERTS_ADAM_V       4313023744 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         4357063936 /*     910152 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           4357974096 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         4358884256 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         4359794416 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L27_EXPERTS_MASTER       4360704576 /*   44040192 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
-#define L27_EXPERTS_GRAD         4404744768 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L27_EXPERTS_ADAM_M       4448784960 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L27_EXPERTS_ADAM_V       4492825152 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         4536865344 /*     910152 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           4537775504 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         4538685664 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         4539595824 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L28_EXPERTS_MASTER       4540505984 /*   44040192 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
-#define L28_EXPERTS_GRAD         4584546176 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L28_EXPERTS_ADAM_M       4628586368 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L28_EXPERTS_ADAM_V       4672626560 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         4716666752 /*     910152 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           4717576912 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         4718487072 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         4719397232 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L29_EXPERTS_MASTER       4720307392 /*   44040192 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
-#define L29_EXPERTS_GRAD         4764347584 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L29_EXPERTS_ADAM_M       4808387776 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L29_EXPERTS_ADAM_V       4852427968 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         4896468160 /*     910152 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           4897378320 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         4898288480 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         4899198640 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L30_EXPERTS_MASTER       4900108800 /*   44040192 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
-#define L30_EXPERTS_GRAD         4944148992 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L30_EXPERTS_ADAM_M       4988189184 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L30_EXPERTS_ADAM_V       5032229376 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         5076269568 /*     910152 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           5077179728 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         5078089888 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         5079000048 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L31_EXPERTS_MASTER       5079910208 /*   44040192 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
-#define L31_EXPERTS_GRAD         5123950400 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L31_EXPERTS_ADAM_M       5167990592 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L31_EXPERTS_ADAM_V       5212030784 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L32_DENSE_MASTER         5256070976 /*     910152 [master.fp32_shard]: layer 32 dense: this rank's fp32 master shard */
-#define L32_DENSE_GRAD           5256981136 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L32_DENSE_ADAM_M         5257891296 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L32_DENSE_ADAM_V         5258801456 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L32_EXPERTS_MASTER       5259711616 /*   44040192 [master.fp32_shard]: layer 32 experts: this rank's fp32 master shard */
-#define L32_EXPERTS_GRAD         5303751808 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L32_EXPERTS_ADAM_M       5347792000 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L32_EXPERTS_ADAM_V       5391832192 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L33_DENSE_MASTER         5435872384 /*     910152 [master.fp32_shard]: layer 33 dense: this rank's fp32 master shard */
-#define L33_DENSE_GRAD           5436782544 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L33_DENSE_ADAM_M         5437692704 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L33_DENSE_ADAM_V         5438602864 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L33_EXPERTS_MASTER       5439513024 /*   44040192 [master.fp32_shard]: layer 33 experts: this rank's fp32 master shard */
-#define L33_EXPERTS_GRAD         5483553216 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L33_EXPERTS_ADAM_M       5527593408 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L33_EXPERTS_ADAM_V       5571633600 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L34_DENSE_MASTER         5615673792 /*     910152 [master.fp32_shard]: layer 34 dense: this rank's fp32 master shard */
-#define L34_DENSE_GRAD           5616583952 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L34_DENSE_ADAM_M         5617494112 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L34_DENSE_ADAM_V         5618404272 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L34_EXPERTS_MASTER       5619314432 /*   44040192 [master.fp32_shard]: layer 34 experts: this rank's fp32 master shard */
-#define L34_EXPERTS_GRAD         5663354624 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L34_EXPERTS_ADAM_M       5707394816 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L34_EXPERTS_ADAM_V       5751435008 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L35_DENSE_MASTER         5795475200 /*     910152 [master.fp32_shard]: layer 35 dense: this rank's fp32 master shard */
-#define L35_DENSE_GRAD           5796385360 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L35_DENSE_ADAM_M         5797295520 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L35_DENSE_ADAM_V         5798205680 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L35_EXPERTS_MASTER       5799115840 /*   44040192 [master.fp32_shard]: layer 35 experts: this rank's fp32 master shard */
-#define L35_EXPERTS_GRAD         5843156032 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L35_EXPERTS_ADAM_M       5887196224 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L35_EXPERTS_ADAM_V       5931236416 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L36_DENSE_MASTER         5975276608 /*     910152 [master.fp32_shard]: layer 36 dense: this rank's fp32 master shard */
-#define L36_DENSE_GRAD           5976186768 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L36_DENSE_ADAM_M         5977096928 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L36_DENSE_ADAM_V         5978007088 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L36_EXPERTS_MASTER       5978917248 /*   44040192 [master.fp32_shard]: layer 36 experts: this rank's fp32 master shard */
-#define L36_EXPERTS_GRAD         6022957440 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L36_EXPERTS_ADAM_M       6066997632 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L36_EXPERTS_ADAM_V       6111037824 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L37_DENSE_MASTER         6155078016 /*     910152 [master.fp32_shard]: layer 37 dense: this rank's fp32 master shard */
-#define L37_DENSE_GRAD           6155988176 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L37_DENSE_ADAM_M         6156898336 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L37_DENSE_ADAM_V         6157808496 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L37_EXPERTS_MASTER       6158718656 /*   44040192 [master.fp32_shard]: layer 37 experts: this rank's fp32 master shard */
-#define L37_EXPERTS_GRAD         6202758848 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L37_EXPERTS_ADAM_M       6246799040 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L37_EXPERTS_ADAM_V       6290839232 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L38_DENSE_MASTER         6334879424 /*     910152 [master.fp32_shard]: layer 38 dense: this rank's fp32 master shard */
-#define L38_DENSE_GRAD           6335789584 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L38_DENSE_ADAM_M         6336699744 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L38_DENSE_ADAM_V         6337609904 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L38_EXPERTS_MASTER       6338520064 /*   44040192 [master.fp32_shard]: layer 38 experts: this rank's fp32 master shard */
-#define L38_EXPERTS_GRAD         6382560256 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L38_EXPERTS_ADAM_M       6426600448 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L38_EXPERTS_ADAM_V       6470640640 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L39_DENSE_MASTER         6514680832 /*     910152 [master.fp32_shard]: layer 39 dense: this rank's fp32 master shard */
-#define L39_DENSE_GRAD           6515590992 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L39_DENSE_ADAM_M         6516501152 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L39_DENSE_ADAM_V         6517411312 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L39_EXPERTS_MASTER       6518321472 /*   44040192 [master.fp32_shard]: layer 39 experts: this rank's fp32 master shard */
-#define L39_EXPERTS_GRAD         6562361664 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L39_EXPERTS_ADAM_M       6606401856 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L39_EXPERTS_ADAM_V       6650442048 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L40_DENSE_MASTER         6694482240 /*     910152 [master.fp32_shard]: layer 40 dense: this rank's fp32 master shard */
-#define L40_DENSE_GRAD           6695392400 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L40_DENSE_ADAM_M         6696302560 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L40_DENSE_ADAM_V         6697212720 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L40_EXPERTS_MASTER       6698122880 /*   44040192 [master.fp32_shard]: layer 40 experts: this rank's fp32 master shard */
-#define L40_EXPERTS_GRAD         6742163072 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L40_EXPERTS_ADAM_M       6786203264 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L40_EXPERTS_ADAM_V       6830243456 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L41_DENSE_MASTER         6874283648 /*     910152 [master.fp32_shard]: layer 41 dense: this rank's fp32 master shard */
-#define L41_DENSE_GRAD           6875193808 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L41_DENSE_ADAM_M         6876103968 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L41_DENSE_ADAM_V         6877014128 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L41_EXPERTS_MASTER       6877924288 /*   44040192 [master.fp32_shard]: layer 41 experts: this rank's fp32 master shard */
-#define L41_EXPERTS_GRAD         6921964480 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L41_EXPERTS_ADAM_M       6966004672 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L41_EXPERTS_ADAM_V       7010044864 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L42_DENSE_MASTER         7054085056 /*     910152 [master.fp32_shard]: layer 42 dense: this rank's fp32 master shard */
-#define L42_DENSE_GRAD           7054995216 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L42_DENSE_ADAM_M         7055905376 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L42_DENSE_ADAM_V         7056815536 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L42_EXPERTS_MASTER       7057725696 /*   44040192 [master.fp32_shard]: layer 42 experts: this rank's fp32 master shard */
-#define L42_EXPERTS_GRAD         7101765888 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L42_EXPERTS_ADAM_M       7145806080 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L42_EXPERTS_ADAM_V       7189846272 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L43_DENSE_MASTER         7233886464 /*     910152 [master.fp32_shard]: layer 43 dense: this rank's fp32 master shard */
-#define L43_DENSE_GRAD           7234796624 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L43_DENSE_ADAM_M         7235706784 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L43_DENSE_ADAM_V         7236616944 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L43_EXPERTS_MASTER       7237527104 /*   44040192 [master.fp32_shard]: layer 43 experts: this rank's fp32 master shard */
-#define L43_EXPERTS_GRAD         7281567296 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L43_EXPERTS_ADAM_M       7325607488 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L43_EXPERTS_ADAM_V       7369647680 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L44_DENSE_MASTER         7413687872 /*     910152 [master.fp32_shard]: layer 44 dense: this rank's fp32 master shard */
-#define L44_DENSE_GRAD           7414598032 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L44_DENSE_ADAM_M         7415508192 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L44_DENSE_ADAM_V         7416418352 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L44_EXPERTS_MASTER       7417328512 /*   44040192 [master.fp32_shard]: layer 44 experts: this rank's fp32 master shard */
-#define L44_EXPERTS_GRAD         7461368704 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L44_EXPERTS_ADAM_M       7505408896 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L44_EXPERTS_ADAM_V       7549449088 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L45_DENSE_MASTER         7593489280 /*     910152 [master.fp32_shard]: layer 45 dense: this rank's fp32 master shard */
-#define L45_DENSE_GRAD           7594399440 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L45_DENSE_ADAM_M         7595309600 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L45_DENSE_ADAM_V         7596219760 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L45_EXPERTS_MASTER       7597129920 /*   44040192 [master.fp32_shard]: layer 45 experts: this rank's fp32 master shard */
-#define L45_EXPERTS_GRAD         7641170112 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L45_EXPERTS_ADAM_M       7685210304 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L45_EXPERTS_ADAM_V       7729250496 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L46_DENSE_MASTER         7773290688 /*     910152 [master.fp32_shard]: layer 46 dense: this rank's fp32 master shard */
-#define L46_DENSE_GRAD           7774200848 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L46_DENSE_ADAM_M         7775111008 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L46_DENSE_ADAM_V         7776021168 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L46_EXPERTS_MASTER       7776931328 /*   44040192 [master.fp32_shard]: layer 46 experts: this rank's fp32 master shard */
-#define L46_EXPERTS_GRAD         7820971520 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L46_EXPERTS_ADAM_M       7865011712 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L46_EXPERTS_ADAM_V       7909051904 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L47_DENSE_MASTER         7953092096 /*     910152 [master.fp32_shard]: layer 47 dense: this rank's fp32 master shard */
-#define L47_DENSE_GRAD           7954002256 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L47_DENSE_ADAM_M         7954912416 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L47_DENSE_ADAM_V         7955822576 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L47_EXPERTS_MASTER       7956732736 /*   44040192 [master.fp32_shard]: layer 47 experts: this rank's fp32 master shard */
-#define L47_EXPERTS_GRAD         8000772928 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L47_EXPERTS_ADAM_M       8044813120 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L47_EXPERTS_ADAM_V       8088853312 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L48_DENSE_MASTER         8132893504 /*     910152 [master.fp32_shard]: layer 48 dense: this rank's fp32 master shard */
-#define L48_DENSE_GRAD           8133803664 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L48_DENSE_ADAM_M         8134713824 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L48_DENSE_ADAM_V         8135623984 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L48_EXPERTS_MASTER       8136534144 /*   44040192 [master.fp32_shard]: layer 48 experts: this rank's fp32 master shard */
-#define L48_EXPERTS_GRAD         8180574336 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L48_EXPERTS_ADAM_M       8224614528 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L48_EXPERTS_ADAM_V       8268654720 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L49_DENSE_MASTER         8312694912 /*     910152 [master.fp32_shard]: layer 49 dense: this rank's fp32 master shard */
-#define L49_DENSE_GRAD           8313605072 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L49_DENSE_ADAM_M         8314515232 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L49_DENSE_ADAM_V         8315425392 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L49_EXPERTS_MASTER       8316335552 /*   44040192 [master.fp32_shard]: layer 49 experts: this rank's fp32 master shard */
-#define L49_EXPERTS_GRAD         8360375744 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L49_EXPERTS_ADAM_M       8404415936 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L49_EXPERTS_ADAM_V       8448456128 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L50_DENSE_MASTER         8492496320 /*     910152 [master.fp32_shard]: layer 50 dense: this rank's fp32 master shard */
-#define L50_DENSE_GRAD           8493406480 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L50_DENSE_ADAM_M         8494316640 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L50_DENSE_ADAM_V         8495226800 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L50_EXPERTS_MASTER       8496136960 /*   44040192 [master.fp32_shard]: layer 50 experts: this rank's fp32 master shard */
-#define L50_EXPERTS_GRAD         8540177152 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L50_EXPERTS_ADAM_M       8584217344 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L50_EXPERTS_ADAM_V       8628257536 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L51_DENSE_MASTER         8672297728 /*     910152 [master.fp32_shard]: layer 51 dense: this rank's fp32 master shard */
-#define L51_DENSE_GRAD           8673207888 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L51_DENSE_ADAM_M         8674118048 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L51_DENSE_ADAM_V         8675028208 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L51_EXPERTS_MASTER       8675938368 /*   44040192 [master.fp32_shard]: layer 51 experts: this rank's fp32 master shard */
-#define L51_EXPERTS_GRAD         8719978560 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L51_EXPERTS_ADAM_M       8764018752 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L51_EXPERTS_ADAM_V       8808058944 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L52_DENSE_MASTER         8852099136 /*     910152 [master.fp32_shard]: layer 52 dense: this rank's fp32 master shard */
-#define L52_DENSE_GRAD           8853009296 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L52_DENSE_ADAM_M         8853919456 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L52_DENSE_ADAM_V         8854829616 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L52_EXPERTS_MASTER       8855739776 /*   44040192 [master.fp32_shard]: layer 52 experts: this rank's fp32 master shard */
-#define L52_EXPERTS_GRAD         8899779968 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L52_EXPERTS_ADAM_M       8943820160 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L52_EXPERTS_ADAM_V       8987860352 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L53_DENSE_MASTER         9031900544 /*     910152 [master.fp32_shard]: layer 53 dense: this rank's fp32 master shard */
-#define L53_DENSE_GRAD           9032810704 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L53_DENSE_ADAM_M         9033720864 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L53_DENSE_ADAM_V         9034631024 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L53_EXPERTS_MASTER       9035541184 /*   44040192 [master.fp32_shard]: layer 53 experts: this rank's fp32 master shard */
-#define L53_EXPERTS_GRAD         9079581376 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L53_EXPERTS_ADAM_M       9123621568 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L53_EXPERTS_ADAM_V       9167661760 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L54_DENSE_MASTER         9211701952 /*     910152 [master.fp32_shard]: layer 54 dense: this rank's fp32 master shard */
-#define L54_DENSE_GRAD           9212612112 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L54_DENSE_ADAM_M         9213522272 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L54_DENSE_ADAM_V         9214432432 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L54_EXPERTS_MASTER       9215342592 /*   44040192 [master.fp32_shard]: layer 54 experts: this rank's fp32 master shard */
-#define L54_EXPERTS_GRAD         9259382784 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L54_EXPERTS_ADAM_M       9303422976 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L54_EXPERTS_ADAM_V       9347463168 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L55_DENSE_MASTER         9391503360 /*     910152 [master.fp32_shard]: layer 55 dense: this rank's fp32 master shard */
-#define L55_DENSE_GRAD           9392413520 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L55_DENSE_ADAM_M         9393323680 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L55_DENSE_ADAM_V         9394233840 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L55_EXPERTS_MASTER       9395144000 /*   44040192 [master.fp32_shard]: layer 55 experts: this rank's fp32 master shard */
-#define L55_EXPERTS_GRAD         9439184192 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L55_EXPERTS_ADAM_M       9483224384 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L55_EXPERTS_ADAM_V       9527264576 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L56_DENSE_MASTER         9571304768 /*     910152 [master.fp32_shard]: layer 56 dense: this rank's fp32 master shard */
-#define L56_DENSE_GRAD           9572214928 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L56_DENSE_ADAM_M         9573125088 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L56_DENSE_ADAM_V         9574035248 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L56_EXPERTS_MASTER       9574945408 /*   44040192 [master.fp32_shard]: layer 56 experts: this rank's fp32 master shard */
-#define L56_EXPERTS_GRAD         9618985600 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L56_EXPERTS_ADAM_M       9663025792 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L56_EXPERTS_ADAM_V       9707065984 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L57_DENSE_MASTER         9751106176 /*     910152 [master.fp32_shard]: layer 57 dense: this rank's fp32 master shard */
-#define L57_DENSE_GRAD           9752016336 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L57_DENSE_ADAM_M         9752926496 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L57_DENSE_ADAM_V         9753836656 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L57_EXPERTS_MASTER       9754746816 /*   44040192 [master.fp32_shard]: layer 57 experts: this rank's fp32 master shard */
-#define L57_EXPERTS_GRAD         9798787008 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L57_EXPERTS_ADAM_M       9842827200 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L57_EXPERTS_ADAM_V       9886867392 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L58_DENSE_MASTER         9930907584 /*     910152 [master.fp32_shard]: layer 58 dense: this rank's fp32 master shard */
-#define L58_DENSE_GRAD           9931817744 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L58_DENSE_ADAM_M         9932727904 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L58_DENSE_ADAM_V         9933638064 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L58_EXPERTS_MASTER       9934548224 /*   44040192 [master.fp32_shard]: layer 58 experts: this rank's fp32 master shard */
-#define L58_EXPERTS_GRAD         9978588416 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L58_EXPERTS_ADAM_M      10022628608 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L58_EXPERTS_ADAM_V      10066668800 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L59_DENSE_MASTER        10110708992 /*     910152 [master.fp32_shard]: layer 59 dense: this rank's fp32 master shard */
-#define L59_DENSE_GRAD          10111619152 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L59_DENSE_ADAM_M        10112529312 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L59_DENSE_ADAM_V        10113439472 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L59_EXPERTS_MASTER      10114349632 /*   44040192 [master.fp32_shard]: layer 59 experts: this rank's fp32 master shard */
-#define L59_EXPERTS_GRAD        10158389824 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L59_EXPERTS_ADAM_M      10202430016 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L59_EXPERTS_ADAM_V      10246470208 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L60_DENSE_MASTER        10290510400 /*     910152 [master.fp32_shard]: layer 60 dense: this rank's fp32 master shard */
-#define L60_DENSE_GRAD          10291420560 /*     910152 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L60_DENSE_ADAM_M        10292330720 /*     910152 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L60_DENSE_ADAM_V        10293240880 /*     910152 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L60_EXPERTS_MASTER      10294151040 /*   44040192 [master.fp32_shard]: layer 60 experts: this rank's fp32 master shard */
-#define L60_EXPERTS_GRAD        10338191232 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L60_EXPERTS_ADAM_M      10382231424 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L60_EXPERTS_ADAM_V      10426271616 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define HEAD_MASTER             10470311808 /*    3619872 [master.fp32_shard]: head: this rank's fp32 master shard */
-#define HEAD_GRAD               10473931680 /*    3619872 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M             10477551552 /*    3619872 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define HEAD_ADAM_V             10481171424 /*    3619872 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER             3619840 /*    2279232 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L1_DENSE_MASTER             5899072 /*    2279232 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L2_DENSE_MASTER             8178304 /*    2279232 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L3_DENSE_MASTER            10457536 /*     910152 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_EXPERTS_MASTER          11367696 /*   44040192 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
+#define L4_DENSE_MASTER            55407888 /*     910152 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
+#define L4_EXPERTS_MASTER          56318048 /*   44040192 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
+#define L5_DENSE_MASTER           100358240 /*     910152 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
+#define L5_EXPERTS_MASTER         101268400 /*   44040192 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
+#define L6_DENSE_MASTER           145308592 /*     910152 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
+#define L6_EXPERTS_MASTER         146218752 /*   44040192 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
+#define L7_DENSE_MASTER           190258944 /*     910152 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
+#define L7_EXPERTS_MASTER         191169104 /*   44040192 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
+#define L8_DENSE_MASTER           235209296 /*     910152 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
+#define L8_EXPERTS_MASTER         236119456 /*   44040192 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
+#define L9_DENSE_MASTER           280159648 /*     910152 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
+#define L9_EXPERTS_MASTER         281069808 /*   44040192 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
+#define L10_DENSE_MASTER          325110000 /*     910152 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
+#define L10_EXPERTS_MASTER        326020160 /*   44040192 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
+#define L11_DENSE_MASTER          370060352 /*     910152 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
+#define L11_EXPERTS_MASTER        370970512 /*   44040192 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
+#define L12_DENSE_MASTER          415010704 /*     910152 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
+#define L12_EXPERTS_MASTER        415920864 /*   44040192 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
+#define L13_DENSE_MASTER          459961056 /*     910152 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
+#define L13_EXPERTS_MASTER        460871216 /*   44040192 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
+#define L14_DENSE_MASTER          504911408 /*     910152 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
+#define L14_EXPERTS_MASTER        505821568 /*   44040192 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
+#define L15_DENSE_MASTER          549861760 /*     910152 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
+#define L15_EXPERTS_MASTER        550771920 /*   44040192 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
+#define L16_DENSE_MASTER          594812112 /*     910152 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
+#define L16_EXPERTS_MASTER        595722272 /*   44040192 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
+#define L17_DENSE_MASTER          639762464 /*     910152 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
+#define L17_EXPERTS_MASTER        640672624 /*   44040192 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
+#define L18_DENSE_MASTER          684712816 /*     910152 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
+#define L18_EXPERTS_MASTER        685622976 /*   44040192 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
+#define L19_DENSE_MASTER          729663168 /*     910152 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
+#define L19_EXPERTS_MASTER        730573328 /*   44040192 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
+#define L20_DENSE_MASTER          774613520 /*     910152 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
+#define L20_EXPERTS_MASTER        775523680 /*   44040192 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
+#define L21_DENSE_MASTER          819563872 /*     910152 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
+#define L21_EXPERTS_MASTER        820474032 /*   44040192 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
+#define L22_DENSE_MASTER          864514224 /*     910152 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
+#define L22_EXPERTS_MASTER        865424384 /*   44040192 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
+#define L23_DENSE_MASTER          909464576 /*     910152 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
+#define L23_EXPERTS_MASTER        910374736 /*   44040192 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
+#define L24_DENSE_MASTER          954414928 /*     910152 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
+#define L24_EXPERTS_MASTER        955325088 /*   44040192 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
+#define L25_DENSE_MASTER          999365280 /*     910152 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
+#define L25_EXPERTS_MASTER       1000275440 /*   44040192 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
+#define L26_DENSE_MASTER         1044315632 /*     910152 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
+#define L26_EXPERTS_MASTER       1045225792 /*   44040192 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
+#define L27_DENSE_MASTER         1089265984 /*     910152 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
+#define L27_EXPERTS_MASTER       1090176144 /*   44040192 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
+#define L28_DENSE_MASTER         1134216336 /*     910152 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
+#define L28_EXPERTS_MASTER       1135126496 /*   44040192 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
+#define L29_DENSE_MASTER         1179166688 /*     910152 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
+#define L29_EXPERTS_MASTER       1180076848 /*   44040192 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
+#define L30_DENSE_MASTER         1224117040 /*     910152 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
+#define L30_EXPERTS_MASTER       1225027200 /*   44040192 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
+#define L31_DENSE_MASTER         1269067392 /*     910152 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
+#define L31_EXPERTS_MASTER       1269977552 /*   44040192 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
+#define L32_DENSE_MASTER         1314017744 /*     910152 [master.fp32_shard]: layer 32 dense: this rank's fp32 master shard */
+#define L32_EXPERTS_MASTER       1314927904 /*   44040192 [master.fp32_shard]: layer 32 experts: this rank's fp32 master shard */
+#define L33_DENSE_MASTER         1358968096 /*     910152 [master.fp32_shard]: layer 33 dense: this rank's fp32 master shard */
+#define L33_EXPERTS_MASTER       1359878256 /*   44040192 [master.fp32_shard]: layer 33 experts: this rank's fp32 master shard */
+#define L34_DENSE_MASTER         1403918448 /*     910152 [master.fp32_shard]: layer 34 dense: this rank's fp32 master shard */
+#define L34_EXPERTS_MASTER       1404828608 /*   44040192 [master.fp32_shard]: layer 34 experts: this rank's fp32 master shard */
+#define L35_DENSE_MASTER         1448868800 /*     910152 [master.fp32_shard]: layer 35 dense: this rank's fp32 master shard */
+#define L35_EXPERTS_MASTER       1449778960 /*   44040192 [master.fp32_shard]: layer 35 experts: this rank's fp32 master shard */
+#define L36_DENSE_MASTER         1493819152 /*     910152 [master.fp32_shard]: layer 36 dense: this rank's fp32 master shard */
+#define L36_EXPERTS_MASTER       1494729312 /*   44040192 [master.fp32_shard]: layer 36 experts: this rank's fp32 master shard */
+#define L37_DENSE_MASTER         1538769504 /*     910152 [master.fp32_shard]: layer 37 dense: this rank's fp32 master shard */
+#define L37_EXPERTS_MASTER       1539679664 /*   44040192 [master.fp32_shard]: layer 37 experts: this rank's fp32 master shard */
+#define L38_DENSE_MASTER         1583719856 /*     910152 [master.fp32_shard]: layer 38 dense: this rank's fp32 master shard */
+#define L38_EXPERTS_MASTER       1584630016 /*   44040192 [master.fp32_shard]: layer 38 experts: this rank's fp32 master shard */
+#define L39_DENSE_MASTER         1628670208 /*     910152 [master.fp32_shard]: layer 39 dense: this rank's fp32 master shard */
+#define L39_EXPERTS_MASTER       1629580368 /*   44040192 [master.fp32_shard]: layer 39 experts: this rank's fp32 master shard */
+#define L40_DENSE_MASTER         1673620560 /*     910152 [master.fp32_shard]: layer 40 dense: this rank's fp32 master shard */
+#define L40_EXPERTS_MASTER       1674530720 /*   44040192 [master.fp32_shard]: layer 40 experts: this rank's fp32 master shard */
+#define L41_DENSE_MASTER         1718570912 /*     910152 [master.fp32_shard]: layer 41 dense: this rank's fp32 master shard */
+#define L41_EXPERTS_MASTER       1719481072 /*   44040192 [master.fp32_shard]: layer 41 experts: this rank's fp32 master shard */
+#define L42_DENSE_MASTER         1763521264 /*     910152 [master.fp32_shard]: layer 42 dense: this rank's fp32 master shard */
+#define L42_EXPERTS_MASTER       1764431424 /*   44040192 [master.fp32_shard]: layer 42 experts: this rank's fp32 master shard */
+#define L43_DENSE_MASTER         1808471616 /*     910152 [master.fp32_shard]: layer 43 dense: this rank's fp32 master shard */
+#define L43_EXPERTS_MASTER       1809381776 /*   44040192 [master.fp32_shard]: layer 43 experts: this rank's fp32 master shard */
+#define L44_DENSE_MASTER         1853421968 /*     910152 [master.fp32_shard]: layer 44 dense: this rank's fp32 master shard */
+#define L44_EXPERTS_MASTER       1854332128 /*   44040192 [master.fp32_shard]: layer 44 experts: this rank's fp32 master shard */
+#define L45_DENSE_MASTER         1898372320 /*     910152 [master.fp32_shard]: layer 45 dense: this rank's fp32 master shard */
+#define L45_EXPERTS_MASTER       1899282480 /*   44040192 [master.fp32_shard]: layer 45 experts: this rank's fp32 master shard */
+#define L46_DENSE_MASTER         1943322672 /*     910152 [master.fp32_shard]: layer 46 dense: this rank's fp32 master shard */
+#define L46_EXPERTS_MASTER       1944232832 /*   44040192 [master.fp32_shard]: layer 46 experts: this rank's fp32 master shard */
+#define L47_DENSE_MASTER         1988273024 /*     910152 [master.fp32_shard]: layer 47 dense: this rank's fp32 master shard */
+#define L47_EXPERTS_MASTER       1989183184 /*   44040192 [master.fp32_shard]: layer 47 experts: this rank's fp32 master shard */
+#define L48_DENSE_MASTER         2033223376 /*     910152 [master.fp32_shard]: layer 48 dense: this rank's fp32 master shard */
+#define L48_EXPERTS_MASTER       2034133536 /*   44040192 [master.fp32_shard]: layer 48 experts: this rank's fp32 master shard */
+#define L49_DENSE_MASTER         2078173728 /*     910152 [master.fp32_shard]: layer 49 dense: this rank's fp32 master shard */
+#define L49_EXPERTS_MASTER       2079083888 /*   44040192 [master.fp32_shard]: layer 49 experts: this rank's fp32 master shard */
+#define L50_DENSE_MASTER         2123124080 /*     910152 [master.fp32_shard]: layer 50 dense: this rank's fp32 master shard */
+#define L50_EXPERTS_MASTER       2124034240 /*   44040192 [master.fp32_shard]: layer 50 experts: this rank's fp32 master shard */
+#define L51_DENSE_MASTER         2168074432 /*     910152 [master.fp32_shard]: layer 51 dense: this rank's fp32 master shard */
+#define L51_EXPERTS_MASTER       2168984592 /*   44040192 [master.fp32_shard]: layer 51 experts: this rank's fp32 master shard */
+#define L52_DENSE_MASTER         2213024784 /*     910152 [master.fp32_shard]: layer 52 dense: this rank's fp32 master shard */
+#define L52_EXPERTS_MASTER       2213934944 /*   44040192 [master.fp32_shard]: layer 52 experts: this rank's fp32 master shard */
+#define L53_DENSE_MASTER         2257975136 /*     910152 [master.fp32_shard]: layer 53 dense: this rank's fp32 master shard */
+#define L53_EXPERTS_MASTER       2258885296 /*   44040192 [master.fp32_shard]: layer 53 experts: this rank's fp32 master shard */
+#define L54_DENSE_MASTER         2302925488 /*     910152 [master.fp32_shard]: layer 54 dense: this rank's fp32 master shard */
+#define L54_EXPERTS_MASTER       2303835648 /*   44040192 [master.fp32_shard]: layer 54 experts: this rank's fp32 master shard */
+#define L55_DENSE_MASTER         2347875840 /*     910152 [master.fp32_shard]: layer 55 dense: this rank's fp32 master shard */
+#define L55_EXPERTS_MASTER       2348786000 /*   44040192 [master.fp32_shard]: layer 55 experts: this rank's fp32 master shard */
+#define L56_DENSE_MASTER         2392826192 /*     910152 [master.fp32_shard]: layer 56 dense: this rank's fp32 master shard */
+#define L56_EXPERTS_MASTER       2393736352 /*   44040192 [master.fp32_shard]: layer 56 experts: this rank's fp32 master shard */
+#define L57_DENSE_MASTER         2437776544 /*     910152 [master.fp32_shard]: layer 57 dense: this rank's fp32 master shard */
+#define L57_EXPERTS_MASTER       2438686704 /*   44040192 [master.fp32_shard]: layer 57 experts: this rank's fp32 master shard */
+#define L58_DENSE_MASTER         2482726896 /*     910152 [master.fp32_shard]: layer 58 dense: this rank's fp32 master shard */
+#define L58_EXPERTS_MASTER       2483637056 /*   44040192 [master.fp32_shard]: layer 58 experts: this rank's fp32 master shard */
+#define L59_DENSE_MASTER         2527677248 /*     910152 [master.fp32_shard]: layer 59 dense: this rank's fp32 master shard */
+#define L59_EXPERTS_MASTER       2528587408 /*   44040192 [master.fp32_shard]: layer 59 experts: this rank's fp32 master shard */
+#define L60_DENSE_MASTER         2572627600 /*     910152 [master.fp32_shard]: layer 60 dense: this rank's fp32 master shard */
+#define L60_EXPERTS_MASTER       2573537760 /*   44040192 [master.fp32_shard]: layer 60 experts: this rank's fp32 master shard */
+#define HEAD_MASTER              2617577952 /*    3619872 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define EMBED_GRAD               2621197824 /*    3619840 [grads.fp32_shard]: embedding: its gradient, accumulated over micro-batches */
+#define L0_DENSE_GRAD            2624817664 /*    2279232 [grads.fp32_shard]: layer 0 dense: its gradient, accumulated over micro-batches */
+#define L1_DENSE_GRAD            2627096896 /*    2279232 [grads.fp32_shard]: layer 1 dense: its gradient, accumulated over micro-batches */
+#define L2_DENSE_GRAD            2629376128 /*    2279232 [grads.fp32_shard]: layer 2 dense: its gradient, accumulated over micro-batches */
+#define L3_DENSE_GRAD            2631655360 /*     910152 [grads.fp32_shard]: layer 3 dense: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_GRAD          2632565520 /*   44040192 [grads.fp32_shard]: layer 3 experts: its gradient, accumulated over micro-batches */
+#define L4_DENSE_GRAD            2676605712 /*     910152 [grads.fp32_shard]: layer 4 dense: its gradient, accumulated over micro-batches */
+#define L4_EXPERTS_GRAD          2677515872 /*   44040192 [grads.fp32_shard]: layer 4 experts: its gradient, accumulated over micro-batches */
+#define L5_DENSE_GRAD            2721556064 /*     910152 [grads.fp32_shard]: layer 5 dense: its gradient, accumulated over micro-batches */
+#define L5_EXPERTS_GRAD          2722466224 /*   44040192 [grads.fp32_shard]: layer 5 experts: its gradient, accumulated over micro-batches */
+#define L6_DENSE_GRAD            2766506416 /*     910152 [grads.fp32_shard]: layer 6 dense: its gradient, accumulated over micro-batches */
+#define L6_EXPERTS_GRAD          2767416576 /*   44040192 [grads.fp32_shard]: layer 6 experts: its gradient, accumulated over micro-batches */
+#define L7_DENSE_GRAD            2811456768 /*     910152 [grads.fp32_shard]: layer 7 dense: its gradient, accumulated over micro-batches */
+#define L7_EXPERTS_GRAD          2812366928 /*   44040192 [grads.fp32_shard]: layer 7 experts: its gradient, accumulated over micro-batches */
+#define L8_DENSE_GRAD            2856407120 /*     910152 [grads.fp32_shard]: layer 8 dense: its gradient, accumulated over micro-batches */
+#define L8_EXPERTS_GRAD          2857317280 /*   44040192 [grads.fp32_shard]: layer 8 experts: its gradient, accumulated over micro-batches */
+#define L9_DENSE_GRAD            2901357472 /*     910152 [grads.fp32_shard]: layer 9 dense: its gradient, accumulated over micro-batches */
+#define L9_EXPERTS_GRAD          2902267632 /*   44040192 [grads.fp32_shard]: layer 9 experts: its gradient, accumulated over micro-batches */
+#define L10_DENSE_GRAD           2946307824 /*     910152 [grads.fp32_shard]: layer 10 dense: its gradient, accumulated over micro-batches */
+#define L10_EXPERTS_GRAD         2947217984 /*   44040192 [grads.fp32_shard]: layer 10 experts: its gradient, accumulated over micro-batches */
+#define L11_DENSE_GRAD           2991258176 /*     910152 [grads.fp32_shard]: layer 11 dense: its gradient, accumulated over micro-batches */
+#define L11_EXPERTS_GRAD         2992168336 /*   44040192 [grads.fp32_shard]: layer 11 experts: its gradient, accumulated over micro-batches */
+#define L12_DENSE_GRAD           3036208528 /*     910152 [grads.fp32_shard]: layer 12 dense: its gradient, accumulated over micro-batches */
+#define L12_EXPERTS_GRAD         3037118688 /*   44040192 [grads.fp32_shard]: layer 12 experts: its gradient, accumulated over micro-batches */
+#define L13_DENSE_GRAD           3081158880 /*     910152 [grads.fp32_shard]: layer 13 dense: its gradient, accumulated over micro-batches */
+#define L13_EXPERTS_GRAD         3082069040 /*   44040192 [grads.fp32_shard]: layer 13 experts: its gradient, accumulated over micro-batches */
+#define L14_DENSE_GRAD           3126109232 /*     910152 [grads.fp32_shard]: layer 14 dense: its gradient, accumulated over micro-batches */
+#define L14_EXPERTS_GRAD         3127019392 /*   44040192 [grads.fp32_shard]: layer 14 experts: its gradient, accumulated over micro-batches */
+#define L15_DENSE_GRAD           3171059584 /*     910152 [grads.fp32_shard]: layer 15 dense: its gradient, accumulated over micro-batches */
+#define L15_EXPERTS_GRAD         3171969744 /*   44040192 [grads.fp32_shard]: layer 15 experts: its gradient, accumulated over micro-batches */
+#define L16_DENSE_GRAD           3216009936 /*     910152 [grads.fp32_shard]: layer 16 dense: its gradient, accumulated over micro-batches */
+#define L16_EXPERTS_GRAD         3216920096 /*   44040192 [grads.fp32_shard]: layer 16 experts: its gradient, accumulated over micro-batches */
+#define L17_DENSE_GRAD           3260960288 /*     910152 [grads.fp32_shard]: layer 17 dense: its gradient, accumulated over micro-batches */
+#define L17_EXPERTS_GRAD         3261870448 /*   44040192 [grads.fp32_shard]: layer 17 experts: its gradient, accumulated over micro-batches */
+#define L18_DENSE_GRAD           3305910640 /*     910152 [grads.fp32_shard]: layer 18 dense: its gradient, accumulated over micro-batches */
+#define L18_EXPERTS_GRAD         3306820800 /*   44040192 [grads.fp32_shard]: layer 18 experts: its gradient, accumulated over micro-batches */
+#define L19_DENSE_GRAD           3350860992 /*     910152 [grads.fp32_shard]: layer 19 dense: its gradient, accumulated over micro-batches */
+#define L19_EXPERTS_GRAD         3351771152 /*   44040192 [grads.fp32_shard]: layer 19 experts: its gradient, accumulated over micro-batches */
+#define L20_DENSE_GRAD           3395811344 /*     910152 [grads.fp32_shard]: layer 20 dense: its gradient, accumulated over micro-batches */
+#define L20_EXPERTS_GRAD         3396721504 /*   44040192 [grads.fp32_shard]: layer 20 experts: its gradient, accumulated over micro-batches */
+#define L21_DENSE_GRAD           3440761696 /*     910152 [grads.fp32_shard]: layer 21 dense: its gradient, accumulated over micro-batches */
+#define L21_EXPERTS_GRAD         3441671856 /*   44040192 [grads.fp32_shard]: layer 21 experts: its gradient, accumulated over micro-batches */
+#define L22_DENSE_GRAD           3485712048 /*     910152 [grads.fp32_shard]: layer 22 dense: its gradient, accumulated over micro-batches */
+#define L22_EXPERTS_GRAD         3486622208 /*   44040192 [grads.fp32_shard]: layer 22 experts: its gradient, accumulated over micro-batches */
+#define L23_DENSE_GRAD           3530662400 /*     910152 [grads.fp32_shard]: layer 23 dense: its gradient, accumulated over micro-batches */
+#define L23_EXPERTS_GRAD         3531572560 /*   44040192 [grads.fp32_shard]: layer 23 experts: its gradient, accumulated over micro-batches */
+#define L24_DENSE_GRAD           3575612752 /*     910152 [grads.fp32_shard]: layer 24 dense: its gradient, accumulated over micro-batches */
+#define L24_EXPERTS_GRAD         3576522912 /*   44040192 [grads.fp32_shard]: layer 24 experts: its gradient, accumulated over micro-batches */
+#define L25_DENSE_GRAD           3620563104 /*     910152 [grads.fp32_shard]: layer 25 dense: its gradient, accumulated over micro-batches */
+#define L25_EXPERTS_GRAD         3621473264 /*   44040192 [grads.fp32_shard]: layer 25 experts: its gradient, accumulated over micro-batches */
+#define L26_DENSE_GRAD           3665513456 /*     910152 [grads.fp32_shard]: layer 26 dense: its gradient, accumulated over micro-batches */
+#define L26_EXPERTS_GRAD         3666423616 /*   44040192 [grads.fp32_shard]: layer 26 experts: its gradient, accumulated over micro-batches */
+#define L27_DENSE_GRAD           3710463808 /*     910152 [grads.fp32_shard]: layer 27 dense: its gradient, accumulated over micro-batches */
+#define L27_EXPERTS_GRAD         3711373968 /*   44040192 [grads.fp32_shard]: layer 27 experts: its gradient, accumulated over micro-batches */
+#define L28_DENSE_GRAD           3755414160 /*     910152 [grads.fp32_shard]: layer 28 dense: its gradient, accumulated over micro-batches */
+#define L28_EXPERTS_GRAD         3756324320 /*   44040192 [grads.fp32_shard]: layer 28 experts: its gradient, accumulated over micro-batches */
+#define L29_DENSE_GRAD           3800364512 /*     910152 [grads.fp32_shard]: layer 29 dense: its gradient, accumulated over micro-batches */
+#define L29_EXPERTS_GRAD         3801274672 /*   44040192 [grads.fp32_shard]: layer 29 experts: its gradient, accumulated over micro-batches */
+#define L30_DENSE_GRAD           3845314864 /*     910152 [grads.fp32_shard]: layer 30 dense: its gradient, accumulated over micro-batches */
+#define L30_EXPERTS_GRAD         3846225024 /*   44040192 [grads.fp32_shard]: layer 30 experts: its gradient, accumulated over micro-batches */
+#define L31_DENSE_GRAD           3890265216 /*     910152 [grads.fp32_shard]: layer 31 dense: its gradient, accumulated over micro-batches */
+#define L31_EXPERTS_GRAD         3891175376 /*   44040192 [grads.fp32_shard]: layer 31 experts: its gradient, accumulated over micro-batches */
+#define L32_DENSE_GRAD           3935215568 /*     910152 [grads.fp32_shard]: layer 32 dense: its gradient, accumulated over micro-batches */
+#define L32_EXPERTS_GRAD         3936125728 /*   44040192 [grads.fp32_shard]: layer 32 experts: its gradient, accumulated over micro-batches */
+#define L33_DENSE_GRAD           3980165920 /*     910152 [grads.fp32_shard]: layer 33 dense: its gradient, accumulated over micro-batches */
+#define L33_EXPERTS_GRAD         3981076080 /*   44040192 [grads.fp32_shard]: layer 33 experts: its gradient, accumulated over micro-batches */
+#define L34_DENSE_GRAD           4025116272 /*     910152 [grads.fp32_shard]: layer 34 dense: its gradient, accumulated over micro-batches */
+#define L34_EXPERTS_GRAD         4026026432 /*   44040192 [grads.fp32_shard]: layer 34 experts: its gradient, accumulated over micro-batches */
+#define L35_DENSE_GRAD           4070066624 /*     910152 [grads.fp32_shard]: layer 35 dense: its gradient, accumulated over micro-batches */
+#define L35_EXPERTS_GRAD         4070976784 /*   44040192 [grads.fp32_shard]: layer 35 experts: its gradient, accumulated over micro-batches */
+#define L36_DENSE_GRAD           4115016976 /*     910152 [grads.fp32_shard]: layer 36 dense: its gradient, accumulated over micro-batches */
+#define L36_EXPERTS_GRAD         4115927136 /*   44040192 [grads.fp32_shard]: layer 36 experts: its gradient, accumulated over micro-batches */
+#define L37_DENSE_GRAD           4159967328 /*     910152 [grads.fp32_shard]: layer 37 dense: its gradient, accumulated over micro-batches */
+#define L37_EXPERTS_GRAD         4160877488 /*   44040192 [grads.fp32_shard]: layer 37 experts: its gradient, accumulated over micro-batches */
+#define L38_DENSE_GRAD           4204917680 /*     910152 [grads.fp32_shard]: layer 38 dense: its gradient, accumulated over micro-batches */
+#define L38_EXPERTS_GRAD         4205827840 /*   44040192 [grads.fp32_shard]: layer 38 experts: its gradient, accumulated over micro-batches */
+#define L39_DENSE_GRAD           4249868032 /*     910152 [grads.fp32_shard]: layer 39 dense: its gradient, accumulated over micro-batches */
+#define L39_EXPERTS_GRAD         4250778192 /*   44040192 [grads.fp32_shard]: layer 39 experts: its gradient, accumulated over micro-batches */
+#define L40_DENSE_GRAD           4294818384 /*     910152 [grads.fp32_shard]: layer 40 dense: its gradient, accumulated over micro-batches */
+#define L40_EXPERTS_GRAD         4295728544 /*   44040192 [grads.fp32_shard]: layer 40 experts: its gradient, accumulated over micro-batches */
+#define L41_DENSE_GRAD           4339768736 /*     910152 [grads.fp32_shard]: layer 41 dense: its gradient, accumulated over micro-batches */
+#define L41_EXPERTS_GRAD         4340678896 /*   44040192 [grads.fp32_shard]: layer 41 experts: its gradient, accumulated over micro-batches */
+#define L42_DENSE_GRAD           4384719088 /*     910152 [grads.fp32_shard]: layer 42 dense: its gradient, accumulated over micro-batches */
+#define L42_EXPERTS_GRAD         4385629248 /*   44040192 [grads.fp32_shard]: layer 42 experts: its gradient, accumulated over micro-batches */
+#define L43_DENSE_GRAD           4429669440 /*     910152 [grads.fp32_shard]: layer 43 dense: its gradient, accumulated over micro-batches */
+#define L43_EXPERTS_GRAD         4430579600 /*   44040192 [grads.fp32_shard]: layer 43 experts: its gradient, accumulated over micro-batches */
+#define L44_DENSE_GRAD           4474619792 /*     910152 [grads.fp32_shard]: layer 44 dense: its gradient, accumulated over micro-batches */
+#define L44_EXPERTS_GRAD         4475529952 /*   44040192 [grads.fp32_shard]: layer 44 experts: its gradient, accumulated over micro-batches */
+#define L45_DENSE_GRAD           4519570144 /*     910152 [grads.fp32_shard]: layer 45 dense: its gradient, accumulated over micro-batches */
+#define L45_EXPERTS_GRAD         4520480304 /*   44040192 [grads.fp32_shard]: layer 45 experts: its gradient, accumulated over micro-batches */
+#define L46_DENSE_GRAD           4564520496 /*     910152 [grads.fp32_shard]: layer 46 dense: its gradient, accumulated over micro-batches */
+#define L46_EXPERTS_GRAD         4565430656 /*   44040192 [grads.fp32_shard]: layer 46 experts: its gradient, accumulated over micro-batches */
+#define L47_DENSE_GRAD           4609470848 /*     910152 [grads.fp32_shard]: layer 47 dense: its gradient, accumulated over micro-batches */
+#define L47_EXPERTS_GRAD         4610381008 /*   44040192 [grads.fp32_shard]: layer 47 experts: its gradient, accumulated over micro-batches */
+#define L48_DENSE_GRAD           4654421200 /*     910152 [grads.fp32_shard]: layer 48 dense: its gradient, accumulated over micro-batches */
+#define L48_EXPERTS_GRAD         4655331360 /*   44040192 [grads.fp32_shard]: layer 48 experts: its gradient, accumulated over micro-batches */
+#define L49_DENSE_GRAD           4699371552 /*     910152 [grads.fp32_shard]: layer 49 dense: its gradient, accumulated over micro-batches */
+#define L49_EXPERTS_GRAD         4700281712 /*   44040192 [grads.fp32_shard]: layer 49 experts: its gradient, accumulated over micro-batches */
+#define L50_DENSE_GRAD           4744321904 /*     910152 [grads.fp32_shard]: layer 50 dense: its gradient, accumulated over micro-batches */
+#define L50_EXPERTS_GRAD         4745232064 /*   44040192 [grads.fp32_shard]: layer 50 experts: its gradient, accumulated over micro-batches */
+#define L51_DENSE_GRAD           4789272256 /*     910152 [grads.fp32_shard]: layer 51 dense: its gradient, accumulated over micro-batches */
+#define L51_EXPERTS_GRAD         4790182416 /*   44040192 [grads.fp32_shard]: layer 51 experts: its gradient, accumulated over micro-batches */
+#define L52_DENSE_GRAD           4834222608 /*     910152 [grads.fp32_shard]: layer 52 dense: its gradient, accumulated over micro-batches */
+#define L52_EXPERTS_GRAD         4835132768 /*   44040192 [grads.fp32_shard]: layer 52 experts: its gradient, accumulated over micro-batches */
+#define L53_DENSE_GRAD           4879172960 /*     910152 [grads.fp32_shard]: layer 53 dense: its gradient, accumulated over micro-batches */
+#define L53_EXPERTS_GRAD         4880083120 /*   44040192 [grads.fp32_shard]: layer 53 experts: its gradient, accumulated over micro-batches */
+#define L54_DENSE_GRAD           4924123312 /*     910152 [grads.fp32_shard]: layer 54 dense: its gradient, accumulated over micro-batches */
+#define L54_EXPERTS_GRAD         4925033472 /*   44040192 [grads.fp32_shard]: layer 54 experts: its gradient, accumulated over micro-batches */
+#define L55_DENSE_GRAD           4969073664 /*     910152 [grads.fp32_shard]: layer 55 dense: its gradient, accumulated over micro-batches */
+#define L55_EXPERTS_GRAD         4969983824 /*   44040192 [grads.fp32_shard]: layer 55 experts: its gradient, accumulated over micro-batches */
+#define L56_DENSE_GRAD           5014024016 /*     910152 [grads.fp32_shard]: layer 56 dense: its gradient, accumulated over micro-batches */
+#define L56_EXPERTS_GRAD         5014934176 /*   44040192 [grads.fp32_shard]: layer 56 experts: its gradient, accumulated over micro-batches */
+#define L57_DENSE_GRAD           5058974368 /*     910152 [grads.fp32_shard]: layer 57 dense: its gradient, accumulated over micro-batches */
+#define L57_EXPERTS_GRAD         5059884528 /*   44040192 [grads.fp32_shard]: layer 57 experts: its gradient, accumulated over micro-batches */
+#define L58_DENSE_GRAD           5103924720 /*     910152 [grads.fp32_shard]: layer 58 dense: its gradient, accumulated over micro-batches */
+#define L58_EXPERTS_GRAD         5104834880 /*   44040192 [grads.fp32_shard]: layer 58 experts: its gradient, accumulated over micro-batches */
+#define L59_DENSE_GRAD           5148875072 /*     910152 [grads.fp32_shard]: layer 59 dense: its gradient, accumulated over micro-batches */
+#define L59_EXPERTS_GRAD         5149785232 /*   44040192 [grads.fp32_shard]: layer 59 experts: its gradient, accumulated over micro-batches */
+#define L60_DENSE_GRAD           5193825424 /*     910152 [grads.fp32_shard]: layer 60 dense: its gradient, accumulated over micro-batches */
+#define L60_EXPERTS_GRAD         5194735584 /*   44040192 [grads.fp32_shard]: layer 60 experts: its gradient, accumulated over micro-batches */
+#define HEAD_GRAD                5238775776 /*    3619872 [grads.fp32_shard]: head: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M             5242395648 /*    3619840 [optimizer.adamw_moments]: embedding: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_M          5246015488 /*    2279232 [optimizer.adamw_moments]: layer 0 dense: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_M          5248294720 /*    2279232 [optimizer.adamw_moments]: layer 1 dense: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_M          5250573952 /*    2279232 [optimizer.adamw_moments]: layer 2 dense: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_M          5252853184 /*     910152 [optimizer.adamw_moments]: layer 3 dense: AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_M        5253763344 /*   44040192 [optimizer.adamw_moments]: layer 3 experts: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_M          5297803536 /*     910152 [optimizer.adamw_moments]: layer 4 dense: AdamW first moment (fp32) */
+#define L4_EXPERTS_ADAM_M        5298713696 /*   44040192 [optimizer.adamw_moments]: layer 4 experts: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_M          5342753888 /*     910152 [optimizer.adamw_moments]: layer 5 dense: AdamW first moment (fp32) */
+#define L5_EXPERTS_ADAM_M        5343664048 /*   44040192 [optimizer.adamw_moments]: layer 5 experts: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_M          5387704240 /*     910152 [optimizer.adamw_moments]: layer 6 dense: AdamW first moment (fp32) */
+#define L6_EXPERTS_ADAM_M        5388614400 /*   44040192 [optimizer.adamw_moments]: layer 6 experts: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_M          5432654592 /*     910152 [optimizer.adamw_moments]: layer 7 dense: AdamW first moment (fp32) */
+#define L7_EXPERTS_ADAM_M        5433564752 /*   44040192 [optimizer.adamw_moments]: layer 7 experts: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_M          5477604944 /*     910152 [optimizer.adamw_moments]: layer 8 dense: AdamW first moment (fp32) */
+#define L8_EXPERTS_ADAM_M        5478515104 /*   44040192 [optimizer.adamw_moments]: layer 8 experts: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_M          5522555296 /*     910152 [optimizer.adamw_moments]: layer 9 dense: AdamW first moment (fp32) */
+#define L9_EXPERTS_ADAM_M        5523465456 /*   44040192 [optimizer.adamw_moments]: layer 9 experts: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_M         5567505648 /*     910152 [optimizer.adamw_moments]: layer 10 dense: AdamW first moment (fp32) */
+#define L10_EXPERTS_ADAM_M       5568415808 /*   44040192 [optimizer.adamw_moments]: layer 10 experts: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_M         5612456000 /*     910152 [optimizer.adamw_moments]: layer 11 dense: AdamW first moment (fp32) */
+#define L11_EXPERTS_ADAM_M       5613366160 /*   44040192 [optimizer.adamw_moments]: layer 11 experts: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_M         5657406352 /*     910152 [optimizer.adamw_moments]: layer 12 dense: AdamW first moment (fp32) */
+#define L12_EXPERTS_ADAM_M       5658316512 /*   44040192 [optimizer.adamw_moments]: layer 12 experts: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_M         5702356704 /*     910152 [optimizer.adamw_moments]: layer 13 dense: AdamW first moment (fp32) */
+#define L13_EXPERTS_ADAM_M       5703266864 /*   44040192 [optimizer.adamw_moments]: layer 13 experts: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_M         5747307056 /*     910152 [optimizer.adamw_moments]: layer 14 dense: AdamW first moment (fp32) */
+#define L14_EXPERTS_ADAM_M       5748217216 /*   44040192 [optimizer.adamw_moments]: layer 14 experts: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_M         5792257408 /*     910152 [optimizer.adamw_moments]: layer 15 dense: AdamW first moment (fp32) */
+#define L15_EXPERTS_ADAM_M       5793167568 /*   44040192 [optimizer.adamw_moments]: layer 15 experts: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_M         5837207760 /*     910152 [optimizer.adamw_moments]: layer 16 dense: AdamW first moment (fp32) */
+#define L16_EXPERTS_ADAM_M       5838117920 /*   44040192 [optimizer.adamw_moments]: layer 16 experts: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_M         5882158112 /*     910152 [optimizer.adamw_moments]: layer 17 dense: AdamW first moment (fp32) */
+#define L17_EXPERTS_ADAM_M       5883068272 /*   44040192 [optimizer.adamw_moments]: layer 17 experts: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_M         5927108464 /*     910152 [optimizer.adamw_moments]: layer 18 dense: AdamW first moment (fp32) */
+#define L18_EXPERTS_ADAM_M       5928018624 /*   44040192 [optimizer.adamw_moments]: layer 18 experts: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_M         5972058816 /*     910152 [optimizer.adamw_moments]: layer 19 dense: AdamW first moment (fp32) */
+#define L19_EXPERTS_ADAM_M       5972968976 /*   44040192 [optimizer.adamw_moments]: layer 19 experts: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_M         6017009168 /*     910152 [optimizer.adamw_moments]: layer 20 dense: AdamW first moment (fp32) */
+#define L20_EXPERTS_ADAM_M       6017919328 /*   44040192 [optimizer.adamw_moments]: layer 20 experts: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_M         6061959520 /*     910152 [optimizer.adamw_moments]: layer 21 dense: AdamW first moment (fp32) */
+#define L21_EXPERTS_ADAM_M       6062869680 /*   44040192 [optimizer.adamw_moments]: layer 21 experts: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_M         6106909872 /*     910152 [optimizer.adamw_moments]: layer 22 dense: AdamW first moment (fp32) */
+#define L22_EXPERTS_ADAM_M       6107820032 /*   44040192 [optimizer.adamw_moments]: layer 22 experts: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_M         6151860224 /*     910152 [optimizer.adamw_moments]: layer 23 dense: AdamW first moment (fp32) */
+#define L23_EXPERTS_ADAM_M       6152770384 /*   44040192 [optimizer.adamw_moments]: layer 23 experts: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_M         6196810576 /*     910152 [optimizer.adamw_moments]: layer 24 dense: AdamW first moment (fp32) */
+#define L24_EXPERTS_ADAM_M       6197720736 /*   44040192 [optimizer.adamw_moments]: layer 24 experts: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_M         6241760928 /*     910152 [optimizer.adamw_moments]: layer 25 dense: AdamW first moment (fp32) */
+#define L25_EXPERTS_ADAM_M       6242671088 /*   44040192 [optimizer.adamw_moments]: layer 25 experts: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_M         6286711280 /*     910152 [optimizer.adamw_moments]: layer 26 dense: AdamW first moment (fp32) */
+#define L26_EXPERTS_ADAM_M       6287621440 /*   44040192 [optimizer.adamw_moments]: layer 26 experts: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_M         6331661632 /*     910152 [optimizer.adamw_moments]: layer 27 dense: AdamW first moment (fp32) */
+#define L27_EXPERTS_ADAM_M       6332571792 /*   44040192 [optimizer.adamw_moments]: layer 27 experts: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_M         6376611984 /*     910152 [optimizer.adamw_moments]: layer 28 dense: AdamW first moment (fp32) */
+#define L28_EXPERTS_ADAM_M       6377522144 /*   44040192 [optimizer.adamw_moments]: layer 28 experts: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_M         6421562336 /*     910152 [optimizer.adamw_moments]: layer 29 dense: AdamW first moment (fp32) */
+#define L29_EXPERTS_ADAM_M       6422472496 /*   44040192 [optimizer.adamw_moments]: layer 29 experts: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_M         6466512688 /*     910152 [optimizer.adamw_moments]: layer 30 dense: AdamW first moment (fp32) */
+#define L30_EXPERTS_ADAM_M       6467422848 /*   44040192 [optimizer.adamw_moments]: layer 30 experts: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_M         6511463040 /*     910152 [optimizer.adamw_moments]: layer 31 dense: AdamW first moment (fp32) */
+#define L31_EXPERTS_ADAM_M       6512373200 /*   44040192 [optimizer.adamw_moments]: layer 31 experts: AdamW first moment (fp32) */
+#define L32_DENSE_ADAM_M         6556413392 /*     910152 [optimizer.adamw_moments]: layer 32 dense: AdamW first moment (fp32) */
+#define L32_EXPERTS_ADAM_M       6557323552 /*   44040192 [optimizer.adamw_moments]: layer 32 experts: AdamW first moment (fp32) */
+#define L33_DENSE_ADAM_M         6601363744 /*     910152 [optimizer.adamw_moments]: layer 33 dense: AdamW first moment (fp32) */
+#define L33_EXPERTS_ADAM_M       6602273904 /*   44040192 [optimizer.adamw_moments]: layer 33 experts: AdamW first moment (fp32) */
+#define L34_DENSE_ADAM_M         6646314096 /*     910152 [optimizer.adamw_moments]: layer 34 dense: AdamW first moment (fp32) */
+#define L34_EXPERTS_ADAM_M       6647224256 /*   44040192 [optimizer.adamw_moments]: layer 34 experts: AdamW first moment (fp32) */
+#define L35_DENSE_ADAM_M         6691264448 /*     910152 [optimizer.adamw_moments]: layer 35 dense: AdamW first moment (fp32) */
+#define L35_EXPERTS_ADAM_M       6692174608 /*   44040192 [optimizer.adamw_moments]: layer 35 experts: AdamW first moment (fp32) */
+#define L36_DENSE_ADAM_M         6736214800 /*     910152 [optimizer.adamw_moments]: layer 36 dense: AdamW first moment (fp32) */
+#define L36_EXPERTS_ADAM_M       6737124960 /*   44040192 [optimizer.adamw_moments]: layer 36 experts: AdamW first moment (fp32) */
+#define L37_DENSE_ADAM_M         6781165152 /*     910152 [optimizer.adamw_moments]: layer 37 dense: AdamW first moment (fp32) */
+#define L37_EXPERTS_ADAM_M       6782075312 /*   44040192 [optimizer.adamw_moments]: layer 37 experts: AdamW first moment (fp32) */
+#define L38_DENSE_ADAM_M         6826115504 /*     910152 [optimizer.adamw_moments]: layer 38 dense: AdamW first moment (fp32) */
+#define L38_EXPERTS_ADAM_M       6827025664 /*   44040192 [optimizer.adamw_moments]: layer 38 experts: AdamW first moment (fp32) */
+#define L39_DENSE_ADAM_M         6871065856 /*     910152 [optimizer.adamw_moments]: layer 39 dense: AdamW first moment (fp32) */
+#define L39_EXPERTS_ADAM_M       6871976016 /*   44040192 [optimizer.adamw_moments]: layer 39 experts: AdamW first moment (fp32) */
+#define L40_DENSE_ADAM_M         6916016208 /*     910152 [optimizer.adamw_moments]: layer 40 dense: AdamW first moment (fp32) */
+#define L40_EXPERTS_ADAM_M       6916926368 /*   44040192 [optimizer.adamw_moments]: layer 40 experts: AdamW first moment (fp32) */
+#define L41_DENSE_ADAM_M         6960966560 /*     910152 [optimizer.adamw_moments]: layer 41 dense: AdamW first moment (fp32) */
+#define L41_EXPERTS_ADAM_M       6961876720 /*   44040192 [optimizer.adamw_moments]: layer 41 experts: AdamW first moment (fp32) */
+#define L42_DENSE_ADAM_M         7005916912 /*     910152 [optimizer.adamw_moments]: layer 42 dense: AdamW first moment (fp32) */
+#define L42_EXPERTS_ADAM_M       7006827072 /*   44040192 [optimizer.adamw_moments]: layer 42 experts: AdamW first moment (fp32) */
+#define L43_DENSE_ADAM_M         7050867264 /*     910152 [optimizer.adamw_moments]: layer 43 dense: AdamW first moment (fp32) */
+#define L43_EXPERTS_ADAM_M       7051777424 /*   44040192 [optimizer.adamw_moments]: layer 43 experts: AdamW first moment (fp32) */
+#define L44_DENSE_ADAM_M         7095817616 /*     910152 [optimizer.adamw_moments]: layer 44 dense: AdamW first moment (fp32) */
+#define L44_EXPERTS_ADAM_M       7096727776 /*   44040192 [optimizer.adamw_moments]: layer 44 experts: AdamW first moment (fp32) */
+#define L45_DENSE_ADAM_M         7140767968 /*     910152 [optimizer.adamw_moments]: layer 45 dense: AdamW first moment (fp32) */
+#define L45_EXPERTS_ADAM_M       7141678128 /*   44040192 [optimizer.adamw_moments]: layer 45 experts: AdamW first moment (fp32) */
+#define L46_DENSE_ADAM_M         7185718320 /*     910152 [optimizer.adamw_moments]: layer 46 dense: AdamW first moment (fp32) */
+#define L46_EXPERTS_ADAM_M       7186628480 /*   44040192 [optimizer.adamw_moments]: layer 46 experts: AdamW first moment (fp32) */
+#define L47_DENSE_ADAM_M         7230668672 /*     910152 [optimizer.adamw_moments]: layer 47 dense: AdamW first moment (fp32) */
+#define L47_EXPERTS_ADAM_M       7231578832 /*   44040192 [optimizer.adamw_moments]: layer 47 experts: AdamW first moment (fp32) */
+#define L48_DENSE_ADAM_M         7275619024 /*     910152 [optimizer.adamw_moments]: layer 48 dense: AdamW first moment (fp32) */
+#define L48_EXPERTS_ADAM_M       7276529184 /*   44040192 [optimizer.adamw_moments]: layer 48 experts: AdamW first moment (fp32) */
+#define L49_DENSE_ADAM_M         7320569376 /*     910152 [optimizer.adamw_moments]: layer 49 dense: AdamW first moment (fp32) */
+#define L49_EXPERTS_ADAM_M       7321479536 /*   44040192 [optimizer.adamw_moments]: layer 49 experts: AdamW first moment (fp32) */
+#define L50_DENSE_ADAM_M         7365519728 /*     910152 [optimizer.adamw_moments]: layer 50 dense: AdamW first moment (fp32) */
+#define L50_EXPERTS_ADAM_M       7366429888 /*   44040192 [optimizer.adamw_moments]: layer 50 experts: AdamW first moment (fp32) */
+#define L51_DENSE_ADAM_M         7410470080 /*     910152 [optimizer.adamw_moments]: layer 51 dense: AdamW first moment (fp32) */
+#define L51_EXPERTS_ADAM_M       7411380240 /*   44040192 [optimizer.adamw_moments]: layer 51 experts: AdamW first moment (fp32) */
+#define L52_DENSE_ADAM_M         7455420432 /*     910152 [optimizer.adamw_moments]: layer 52 dense: AdamW first moment (fp32) */
+#define L52_EXPERTS_ADAM_M       7456330592 /*   44040192 [optimizer.adamw_moments]: layer 52 experts: AdamW first moment (fp32) */
+#define L53_DENSE_ADAM_M         7500370784 /*     910152 [optimizer.adamw_moments]: layer 53 dense: AdamW first moment (fp32) */
+#define L53_EXPERTS_ADAM_M       7501280944 /*   44040192 [optimizer.adamw_moments]: layer 53 experts: AdamW first moment (fp32) */
+#define L54_DENSE_ADAM_M         7545321136 /*     910152 [optimizer.adamw_moments]: layer 54 dense: AdamW first moment (fp32) */
+#define L54_EXPERTS_ADAM_M       7546231296 /*   44040192 [optimizer.adamw_moments]: layer 54 experts: AdamW first moment (fp32) */
+#define L55_DENSE_ADAM_M         7590271488 /*     910152 [optimizer.adamw_moments]: layer 55 dense: AdamW first moment (fp32) */
+#define L55_EXPERTS_ADAM_M       7591181648 /*   44040192 [optimizer.adamw_moments]: layer 55 experts: AdamW first moment (fp32) */
+#define L56_DENSE_ADAM_M         7635221840 /*     910152 [optimizer.adamw_moments]: layer 56 dense: AdamW first moment (fp32) */
+#define L56_EXPERTS_ADAM_M       7636132000 /*   44040192 [optimizer.adamw_moments]: layer 56 experts: AdamW first moment (fp32) */
+#define L57_DENSE_ADAM_M         7680172192 /*     910152 [optimizer.adamw_moments]: layer 57 dense: AdamW first moment (fp32) */
+#define L57_EXPERTS_ADAM_M       7681082352 /*   44040192 [optimizer.adamw_moments]: layer 57 experts: AdamW first moment (fp32) */
+#define L58_DENSE_ADAM_M         7725122544 /*     910152 [optimizer.adamw_moments]: layer 58 dense: AdamW first moment (fp32) */
+#define L58_EXPERTS_ADAM_M       7726032704 /*   44040192 [optimizer.adamw_moments]: layer 58 experts: AdamW first moment (fp32) */
+#define L59_DENSE_ADAM_M         7770072896 /*     910152 [optimizer.adamw_moments]: layer 59 dense: AdamW first moment (fp32) */
+#define L59_EXPERTS_ADAM_M       7770983056 /*   44040192 [optimizer.adamw_moments]: layer 59 experts: AdamW first moment (fp32) */
+#define L60_DENSE_ADAM_M         7815023248 /*     910152 [optimizer.adamw_moments]: layer 60 dense: AdamW first moment (fp32) */
+#define L60_EXPERTS_ADAM_M       7815933408 /*   44040192 [optimizer.adamw_moments]: layer 60 experts: AdamW first moment (fp32) */
+#define HEAD_ADAM_M              7859973600 /*    3619872 [optimizer.adamw_moments]: head: AdamW first moment (fp32) */
+#define EMBED_ADAM_V             7863593472 /*    3619840 [optimizer.adamw_moments]: embedding: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L0_DENSE_ADAM_V          7867213312 /*    2279232 [optimizer.adamw_moments]: layer 0 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L1_DENSE_ADAM_V          7869492544 /*    2279232 [optimizer.adamw_moments]: layer 1 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L2_DENSE_ADAM_V          7871771776 /*    2279232 [optimizer.adamw_moments]: layer 2 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L3_DENSE_ADAM_V          7874051008 /*     910152 [optimizer.adamw_moments]: layer 3 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L3_EXPERTS_ADAM_V        7874961168 /*   44040192 [optimizer.adamw_moments]: layer 3 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L4_DENSE_ADAM_V          7919001360 /*     910152 [optimizer.adamw_moments]: layer 4 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L4_EXPERTS_ADAM_V        7919911520 /*   44040192 [optimizer.adamw_moments]: layer 4 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L5_DENSE_ADAM_V          7963951712 /*     910152 [optimizer.adamw_moments]: layer 5 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L5_EXPERTS_ADAM_V        7964861872 /*   44040192 [optimizer.adamw_moments]: layer 5 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L6_DENSE_ADAM_V          8008902064 /*     910152 [optimizer.adamw_moments]: layer 6 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L6_EXPERTS_ADAM_V        8009812224 /*   44040192 [optimizer.adamw_moments]: layer 6 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L7_DENSE_ADAM_V          8053852416 /*     910152 [optimizer.adamw_moments]: layer 7 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L7_EXPERTS_ADAM_V        8054762576 /*   44040192 [optimizer.adamw_moments]: layer 7 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L8_DENSE_ADAM_V          8098802768 /*     910152 [optimizer.adamw_moments]: layer 8 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L8_EXPERTS_ADAM_V        8099712928 /*   44040192 [optimizer.adamw_moments]: layer 8 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L9_DENSE_ADAM_V          8143753120 /*     910152 [optimizer.adamw_moments]: layer 9 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L9_EXPERTS_ADAM_V        8144663280 /*   44040192 [optimizer.adamw_moments]: layer 9 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L10_DENSE_ADAM_V         8188703472 /*     910152 [optimizer.adamw_moments]: layer 10 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L10_EXPERTS_ADAM_V       8189613632 /*   44040192 [optimizer.adamw_moments]: layer 10 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L11_DENSE_ADAM_V         8233653824 /*     910152 [optimizer.adamw_moments]: layer 11 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L11_EXPERTS_ADAM_V       8234563984 /*   44040192 [optimizer.adamw_moments]: layer 11 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L12_DENSE_ADAM_V         8278604176 /*     910152 [optimizer.adamw_moments]: layer 12 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L12_EXPERTS_ADAM_V       8279514336 /*   44040192 [optimizer.adamw_moments]: layer 12 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L13_DENSE_ADAM_V         8323554528 /*     910152 [optimizer.adamw_moments]: layer 13 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L13_EXPERTS_ADAM_V       8324464688 /*   44040192 [optimizer.adamw_moments]: layer 13 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L14_DENSE_ADAM_V         8368504880 /*     910152 [optimizer.adamw_moments]: layer 14 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L14_EXPERTS_ADAM_V       8369415040 /*   44040192 [optimizer.adamw_moments]: layer 14 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L15_DENSE_ADAM_V         8413455232 /*     910152 [optimizer.adamw_moments]: layer 15 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L15_EXPERTS_ADAM_V       8414365392 /*   44040192 [optimizer.adamw_moments]: layer 15 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L16_DENSE_ADAM_V         8458405584 /*     910152 [optimizer.adamw_moments]: layer 16 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L16_EXPERTS_ADAM_V       8459315744 /*   44040192 [optimizer.adamw_moments]: layer 16 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L17_DENSE_ADAM_V         8503355936 /*     910152 [optimizer.adamw_moments]: layer 17 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L17_EXPERTS_ADAM_V       8504266096 /*   44040192 [optimizer.adamw_moments]: layer 17 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L18_DENSE_ADAM_V         8548306288 /*     910152 [optimizer.adamw_moments]: layer 18 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L18_EXPERTS_ADAM_V       8549216448 /*   44040192 [optimizer.adamw_moments]: layer 18 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L19_DENSE_ADAM_V         8593256640 /*     910152 [optimizer.adamw_moments]: layer 19 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L19_EXPERTS_ADAM_V       8594166800 /*   44040192 [optimizer.adamw_moments]: layer 19 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L20_DENSE_ADAM_V         8638206992 /*     910152 [optimizer.adamw_moments]: layer 20 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L20_EXPERTS_ADAM_V       8639117152 /*   44040192 [optimizer.adamw_moments]: layer 20 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L21_DENSE_ADAM_V         8683157344 /*     910152 [optimizer.adamw_moments]: layer 21 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L21_EXPERTS_ADAM_V       8684067504 /*   44040192 [optimizer.adamw_moments]: layer 21 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L22_DENSE_ADAM_V         8728107696 /*     910152 [optimizer.adamw_moments]: layer 22 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L22_EXPERTS_ADAM_V       8729017856 /*   44040192 [optimizer.adamw_moments]: layer 22 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L23_DENSE_ADAM_V         8773058048 /*     910152 [optimizer.adamw_moments]: layer 23 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L23_EXPERTS_ADAM_V       8773968208 /*   44040192 [optimizer.adamw_moments]: layer 23 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L24_DENSE_ADAM_V         8818008400 /*     910152 [optimizer.adamw_moments]: layer 24 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L24_EXPERTS_ADAM_V       8818918560 /*   44040192 [optimizer.adamw_moments]: layer 24 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L25_DENSE_ADAM_V         8862958752 /*     910152 [optimizer.adamw_moments]: layer 25 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L25_EXPERTS_ADAM_V       8863868912 /*   44040192 [optimizer.adamw_moments]: layer 25 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L26_DENSE_ADAM_V         8907909104 /*     910152 [optimizer.adamw_moments]: layer 26 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L26_EXPERTS_ADAM_V       8908819264 /*   44040192 [optimizer.adamw_moments]: layer 26 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L27_DENSE_ADAM_V         8952859456 /*     910152 [optimizer.adamw_moments]: layer 27 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L27_EXPERTS_ADAM_V       8953769616 /*   44040192 [optimizer.adamw_moments]: layer 27 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L28_DENSE_ADAM_V         8997809808 /*     910152 [optimizer.adamw_moments]: layer 28 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L28_EXPERTS_ADAM_V       8998719968 /*   44040192 [optimizer.adamw_moments]: layer 28 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L29_DENSE_ADAM_V         9042760160 /*     910152 [optimizer.adamw_moments]: layer 29 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L29_EXPERTS_ADAM_V       9043670320 /*   44040192 [optimizer.adamw_moments]: layer 29 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L30_DENSE_ADAM_V         9087710512 /*     910152 [optimizer.adamw_moments]: layer 30 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L30_EXPERTS_ADAM_V       9088620672 /*   44040192 [optimizer.adamw_moments]: layer 30 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L31_DENSE_ADAM_V         9132660864 /*     910152 [optimizer.adamw_moments]: layer 31 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L31_EXPERTS_ADAM_V       9133571024 /*   44040192 [optimizer.adamw_moments]: layer 31 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L32_DENSE_ADAM_V         9177611216 /*     910152 [optimizer.adamw_moments]: layer 32 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L32_EXPERTS_ADAM_V       9178521376 /*   44040192 [optimizer.adamw_moments]: layer 32 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L33_DENSE_ADAM_V         9222561568 /*     910152 [optimizer.adamw_moments]: layer 33 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L33_EXPERTS_ADAM_V       9223471728 /*   44040192 [optimizer.adamw_moments]: layer 33 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L34_DENSE_ADAM_V         9267511920 /*     910152 [optimizer.adamw_moments]: layer 34 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L34_EXPERTS_ADAM_V       9268422080 /*   44040192 [optimizer.adamw_moments]: layer 34 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L35_DENSE_ADAM_V         9312462272 /*     910152 [optimizer.adamw_moments]: layer 35 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L35_EXPERTS_ADAM_V       9313372432 /*   44040192 [optimizer.adamw_moments]: layer 35 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L36_DENSE_ADAM_V         9357412624 /*     910152 [optimizer.adamw_moments]: layer 36 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L36_EXPERTS_ADAM_V       9358322784 /*   44040192 [optimizer.adamw_moments]: layer 36 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L37_DENSE_ADAM_V         9402362976 /*     910152 [optimizer.adamw_moments]: layer 37 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L37_EXPERTS_ADAM_V       9403273136 /*   44040192 [optimizer.adamw_moments]: layer 37 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L38_DENSE_ADAM_V         9447313328 /*     910152 [optimizer.adamw_moments]: layer 38 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L38_EXPERTS_ADAM_V       9448223488 /*   44040192 [optimizer.adamw_moments]: layer 38 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L39_DENSE_ADAM_V         9492263680 /*     910152 [optimizer.adamw_moments]: layer 39 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L39_EXPERTS_ADAM_V       9493173840 /*   44040192 [optimizer.adamw_moments]: layer 39 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L40_DENSE_ADAM_V         9537214032 /*     910152 [optimizer.adamw_moments]: layer 40 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L40_EXPERTS_ADAM_V       9538124192 /*   44040192 [optimizer.adamw_moments]: layer 40 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L41_DENSE_ADAM_V         9582164384 /*     910152 [optimizer.adamw_moments]: layer 41 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L41_EXPERTS_ADAM_V       9583074544 /*   44040192 [optimizer.adamw_moments]: layer 41 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L42_DENSE_ADAM_V         9627114736 /*     910152 [optimizer.adamw_moments]: layer 42 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L42_EXPERTS_ADAM_V       9628024896 /*   44040192 [optimizer.adamw_moments]: layer 42 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L43_DENSE_ADAM_V         9672065088 /*     910152 [optimizer.adamw_moments]: layer 43 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L43_EXPERTS_ADAM_V       9672975248 /*   44040192 [optimizer.adamw_moments]: layer 43 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L44_DENSE_ADAM_V         9717015440 /*     910152 [optimizer.adamw_moments]: layer 44 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L44_EXPERTS_ADAM_V       9717925600 /*   44040192 [optimizer.adamw_moments]: layer 44 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L45_DENSE_ADAM_V         9761965792 /*     910152 [optimizer.adamw_moments]: layer 45 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L45_EXPERTS_ADAM_V       9762875952 /*   44040192 [optimizer.adamw_moments]: layer 45 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L46_DENSE_ADAM_V         9806916144 /*     910152 [optimizer.adamw_moments]: layer 46 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L46_EXPERTS_ADAM_V       9807826304 /*   44040192 [optimizer.adamw_moments]: layer 46 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L47_DENSE_ADAM_V         9851866496 /*     910152 [optimizer.adamw_moments]: layer 47 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L47_EXPERTS_ADAM_V       9852776656 /*   44040192 [optimizer.adamw_moments]: layer 47 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L48_DENSE_ADAM_V         9896816848 /*     910152 [optimizer.adamw_moments]: layer 48 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L48_EXPERTS_ADAM_V       9897727008 /*   44040192 [optimizer.adamw_moments]: layer 48 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L49_DENSE_ADAM_V         9941767200 /*     910152 [optimizer.adamw_moments]: layer 49 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L49_EXPERTS_ADAM_V       9942677360 /*   44040192 [optimizer.adamw_moments]: layer 49 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L50_DENSE_ADAM_V         9986717552 /*     910152 [optimizer.adamw_moments]: layer 50 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L50_EXPERTS_ADAM_V       9987627712 /*   44040192 [optimizer.adamw_moments]: layer 50 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L51_DENSE_ADAM_V        10031667904 /*     910152 [optimizer.adamw_moments]: layer 51 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L51_EXPERTS_ADAM_V      10032578064 /*   44040192 [optimizer.adamw_moments]: layer 51 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L52_DENSE_ADAM_V        10076618256 /*     910152 [optimizer.adamw_moments]: layer 52 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L52_EXPERTS_ADAM_V      10077528416 /*   44040192 [optimizer.adamw_moments]: layer 52 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L53_DENSE_ADAM_V        10121568608 /*     910152 [optimizer.adamw_moments]: layer 53 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L53_EXPERTS_ADAM_V      10122478768 /*   44040192 [optimizer.adamw_moments]: layer 53 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L54_DENSE_ADAM_V        10166518960 /*     910152 [optimizer.adamw_moments]: layer 54 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L54_EXPERTS_ADAM_V      10167429120 /*   44040192 [optimizer.adamw_moments]: layer 54 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L55_DENSE_ADAM_V        10211469312 /*     910152 [optimizer.adamw_moments]: layer 55 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L55_EXPERTS_ADAM_V      10212379472 /*   44040192 [optimizer.adamw_moments]: layer 55 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L56_DENSE_ADAM_V        10256419664 /*     910152 [optimizer.adamw_moments]: layer 56 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L56_EXPERTS_ADAM_V      10257329824 /*   44040192 [optimizer.adamw_moments]: layer 56 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L57_DENSE_ADAM_V        10301370016 /*     910152 [optimizer.adamw_moments]: layer 57 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L57_EXPERTS_ADAM_V      10302280176 /*   44040192 [optimizer.adamw_moments]: layer 57 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L58_DENSE_ADAM_V        10346320368 /*     910152 [optimizer.adamw_moments]: layer 58 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L58_EXPERTS_ADAM_V      10347230528 /*   44040192 [optimizer.adamw_moments]: layer 58 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L59_DENSE_ADAM_V        10391270720 /*     910152 [optimizer.adamw_moments]: layer 59 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L59_EXPERTS_ADAM_V      10392180880 /*   44040192 [optimizer.adamw_moments]: layer 59 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L60_DENSE_ADAM_V        10436221072 /*     910152 [optimizer.adamw_moments]: layer 60 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L60_EXPERTS_ADAM_V      10437131232 /*   44040192 [optimizer.adamw_moments]: layer 60 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define HEAD_ADAM_V             10481171424 /*    3619872 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
 #define L3_LOAD                       98304 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
@@ -902,7 +907,8 @@
 
 /* Parameter groups: sharded over the FSDP group (256 ranks) or, for experts, over the
  * 64 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * state arena (adam_v: AdamW's second moment, its AdamW tensors' values only, compacted; -1: a group of Muon
+ * matrices only has none), and of the shard the
  * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 926679040, 3619840, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},

@@ -25,532 +25,538 @@
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
+/* the plan's state block, from byte 0 of its host arena (plan.json memory): item by item, byte = 4 x element:
+ *   master.fp32_shard              from element            0,   9914574144 bytes
+ *   grads.fp32_shard               from element   2478643536,   9914574144 bytes
+ *   optimizer.momentum             from element   4957287072,   9914574144 bytes
+ *   optimizer.adamw_second_moment  from element   7435930608,    137651520 bytes
+ */
 #define EMBED_MASTER                      0 /*    4096000 [master.fp32_shard]: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                  4096000 /*    4096000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                8192000 /*    4096000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define EMBED_ADAM_V               12288000 /*    4096000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER            16384000 /*     354336 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD              16738336 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M            17092672 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V            17447008 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER          17801344 /*   33030144 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD            50831488 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M          83861632 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L1_DENSE_MASTER           116891776 /*     354336 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             117246112 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           117600448 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           117954784 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER         118309120 /*   33030144 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD           151339264 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M         184369408 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L2_DENSE_MASTER           217399552 /*     354336 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD             217753888 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M           218108224 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V           218462560 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER         218816896 /*   33030144 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD           251847040 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M         284877184 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L3_DENSE_MASTER           317907328 /*     354336 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD             318261664 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M           318616000 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V           318970336 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER         319324672 /*   33030144 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD           352354816 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M         385384960 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L4_DENSE_MASTER           418415104 /*     354336 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD             418769440 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M           419123776 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V           419478112 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L4_EXPERTS_MASTER         419832448 /*   33030144 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
-#define L4_EXPERTS_GRAD           452862592 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L4_EXPERTS_ADAM_M         485892736 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L5_DENSE_MASTER           518922880 /*     354336 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD             519277216 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M           519631552 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V           519985888 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L5_EXPERTS_MASTER         520340224 /*   33030144 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
-#define L5_EXPERTS_GRAD           553370368 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L5_EXPERTS_ADAM_M         586400512 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L6_DENSE_MASTER           619430656 /*     354336 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD             619784992 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M           620139328 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V           620493664 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L6_EXPERTS_MASTER         620848000 /*   33030144 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
-#define L6_EXPERTS_GRAD           653878144 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L6_EXPERTS_ADAM_M         686908288 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L7_DENSE_MASTER           719938432 /*     354336 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD             720292768 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M           720647104 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V           721001440 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L7_EXPERTS_MASTER         721355776 /*   33030144 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
-#define L7_EXPERTS_GRAD           754385920 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L7_EXPERTS_ADAM_M         787416064 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L8_DENSE_MASTER           820446208 /*     354336 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD             820800544 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M           821154880 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V           821509216 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L8_EXPERTS_MASTER         821863552 /*   33030144 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
-#define L8_EXPERTS_GRAD           854893696 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L8_EXPERTS_ADAM_M         887923840 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L9_DENSE_MASTER           920953984 /*     354336 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD             921308320 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M           921662656 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V           922016992 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L9_EXPERTS_MASTER         922371328 /*   33030144 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
-#define L9_EXPERTS_GRAD           955401472 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L9_EXPERTS_ADAM_M         988431616 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L10_DENSE_MASTER         1021461760 /*     354336 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           1021816096 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         1022170432 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         1022524768 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L10_EXPERTS_MASTER       1022879104 /*   33030144 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
-#define L10_EXPERTS_GRAD         1055909248 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L10_EXPERTS_ADAM_M       1088939392 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L11_DENSE_MASTER         1121969536 /*     354336 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           1122323872 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         1122678208 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         1123032544 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L11_EXPERTS_MASTER       1123386880 /*   33030144 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
-#define L11_EXPERTS_GRAD         1156417024 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L11_EXPERTS_ADAM_M       1189447168 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L12_DENSE_MASTER         1222477312 /*     354336 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           1222831648 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         1223185984 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         1223540320 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L12_EXPERTS_MASTER       1223894656 /*   33030144 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
-#define L12_EXPERTS_GRAD         1256924800 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L12_EXPERTS_ADAM_M       1289954944 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L13_DENSE_MASTER         1322985088 /*     354336 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           1323339424 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         1323693760 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         1324048096 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L13_EXPERTS_MASTER       1324402432 /*   33030144 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
-#define L13_EXPERTS_GRAD         1357432576 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L13_EXPERTS_ADAM_M       1390462720 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L14_DENSE_MASTER         1423492864 /*     354336 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           1423847200 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         1424201536 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         1424555872 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L14_EXPERTS_MASTER       1424910208 /*   33030144 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
-#define L14_EXPERTS_GRAD         1457940352 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L14_EXPERTS_ADAM_M       1490970496 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L15_DENSE_MASTER         1524000640 /*     354336 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           1524354976 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         1524709312 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         1525063648 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L15_EXPERTS_MASTER       1525417984 /*   33030144 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
-#define L15_EXPERTS_GRAD         1558448128 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L15_EXPERTS_ADAM_M       1591478272 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L16_DENSE_MASTER         1624508416 /*     354336 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           1624862752 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         1625217088 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         1625571424 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L16_EXPERTS_MASTER       1625925760 /*   33030144 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
-#define L16_EXPERTS_GRAD         1658955904 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L16_EXPERTS_ADAM_M       1691986048 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L17_DENSE_MASTER         1725016192 /*     354336 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           1725370528 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         1725724864 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         1726079200 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L17_EXPERTS_MASTER       1726433536 /*   33030144 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
-#define L17_EXPERTS_GRAD         1759463680 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L17_EXPERTS_ADAM_M       1792493824 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L18_DENSE_MASTER         1825523968 /*     354336 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           1825878304 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         1826232640 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         1826586976 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L18_EXPERTS_MASTER       1826941312 /*   33030144 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
-#define L18_EXPERTS_GRAD         1859971456 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L18_EXPERTS_ADAM_M       1893001600 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L19_DENSE_MASTER         1926031744 /*     354336 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           1926386080 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         1926740416 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         1927094752 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L19_EXPERTS_MASTER       1927449088 /*   33030144 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
-#define L19_EXPERTS_GRAD         1960479232 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L19_EXPERTS_ADAM_M       1993509376 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L20_DENSE_MASTER         2026539520 /*     354336 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           2026893856 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         2027248192 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         2027602528 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L20_EXPERTS_MASTER       2027956864 /*   33030144 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
-#define L20_EXPERTS_GRAD         2060987008 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L20_EXPERTS_ADAM_M       2094017152 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L21_DENSE_MASTER         2127047296 /*     354336 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           2127401632 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         2127755968 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         2128110304 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L21_EXPERTS_MASTER       2128464640 /*   33030144 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
-#define L21_EXPERTS_GRAD         2161494784 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L21_EXPERTS_ADAM_M       2194524928 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L22_DENSE_MASTER         2227555072 /*     354336 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           2227909408 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         2228263744 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         2228618080 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L22_EXPERTS_MASTER       2228972416 /*   33030144 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
-#define L22_EXPERTS_GRAD         2262002560 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L22_EXPERTS_ADAM_M       2295032704 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L23_DENSE_MASTER         2328062848 /*     354336 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           2328417184 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         2328771520 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         2329125856 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L23_EXPERTS_MASTER       2329480192 /*   33030144 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
-#define L23_EXPERTS_GRAD         2362510336 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L23_EXPERTS_ADAM_M       2395540480 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L24_DENSE_MASTER         2428570624 /*     354336 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           2428924960 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         2429279296 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         2429633632 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L24_EXPERTS_MASTER       2429987968 /*   33030144 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
-#define L24_EXPERTS_GRAD         2463018112 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L24_EXPERTS_ADAM_M       2496048256 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L25_DENSE_MASTER         2529078400 /*     354336 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           2529432736 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         2529787072 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         2530141408 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L25_EXPERTS_MASTER       2530495744 /*   33030144 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
-#define L25_EXPERTS_GRAD         2563525888 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L25_EXPERTS_ADAM_M       2596556032 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L26_DENSE_MASTER         2629586176 /*     354336 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           2629940512 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         2630294848 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         2630649184 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L26_EXPERTS_MASTER       2631003520 /*   33030144 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
-#define L26_EXPERTS_GRAD         2664033664 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L26_EXPERTS_ADAM_M       2697063808 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L27_DENSE_MASTER         2730093952 /*     354336 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           2730448288 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         2730802624 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         2731156960 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L27_EXPERTS_MASTER       2731511296 /*   33030144 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
-#define L27_EXPERTS_GRAD         2764541440 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L27_EXPERTS_ADAM_M       2797571584 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L28_DENSE_MASTER         2830601728 /*     354336 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           2830956064 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         2831310400 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         2831664736 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L28_EXPERTS_MASTER       2832019072 /*   33030144 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
-#define L28_EXPERTS_GRAD         2865049216 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L28_EXPERTS_ADAM_M       2898079360 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L29_DENSE_MASTER         2931109504 /*     354336 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           2931463840 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         2931818176 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         2932172512 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L29_EXPERTS_MASTER       2932526848 /*   33030144 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
-#define L29_EXPERTS_GRAD         2965556992 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L29_EXPERTS_ADAM_M       2998587136 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L30_DENSE_MASTER         3031617280 /*     354336 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           3031971616 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         3032325952 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         3032680288 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L30_EXPERTS_MASTER       3033034624 /*   33030144 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
-#define L30_EXPERTS_GRAD         3066064768 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L30_EXPERTS_ADAM_M       3099094912 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L31_DENSE_MASTER         3132125056 /*     354336 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           3132479392 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         3132833728 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         3133188064 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L31_EXPERTS_MASTER       3133542400 /*   33030144 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
-#define L31_EXPERTS_GRAD         3166572544 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L31_EXPERTS_ADAM_M       3199602688 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L32_DENSE_MASTER         3232632832 /*     354336 [master.fp32_shard]: layer 32 dense: this rank's fp32 master shard */
-#define L32_DENSE_GRAD           3232987168 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L32_DENSE_ADAM_M         3233341504 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L32_DENSE_ADAM_V         3233695840 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L32_EXPERTS_MASTER       3234050176 /*   33030144 [master.fp32_shard]: layer 32 experts: this rank's fp32 master shard */
-#define L32_EXPERTS_GRAD         3267080320 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L32_EXPERTS_ADAM_M       3300110464 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L33_DENSE_MASTER         3333140608 /*     354336 [master.fp32_shard]: layer 33 dense: this rank's fp32 master shard */
-#define L33_DENSE_GRAD           3333494944 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L33_DENSE_ADAM_M         3333849280 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L33_DENSE_ADAM_V         3334203616 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L33_EXPERTS_MASTER       3334557952 /*   33030144 [master.fp32_shard]: layer 33 experts: this rank's fp32 master shard */
-#define L33_EXPERTS_GRAD         3367588096 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L33_EXPERTS_ADAM_M       3400618240 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L34_DENSE_MASTER         3433648384 /*     354336 [master.fp32_shard]: layer 34 dense: this rank's fp32 master shard */
-#define L34_DENSE_GRAD           3434002720 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L34_DENSE_ADAM_M         3434357056 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L34_DENSE_ADAM_V         3434711392 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L34_EXPERTS_MASTER       3435065728 /*   33030144 [master.fp32_shard]: layer 34 experts: this rank's fp32 master shard */
-#define L34_EXPERTS_GRAD         3468095872 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L34_EXPERTS_ADAM_M       3501126016 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L35_DENSE_MASTER         3534156160 /*     354336 [master.fp32_shard]: layer 35 dense: this rank's fp32 master shard */
-#define L35_DENSE_GRAD           3534510496 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L35_DENSE_ADAM_M         3534864832 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L35_DENSE_ADAM_V         3535219168 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L35_EXPERTS_MASTER       3535573504 /*   33030144 [master.fp32_shard]: layer 35 experts: this rank's fp32 master shard */
-#define L35_EXPERTS_GRAD         3568603648 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L35_EXPERTS_ADAM_M       3601633792 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L36_DENSE_MASTER         3634663936 /*     354336 [master.fp32_shard]: layer 36 dense: this rank's fp32 master shard */
-#define L36_DENSE_GRAD           3635018272 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L36_DENSE_ADAM_M         3635372608 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L36_DENSE_ADAM_V         3635726944 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L36_EXPERTS_MASTER       3636081280 /*   33030144 [master.fp32_shard]: layer 36 experts: this rank's fp32 master shard */
-#define L36_EXPERTS_GRAD         3669111424 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L36_EXPERTS_ADAM_M       3702141568 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L37_DENSE_MASTER         3735171712 /*     354336 [master.fp32_shard]: layer 37 dense: this rank's fp32 master shard */
-#define L37_DENSE_GRAD           3735526048 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L37_DENSE_ADAM_M         3735880384 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L37_DENSE_ADAM_V         3736234720 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L37_EXPERTS_MASTER       3736589056 /*   33030144 [master.fp32_shard]: layer 37 experts: this rank's fp32 master shard */
-#define L37_EXPERTS_GRAD         3769619200 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L37_EXPERTS_ADAM_M       3802649344 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L38_DENSE_MASTER         3835679488 /*     354336 [master.fp32_shard]: layer 38 dense: this rank's fp32 master shard */
-#define L38_DENSE_GRAD           3836033824 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L38_DENSE_ADAM_M         3836388160 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L38_DENSE_ADAM_V         3836742496 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L38_EXPERTS_MASTER       3837096832 /*   33030144 [master.fp32_shard]: layer 38 experts: this rank's fp32 master shard */
-#define L38_EXPERTS_GRAD         3870126976 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L38_EXPERTS_ADAM_M       3903157120 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L39_DENSE_MASTER         3936187264 /*     354336 [master.fp32_shard]: layer 39 dense: this rank's fp32 master shard */
-#define L39_DENSE_GRAD           3936541600 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L39_DENSE_ADAM_M         3936895936 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L39_DENSE_ADAM_V         3937250272 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L39_EXPERTS_MASTER       3937604608 /*   33030144 [master.fp32_shard]: layer 39 experts: this rank's fp32 master shard */
-#define L39_EXPERTS_GRAD         3970634752 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L39_EXPERTS_ADAM_M       4003664896 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L40_DENSE_MASTER         4036695040 /*     354336 [master.fp32_shard]: layer 40 dense: this rank's fp32 master shard */
-#define L40_DENSE_GRAD           4037049376 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L40_DENSE_ADAM_M         4037403712 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L40_DENSE_ADAM_V         4037758048 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L40_EXPERTS_MASTER       4038112384 /*   33030144 [master.fp32_shard]: layer 40 experts: this rank's fp32 master shard */
-#define L40_EXPERTS_GRAD         4071142528 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L40_EXPERTS_ADAM_M       4104172672 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L41_DENSE_MASTER         4137202816 /*     354336 [master.fp32_shard]: layer 41 dense: this rank's fp32 master shard */
-#define L41_DENSE_GRAD           4137557152 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L41_DENSE_ADAM_M         4137911488 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L41_DENSE_ADAM_V         4138265824 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L41_EXPERTS_MASTER       4138620160 /*   33030144 [master.fp32_shard]: layer 41 experts: this rank's fp32 master shard */
-#define L41_EXPERTS_GRAD         4171650304 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L41_EXPERTS_ADAM_M       4204680448 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L42_DENSE_MASTER         4237710592 /*     354336 [master.fp32_shard]: layer 42 dense: this rank's fp32 master shard */
-#define L42_DENSE_GRAD           4238064928 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L42_DENSE_ADAM_M         4238419264 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L42_DENSE_ADAM_V         4238773600 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L42_EXPERTS_MASTER       4239127936 /*   33030144 [master.fp32_shard]: layer 42 experts: this rank's fp32 master shard */
-#define L42_EXPERTS_GRAD         4272158080 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L42_EXPERTS_ADAM_M       4305188224 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L43_DENSE_MASTER         4338218368 /*     354336 [master.fp32_shard]: layer 43 dense: this rank's fp32 master shard */
-#define L43_DENSE_GRAD           4338572704 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L43_DENSE_ADAM_M         4338927040 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L43_DENSE_ADAM_V         4339281376 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L43_EXPERTS_MASTER       4339635712 /*   33030144 [master.fp32_shard]: layer 43 experts: this rank's fp32 master shard */
-#define L43_EXPERTS_GRAD         4372665856 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L43_EXPERTS_ADAM_M       4405696000 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L44_DENSE_MASTER         4438726144 /*     354336 [master.fp32_shard]: layer 44 dense: this rank's fp32 master shard */
-#define L44_DENSE_GRAD           4439080480 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L44_DENSE_ADAM_M         4439434816 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L44_DENSE_ADAM_V         4439789152 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L44_EXPERTS_MASTER       4440143488 /*   33030144 [master.fp32_shard]: layer 44 experts: this rank's fp32 master shard */
-#define L44_EXPERTS_GRAD         4473173632 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L44_EXPERTS_ADAM_M       4506203776 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L45_DENSE_MASTER         4539233920 /*     354336 [master.fp32_shard]: layer 45 dense: this rank's fp32 master shard */
-#define L45_DENSE_GRAD           4539588256 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L45_DENSE_ADAM_M         4539942592 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L45_DENSE_ADAM_V         4540296928 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L45_EXPERTS_MASTER       4540651264 /*   33030144 [master.fp32_shard]: layer 45 experts: this rank's fp32 master shard */
-#define L45_EXPERTS_GRAD         4573681408 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L45_EXPERTS_ADAM_M       4606711552 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L46_DENSE_MASTER         4639741696 /*     354336 [master.fp32_shard]: layer 46 dense: this rank's fp32 master shard */
-#define L46_DENSE_GRAD           4640096032 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L46_DENSE_ADAM_M         4640450368 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L46_DENSE_ADAM_V         4640804704 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L46_EXPERTS_MASTER       4641159040 /*   33030144 [master.fp32_shard]: layer 46 experts: this rank's fp32 master shard */
-#define L46_EXPERTS_GRAD         4674189184 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L46_EXPERTS_ADAM_M       4707219328 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L47_DENSE_MASTER         4740249472 /*     354336 [master.fp32_shard]: layer 47 dense: this rank's fp32 master shard */
-#define L47_DENSE_GRAD           4740603808 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L47_DENSE_ADAM_M         4740958144 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L47_DENSE_ADAM_V         4741312480 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L47_EXPERTS_MASTER       4741666816 /*   33030144 [master.fp32_shard]: layer 47 experts: this rank's fp32 master shard */
-#define L47_EXPERTS_GRAD         4774696960 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L47_EXPERTS_ADAM_M       4807727104 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L48_DENSE_MASTER         4840757248 /*     354336 [master.fp32_shard]: layer 48 dense: this rank's fp32 master shard */
-#define L48_DENSE_GRAD           4841111584 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L48_DENSE_ADAM_M         4841465920 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L48_DENSE_ADAM_V         4841820256 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L48_EXPERTS_MASTER       4842174592 /*   33030144 [master.fp32_shard]: layer 48 experts: this rank's fp32 master shard */
-#define L48_EXPERTS_GRAD         4875204736 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L48_EXPERTS_ADAM_M       4908234880 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L49_DENSE_MASTER         4941265024 /*     354336 [master.fp32_shard]: layer 49 dense: this rank's fp32 master shard */
-#define L49_DENSE_GRAD           4941619360 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L49_DENSE_ADAM_M         4941973696 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L49_DENSE_ADAM_V         4942328032 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L49_EXPERTS_MASTER       4942682368 /*   33030144 [master.fp32_shard]: layer 49 experts: this rank's fp32 master shard */
-#define L49_EXPERTS_GRAD         4975712512 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L49_EXPERTS_ADAM_M       5008742656 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L50_DENSE_MASTER         5041772800 /*     354336 [master.fp32_shard]: layer 50 dense: this rank's fp32 master shard */
-#define L50_DENSE_GRAD           5042127136 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L50_DENSE_ADAM_M         5042481472 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L50_DENSE_ADAM_V         5042835808 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L50_EXPERTS_MASTER       5043190144 /*   33030144 [master.fp32_shard]: layer 50 experts: this rank's fp32 master shard */
-#define L50_EXPERTS_GRAD         5076220288 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L50_EXPERTS_ADAM_M       5109250432 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L51_DENSE_MASTER         5142280576 /*     354336 [master.fp32_shard]: layer 51 dense: this rank's fp32 master shard */
-#define L51_DENSE_GRAD           5142634912 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L51_DENSE_ADAM_M         5142989248 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L51_DENSE_ADAM_V         5143343584 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L51_EXPERTS_MASTER       5143697920 /*   33030144 [master.fp32_shard]: layer 51 experts: this rank's fp32 master shard */
-#define L51_EXPERTS_GRAD         5176728064 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L51_EXPERTS_ADAM_M       5209758208 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L52_DENSE_MASTER         5242788352 /*     354336 [master.fp32_shard]: layer 52 dense: this rank's fp32 master shard */
-#define L52_DENSE_GRAD           5243142688 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L52_DENSE_ADAM_M         5243497024 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L52_DENSE_ADAM_V         5243851360 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L52_EXPERTS_MASTER       5244205696 /*   33030144 [master.fp32_shard]: layer 52 experts: this rank's fp32 master shard */
-#define L52_EXPERTS_GRAD         5277235840 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L52_EXPERTS_ADAM_M       5310265984 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L53_DENSE_MASTER         5343296128 /*     354336 [master.fp32_shard]: layer 53 dense: this rank's fp32 master shard */
-#define L53_DENSE_GRAD           5343650464 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L53_DENSE_ADAM_M         5344004800 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L53_DENSE_ADAM_V         5344359136 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L53_EXPERTS_MASTER       5344713472 /*   33030144 [master.fp32_shard]: layer 53 experts: this rank's fp32 master shard */
-#define L53_EXPERTS_GRAD         5377743616 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L53_EXPERTS_ADAM_M       5410773760 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L54_DENSE_MASTER         5443803904 /*     354336 [master.fp32_shard]: layer 54 dense: this rank's fp32 master shard */
-#define L54_DENSE_GRAD           5444158240 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L54_DENSE_ADAM_M         5444512576 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L54_DENSE_ADAM_V         5444866912 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L54_EXPERTS_MASTER       5445221248 /*   33030144 [master.fp32_shard]: layer 54 experts: this rank's fp32 master shard */
-#define L54_EXPERTS_GRAD         5478251392 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L54_EXPERTS_ADAM_M       5511281536 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L55_DENSE_MASTER         5544311680 /*     354336 [master.fp32_shard]: layer 55 dense: this rank's fp32 master shard */
-#define L55_DENSE_GRAD           5544666016 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L55_DENSE_ADAM_M         5545020352 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L55_DENSE_ADAM_V         5545374688 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L55_EXPERTS_MASTER       5545729024 /*   33030144 [master.fp32_shard]: layer 55 experts: this rank's fp32 master shard */
-#define L55_EXPERTS_GRAD         5578759168 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L55_EXPERTS_ADAM_M       5611789312 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L56_DENSE_MASTER         5644819456 /*     354336 [master.fp32_shard]: layer 56 dense: this rank's fp32 master shard */
-#define L56_DENSE_GRAD           5645173792 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L56_DENSE_ADAM_M         5645528128 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L56_DENSE_ADAM_V         5645882464 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L56_EXPERTS_MASTER       5646236800 /*   33030144 [master.fp32_shard]: layer 56 experts: this rank's fp32 master shard */
-#define L56_EXPERTS_GRAD         5679266944 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L56_EXPERTS_ADAM_M       5712297088 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L57_DENSE_MASTER         5745327232 /*     354336 [master.fp32_shard]: layer 57 dense: this rank's fp32 master shard */
-#define L57_DENSE_GRAD           5745681568 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L57_DENSE_ADAM_M         5746035904 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L57_DENSE_ADAM_V         5746390240 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L57_EXPERTS_MASTER       5746744576 /*   33030144 [master.fp32_shard]: layer 57 experts: this rank's fp32 master shard */
-#define L57_EXPERTS_GRAD         5779774720 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L57_EXPERTS_ADAM_M       5812804864 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L58_DENSE_MASTER         5845835008 /*     354336 [master.fp32_shard]: layer 58 dense: this rank's fp32 master shard */
-#define L58_DENSE_GRAD           5846189344 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L58_DENSE_ADAM_M         5846543680 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L58_DENSE_ADAM_V         5846898016 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L58_EXPERTS_MASTER       5847252352 /*   33030144 [master.fp32_shard]: layer 58 experts: this rank's fp32 master shard */
-#define L58_EXPERTS_GRAD         5880282496 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L58_EXPERTS_ADAM_M       5913312640 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L59_DENSE_MASTER         5946342784 /*     354336 [master.fp32_shard]: layer 59 dense: this rank's fp32 master shard */
-#define L59_DENSE_GRAD           5946697120 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L59_DENSE_ADAM_M         5947051456 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L59_DENSE_ADAM_V         5947405792 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L59_EXPERTS_MASTER       5947760128 /*   33030144 [master.fp32_shard]: layer 59 experts: this rank's fp32 master shard */
-#define L59_EXPERTS_GRAD         5980790272 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L59_EXPERTS_ADAM_M       6013820416 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L60_DENSE_MASTER         6046850560 /*     354336 [master.fp32_shard]: layer 60 dense: this rank's fp32 master shard */
-#define L60_DENSE_GRAD           6047204896 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L60_DENSE_ADAM_M         6047559232 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L60_DENSE_ADAM_V         6047913568 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L60_EXPERTS_MASTER       6048267904 /*   33030144 [master.fp32_shard]: layer 60 experts: this rank's fp32 master shard */
-#define L60_EXPERTS_GRAD         6081298048 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L60_EXPERTS_ADAM_M       6114328192 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L61_DENSE_MASTER         6147358336 /*     354336 [master.fp32_shard]: layer 61 dense: this rank's fp32 master shard */
-#define L61_DENSE_GRAD           6147712672 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L61_DENSE_ADAM_M         6148067008 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L61_DENSE_ADAM_V         6148421344 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L61_EXPERTS_MASTER       6148775680 /*   33030144 [master.fp32_shard]: layer 61 experts: this rank's fp32 master shard */
-#define L61_EXPERTS_GRAD         6181805824 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L61_EXPERTS_ADAM_M       6214835968 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L62_DENSE_MASTER         6247866112 /*     354336 [master.fp32_shard]: layer 62 dense: this rank's fp32 master shard */
-#define L62_DENSE_GRAD           6248220448 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L62_DENSE_ADAM_M         6248574784 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L62_DENSE_ADAM_V         6248929120 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L62_EXPERTS_MASTER       6249283456 /*   33030144 [master.fp32_shard]: layer 62 experts: this rank's fp32 master shard */
-#define L62_EXPERTS_GRAD         6282313600 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L62_EXPERTS_ADAM_M       6315343744 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L63_DENSE_MASTER         6348373888 /*     354336 [master.fp32_shard]: layer 63 dense: this rank's fp32 master shard */
-#define L63_DENSE_GRAD           6348728224 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L63_DENSE_ADAM_M         6349082560 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L63_DENSE_ADAM_V         6349436896 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L63_EXPERTS_MASTER       6349791232 /*   33030144 [master.fp32_shard]: layer 63 experts: this rank's fp32 master shard */
-#define L63_EXPERTS_GRAD         6382821376 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L63_EXPERTS_ADAM_M       6415851520 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L64_DENSE_MASTER         6448881664 /*     354336 [master.fp32_shard]: layer 64 dense: this rank's fp32 master shard */
-#define L64_DENSE_GRAD           6449236000 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L64_DENSE_ADAM_M         6449590336 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L64_DENSE_ADAM_V         6449944672 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L64_EXPERTS_MASTER       6450299008 /*   33030144 [master.fp32_shard]: layer 64 experts: this rank's fp32 master shard */
-#define L64_EXPERTS_GRAD         6483329152 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L64_EXPERTS_ADAM_M       6516359296 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L65_DENSE_MASTER         6549389440 /*     354336 [master.fp32_shard]: layer 65 dense: this rank's fp32 master shard */
-#define L65_DENSE_GRAD           6549743776 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L65_DENSE_ADAM_M         6550098112 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L65_DENSE_ADAM_V         6550452448 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L65_EXPERTS_MASTER       6550806784 /*   33030144 [master.fp32_shard]: layer 65 experts: this rank's fp32 master shard */
-#define L65_EXPERTS_GRAD         6583836928 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L65_EXPERTS_ADAM_M       6616867072 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L66_DENSE_MASTER         6649897216 /*     354336 [master.fp32_shard]: layer 66 dense: this rank's fp32 master shard */
-#define L66_DENSE_GRAD           6650251552 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L66_DENSE_ADAM_M         6650605888 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L66_DENSE_ADAM_V         6650960224 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L66_EXPERTS_MASTER       6651314560 /*   33030144 [master.fp32_shard]: layer 66 experts: this rank's fp32 master shard */
-#define L66_EXPERTS_GRAD         6684344704 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L66_EXPERTS_ADAM_M       6717374848 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L67_DENSE_MASTER         6750404992 /*     354336 [master.fp32_shard]: layer 67 dense: this rank's fp32 master shard */
-#define L67_DENSE_GRAD           6750759328 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L67_DENSE_ADAM_M         6751113664 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L67_DENSE_ADAM_V         6751468000 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L67_EXPERTS_MASTER       6751822336 /*   33030144 [master.fp32_shard]: layer 67 experts: this rank's fp32 master shard */
-#define L67_EXPERTS_GRAD         6784852480 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L67_EXPERTS_ADAM_M       6817882624 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L68_DENSE_MASTER         6850912768 /*     354336 [master.fp32_shard]: layer 68 dense: this rank's fp32 master shard */
-#define L68_DENSE_GRAD           6851267104 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L68_DENSE_ADAM_M         6851621440 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L68_DENSE_ADAM_V         6851975776 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L68_EXPERTS_MASTER       6852330112 /*   33030144 [master.fp32_shard]: layer 68 experts: this rank's fp32 master shard */
-#define L68_EXPERTS_GRAD         6885360256 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L68_EXPERTS_ADAM_M       6918390400 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L69_DENSE_MASTER         6951420544 /*     354336 [master.fp32_shard]: layer 69 dense: this rank's fp32 master shard */
-#define L69_DENSE_GRAD           6951774880 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L69_DENSE_ADAM_M         6952129216 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L69_DENSE_ADAM_V         6952483552 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L69_EXPERTS_MASTER       6952837888 /*   33030144 [master.fp32_shard]: layer 69 experts: this rank's fp32 master shard */
-#define L69_EXPERTS_GRAD         6985868032 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L69_EXPERTS_ADAM_M       7018898176 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L70_DENSE_MASTER         7051928320 /*     354336 [master.fp32_shard]: layer 70 dense: this rank's fp32 master shard */
-#define L70_DENSE_GRAD           7052282656 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L70_DENSE_ADAM_M         7052636992 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L70_DENSE_ADAM_V         7052991328 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L70_EXPERTS_MASTER       7053345664 /*   33030144 [master.fp32_shard]: layer 70 experts: this rank's fp32 master shard */
-#define L70_EXPERTS_GRAD         7086375808 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L70_EXPERTS_ADAM_M       7119405952 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L71_DENSE_MASTER         7152436096 /*     354336 [master.fp32_shard]: layer 71 dense: this rank's fp32 master shard */
-#define L71_DENSE_GRAD           7152790432 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L71_DENSE_ADAM_M         7153144768 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L71_DENSE_ADAM_V         7153499104 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L71_EXPERTS_MASTER       7153853440 /*   33030144 [master.fp32_shard]: layer 71 experts: this rank's fp32 master shard */
-#define L71_EXPERTS_GRAD         7186883584 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L71_EXPERTS_ADAM_M       7219913728 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L72_DENSE_MASTER         7252943872 /*     354336 [master.fp32_shard]: layer 72 dense: this rank's fp32 master shard */
-#define L72_DENSE_GRAD           7253298208 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L72_DENSE_ADAM_M         7253652544 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L72_DENSE_ADAM_V         7254006880 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L72_EXPERTS_MASTER       7254361216 /*   33030144 [master.fp32_shard]: layer 72 experts: this rank's fp32 master shard */
-#define L72_EXPERTS_GRAD         7287391360 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L72_EXPERTS_ADAM_M       7320421504 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define L73_DENSE_MASTER         7353451648 /*     354336 [master.fp32_shard]: layer 73 dense: this rank's fp32 master shard */
-#define L73_DENSE_GRAD           7353805984 /*     354336 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L73_DENSE_ADAM_M         7354160320 /*     354336 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L73_DENSE_ADAM_V         7354514656 /*     354336 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L73_EXPERTS_MASTER       7354868992 /*   33030144 [master.fp32_shard]: layer 73 experts: this rank's fp32 master shard */
-#define L73_EXPERTS_GRAD         7387899136 /*   33030144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L73_EXPERTS_ADAM_M       7420929280 /*   33030144 [optimizer.muon_momentum]: Muon momentum (fp32) */
-#define HEAD_MASTER              7453959424 /*    4096016 [master.fp32_shard]: head: this rank's fp32 master shard */
-#define HEAD_GRAD                7458055440 /*    4096016 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              7462151456 /*    4096016 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              7466247472 /*    4096016 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER             4096000 /*     354336 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L0_EXPERTS_MASTER           4450336 /*   33030144 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
+#define L1_DENSE_MASTER            37480480 /*     354336 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L1_EXPERTS_MASTER          37834816 /*   33030144 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
+#define L2_DENSE_MASTER            70864960 /*     354336 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L2_EXPERTS_MASTER          71219296 /*   33030144 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
+#define L3_DENSE_MASTER           104249440 /*     354336 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_EXPERTS_MASTER         104603776 /*   33030144 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
+#define L4_DENSE_MASTER           137633920 /*     354336 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
+#define L4_EXPERTS_MASTER         137988256 /*   33030144 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
+#define L5_DENSE_MASTER           171018400 /*     354336 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
+#define L5_EXPERTS_MASTER         171372736 /*   33030144 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
+#define L6_DENSE_MASTER           204402880 /*     354336 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
+#define L6_EXPERTS_MASTER         204757216 /*   33030144 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
+#define L7_DENSE_MASTER           237787360 /*     354336 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
+#define L7_EXPERTS_MASTER         238141696 /*   33030144 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
+#define L8_DENSE_MASTER           271171840 /*     354336 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
+#define L8_EXPERTS_MASTER         271526176 /*   33030144 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
+#define L9_DENSE_MASTER           304556320 /*     354336 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
+#define L9_EXPERTS_MASTER         304910656 /*   33030144 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
+#define L10_DENSE_MASTER          337940800 /*     354336 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
+#define L10_EXPERTS_MASTER        338295136 /*   33030144 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
+#define L11_DENSE_MASTER          371325280 /*     354336 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
+#define L11_EXPERTS_MASTER        371679616 /*   33030144 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
+#define L12_DENSE_MASTER          404709760 /*     354336 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
+#define L12_EXPERTS_MASTER        405064096 /*   33030144 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
+#define L13_DENSE_MASTER          438094240 /*     354336 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
+#define L13_EXPERTS_MASTER        438448576 /*   33030144 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
+#define L14_DENSE_MASTER          471478720 /*     354336 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
+#define L14_EXPERTS_MASTER        471833056 /*   33030144 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
+#define L15_DENSE_MASTER          504863200 /*     354336 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
+#define L15_EXPERTS_MASTER        505217536 /*   33030144 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
+#define L16_DENSE_MASTER          538247680 /*     354336 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
+#define L16_EXPERTS_MASTER        538602016 /*   33030144 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
+#define L17_DENSE_MASTER          571632160 /*     354336 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
+#define L17_EXPERTS_MASTER        571986496 /*   33030144 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
+#define L18_DENSE_MASTER          605016640 /*     354336 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
+#define L18_EXPERTS_MASTER        605370976 /*   33030144 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
+#define L19_DENSE_MASTER          638401120 /*     354336 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
+#define L19_EXPERTS_MASTER        638755456 /*   33030144 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
+#define L20_DENSE_MASTER          671785600 /*     354336 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
+#define L20_EXPERTS_MASTER        672139936 /*   33030144 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
+#define L21_DENSE_MASTER          705170080 /*     354336 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
+#define L21_EXPERTS_MASTER        705524416 /*   33030144 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
+#define L22_DENSE_MASTER          738554560 /*     354336 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
+#define L22_EXPERTS_MASTER        738908896 /*   33030144 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
+#define L23_DENSE_MASTER          771939040 /*     354336 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
+#define L23_EXPERTS_MASTER        772293376 /*   33030144 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
+#define L24_DENSE_MASTER          805323520 /*     354336 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
+#define L24_EXPERTS_MASTER        805677856 /*   33030144 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
+#define L25_DENSE_MASTER          838708000 /*     354336 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
+#define L25_EXPERTS_MASTER        839062336 /*   33030144 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
+#define L26_DENSE_MASTER          872092480 /*     354336 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
+#define L26_EXPERTS_MASTER        872446816 /*   33030144 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
+#define L27_DENSE_MASTER          905476960 /*     354336 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
+#define L27_EXPERTS_MASTER        905831296 /*   33030144 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
+#define L28_DENSE_MASTER          938861440 /*     354336 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
+#define L28_EXPERTS_MASTER        939215776 /*   33030144 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
+#define L29_DENSE_MASTER          972245920 /*     354336 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
+#define L29_EXPERTS_MASTER        972600256 /*   33030144 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
+#define L30_DENSE_MASTER         1005630400 /*     354336 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
+#define L30_EXPERTS_MASTER       1005984736 /*   33030144 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
+#define L31_DENSE_MASTER         1039014880 /*     354336 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
+#define L31_EXPERTS_MASTER       1039369216 /*   33030144 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
+#define L32_DENSE_MASTER         1072399360 /*     354336 [master.fp32_shard]: layer 32 dense: this rank's fp32 master shard */
+#define L32_EXPERTS_MASTER       1072753696 /*   33030144 [master.fp32_shard]: layer 32 experts: this rank's fp32 master shard */
+#define L33_DENSE_MASTER         1105783840 /*     354336 [master.fp32_shard]: layer 33 dense: this rank's fp32 master shard */
+#define L33_EXPERTS_MASTER       1106138176 /*   33030144 [master.fp32_shard]: layer 33 experts: this rank's fp32 master shard */
+#define L34_DENSE_MASTER         1139168320 /*     354336 [master.fp32_shard]: layer 34 dense: this rank's fp32 master shard */
+#define L34_EXPERTS_MASTER       1139522656 /*   33030144 [master.fp32_shard]: layer 34 experts: this rank's fp32 master shard */
+#define L35_DENSE_MASTER         1172552800 /*     354336 [master.fp32_shard]: layer 35 dense: this rank's fp32 master shard */
+#define L35_EXPERTS_MASTER       1172907136 /*   33030144 [master.fp32_shard]: layer 35 experts: this rank's fp32 master shard */
+#define L36_DENSE_MASTER         1205937280 /*     354336 [master.fp32_shard]: layer 36 dense: this rank's fp32 master shard */
+#define L36_EXPERTS_MASTER       1206291616 /*   33030144 [master.fp32_shard]: layer 36 experts: this rank's fp32 master shard */
+#define L37_DENSE_MASTER         1239321760 /*     354336 [master.fp32_shard]: layer 37 dense: this rank's fp32 master shard */
+#define L37_EXPERTS_MASTER       1239676096 /*   33030144 [master.fp32_shard]: layer 37 experts: this rank's fp32 master shard */
+#define L38_DENSE_MASTER         1272706240 /*     354336 [master.fp32_shard]: layer 38 dense: this rank's fp32 master shard */
+#define L38_EXPERTS_MASTER       1273060576 /*   33030144 [master.fp32_shard]: layer 38 experts: this rank's fp32 master shard */
+#define L39_DENSE_MASTER         1306090720 /*     354336 [master.fp32_shard]: layer 39 dense: this rank's fp32 master shard */
+#define L39_EXPERTS_MASTER       1306445056 /*   33030144 [master.fp32_shard]: layer 39 experts: this rank's fp32 master shard */
+#define L40_DENSE_MASTER         1339475200 /*     354336 [master.fp32_shard]: layer 40 dense: this rank's fp32 master shard */
+#define L40_EXPERTS_MASTER       1339829536 /*   33030144 [master.fp32_shard]: layer 40 experts: this rank's fp32 master shard */
+#define L41_DENSE_MASTER         1372859680 /*     354336 [master.fp32_shard]: layer 41 dense: this rank's fp32 master shard */
+#define L41_EXPERTS_MASTER       1373214016 /*   33030144 [master.fp32_shard]: layer 41 experts: this rank's fp32 master shard */
+#define L42_DENSE_MASTER         1406244160 /*     354336 [master.fp32_shard]: layer 42 dense: this rank's fp32 master shard */
+#define L42_EXPERTS_MASTER       1406598496 /*   33030144 [master.fp32_shard]: layer 42 experts: this rank's fp32 master shard */
+#define L43_DENSE_MASTER         1439628640 /*     354336 [master.fp32_shard]: layer 43 dense: this rank's fp32 master shard */
+#define L43_EXPERTS_MASTER       1439982976 /*   33030144 [master.fp32_shard]: layer 43 experts: this rank's fp32 master shard */
+#define L44_DENSE_MASTER         1473013120 /*     354336 [master.fp32_shard]: layer 44 dense: this rank's fp32 master shard */
+#define L44_EXPERTS_MASTER       1473367456 /*   33030144 [master.fp32_shard]: layer 44 experts: this rank's fp32 master shard */
+#define L45_DENSE_MASTER         1506397600 /*     354336 [master.fp32_shard]: layer 45 dense: this rank's fp32 master shard */
+#define L45_EXPERTS_MASTER       1506751936 /*   33030144 [master.fp32_shard]: layer 45 experts: this rank's fp32 master shard */
+#define L46_DENSE_MASTER         1539782080 /*     354336 [master.fp32_shard]: layer 46 dense: this rank's fp32 master shard */
+#define L46_EXPERTS_MASTER       1540136416 /*   33030144 [master.fp32_shard]: layer 46 experts: this rank's fp32 master shard */
+#define L47_DENSE_MASTER         1573166560 /*     354336 [master.fp32_shard]: layer 47 dense: this rank's fp32 master shard */
+#define L47_EXPERTS_MASTER       1573520896 /*   33030144 [master.fp32_shard]: layer 47 experts: this rank's fp32 master shard */
+#define L48_DENSE_MASTER         1606551040 /*     354336 [master.fp32_shard]: layer 48 dense: this rank's fp32 master shard */
+#define L48_EXPERTS_MASTER       1606905376 /*   33030144 [master.fp32_shard]: layer 48 experts: this rank's fp32 master shard */
+#define L49_DENSE_MASTER         1639935520 /*     354336 [master.fp32_shard]: layer 49 dense: this rank's fp32 master shard */
+#define L49_EXPERTS_MASTER       1640289856 /*   33030144 [master.fp32_shard]: layer 49 experts: this rank's fp32 master shard */
+#define L50_DENSE_MASTER         1673320000 /*     354336 [master.fp32_shard]: layer 50 dense: this rank's fp32 master shard */
+#define L50_EXPERTS_MASTER       1673674336 /*   33030144 [master.fp32_shard]: layer 50 experts: this rank's fp32 master shard */
+#define L51_DENSE_MASTER         1706704480 /*     354336 [master.fp32_shard]: layer 51 dense: this rank's fp32 master shard */
+#define L51_EXPERTS_MASTER       1707058816 /*   33030144 [master.fp32_shard]: layer 51 experts: this rank's fp32 master shard */
+#define L52_DENSE_MASTER         1740088960 /*     354336 [master.fp32_shard]: layer 52 dense: this rank's fp32 master shard */
+#define L52_EXPERTS_MASTER       1740443296 /*   33030144 [master.fp32_shard]: layer 52 experts: this rank's fp32 master shard */
+#define L53_DENSE_MASTER         1773473440 /*     354336 [master.fp32_shard]: layer 53 dense: this rank's fp32 master shard */
+#define L53_EXPERTS_MASTER       1773827776 /*   33030144 [master.fp32_shard]: layer 53 experts: this rank's fp32 master shard */
+#define L54_DENSE_MASTER         1806857920 /*     354336 [master.fp32_shard]: layer 54 dense: this rank's fp32 master shard */
+#define L54_EXPERTS_MASTER       1807212256 /*   33030144 [master.fp32_shard]: layer 54 experts: this rank's fp32 master shard */
+#define L55_DENSE_MASTER         1840242400 /*     354336 [master.fp32_shard]: layer 55 dense: this rank's fp32 master shard */
+#define L55_EXPERTS_MASTER       1840596736 /*   33030144 [master.fp32_shard]: layer 55 experts: this rank's fp32 master shard */
+#define L56_DENSE_MASTER         1873626880 /*     354336 [master.fp32_shard]: layer 56 dense: this rank's fp32 master shard */
+#define L56_EXPERTS_MASTER       1873981216 /*   33030144 [master.fp32_shard]: layer 56 experts: this rank's fp32 master shard */
+#define L57_DENSE_MASTER         1907011360 /*     354336 [master.fp32_shard]: layer 57 dense: this rank's fp32 master shard */
+#define L57_EXPERTS_MASTER       1907365696 /*   33030144 [master.fp32_shard]: layer 57 experts: this rank's fp32 master shard */
+#define L58_DENSE_MASTER         1940395840 /*     354336 [master.fp32_shard]: layer 58 dense: this rank's fp32 master shard */
+#define L58_EXPERTS_MASTER       1940750176 /*   33030144 [master.fp32_shard]: layer 58 experts: this rank's fp32 master shard */
+#define L59_DENSE_MASTER         1973780320 /*     354336 [master.fp32_shard]: layer 59 dense: this rank's fp32 master shard */
+#define L59_EXPERTS_MASTER       1974134656 /*   33030144 [master.fp32_shard]: layer 59 experts: this rank's fp32 master shard */
+#define L60_DENSE_MASTER         2007164800 /*     354336 [master.fp32_shard]: layer 60 dense: this rank's fp32 master shard */
+#define L60_EXPERTS_MASTER       2007519136 /*   33030144 [master.fp32_shard]: layer 60 experts: this rank's fp32 master shard */
+#define L61_DENSE_MASTER         2040549280 /*     354336 [master.fp32_shard]: layer 61 dense: this rank's fp32 master shard */
+#define L61_EXPERTS_MASTER       2040903616 /*   33030144 [master.fp32_shard]: layer 61 experts: this rank's fp32 master shard */
+#define L62_DENSE_MASTER         2073933760 /*     354336 [master.fp32_shard]: layer 62 dense: this rank's fp32 master shard */
+#define L62_EXPERTS_MASTER       2074288096 /*   33030144 [master.fp32_shard]: layer 62 experts: this rank's fp32 master shard */
+#define L63_DENSE_MASTER         2107318240 /*     354336 [master.fp32_shard]: layer 63 dense: this rank's fp32 master shard */
+#define L63_EXPERTS_MASTER       2107672576 /*   33030144 [master.fp32_shard]: layer 63 experts: this rank's fp32 master shard */
+#define L64_DENSE_MASTER         2140702720 /*     354336 [master.fp32_shard]: layer 64 dense: this rank's fp32 master shard */
+#define L64_EXPERTS_MASTER       2141057056 /*   33030144 [master.fp32_shard]: layer 64 experts: this rank's fp32 master shard */
+#define L65_DENSE_MASTER         2174087200 /*     354336 [master.fp32_shard]: layer 65 dense: this rank's fp32 master shard */
+#define L65_EXPERTS_MASTER       2174441536 /*   33030144 [master.fp32_shard]: layer 65 experts: this rank's fp32 master shard */
+#define L66_DENSE_MASTER         2207471680 /*     354336 [master.fp32_shard]: layer 66 dense: this rank's fp32 master shard */
+#define L66_EXPERTS_MASTER       2207826016 /*   33030144 [master.fp32_shard]: layer 66 experts: this rank's fp32 master shard */
+#define L67_DENSE_MASTER         2240856160 /*     354336 [master.fp32_shard]: layer 67 dense: this rank's fp32 master shard */
+#define L67_EXPERTS_MASTER       2241210496 /*   33030144 [master.fp32_shard]: layer 67 experts: this rank's fp32 master shard */
+#define L68_DENSE_MASTER         2274240640 /*     354336 [master.fp32_shard]: layer 68 dense: this rank's fp32 master shard */
+#define L68_EXPERTS_MASTER       2274594976 /*   33030144 [master.fp32_shard]: layer 68 experts: this rank's fp32 master shard */
+#define L69_DENSE_MASTER         2307625120 /*     354336 [master.fp32_shard]: layer 69 dense: this rank's fp32 master shard */
+#define L69_EXPERTS_MASTER       2307979456 /*   33030144 [master.fp32_shard]: layer 69 experts: this rank's fp32 master shard */
+#define L70_DENSE_MASTER         2341009600 /*     354336 [master.fp32_shard]: layer 70 dense: this rank's fp32 master shard */
+#define L70_EXPERTS_MASTER       2341363936 /*   33030144 [master.fp32_shard]: layer 70 experts: this rank's fp32 master shard */
+#define L71_DENSE_MASTER         2374394080 /*     354336 [master.fp32_shard]: layer 71 dense: this rank's fp32 master shard */
+#define L71_EXPERTS_MASTER       2374748416 /*   33030144 [master.fp32_shard]: layer 71 experts: this rank's fp32 master shard */
+#define L72_DENSE_MASTER         2407778560 /*     354336 [master.fp32_shard]: layer 72 dense: this rank's fp32 master shard */
+#define L72_EXPERTS_MASTER       2408132896 /*   33030144 [master.fp32_shard]: layer 72 experts: this rank's fp32 master shard */
+#define L73_DENSE_MASTER         2441163040 /*     354336 [master.fp32_shard]: layer 73 dense: this rank's fp32 master shard */
+#define L73_EXPERTS_MASTER       2441517376 /*   33030144 [master.fp32_shard]: layer 73 experts: this rank's fp32 master shard */
+#define HEAD_MASTER              2474547520 /*    4096016 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define EMBED_GRAD               2478643536 /*    4096000 [grads.fp32_shard]: embedding: its gradient, accumulated over micro-batches */
+#define L0_DENSE_GRAD            2482739536 /*     354336 [grads.fp32_shard]: layer 0 dense: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_GRAD          2483093872 /*   33030144 [grads.fp32_shard]: layer 0 experts: its gradient, accumulated over micro-batches */
+#define L1_DENSE_GRAD            2516124016 /*     354336 [grads.fp32_shard]: layer 1 dense: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_GRAD          2516478352 /*   33030144 [grads.fp32_shard]: layer 1 experts: its gradient, accumulated over micro-batches */
+#define L2_DENSE_GRAD            2549508496 /*     354336 [grads.fp32_shard]: layer 2 dense: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_GRAD          2549862832 /*   33030144 [grads.fp32_shard]: layer 2 experts: its gradient, accumulated over micro-batches */
+#define L3_DENSE_GRAD            2582892976 /*     354336 [grads.fp32_shard]: layer 3 dense: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_GRAD          2583247312 /*   33030144 [grads.fp32_shard]: layer 3 experts: its gradient, accumulated over micro-batches */
+#define L4_DENSE_GRAD            2616277456 /*     354336 [grads.fp32_shard]: layer 4 dense: its gradient, accumulated over micro-batches */
+#define L4_EXPERTS_GRAD          2616631792 /*   33030144 [grads.fp32_shard]: layer 4 experts: its gradient, accumulated over micro-batches */
+#define L5_DENSE_GRAD            2649661936 /*     354336 [grads.fp32_shard]: layer 5 dense: its gradient, accumulated over micro-batches */
+#define L5_EXPERTS_GRAD          2650016272 /*   33030144 [grads.fp32_shard]: layer 5 experts: its gradient, accumulated over micro-batches */
+#define L6_DENSE_GRAD            2683046416 /*     354336 [grads.fp32_shard]: layer 6 dense: its gradient, accumulated over micro-batches */
+#define L6_EXPERTS_GRAD          2683400752 /*   33030144 [grads.fp32_shard]: layer 6 experts: its gradient, accumulated over micro-batches */
+#define L7_DENSE_GRAD            2716430896 /*     354336 [grads.fp32_shard]: layer 7 dense: its gradient, accumulated over micro-batches */
+#define L7_EXPERTS_GRAD          2716785232 /*   33030144 [grads.fp32_shard]: layer 7 experts: its gradient, accumulated over micro-batches */
+#define L8_DENSE_GRAD            2749815376 /*     354336 [grads.fp32_shard]: layer 8 dense: its gradient, accumulated over micro-batches */
+#define L8_EXPERTS_GRAD          2750169712 /*   33030144 [grads.fp32_shard]: layer 8 experts: its gradient, accumulated over micro-batches */
+#define L9_DENSE_GRAD            2783199856 /*     354336 [grads.fp32_shard]: layer 9 dense: its gradient, accumulated over micro-batches */
+#define L9_EXPERTS_GRAD          2783554192 /*   33030144 [grads.fp32_shard]: layer 9 experts: its gradient, accumulated over micro-batches */
+#define L10_DENSE_GRAD           2816584336 /*     354336 [grads.fp32_shard]: layer 10 dense: its gradient, accumulated over micro-batches */
+#define L10_EXPERTS_GRAD         2816938672 /*   33030144 [grads.fp32_shard]: layer 10 experts: its gradient, accumulated over micro-batches */
+#define L11_DENSE_GRAD           2849968816 /*     354336 [grads.fp32_shard]: layer 11 dense: its gradient, accumulated over micro-batches */
+#define L11_EXPERTS_GRAD         2850323152 /*   33030144 [grads.fp32_shard]: layer 11 experts: its gradient, accumulated over micro-batches */
+#define L12_DENSE_GRAD           2883353296 /*     354336 [grads.fp32_shard]: layer 12 dense: its gradient, accumulated over micro-batches */
+#define L12_EXPERTS_GRAD         2883707632 /*   33030144 [grads.fp32_shard]: layer 12 experts: its gradient, accumulated over micro-batches */
+#define L13_DENSE_GRAD           2916737776 /*     354336 [grads.fp32_shard]: layer 13 dense: its gradient, accumulated over micro-batches */
+#define L13_EXPERTS_GRAD         2917092112 /*   33030144 [grads.fp32_shard]: layer 13 experts: its gradient, accumulated over micro-batches */
+#define L14_DENSE_GRAD           2950122256 /*     354336 [grads.fp32_shard]: layer 14 dense: its gradient, accumulated over micro-batches */
+#define L14_EXPERTS_GRAD         2950476592 /*   33030144 [grads.fp32_shard]: layer 14 experts: its gradient, accumulated over micro-batches */
+#define L15_DENSE_GRAD           2983506736 /*     354336 [grads.fp32_shard]: layer 15 dense: its gradient, accumulated over micro-batches */
+#define L15_EXPERTS_GRAD         2983861072 /*   33030144 [grads.fp32_shard]: layer 15 experts: its gradient, accumulated over micro-batches */
+#define L16_DENSE_GRAD           3016891216 /*     354336 [grads.fp32_shard]: layer 16 dense: its gradient, accumulated over micro-batches */
+#define L16_EXPERTS_GRAD         3017245552 /*   33030144 [grads.fp32_shard]: layer 16 experts: its gradient, accumulated over micro-batches */
+#define L17_DENSE_GRAD           3050275696 /*     354336 [grads.fp32_shard]: layer 17 dense: its gradient, accumulated over micro-batches */
+#define L17_EXPERTS_GRAD         3050630032 /*   33030144 [grads.fp32_shard]: layer 17 experts: its gradient, accumulated over micro-batches */
+#define L18_DENSE_GRAD           3083660176 /*     354336 [grads.fp32_shard]: layer 18 dense: its gradient, accumulated over micro-batches */
+#define L18_EXPERTS_GRAD         3084014512 /*   33030144 [grads.fp32_shard]: layer 18 experts: its gradient, accumulated over micro-batches */
+#define L19_DENSE_GRAD           3117044656 /*     354336 [grads.fp32_shard]: layer 19 dense: its gradient, accumulated over micro-batches */
+#define L19_EXPERTS_GRAD         3117398992 /*   33030144 [grads.fp32_shard]: layer 19 experts: its gradient, accumulated over micro-batches */
+#define L20_DENSE_GRAD           3150429136 /*     354336 [grads.fp32_shard]: layer 20 dense: its gradient, accumulated over micro-batches */
+#define L20_EXPERTS_GRAD         3150783472 /*   33030144 [grads.fp32_shard]: layer 20 experts: its gradient, accumulated over micro-batches */
+#define L21_DENSE_GRAD           3183813616 /*     354336 [grads.fp32_shard]: layer 21 dense: its gradient, accumulated over micro-batches */
+#define L21_EXPERTS_GRAD         3184167952 /*   33030144 [grads.fp32_shard]: layer 21 experts: its gradient, accumulated over micro-batches */
+#define L22_DENSE_GRAD           3217198096 /*     354336 [grads.fp32_shard]: layer 22 dense: its gradient, accumulated over micro-batches */
+#define L22_EXPERTS_GRAD         3217552432 /*   33030144 [grads.fp32_shard]: layer 22 experts: its gradient, accumulated over micro-batches */
+#define L23_DENSE_GRAD           3250582576 /*     354336 [grads.fp32_shard]: layer 23 dense: its gradient, accumulated over micro-batches */
+#define L23_EXPERTS_GRAD         3250936912 /*   33030144 [grads.fp32_shard]: layer 23 experts: its gradient, accumulated over micro-batches */
+#define L24_DENSE_GRAD           3283967056 /*     354336 [grads.fp32_shard]: layer 24 dense: its gradient, accumulated over micro-batches */
+#define L24_EXPERTS_GRAD         3284321392 /*   33030144 [grads.fp32_shard]: layer 24 experts: its gradient, accumulated over micro-batches */
+#define L25_DENSE_GRAD           3317351536 /*     354336 [grads.fp32_shard]: layer 25 dense: its gradient, accumulated over micro-batches */
+#define L25_EXPERTS_GRAD         3317705872 /*   33030144 [grads.fp32_shard]: layer 25 experts: its gradient, accumulated over micro-batches */
+#define L26_DENSE_GRAD           3350736016 /*     354336 [grads.fp32_shard]: layer 26 dense: its gradient, accumulated over micro-batches */
+#define L26_EXPERTS_GRAD         3351090352 /*   33030144 [grads.fp32_shard]: layer 26 experts: its gradient, accumulated over micro-batches */
+#define L27_DENSE_GRAD           3384120496 /*     354336 [grads.fp32_shard]: layer 27 dense: its gradient, accumulated over micro-batches */
+#define L27_EXPERTS_GRAD         3384474832 /*   33030144 [grads.fp32_shard]: layer 27 experts: its gradient, accumulated over micro-batches */
+#define L28_DENSE_GRAD           3417504976 /*     354336 [grads.fp32_shard]: layer 28 dense: its gradient, accumulated over micro-batches */
+#define L28_EXPERTS_GRAD         3417859312 /*   33030144 [grads.fp32_shard]: layer 28 experts: its gradient, accumulated over micro-batches */
+#define L29_DENSE_GRAD           3450889456 /*     354336 [grads.fp32_shard]: layer 29 dense: its gradient, accumulated over micro-batches */
+#define L29_EXPERTS_GRAD         3451243792 /*   33030144 [grads.fp32_shard]: layer 29 experts: its gradient, accumulated over micro-batches */
+#define L30_DENSE_GRAD           3484273936 /*     354336 [grads.fp32_shard]: layer 30 dense: its gradient, accumulated over micro-batches */
+#define L30_EXPERTS_GRAD         3484628272 /*   33030144 [grads.fp32_shard]: layer 30 experts: its gradient, accumulated over micro-batches */
+#define L31_DENSE_GRAD           3517658416 /*     354336 [grads.fp32_shard]: layer 31 dense: its gradient, accumulated over micro-batches */
+#define L31_EXPERTS_GRAD         3518012752 /*   33030144 [grads.fp32_shard]: layer 31 experts: its gradient, accumulated over micro-batches */
+#define L32_DENSE_GRAD           3551042896 /*     354336 [grads.fp32_shard]: layer 32 dense: its gradient, accumulated over micro-batches */
+#define L32_EXPERTS_GRAD         3551397232 /*   33030144 [grads.fp32_shard]: layer 32 experts: its gradient, accumulated over micro-batches */
+#define L33_DENSE_GRAD           3584427376 /*     354336 [grads.fp32_shard]: layer 33 dense: its gradient, accumulated over micro-batches */
+#define L33_EXPERTS_GRAD         3584781712 /*   33030144 [grads.fp32_shard]: layer 33 experts: its gradient, accumulated over micro-batches */
+#define L34_DENSE_GRAD           3617811856 /*     354336 [grads.fp32_shard]: layer 34 dense: its gradient, accumulated over micro-batches */
+#define L34_EXPERTS_GRAD         3618166192 /*   33030144 [grads.fp32_shard]: layer 34 experts: its gradient, accumulated over micro-batches */
+#define L35_DENSE_GRAD           3651196336 /*     354336 [grads.fp32_shard]: layer 35 dense: its gradient, accumulated over micro-batches */
+#define L35_EXPERTS_GRAD         3651550672 /*   33030144 [grads.fp32_shard]: layer 35 experts: its gradient, accumulated over micro-batches */
+#define L36_DENSE_GRAD           3684580816 /*     354336 [grads.fp32_shard]: layer 36 dense: its gradient, accumulated over micro-batches */
+#define L36_EXPERTS_GRAD         3684935152 /*   33030144 [grads.fp32_shard]: layer 36 experts: its gradient, accumulated over micro-batches */
+#define L37_DENSE_GRAD           3717965296 /*     354336 [grads.fp32_shard]: layer 37 dense: its gradient, accumulated over micro-batches */
+#define L37_EXPERTS_GRAD         3718319632 /*   33030144 [grads.fp32_shard]: layer 37 experts: its gradient, accumulated over micro-batches */
+#define L38_DENSE_GRAD           3751349776 /*     354336 [grads.fp32_shard]: layer 38 dense: its gradient, accumulated over micro-batches */
+#define L38_EXPERTS_GRAD         3751704112 /*   33030144 [grads.fp32_shard]: layer 38 experts: its gradient, accumulated over micro-batches */
+#define L39_DENSE_GRAD           3784734256 /*     354336 [grads.fp32_shard]: layer 39 dense: its gradient, accumulated over micro-batches */
+#define L39_EXPERTS_GRAD         3785088592 /*   33030144 [grads.fp32_shard]: layer 39 experts: its gradient, accumulated over micro-batches */
+#define L40_DENSE_GRAD           3818118736 /*     354336 [grads.fp32_shard]: layer 40 dense: its gradient, accumulated over micro-batches */
+#define L40_EXPERTS_GRAD         3818473072 /*   33030144 [grads.fp32_shard]: layer 40 experts: its gradient, accumulated over micro-batches */
+#define L41_DENSE_GRAD           3851503216 /*     354336 [grads.fp32_shard]: layer 41 dense: its gradient, accumulated over micro-batches */
+#define L41_EXPERTS_GRAD         3851857552 /*   33030144 [grads.fp32_shard]: layer 41 experts: its gradient, accumulated over micro-batches */
+#define L42_DENSE_GRAD           3884887696 /*     354336 [grads.fp32_shard]: layer 42 dense: its gradient, accumulated over micro-batches */
+#define L42_EXPERTS_GRAD         3885242032 /*   33030144 [grads.fp32_shard]: layer 42 experts: its gradient, accumulated over micro-batches */
+#define L43_DENSE_GRAD           3918272176 /*     354336 [grads.fp32_shard]: layer 43 dense: its gradient, accumulated over micro-batches */
+#define L43_EXPERTS_GRAD         3918626512 /*   33030144 [grads.fp32_shard]: layer 43 experts: its gradient, accumulated over micro-batches */
+#define L44_DENSE_GRAD           3951656656 /*     354336 [grads.fp32_shard]: layer 44 dense: its gradient, accumulated over micro-batches */
+#define L44_EXPERTS_GRAD         3952010992 /*   33030144 [grads.fp32_shard]: layer 44 experts: its gradient, accumulated over micro-batches */
+#define L45_DENSE_GRAD           3985041136 /*     354336 [grads.fp32_shard]: layer 45 dense: its gradient, accumulated over micro-batches */
+#define L45_EXPERTS_GRAD         3985395472 /*   33030144 [grads.fp32_shard]: layer 45 experts: its gradient, accumulated over micro-batches */
+#define L46_DENSE_GRAD           4018425616 /*     354336 [grads.fp32_shard]: layer 46 dense: its gradient, accumulated over micro-batches */
+#define L46_EXPERTS_GRAD         4018779952 /*   33030144 [grads.fp32_shard]: layer 46 experts: its gradient, accumulated over micro-batches */
+#define L47_DENSE_GRAD           4051810096 /*     354336 [grads.fp32_shard]: layer 47 dense: its gradient, accumulated over micro-batches */
+#define L47_EXPERTS_GRAD         4052164432 /*   33030144 [grads.fp32_shard]: layer 47 experts: its gradient, accumulated over micro-batches */
+#define L48_DENSE_GRAD           4085194576 /*     354336 [grads.fp32_shard]: layer 48 dense: its gradient, accumulated over micro-batches */
+#define L48_EXPERTS_GRAD         4085548912 /*   33030144 [grads.fp32_shard]: layer 48 experts: its gradient, accumulated over micro-batches */
+#define L49_DENSE_GRAD           4118579056 /*     354336 [grads.fp32_shard]: layer 49 dense: its gradient, accumulated over micro-batches */
+#define L49_EXPERTS_GRAD         4118933392 /*   33030144 [grads.fp32_shard]: layer 49 experts: its gradient, accumulated over micro-batches */
+#define L50_DENSE_GRAD           4151963536 /*     354336 [grads.fp32_shard]: layer 50 dense: its gradient, accumulated over micro-batches */
+#define L50_EXPERTS_GRAD         4152317872 /*   33030144 [grads.fp32_shard]: layer 50 experts: its gradient, accumulated over micro-batches */
+#define L51_DENSE_GRAD           4185348016 /*     354336 [grads.fp32_shard]: layer 51 dense: its gradient, accumulated over micro-batches */
+#define L51_EXPERTS_GRAD         4185702352 /*   33030144 [grads.fp32_shard]: layer 51 experts: its gradient, accumulated over micro-batches */
+#define L52_DENSE_GRAD           4218732496 /*     354336 [grads.fp32_shard]: layer 52 dense: its gradient, accumulated over micro-batches */
+#define L52_EXPERTS_GRAD         4219086832 /*   33030144 [grads.fp32_shard]: layer 52 experts: its gradient, accumulated over micro-batches */
+#define L53_DENSE_GRAD           4252116976 /*     354336 [grads.fp32_shard]: layer 53 dense: its gradient, accumulated over micro-batches */
+#define L53_EXPERTS_GRAD         4252471312 /*   33030144 [grads.fp32_shard]: layer 53 experts: its gradient, accumulated over micro-batches */
+#define L54_DENSE_GRAD           4285501456 /*     354336 [grads.fp32_shard]: layer 54 dense: its gradient, accumulated over micro-batches */
+#define L54_EXPERTS_GRAD         4285855792 /*   33030144 [grads.fp32_shard]: layer 54 experts: its gradient, accumulated over micro-batches */
+#define L55_DENSE_GRAD           4318885936 /*     354336 [grads.fp32_shard]: layer 55 dense: its gradient, accumulated over micro-batches */
+#define L55_EXPERTS_GRAD         4319240272 /*   33030144 [grads.fp32_shard]: layer 55 experts: its gradient, accumulated over micro-batches */
+#define L56_DENSE_GRAD           4352270416 /*     354336 [grads.fp32_shard]: layer 56 dense: its gradient, accumulated over micro-batches */
+#define L56_EXPERTS_GRAD         4352624752 /*   33030144 [grads.fp32_shard]: layer 56 experts: its gradient, accumulated over micro-batches */
+#define L57_DENSE_GRAD           4385654896 /*     354336 [grads.fp32_shard]: layer 57 dense: its gradient, accumulated over micro-batches */
+#define L57_EXPERTS_GRAD         4386009232 /*   33030144 [grads.fp32_shard]: layer 57 experts: its gradient, accumulated over micro-batches */
+#define L58_DENSE_GRAD           4419039376 /*     354336 [grads.fp32_shard]: layer 58 dense: its gradient, accumulated over micro-batches */
+#define L58_EXPERTS_GRAD         4419393712 /*   33030144 [grads.fp32_shard]: layer 58 experts: its gradient, accumulated over micro-batches */
+#define L59_DENSE_GRAD           4452423856 /*     354336 [grads.fp32_shard]: layer 59 dense: its gradient, accumulated over micro-batches */
+#define L59_EXPERTS_GRAD         4452778192 /*   33030144 [grads.fp32_shard]: layer 59 experts: its gradient, accumulated over micro-batches */
+#define L60_DENSE_GRAD           4485808336 /*     354336 [grads.fp32_shard]: layer 60 dense: its gradient, accumulated over micro-batches */
+#define L60_EXPERTS_GRAD         4486162672 /*   33030144 [grads.fp32_shard]: layer 60 experts: its gradient, accumulated over micro-batches */
+#define L61_DENSE_GRAD           4519192816 /*     354336 [grads.fp32_shard]: layer 61 dense: its gradient, accumulated over micro-batches */
+#define L61_EXPERTS_GRAD         4519547152 /*   33030144 [grads.fp32_shard]: layer 61 experts: its gradient, accumulated over micro-batches */
+#define L62_DENSE_GRAD           4552577296 /*     354336 [grads.fp32_shard]: layer 62 dense: its gradient, accumulated over micro-batches */
+#define L62_EXPERTS_GRAD         4552931632 /*   33030144 [grads.fp32_shard]: layer 62 experts: its gradient, accumulated over micro-batches */
+#define L63_DENSE_GRAD           4585961776 /*     354336 [grads.fp32_shard]: layer 63 dense: its gradient, accumulated over micro-batches */
+#define L63_EXPERTS_GRAD         4586316112 /*   33030144 [grads.fp32_shard]: layer 63 experts: its gradient, accumulated over micro-batches */
+#define L64_DENSE_GRAD           4619346256 /*     354336 [grads.fp32_shard]: layer 64 dense: its gradient, accumulated over micro-batches */
+#define L64_EXPERTS_GRAD         4619700592 /*   33030144 [grads.fp32_shard]: layer 64 experts: its gradient, accumulated over micro-batches */
+#define L65_DENSE_GRAD           4652730736 /*     354336 [grads.fp32_shard]: layer 65 dense: its gradient, accumulated over micro-batches */
+#define L65_EXPERTS_GRAD         4653085072 /*   33030144 [grads.fp32_shard]: layer 65 experts: its gradient, accumulated over micro-batches */
+#define L66_DENSE_GRAD           4686115216 /*     354336 [grads.fp32_shard]: layer 66 dense: its gradient, accumulated over micro-batches */
+#define L66_EXPERTS_GRAD         4686469552 /*   33030144 [grads.fp32_shard]: layer 66 experts: its gradient, accumulated over micro-batches */
+#define L67_DENSE_GRAD           4719499696 /*     354336 [grads.fp32_shard]: layer 67 dense: its gradient, accumulated over micro-batches */
+#define L67_EXPERTS_GRAD         4719854032 /*   33030144 [grads.fp32_shard]: layer 67 experts: its gradient, accumulated over micro-batches */
+#define L68_DENSE_GRAD           4752884176 /*     354336 [grads.fp32_shard]: layer 68 dense: its gradient, accumulated over micro-batches */
+#define L68_EXPERTS_GRAD         4753238512 /*   33030144 [grads.fp32_shard]: layer 68 experts: its gradient, accumulated over micro-batches */
+#define L69_DENSE_GRAD           4786268656 /*     354336 [grads.fp32_shard]: layer 69 dense: its gradient, accumulated over micro-batches */
+#define L69_EXPERTS_GRAD         4786622992 /*   33030144 [grads.fp32_shard]: layer 69 experts: its gradient, accumulated over micro-batches */
+#define L70_DENSE_GRAD           4819653136 /*     354336 [grads.fp32_shard]: layer 70 dense: its gradient, accumulated over micro-batches */
+#define L70_EXPERTS_GRAD         4820007472 /*   33030144 [grads.fp32_shard]: layer 70 experts: its gradient, accumulated over micro-batches */
+#define L71_DENSE_GRAD           4853037616 /*     354336 [grads.fp32_shard]: layer 71 dense: its gradient, accumulated over micro-batches */
+#define L71_EXPERTS_GRAD         4853391952 /*   33030144 [grads.fp32_shard]: layer 71 experts: its gradient, accumulated over micro-batches */
+#define L72_DENSE_GRAD           4886422096 /*     354336 [grads.fp32_shard]: layer 72 dense: its gradient, accumulated over micro-batches */
+#define L72_EXPERTS_GRAD         4886776432 /*   33030144 [grads.fp32_shard]: layer 72 experts: its gradient, accumulated over micro-batches */
+#define L73_DENSE_GRAD           4919806576 /*     354336 [grads.fp32_shard]: layer 73 dense: its gradient, accumulated over micro-batches */
+#define L73_EXPERTS_GRAD         4920160912 /*   33030144 [grads.fp32_shard]: layer 73 experts: its gradient, accumulated over micro-batches */
+#define HEAD_GRAD                4953191056 /*    4096016 [grads.fp32_shard]: head: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M             4957287072 /*    4096000 [optimizer.momentum]: embedding: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_M          4961383072 /*     354336 [optimizer.momentum]: layer 0 dense: Muon momentum and AdamW first moment (fp32) */
+#define L0_EXPERTS_ADAM_M        4961737408 /*   33030144 [optimizer.momentum]: layer 0 experts: Muon momentum (fp32) */
+#define L1_DENSE_ADAM_M          4994767552 /*     354336 [optimizer.momentum]: layer 1 dense: Muon momentum and AdamW first moment (fp32) */
+#define L1_EXPERTS_ADAM_M        4995121888 /*   33030144 [optimizer.momentum]: layer 1 experts: Muon momentum (fp32) */
+#define L2_DENSE_ADAM_M          5028152032 /*     354336 [optimizer.momentum]: layer 2 dense: Muon momentum and AdamW first moment (fp32) */
+#define L2_EXPERTS_ADAM_M        5028506368 /*   33030144 [optimizer.momentum]: layer 2 experts: Muon momentum (fp32) */
+#define L3_DENSE_ADAM_M          5061536512 /*     354336 [optimizer.momentum]: layer 3 dense: Muon momentum and AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_M        5061890848 /*   33030144 [optimizer.momentum]: layer 3 experts: Muon momentum (fp32) */
+#define L4_DENSE_ADAM_M          5094920992 /*     354336 [optimizer.momentum]: layer 4 dense: Muon momentum and AdamW first moment (fp32) */
+#define L4_EXPERTS_ADAM_M        5095275328 /*   33030144 [optimizer.momentum]: layer 4 experts: Muon momentum (fp32) */
+#define L5_DENSE_ADAM_M          5128305472 /*     354336 [optimizer.momentum]: layer 5 dense: Muon momentum and AdamW first moment (fp32) */
+#define L5_EXPERTS_ADAM_M        5128659808 /*   33030144 [optimizer.momentum]: layer 5 experts: Muon momentum (fp32) */
+#define L6_DENSE_ADAM_M          5161689952 /*     354336 [optimizer.momentum]: layer 6 dense: Muon momentum and AdamW first moment (fp32) */
+#define L6_EXPERTS_ADAM_M        5162044288 /*   33030144 [optimizer.momentum]: layer 6 experts: Muon momentum (fp32) */
+#define L7_DENSE_ADAM_M          5195074432 /*     354336 [optimizer.momentum]: layer 7 dense: Muon momentum and AdamW first moment (fp32) */
+#define L7_EXPERTS_ADAM_M        5195428768 /*   33030144 [optimizer.momentum]: layer 7 experts: Muon momentum (fp32) */
+#define L8_DENSE_ADAM_M          5228458912 /*     354336 [optimizer.momentum]: layer 8 dense: Muon momentum and AdamW first moment (fp32) */
+#define L8_EXPERTS_ADAM_M        5228813248 /*   33030144 [optimizer.momentum]: layer 8 experts: Muon momentum (fp32) */
+#define L9_DENSE_ADAM_M          5261843392 /*     354336 [optimizer.momentum]: layer 9 dense: Muon momentum and AdamW first moment (fp32) */
+#define L9_EXPERTS_ADAM_M        5262197728 /*   33030144 [optimizer.momentum]: layer 9 experts: Muon momentum (fp32) */
+#define L10_DENSE_ADAM_M         5295227872 /*     354336 [optimizer.momentum]: layer 10 dense: Muon momentum and AdamW first moment (fp32) */
+#define L10_EXPERTS_ADAM_M       5295582208 /*   33030144 [optimizer.momentum]: layer 10 experts: Muon momentum (fp32) */
+#define L11_DENSE_ADAM_M         5328612352 /*     354336 [optimizer.momentum]: layer 11 dense: Muon momentum and AdamW first moment (fp32) */
+#define L11_EXPERTS_ADAM_M       5328966688 /*   33030144 [optimizer.momentum]: layer 11 experts: Muon momentum (fp32) */
+#define L12_DENSE_ADAM_M         5361996832 /*     354336 [optimizer.momentum]: layer 12 dense: Muon momentum and AdamW first moment (fp32) */
+#define L12_EXPERTS_ADAM_M       5362351168 /*   33030144 [optimizer.momentum]: layer 12 experts: Muon momentum (fp32) */
+#define L13_DENSE_ADAM_M         5395381312 /*     354336 [optimizer.momentum]: layer 13 dense: Muon momentum and AdamW first moment (fp32) */
+#define L13_EXPERTS_ADAM_M       5395735648 /*   33030144 [optimizer.momentum]: layer 13 experts: Muon momentum (fp32) */
+#define L14_DENSE_ADAM_M         5428765792 /*     354336 [optimizer.momentum]: layer 14 dense: Muon momentum and AdamW first moment (fp32) */
+#define L14_EXPERTS_ADAM_M       5429120128 /*   33030144 [optimizer.momentum]: layer 14 experts: Muon momentum (fp32) */
+#define L15_DENSE_ADAM_M         5462150272 /*     354336 [optimizer.momentum]: layer 15 dense: Muon momentum and AdamW first moment (fp32) */
+#define L15_EXPERTS_ADAM_M       5462504608 /*   33030144 [optimizer.momentum]: layer 15 experts: Muon momentum (fp32) */
+#define L16_DENSE_ADAM_M         5495534752 /*     354336 [optimizer.momentum]: layer 16 dense: Muon momentum and AdamW first moment (fp32) */
+#define L16_EXPERTS_ADAM_M       5495889088 /*   33030144 [optimizer.momentum]: layer 16 experts: Muon momentum (fp32) */
+#define L17_DENSE_ADAM_M         5528919232 /*     354336 [optimizer.momentum]: layer 17 dense: Muon momentum and AdamW first moment (fp32) */
+#define L17_EXPERTS_ADAM_M       5529273568 /*   33030144 [optimizer.momentum]: layer 17 experts: Muon momentum (fp32) */
+#define L18_DENSE_ADAM_M         5562303712 /*     354336 [optimizer.momentum]: layer 18 dense: Muon momentum and AdamW first moment (fp32) */
+#define L18_EXPERTS_ADAM_M       5562658048 /*   33030144 [optimizer.momentum]: layer 18 experts: Muon momentum (fp32) */
+#define L19_DENSE_ADAM_M         5595688192 /*     354336 [optimizer.momentum]: layer 19 dense: Muon momentum and AdamW first moment (fp32) */
+#define L19_EXPERTS_ADAM_M       5596042528 /*   33030144 [optimizer.momentum]: layer 19 experts: Muon momentum (fp32) */
+#define L20_DENSE_ADAM_M         5629072672 /*     354336 [optimizer.momentum]: layer 20 dense: Muon momentum and AdamW first moment (fp32) */
+#define L20_EXPERTS_ADAM_M       5629427008 /*   33030144 [optimizer.momentum]: layer 20 experts: Muon momentum (fp32) */
+#define L21_DENSE_ADAM_M         5662457152 /*     354336 [optimizer.momentum]: layer 21 dense: Muon momentum and AdamW first moment (fp32) */
+#define L21_EXPERTS_ADAM_M       5662811488 /*   33030144 [optimizer.momentum]: layer 21 experts: Muon momentum (fp32) */
+#define L22_DENSE_ADAM_M         5695841632 /*     354336 [optimizer.momentum]: layer 22 dense: Muon momentum and AdamW first moment (fp32) */
+#define L22_EXPERTS_ADAM_M       5696195968 /*   33030144 [optimizer.momentum]: layer 22 experts: Muon momentum (fp32) */
+#define L23_DENSE_ADAM_M         5729226112 /*     354336 [optimizer.momentum]: layer 23 dense: Muon momentum and AdamW first moment (fp32) */
+#define L23_EXPERTS_ADAM_M       5729580448 /*   33030144 [optimizer.momentum]: layer 23 experts: Muon momentum (fp32) */
+#define L24_DENSE_ADAM_M         5762610592 /*     354336 [optimizer.momentum]: layer 24 dense: Muon momentum and AdamW first moment (fp32) */
+#define L24_EXPERTS_ADAM_M       5762964928 /*   33030144 [optimizer.momentum]: layer 24 experts: Muon momentum (fp32) */
+#define L25_DENSE_ADAM_M         5795995072 /*     354336 [optimizer.momentum]: layer 25 dense: Muon momentum and AdamW first moment (fp32) */
+#define L25_EXPERTS_ADAM_M       5796349408 /*   33030144 [optimizer.momentum]: layer 25 experts: Muon momentum (fp32) */
+#define L26_DENSE_ADAM_M         5829379552 /*     354336 [optimizer.momentum]: layer 26 dense: Muon momentum and AdamW first moment (fp32) */
+#define L26_EXPERTS_ADAM_M       5829733888 /*   33030144 [optimizer.momentum]: layer 26 experts: Muon momentum (fp32) */
+#define L27_DENSE_ADAM_M         5862764032 /*     354336 [optimizer.momentum]: layer 27 dense: Muon momentum and AdamW first moment (fp32) */
+#define L27_EXPERTS_ADAM_M       5863118368 /*   33030144 [optimizer.momentum]: layer 27 experts: Muon momentum (fp32) */
+#define L28_DENSE_ADAM_M         5896148512 /*     354336 [optimizer.momentum]: layer 28 dense: Muon momentum and AdamW first moment (fp32) */
+#define L28_EXPERTS_ADAM_M       5896502848 /*   33030144 [optimizer.momentum]: layer 28 experts: Muon momentum (fp32) */
+#define L29_DENSE_ADAM_M         5929532992 /*     354336 [optimizer.momentum]: layer 29 dense: Muon momentum and AdamW first moment (fp32) */
+#define L29_EXPERTS_ADAM_M       5929887328 /*   33030144 [optimizer.momentum]: layer 29 experts: Muon momentum (fp32) */
+#define L30_DENSE_ADAM_M         5962917472 /*     354336 [optimizer.momentum]: layer 30 dense: Muon momentum and AdamW first moment (fp32) */
+#define L30_EXPERTS_ADAM_M       5963271808 /*   33030144 [optimizer.momentum]: layer 30 experts: Muon momentum (fp32) */
+#define L31_DENSE_ADAM_M         5996301952 /*     354336 [optimizer.momentum]: layer 31 dense: Muon momentum and AdamW first moment (fp32) */
+#define L31_EXPERTS_ADAM_M       5996656288 /*   33030144 [optimizer.momentum]: layer 31 experts: Muon momentum (fp32) */
+#define L32_DENSE_ADAM_M         6029686432 /*     354336 [optimizer.momentum]: layer 32 dense: Muon momentum and AdamW first moment (fp32) */
+#define L32_EXPERTS_ADAM_M       6030040768 /*   33030144 [optimizer.momentum]: layer 32 experts: Muon momentum (fp32) */
+#define L33_DENSE_ADAM_M         6063070912 /*     354336 [optimizer.momentum]: layer 33 dense: Muon momentum and AdamW first moment (fp32) */
+#define L33_EXPERTS_ADAM_M       6063425248 /*   33030144 [optimizer.momentum]: layer 33 experts: Muon momentum (fp32) */
+#define L34_DENSE_ADAM_M         6096455392 /*     354336 [optimizer.momentum]: layer 34 dense: Muon momentum and AdamW first moment (fp32) */
+#define L34_EXPERTS_ADAM_M       6096809728 /*   33030144 [optimizer.momentum]: layer 34 experts: Muon momentum (fp32) */
+#define L35_DENSE_ADAM_M         6129839872 /*     354336 [optimizer.momentum]: layer 35 dense: Muon momentum and AdamW first moment (fp32) */
+#define L35_EXPERTS_ADAM_M       6130194208 /*   33030144 [optimizer.momentum]: layer 35 experts: Muon momentum (fp32) */
+#define L36_DENSE_ADAM_M         6163224352 /*     354336 [optimizer.momentum]: layer 36 dense: Muon momentum and AdamW first moment (fp32) */
+#define L36_EXPERTS_ADAM_M       6163578688 /*   33030144 [optimizer.momentum]: layer 36 experts: Muon momentum (fp32) */
+#define L37_DENSE_ADAM_M         6196608832 /*     354336 [optimizer.momentum]: layer 37 dense: Muon momentum and AdamW first moment (fp32) */
+#define L37_EXPERTS_ADAM_M       6196963168 /*   33030144 [optimizer.momentum]: layer 37 experts: Muon momentum (fp32) */
+#define L38_DENSE_ADAM_M         6229993312 /*     354336 [optimizer.momentum]: layer 38 dense: Muon momentum and AdamW first moment (fp32) */
+#define L38_EXPERTS_ADAM_M       6230347648 /*   33030144 [optimizer.momentum]: layer 38 experts: Muon momentum (fp32) */
+#define L39_DENSE_ADAM_M         6263377792 /*     354336 [optimizer.momentum]: layer 39 dense: Muon momentum and AdamW first moment (fp32) */
+#define L39_EXPERTS_ADAM_M       6263732128 /*   33030144 [optimizer.momentum]: layer 39 experts: Muon momentum (fp32) */
+#define L40_DENSE_ADAM_M         6296762272 /*     354336 [optimizer.momentum]: layer 40 dense: Muon momentum and AdamW first moment (fp32) */
+#define L40_EXPERTS_ADAM_M       6297116608 /*   33030144 [optimizer.momentum]: layer 40 experts: Muon momentum (fp32) */
+#define L41_DENSE_ADAM_M         6330146752 /*     354336 [optimizer.momentum]: layer 41 dense: Muon momentum and AdamW first moment (fp32) */
+#define L41_EXPERTS_ADAM_M       6330501088 /*   33030144 [optimizer.momentum]: layer 41 experts: Muon momentum (fp32) */
+#define L42_DENSE_ADAM_M         6363531232 /*     354336 [optimizer.momentum]: layer 42 dense: Muon momentum and AdamW first moment (fp32) */
+#define L42_EXPERTS_ADAM_M       6363885568 /*   33030144 [optimizer.momentum]: layer 42 experts: Muon momentum (fp32) */
+#define L43_DENSE_ADAM_M         6396915712 /*     354336 [optimizer.momentum]: layer 43 dense: Muon momentum and AdamW first moment (fp32) */
+#define L43_EXPERTS_ADAM_M       6397270048 /*   33030144 [optimizer.momentum]: layer 43 experts: Muon momentum (fp32) */
+#define L44_DENSE_ADAM_M         6430300192 /*     354336 [optimizer.momentum]: layer 44 dense: Muon momentum and AdamW first moment (fp32) */
+#define L44_EXPERTS_ADAM_M       6430654528 /*   33030144 [optimizer.momentum]: layer 44 experts: Muon momentum (fp32) */
+#define L45_DENSE_ADAM_M         6463684672 /*     354336 [optimizer.momentum]: layer 45 dense: Muon momentum and AdamW first moment (fp32) */
+#define L45_EXPERTS_ADAM_M       6464039008 /*   33030144 [optimizer.momentum]: layer 45 experts: Muon momentum (fp32) */
+#define L46_DENSE_ADAM_M         6497069152 /*     354336 [optimizer.momentum]: layer 46 dense: Muon momentum and AdamW first moment (fp32) */
+#define L46_EXPERTS_ADAM_M       6497423488 /*   33030144 [optimizer.momentum]: layer 46 experts: Muon momentum (fp32) */
+#define L47_DENSE_ADAM_M         6530453632 /*     354336 [optimizer.momentum]: layer 47 dense: Muon momentum and AdamW first moment (fp32) */
+#define L47_EXPERTS_ADAM_M       6530807968 /*   33030144 [optimizer.momentum]: layer 47 experts: Muon momentum (fp32) */
+#define L48_DENSE_ADAM_M         6563838112 /*     354336 [optimizer.momentum]: layer 48 dense: Muon momentum and AdamW first moment (fp32) */
+#define L48_EXPERTS_ADAM_M       6564192448 /*   33030144 [optimizer.momentum]: layer 48 experts: Muon momentum (fp32) */
+#define L49_DENSE_ADAM_M         6597222592 /*     354336 [optimizer.momentum]: layer 49 dense: Muon momentum and AdamW first moment (fp32) */
+#define L49_EXPERTS_ADAM_M       6597576928 /*   33030144 [optimizer.momentum]: layer 49 experts: Muon momentum (fp32) */
+#define L50_DENSE_ADAM_M         6630607072 /*     354336 [optimizer.momentum]: layer 50 dense: Muon momentum and AdamW first moment (fp32) */
+#define L50_EXPERTS_ADAM_M       6630961408 /*   33030144 [optimizer.momentum]: layer 50 experts: Muon momentum (fp32) */
+#define L51_DENSE_ADAM_M         6663991552 /*     354336 [optimizer.momentum]: layer 51 dense: Muon momentum and AdamW first moment (fp32) */
+#define L51_EXPERTS_ADAM_M       6664345888 /*   33030144 [optimizer.momentum]: layer 51 experts: Muon momentum (fp32) */
+#define L52_DENSE_ADAM_M         6697376032 /*     354336 [optimizer.momentum]: layer 52 dense: Muon momentum and AdamW first moment (fp32) */
+#define L52_EXPERTS_ADAM_M       6697730368 /*   33030144 [optimizer.momentum]: layer 52 experts: Muon momentum (fp32) */
+#define L53_DENSE_ADAM_M         6730760512 /*     354336 [optimizer.momentum]: layer 53 dense: Muon momentum and AdamW first moment (fp32) */
+#define L53_EXPERTS_ADAM_M       6731114848 /*   33030144 [optimizer.momentum]: layer 53 experts: Muon momentum (fp32) */
+#define L54_DENSE_ADAM_M         6764144992 /*     354336 [optimizer.momentum]: layer 54 dense: Muon momentum and AdamW first moment (fp32) */
+#define L54_EXPERTS_ADAM_M       6764499328 /*   33030144 [optimizer.momentum]: layer 54 experts: Muon momentum (fp32) */
+#define L55_DENSE_ADAM_M         6797529472 /*     354336 [optimizer.momentum]: layer 55 dense: Muon momentum and AdamW first moment (fp32) */
+#define L55_EXPERTS_ADAM_M       6797883808 /*   33030144 [optimizer.momentum]: layer 55 experts: Muon momentum (fp32) */
+#define L56_DENSE_ADAM_M         6830913952 /*     354336 [optimizer.momentum]: layer 56 dense: Muon momentum and AdamW first moment (fp32) */
+#define L56_EXPERTS_ADAM_M       6831268288 /*   33030144 [optimizer.momentum]: layer 56 experts: Muon momentum (fp32) */
+#define L57_DENSE_ADAM_M         6864298432 /*     354336 [optimizer.momentum]: layer 57 dense: Muon momentum and AdamW first moment (fp32) */
+#define L57_EXPERTS_ADAM_M       6864652768 /*   33030144 [optimizer.momentum]: layer 57 experts: Muon momentum (fp32) */
+#define L58_DENSE_ADAM_M         6897682912 /*     354336 [optimizer.momentum]: layer 58 dense: Muon momentum and AdamW first moment (fp32) */
+#define L58_EXPERTS_ADAM_M       6898037248 /*   33030144 [optimizer.momentum]: layer 58 experts: Muon momentum (fp32) */
+#define L59_DENSE_ADAM_M         6931067392 /*     354336 [optimizer.momentum]: layer 59 dense: Muon momentum and AdamW first moment (fp32) */
+#define L59_EXPERTS_ADAM_M       6931421728 /*   33030144 [optimizer.momentum]: layer 59 experts: Muon momentum (fp32) */
+#define L60_DENSE_ADAM_M         6964451872 /*     354336 [optimizer.momentum]: layer 60 dense: Muon momentum and AdamW first moment (fp32) */
+#define L60_EXPERTS_ADAM_M       6964806208 /*   33030144 [optimizer.momentum]: layer 60 experts: Muon momentum (fp32) */
+#define L61_DENSE_ADAM_M         6997836352 /*     354336 [optimizer.momentum]: layer 61 dense: Muon momentum and AdamW first moment (fp32) */
+#define L61_EXPERTS_ADAM_M       6998190688 /*   33030144 [optimizer.momentum]: layer 61 experts: Muon momentum (fp32) */
+#define L62_DENSE_ADAM_M         7031220832 /*     354336 [optimizer.momentum]: layer 62 dense: Muon momentum and AdamW first moment (fp32) */
+#define L62_EXPERTS_ADAM_M       7031575168 /*   33030144 [optimizer.momentum]: layer 62 experts: Muon momentum (fp32) */
+#define L63_DENSE_ADAM_M         7064605312 /*     354336 [optimizer.momentum]: layer 63 dense: Muon momentum and AdamW first moment (fp32) */
+#define L63_EXPERTS_ADAM_M       7064959648 /*   33030144 [optimizer.momentum]: layer 63 experts: Muon momentum (fp32) */
+#define L64_DENSE_ADAM_M         7097989792 /*     354336 [optimizer.momentum]: layer 64 dense: Muon momentum and AdamW first moment (fp32) */
+#define L64_EXPERTS_ADAM_M       7098344128 /*   33030144 [optimizer.momentum]: layer 64 experts: Muon momentum (fp32) */
+#define L65_DENSE_ADAM_M         7131374272 /*     354336 [optimizer.momentum]: layer 65 dense: Muon momentum and AdamW first moment (fp32) */
+#define L65_EXPERTS_ADAM_M       7131728608 /*   33030144 [optimizer.momentum]: layer 65 experts: Muon momentum (fp32) */
+#define L66_DENSE_ADAM_M         7164758752 /*     354336 [optimizer.momentum]: layer 66 dense: Muon momentum and AdamW first moment (fp32) */
+#define L66_EXPERTS_ADAM_M       7165113088 /*   33030144 [optimizer.momentum]: layer 66 experts: Muon momentum (fp32) */
+#define L67_DENSE_ADAM_M         7198143232 /*     354336 [optimizer.momentum]: layer 67 dense: Muon momentum and AdamW first moment (fp32) */
+#define L67_EXPERTS_ADAM_M       7198497568 /*   33030144 [optimizer.momentum]: layer 67 experts: Muon momentum (fp32) */
+#define L68_DENSE_ADAM_M         7231527712 /*     354336 [optimizer.momentum]: layer 68 dense: Muon momentum and AdamW first moment (fp32) */
+#define L68_EXPERTS_ADAM_M       7231882048 /*   33030144 [optimizer.momentum]: layer 68 experts: Muon momentum (fp32) */
+#define L69_DENSE_ADAM_M         7264912192 /*     354336 [optimizer.momentum]: layer 69 dense: Muon momentum and AdamW first moment (fp32) */
+#define L69_EXPERTS_ADAM_M       7265266528 /*   33030144 [optimizer.momentum]: layer 69 experts: Muon momentum (fp32) */
+#define L70_DENSE_ADAM_M         7298296672 /*     354336 [optimizer.momentum]: layer 70 dense: Muon momentum and AdamW first moment (fp32) */
+#define L70_EXPERTS_ADAM_M       7298651008 /*   33030144 [optimizer.momentum]: layer 70 experts: Muon momentum (fp32) */
+#define L71_DENSE_ADAM_M         7331681152 /*     354336 [optimizer.momentum]: layer 71 dense: Muon momentum and AdamW first moment (fp32) */
+#define L71_EXPERTS_ADAM_M       7332035488 /*   33030144 [optimizer.momentum]: layer 71 experts: Muon momentum (fp32) */
+#define L72_DENSE_ADAM_M         7365065632 /*     354336 [optimizer.momentum]: layer 72 dense: Muon momentum and AdamW first moment (fp32) */
+#define L72_EXPERTS_ADAM_M       7365419968 /*   33030144 [optimizer.momentum]: layer 72 experts: Muon momentum (fp32) */
+#define L73_DENSE_ADAM_M         7398450112 /*     354336 [optimizer.momentum]: layer 73 dense: Muon momentum and AdamW first moment (fp32) */
+#define L73_EXPERTS_ADAM_M       7398804448 /*   33030144 [optimizer.momentum]: layer 73 experts: Muon momentum (fp32) */
+#define HEAD_ADAM_M              7431834592 /*    4096016 [optimizer.momentum]: head: AdamW first moment (fp32) */
+#define EMBED_ADAM_V             7435930608 /*    4096000 [optimizer.adamw_second_moment]: embedding: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L0_DENSE_ADAM_V          7440026608 /*     354336 [optimizer.adamw_second_moment]: layer 0 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L1_DENSE_ADAM_V          7440380944 /*     354336 [optimizer.adamw_second_moment]: layer 1 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L2_DENSE_ADAM_V          7440735280 /*     354336 [optimizer.adamw_second_moment]: layer 2 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L3_DENSE_ADAM_V          7441089616 /*     354336 [optimizer.adamw_second_moment]: layer 3 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L4_DENSE_ADAM_V          7441443952 /*     354336 [optimizer.adamw_second_moment]: layer 4 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L5_DENSE_ADAM_V          7441798288 /*     354336 [optimizer.adamw_second_moment]: layer 5 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L6_DENSE_ADAM_V          7442152624 /*     354336 [optimizer.adamw_second_moment]: layer 6 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L7_DENSE_ADAM_V          7442506960 /*     354336 [optimizer.adamw_second_moment]: layer 7 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L8_DENSE_ADAM_V          7442861296 /*     354336 [optimizer.adamw_second_moment]: layer 8 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L9_DENSE_ADAM_V          7443215632 /*     354336 [optimizer.adamw_second_moment]: layer 9 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L10_DENSE_ADAM_V         7443569968 /*     354336 [optimizer.adamw_second_moment]: layer 10 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L11_DENSE_ADAM_V         7443924304 /*     354336 [optimizer.adamw_second_moment]: layer 11 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L12_DENSE_ADAM_V         7444278640 /*     354336 [optimizer.adamw_second_moment]: layer 12 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L13_DENSE_ADAM_V         7444632976 /*     354336 [optimizer.adamw_second_moment]: layer 13 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L14_DENSE_ADAM_V         7444987312 /*     354336 [optimizer.adamw_second_moment]: layer 14 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L15_DENSE_ADAM_V         7445341648 /*     354336 [optimizer.adamw_second_moment]: layer 15 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L16_DENSE_ADAM_V         7445695984 /*     354336 [optimizer.adamw_second_moment]: layer 16 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L17_DENSE_ADAM_V         7446050320 /*     354336 [optimizer.adamw_second_moment]: layer 17 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L18_DENSE_ADAM_V         7446404656 /*     354336 [optimizer.adamw_second_moment]: layer 18 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L19_DENSE_ADAM_V         7446758992 /*     354336 [optimizer.adamw_second_moment]: layer 19 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L20_DENSE_ADAM_V         7447113328 /*     354336 [optimizer.adamw_second_moment]: layer 20 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L21_DENSE_ADAM_V         7447467664 /*     354336 [optimizer.adamw_second_moment]: layer 21 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L22_DENSE_ADAM_V         7447822000 /*     354336 [optimizer.adamw_second_moment]: layer 22 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L23_DENSE_ADAM_V         7448176336 /*     354336 [optimizer.adamw_second_moment]: layer 23 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L24_DENSE_ADAM_V         7448530672 /*     354336 [optimizer.adamw_second_moment]: layer 24 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L25_DENSE_ADAM_V         7448885008 /*     354336 [optimizer.adamw_second_moment]: layer 25 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L26_DENSE_ADAM_V         7449239344 /*     354336 [optimizer.adamw_second_moment]: layer 26 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L27_DENSE_ADAM_V         7449593680 /*     354336 [optimizer.adamw_second_moment]: layer 27 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L28_DENSE_ADAM_V         7449948016 /*     354336 [optimizer.adamw_second_moment]: layer 28 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L29_DENSE_ADAM_V         7450302352 /*     354336 [optimizer.adamw_second_moment]: layer 29 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L30_DENSE_ADAM_V         7450656688 /*     354336 [optimizer.adamw_second_moment]: layer 30 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L31_DENSE_ADAM_V         7451011024 /*     354336 [optimizer.adamw_second_moment]: layer 31 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L32_DENSE_ADAM_V         7451365360 /*     354336 [optimizer.adamw_second_moment]: layer 32 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L33_DENSE_ADAM_V         7451719696 /*     354336 [optimizer.adamw_second_moment]: layer 33 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L34_DENSE_ADAM_V         7452074032 /*     354336 [optimizer.adamw_second_moment]: layer 34 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L35_DENSE_ADAM_V         7452428368 /*     354336 [optimizer.adamw_second_moment]: layer 35 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L36_DENSE_ADAM_V         7452782704 /*     354336 [optimizer.adamw_second_moment]: layer 36 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L37_DENSE_ADAM_V         7453137040 /*     354336 [optimizer.adamw_second_moment]: layer 37 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L38_DENSE_ADAM_V         7453491376 /*     354336 [optimizer.adamw_second_moment]: layer 38 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L39_DENSE_ADAM_V         7453845712 /*     354336 [optimizer.adamw_second_moment]: layer 39 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L40_DENSE_ADAM_V         7454200048 /*     354336 [optimizer.adamw_second_moment]: layer 40 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L41_DENSE_ADAM_V         7454554384 /*     354336 [optimizer.adamw_second_moment]: layer 41 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L42_DENSE_ADAM_V         7454908720 /*     354336 [optimizer.adamw_second_moment]: layer 42 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L43_DENSE_ADAM_V         7455263056 /*     354336 [optimizer.adamw_second_moment]: layer 43 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L44_DENSE_ADAM_V         7455617392 /*     354336 [optimizer.adamw_second_moment]: layer 44 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L45_DENSE_ADAM_V         7455971728 /*     354336 [optimizer.adamw_second_moment]: layer 45 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L46_DENSE_ADAM_V         7456326064 /*     354336 [optimizer.adamw_second_moment]: layer 46 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L47_DENSE_ADAM_V         7456680400 /*     354336 [optimizer.adamw_second_moment]: layer 47 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L48_DENSE_ADAM_V         7457034736 /*     354336 [optimizer.adamw_second_moment]: layer 48 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L49_DENSE_ADAM_V         7457389072 /*     354336 [optimizer.adamw_second_moment]: layer 49 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L50_DENSE_ADAM_V         7457743408 /*     354336 [optimizer.adamw_second_moment]: layer 50 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L51_DENSE_ADAM_V         7458097744 /*     354336 [optimizer.adamw_second_moment]: layer 51 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L52_DENSE_ADAM_V         7458452080 /*     354336 [optimizer.adamw_second_moment]: layer 52 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L53_DENSE_ADAM_V         7458806416 /*     354336 [optimizer.adamw_second_moment]: layer 53 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L54_DENSE_ADAM_V         7459160752 /*     354336 [optimizer.adamw_second_moment]: layer 54 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L55_DENSE_ADAM_V         7459515088 /*     354336 [optimizer.adamw_second_moment]: layer 55 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L56_DENSE_ADAM_V         7459869424 /*     354336 [optimizer.adamw_second_moment]: layer 56 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L57_DENSE_ADAM_V         7460223760 /*     354336 [optimizer.adamw_second_moment]: layer 57 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L58_DENSE_ADAM_V         7460578096 /*     354336 [optimizer.adamw_second_moment]: layer 58 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L59_DENSE_ADAM_V         7460932432 /*     354336 [optimizer.adamw_second_moment]: layer 59 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L60_DENSE_ADAM_V         7461286768 /*     354336 [optimizer.adamw_second_moment]: layer 60 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L61_DENSE_ADAM_V         7461641104 /*     354336 [optimizer.adamw_second_moment]: layer 61 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L62_DENSE_ADAM_V         7461995440 /*     354336 [optimizer.adamw_second_moment]: layer 62 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L63_DENSE_ADAM_V         7462349776 /*     354336 [optimizer.adamw_second_moment]: layer 63 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L64_DENSE_ADAM_V         7462704112 /*     354336 [optimizer.adamw_second_moment]: layer 64 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L65_DENSE_ADAM_V         7463058448 /*     354336 [optimizer.adamw_second_moment]: layer 65 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L66_DENSE_ADAM_V         7463412784 /*     354336 [optimizer.adamw_second_moment]: layer 66 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L67_DENSE_ADAM_V         7463767120 /*     354336 [optimizer.adamw_second_moment]: layer 67 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L68_DENSE_ADAM_V         7464121456 /*     354336 [optimizer.adamw_second_moment]: layer 68 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L69_DENSE_ADAM_V         7464475792 /*     354336 [optimizer.adamw_second_moment]: layer 69 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L70_DENSE_ADAM_V         7464830128 /*     354336 [optimizer.adamw_second_moment]: layer 70 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L71_DENSE_ADAM_V         7465184464 /*     354336 [optimizer.adamw_second_moment]: layer 71 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L72_DENSE_ADAM_V         7465538800 /*     354336 [optimizer.adamw_second_moment]: layer 72 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L73_DENSE_ADAM_V         7465893136 /*     354336 [optimizer.adamw_second_moment]: layer 73 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define HEAD_ADAM_V              7466247472 /*    4096016 [optimizer.adamw_second_moment]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
 #define WS_RSTD1                     131072 /*      65536 [activations.forward_layer]: its 1/rms per token */
@@ -918,7 +924,8 @@
 
 /* Parameter groups: sharded over the FSDP group (384 ranks) or, for experts, over the
  * 96 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * state arena (adam_v: AdamW's second moment, its AdamW tensors' values only, compacted; -1: a group of Muon
+ * matrices only has none), and of the shard the
  * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 1572864000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},

@@ -27,142 +27,147 @@
 #define EPS ((real)1e-05)                        /* the norms' epsilon (model.norm_eps) */
 
 /* ---- the state arena map (elements of real) ---- */
+/* the plan's state block, from byte 0 of its hbm arena (plan.json memory): item by item, byte = 4 x element:
+ *   master.fp32_shard              from element            0,   8030261248 bytes
+ *   grads.fp32_shard               from element   2007565312,   8030261248 bytes
+ *   optimizer.adamw_moments        from element   4015130624,  16060522496 bytes
+ */
 #define EMBED_MASTER                      0 /*  131334144 [master.fp32_shard]: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                131334144 /*  131334144 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M              262668288 /*  131334144 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define EMBED_ADAM_V              394002432 /*  131334144 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER           525336576 /*   54528000 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD             579864576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M           634392576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V           688920576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER           743448576 /*   54528000 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             797976576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           852504576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           907032576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER           961560576 /*   54528000 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD            1016088576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M          1070616576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V          1125144576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER          1179672576 /*   54528000 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD            1234200576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M          1288728576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V          1343256576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER          1397784576 /*   54528000 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD            1452312576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M          1506840576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V          1561368576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER          1615896576 /*   54528000 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD            1670424576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M          1724952576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V          1779480576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER          1834008576 /*   54528000 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD            1888536576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M          1943064576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V          1997592576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER          2052120576 /*   54528000 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD            2106648576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M          2161176576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V          2215704576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER          2270232576 /*   54528000 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD            2324760576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M          2379288576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V          2433816576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          2488344576 /*   54528000 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            2542872576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          2597400576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          2651928576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         2706456576 /*   54528000 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           2760984576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         2815512576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         2870040576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         2924568576 /*   54528000 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           2979096576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         3033624576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         3088152576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         3142680576 /*   54528000 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           3197208576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         3251736576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         3306264576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         3360792576 /*   54528000 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           3415320576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         3469848576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         3524376576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         3578904576 /*   54528000 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           3633432576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         3687960576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         3742488576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         3797016576 /*   54528000 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           3851544576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         3906072576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         3960600576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         4015128576 /*   54528000 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           4069656576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         4124184576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         4178712576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         4233240576 /*   54528000 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           4287768576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         4342296576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         4396824576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         4451352576 /*   54528000 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           4505880576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         4560408576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         4614936576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         4669464576 /*   54528000 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           4723992576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         4778520576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         4833048576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         4887576576 /*   54528000 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           4942104576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         4996632576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         5051160576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         5105688576 /*   54528000 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           5160216576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         5214744576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         5269272576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         5323800576 /*   54528000 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           5378328576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         5432856576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         5487384576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         5541912576 /*   54528000 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           5596440576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         5650968576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         5705496576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         5760024576 /*   54528000 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           5814552576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         5869080576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         5923608576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         5978136576 /*   54528000 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           6032664576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         6087192576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         6141720576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         6196248576 /*   54528000 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           6250776576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         6305304576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         6359832576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         6414360576 /*   54528000 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           6468888576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         6523416576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         6577944576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         6632472576 /*   54528000 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           6687000576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         6741528576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         6796056576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         6850584576 /*   54528000 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           6905112576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         6959640576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         7014168576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         7068696576 /*   54528000 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           7123224576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         7177752576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         7232280576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         7286808576 /*   54528000 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           7341336576 /*   54528000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         7395864576 /*   54528000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         7450392576 /*   54528000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define HEAD_MASTER              7504920576 /*  131335168 [master.fp32_shard]: head: this rank's fp32 master shard */
-#define HEAD_GRAD                7636255744 /*  131335168 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              7767590912 /*  131335168 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              7898926080 /*  131335168 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER           131334144 /*   54528000 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L1_DENSE_MASTER           185862144 /*   54528000 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L2_DENSE_MASTER           240390144 /*   54528000 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L3_DENSE_MASTER           294918144 /*   54528000 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L4_DENSE_MASTER           349446144 /*   54528000 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
+#define L5_DENSE_MASTER           403974144 /*   54528000 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
+#define L6_DENSE_MASTER           458502144 /*   54528000 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
+#define L7_DENSE_MASTER           513030144 /*   54528000 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
+#define L8_DENSE_MASTER           567558144 /*   54528000 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
+#define L9_DENSE_MASTER           622086144 /*   54528000 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
+#define L10_DENSE_MASTER          676614144 /*   54528000 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
+#define L11_DENSE_MASTER          731142144 /*   54528000 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
+#define L12_DENSE_MASTER          785670144 /*   54528000 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
+#define L13_DENSE_MASTER          840198144 /*   54528000 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
+#define L14_DENSE_MASTER          894726144 /*   54528000 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
+#define L15_DENSE_MASTER          949254144 /*   54528000 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
+#define L16_DENSE_MASTER         1003782144 /*   54528000 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
+#define L17_DENSE_MASTER         1058310144 /*   54528000 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
+#define L18_DENSE_MASTER         1112838144 /*   54528000 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
+#define L19_DENSE_MASTER         1167366144 /*   54528000 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
+#define L20_DENSE_MASTER         1221894144 /*   54528000 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
+#define L21_DENSE_MASTER         1276422144 /*   54528000 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
+#define L22_DENSE_MASTER         1330950144 /*   54528000 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
+#define L23_DENSE_MASTER         1385478144 /*   54528000 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
+#define L24_DENSE_MASTER         1440006144 /*   54528000 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
+#define L25_DENSE_MASTER         1494534144 /*   54528000 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
+#define L26_DENSE_MASTER         1549062144 /*   54528000 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
+#define L27_DENSE_MASTER         1603590144 /*   54528000 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
+#define L28_DENSE_MASTER         1658118144 /*   54528000 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
+#define L29_DENSE_MASTER         1712646144 /*   54528000 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
+#define L30_DENSE_MASTER         1767174144 /*   54528000 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
+#define L31_DENSE_MASTER         1821702144 /*   54528000 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
+#define HEAD_MASTER              1876230144 /*  131335168 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define EMBED_GRAD               2007565312 /*  131334144 [grads.fp32_shard]: embedding: its gradient, accumulated over micro-batches */
+#define L0_DENSE_GRAD            2138899456 /*   54528000 [grads.fp32_shard]: layer 0 dense: its gradient, accumulated over micro-batches */
+#define L1_DENSE_GRAD            2193427456 /*   54528000 [grads.fp32_shard]: layer 1 dense: its gradient, accumulated over micro-batches */
+#define L2_DENSE_GRAD            2247955456 /*   54528000 [grads.fp32_shard]: layer 2 dense: its gradient, accumulated over micro-batches */
+#define L3_DENSE_GRAD            2302483456 /*   54528000 [grads.fp32_shard]: layer 3 dense: its gradient, accumulated over micro-batches */
+#define L4_DENSE_GRAD            2357011456 /*   54528000 [grads.fp32_shard]: layer 4 dense: its gradient, accumulated over micro-batches */
+#define L5_DENSE_GRAD            2411539456 /*   54528000 [grads.fp32_shard]: layer 5 dense: its gradient, accumulated over micro-batches */
+#define L6_DENSE_GRAD            2466067456 /*   54528000 [grads.fp32_shard]: layer 6 dense: its gradient, accumulated over micro-batches */
+#define L7_DENSE_GRAD            2520595456 /*   54528000 [grads.fp32_shard]: layer 7 dense: its gradient, accumulated over micro-batches */
+#define L8_DENSE_GRAD            2575123456 /*   54528000 [grads.fp32_shard]: layer 8 dense: its gradient, accumulated over micro-batches */
+#define L9_DENSE_GRAD            2629651456 /*   54528000 [grads.fp32_shard]: layer 9 dense: its gradient, accumulated over micro-batches */
+#define L10_DENSE_GRAD           2684179456 /*   54528000 [grads.fp32_shard]: layer 10 dense: its gradient, accumulated over micro-batches */
+#define L11_DENSE_GRAD           2738707456 /*   54528000 [grads.fp32_shard]: layer 11 dense: its gradient, accumulated over micro-batches */
+#define L12_DENSE_GRAD           2793235456 /*   54528000 [grads.fp32_shard]: layer 12 dense: its gradient, accumulated over micro-batches */
+#define L13_DENSE_GRAD           2847763456 /*   54528000 [grads.fp32_shard]: layer 13 dense: its gradient, accumulated over micro-batches */
+#define L14_DENSE_GRAD           2902291456 /*   54528000 [grads.fp32_shard]: layer 14 dense: its gradient, accumulated over micro-batches */
+#define L15_DENSE_GRAD           2956819456 /*   54528000 [grads.fp32_shard]: layer 15 dense: its gradient, accumulated over micro-batches */
+#define L16_DENSE_GRAD           3011347456 /*   54528000 [grads.fp32_shard]: layer 16 dense: its gradient, accumulated over micro-batches */
+#define L17_DENSE_GRAD           3065875456 /*   54528000 [grads.fp32_shard]: layer 17 dense: its gradient, accumulated over micro-batches */
+#define L18_DENSE_GRAD           3120403456 /*   54528000 [grads.fp32_shard]: layer 18 dense: its gradient, accumulated over micro-batches */
+#define L19_DENSE_GRAD           3174931456 /*   54528000 [grads.fp32_shard]: layer 19 dense: its gradient, accumulated over micro-batches */
+#define L20_DENSE_GRAD           3229459456 /*   54528000 [grads.fp32_shard]: layer 20 dense: its gradient, accumulated over micro-batches */
+#define L21_DENSE_GRAD           3283987456 /*   54528000 [grads.fp32_shard]: layer 21 dense: its gradient, accumulated over micro-batches */
+#define L22_DENSE_GRAD           3338515456 /*   54528000 [grads.fp32_shard]: layer 22 dense: its gradient, accumulated over micro-batches */
+#define L23_DENSE_GRAD           3393043456 /*   54528000 [grads.fp32_shard]: layer 23 dense: its gradient, accumulated over micro-batches */
+#define L24_DENSE_GRAD           3447571456 /*   54528000 [grads.fp32_shard]: layer 24 dense: its gradient, accumulated over micro-batches */
+#define L25_DENSE_GRAD           3502099456 /*   54528000 [grads.fp32_shard]: layer 25 dense: its gradient, accumulated over micro-batches */
+#define L26_DENSE_GRAD           3556627456 /*   54528000 [grads.fp32_shard]: layer 26 dense: its gradient, accumulated over micro-batches */
+#define L27_DENSE_GRAD           3611155456 /*   54528000 [grads.fp32_shard]: layer 27 dense: its gradient, accumulated over micro-batches */
+#define L28_DENSE_GRAD           3665683456 /*   54528000 [grads.fp32_shard]: layer 28 dense: its gradient, accumulated over micro-batches */
+#define L29_DENSE_GRAD           3720211456 /*   54528000 [grads.fp32_shard]: layer 29 dense: its gradient, accumulated over micro-batches */
+#define L30_DENSE_GRAD           3774739456 /*   54528000 [grads.fp32_shard]: layer 30 dense: its gradient, accumulated over micro-batches */
+#define L31_DENSE_GRAD           3829267456 /*   54528000 [grads.fp32_shard]: layer 31 dense: its gradient, accumulated over micro-batches */
+#define HEAD_GRAD                3883795456 /*  131335168 [grads.fp32_shard]: head: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M             4015130624 /*  131334144 [optimizer.adamw_moments]: embedding: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_M          4146464768 /*   54528000 [optimizer.adamw_moments]: layer 0 dense: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_M          4200992768 /*   54528000 [optimizer.adamw_moments]: layer 1 dense: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_M          4255520768 /*   54528000 [optimizer.adamw_moments]: layer 2 dense: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_M          4310048768 /*   54528000 [optimizer.adamw_moments]: layer 3 dense: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_M          4364576768 /*   54528000 [optimizer.adamw_moments]: layer 4 dense: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_M          4419104768 /*   54528000 [optimizer.adamw_moments]: layer 5 dense: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_M          4473632768 /*   54528000 [optimizer.adamw_moments]: layer 6 dense: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_M          4528160768 /*   54528000 [optimizer.adamw_moments]: layer 7 dense: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_M          4582688768 /*   54528000 [optimizer.adamw_moments]: layer 8 dense: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_M          4637216768 /*   54528000 [optimizer.adamw_moments]: layer 9 dense: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_M         4691744768 /*   54528000 [optimizer.adamw_moments]: layer 10 dense: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_M         4746272768 /*   54528000 [optimizer.adamw_moments]: layer 11 dense: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_M         4800800768 /*   54528000 [optimizer.adamw_moments]: layer 12 dense: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_M         4855328768 /*   54528000 [optimizer.adamw_moments]: layer 13 dense: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_M         4909856768 /*   54528000 [optimizer.adamw_moments]: layer 14 dense: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_M         4964384768 /*   54528000 [optimizer.adamw_moments]: layer 15 dense: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_M         5018912768 /*   54528000 [optimizer.adamw_moments]: layer 16 dense: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_M         5073440768 /*   54528000 [optimizer.adamw_moments]: layer 17 dense: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_M         5127968768 /*   54528000 [optimizer.adamw_moments]: layer 18 dense: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_M         5182496768 /*   54528000 [optimizer.adamw_moments]: layer 19 dense: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_M         5237024768 /*   54528000 [optimizer.adamw_moments]: layer 20 dense: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_M         5291552768 /*   54528000 [optimizer.adamw_moments]: layer 21 dense: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_M         5346080768 /*   54528000 [optimizer.adamw_moments]: layer 22 dense: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_M         5400608768 /*   54528000 [optimizer.adamw_moments]: layer 23 dense: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_M         5455136768 /*   54528000 [optimizer.adamw_moments]: layer 24 dense: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_M         5509664768 /*   54528000 [optimizer.adamw_moments]: layer 25 dense: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_M         5564192768 /*   54528000 [optimizer.adamw_moments]: layer 26 dense: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_M         5618720768 /*   54528000 [optimizer.adamw_moments]: layer 27 dense: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_M         5673248768 /*   54528000 [optimizer.adamw_moments]: layer 28 dense: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_M         5727776768 /*   54528000 [optimizer.adamw_moments]: layer 29 dense: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_M         5782304768 /*   54528000 [optimizer.adamw_moments]: layer 30 dense: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_M         5836832768 /*   54528000 [optimizer.adamw_moments]: layer 31 dense: AdamW first moment (fp32) */
+#define HEAD_ADAM_M              5891360768 /*  131335168 [optimizer.adamw_moments]: head: AdamW first moment (fp32) */
+#define EMBED_ADAM_V             6022695936 /*  131334144 [optimizer.adamw_moments]: embedding: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L0_DENSE_ADAM_V          6154030080 /*   54528000 [optimizer.adamw_moments]: layer 0 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L1_DENSE_ADAM_V          6208558080 /*   54528000 [optimizer.adamw_moments]: layer 1 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L2_DENSE_ADAM_V          6263086080 /*   54528000 [optimizer.adamw_moments]: layer 2 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L3_DENSE_ADAM_V          6317614080 /*   54528000 [optimizer.adamw_moments]: layer 3 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L4_DENSE_ADAM_V          6372142080 /*   54528000 [optimizer.adamw_moments]: layer 4 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L5_DENSE_ADAM_V          6426670080 /*   54528000 [optimizer.adamw_moments]: layer 5 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L6_DENSE_ADAM_V          6481198080 /*   54528000 [optimizer.adamw_moments]: layer 6 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L7_DENSE_ADAM_V          6535726080 /*   54528000 [optimizer.adamw_moments]: layer 7 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L8_DENSE_ADAM_V          6590254080 /*   54528000 [optimizer.adamw_moments]: layer 8 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L9_DENSE_ADAM_V          6644782080 /*   54528000 [optimizer.adamw_moments]: layer 9 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L10_DENSE_ADAM_V         6699310080 /*   54528000 [optimizer.adamw_moments]: layer 10 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L11_DENSE_ADAM_V         6753838080 /*   54528000 [optimizer.adamw_moments]: layer 11 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L12_DENSE_ADAM_V         6808366080 /*   54528000 [optimizer.adamw_moments]: layer 12 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L13_DENSE_ADAM_V         6862894080 /*   54528000 [optimizer.adamw_moments]: layer 13 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L14_DENSE_ADAM_V         6917422080 /*   54528000 [optimizer.adamw_moments]: layer 14 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L15_DENSE_ADAM_V         6971950080 /*   54528000 [optimizer.adamw_moments]: layer 15 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L16_DENSE_ADAM_V         7026478080 /*   54528000 [optimizer.adamw_moments]: layer 16 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L17_DENSE_ADAM_V         7081006080 /*   54528000 [optimizer.adamw_moments]: layer 17 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L18_DENSE_ADAM_V         7135534080 /*   54528000 [optimizer.adamw_moments]: layer 18 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L19_DENSE_ADAM_V         7190062080 /*   54528000 [optimizer.adamw_moments]: layer 19 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L20_DENSE_ADAM_V         7244590080 /*   54528000 [optimizer.adamw_moments]: layer 20 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L21_DENSE_ADAM_V         7299118080 /*   54528000 [optimizer.adamw_moments]: layer 21 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L22_DENSE_ADAM_V         7353646080 /*   54528000 [optimizer.adamw_moments]: layer 22 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L23_DENSE_ADAM_V         7408174080 /*   54528000 [optimizer.adamw_moments]: layer 23 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L24_DENSE_ADAM_V         7462702080 /*   54528000 [optimizer.adamw_moments]: layer 24 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L25_DENSE_ADAM_V         7517230080 /*   54528000 [optimizer.adamw_moments]: layer 25 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L26_DENSE_ADAM_V         7571758080 /*   54528000 [optimizer.adamw_moments]: layer 26 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L27_DENSE_ADAM_V         7626286080 /*   54528000 [optimizer.adamw_moments]: layer 27 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L28_DENSE_ADAM_V         7680814080 /*   54528000 [optimizer.adamw_moments]: layer 28 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L29_DENSE_ADAM_V         7735342080 /*   54528000 [optimizer.adamw_moments]: layer 29 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L30_DENSE_ADAM_V         7789870080 /*   54528000 [optimizer.adamw_moments]: layer 30 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L31_DENSE_ADAM_V         7844398080 /*   54528000 [optimizer.adamw_moments]: layer 31 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define HEAD_ADAM_V              7898926080 /*  131335168 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
 #define L0_RSTD1                      16384 /*       8192 [activations.saved[0]]: its 1/rms per token */
@@ -640,7 +645,8 @@
 
 /* Parameter groups: sharded over the FSDP group (4 ranks) or, for experts, over the
  * 4 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * state arena (adam_v: AdamW's second moment, its AdamW tensors' values only, compacted; -1: a group of Muon
+ * matrices only has none), and of the shard the
  * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 525336576, 131334144, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},

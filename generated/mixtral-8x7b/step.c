@@ -29,270 +29,275 @@
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
+/* the plan's state block, from byte 0 of its host arena (plan.json memory): item by item, byte = 4 x element:
+ *   master.fp32_shard              from element            0,   5837849088 bytes
+ *   grads.fp32_shard               from element   1459462272,   5837849088 bytes
+ *   optimizer.adamw_moments        from element   2918924544,  11675698176 bytes
+ */
 #define EMBED_MASTER                      0 /*    4096000 [master.fp32_shard]: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                  4096000 /*    4096000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                8192000 /*    4096000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define EMBED_ADAM_V               12288000 /*    4096000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER            16384000 /*    1312000 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD              17696000 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M            19008000 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V            20320000 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER          21632000 /*   44040192 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD            65672192 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M         109712384 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L0_EXPERTS_ADAM_V         153752576 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER           197792768 /*    1312000 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             199104768 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           200416768 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           201728768 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER         203040768 /*   44040192 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD           247080960 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M         291121152 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L1_EXPERTS_ADAM_V         335161344 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER           379201536 /*    1312000 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD             380513536 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M           381825536 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V           383137536 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER         384449536 /*   44040192 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD           428489728 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M         472529920 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L2_EXPERTS_ADAM_V         516570112 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER           560610304 /*    1312000 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD             561922304 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M           563234304 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V           564546304 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER         565858304 /*   44040192 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD           609898496 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M         653938688 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V         697978880 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER           742019072 /*    1312000 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD             743331072 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M           744643072 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V           745955072 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L4_EXPERTS_MASTER         747267072 /*   44040192 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
-#define L4_EXPERTS_GRAD           791307264 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L4_EXPERTS_ADAM_M         835347456 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L4_EXPERTS_ADAM_V         879387648 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER           923427840 /*    1312000 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD             924739840 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M           926051840 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V           927363840 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L5_EXPERTS_MASTER         928675840 /*   44040192 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
-#define L5_EXPERTS_GRAD           972716032 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L5_EXPERTS_ADAM_M        1016756224 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L5_EXPERTS_ADAM_V        1060796416 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER          1104836608 /*    1312000 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD            1106148608 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M          1107460608 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V          1108772608 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L6_EXPERTS_MASTER        1110084608 /*   44040192 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
-#define L6_EXPERTS_GRAD          1154124800 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L6_EXPERTS_ADAM_M        1198164992 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L6_EXPERTS_ADAM_V        1242205184 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER          1286245376 /*    1312000 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD            1287557376 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M          1288869376 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V          1290181376 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L7_EXPERTS_MASTER        1291493376 /*   44040192 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
-#define L7_EXPERTS_GRAD          1335533568 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L7_EXPERTS_ADAM_M        1379573760 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L7_EXPERTS_ADAM_V        1423613952 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER          1467654144 /*    1312000 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD            1468966144 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M          1470278144 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V          1471590144 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L8_EXPERTS_MASTER        1472902144 /*   44040192 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
-#define L8_EXPERTS_GRAD          1516942336 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L8_EXPERTS_ADAM_M        1560982528 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L8_EXPERTS_ADAM_V        1605022720 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          1649062912 /*    1312000 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            1650374912 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          1651686912 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          1652998912 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L9_EXPERTS_MASTER        1654310912 /*   44040192 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
-#define L9_EXPERTS_GRAD          1698351104 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L9_EXPERTS_ADAM_M        1742391296 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L9_EXPERTS_ADAM_V        1786431488 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         1830471680 /*    1312000 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           1831783680 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         1833095680 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         1834407680 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L10_EXPERTS_MASTER       1835719680 /*   44040192 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
-#define L10_EXPERTS_GRAD         1879759872 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L10_EXPERTS_ADAM_M       1923800064 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L10_EXPERTS_ADAM_V       1967840256 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         2011880448 /*    1312000 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           2013192448 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         2014504448 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         2015816448 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L11_EXPERTS_MASTER       2017128448 /*   44040192 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
-#define L11_EXPERTS_GRAD         2061168640 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L11_EXPERTS_ADAM_M       2105208832 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L11_EXPERTS_ADAM_V       2149249024 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         2193289216 /*    1312000 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           2194601216 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         2195913216 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         2197225216 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L12_EXPERTS_MASTER       2198537216 /*   44040192 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
-#define L12_EXPERTS_GRAD         2242577408 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L12_EXPERTS_ADAM_M       2286617600 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L12_EXPERTS_ADAM_V       2330657792 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         2374697984 /*    1312000 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           2376009984 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         2377321984 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         2378633984 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L13_EXPERTS_MASTER       2379945984 /*   44040192 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
-#define L13_EXPERTS_GRAD         2423986176 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L13_EXPERTS_ADAM_M       2468026368 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L13_EXPERTS_ADAM_V       2512066560 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         2556106752 /*    1312000 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           2557418752 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         2558730752 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         2560042752 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L14_EXPERTS_MASTER       2561354752 /*   44040192 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
-#define L14_EXPERTS_GRAD         2605394944 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L14_EXPERTS_ADAM_M       2649435136 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L14_EXPERTS_ADAM_V       2693475328 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         2737515520 /*    1312000 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           2738827520 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         2740139520 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         2741451520 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L15_EXPERTS_MASTER       2742763520 /*   44040192 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
-#define L15_EXPERTS_GRAD         2786803712 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L15_EXPERTS_ADAM_M       2830843904 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L15_EXPERTS_ADAM_V       2874884096 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         2918924288 /*    1312000 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           2920236288 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         2921548288 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         2922860288 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L16_EXPERTS_MASTER       2924172288 /*   44040192 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
-#define L16_EXPERTS_GRAD         2968212480 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L16_EXPERTS_ADAM_M       3012252672 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L16_EXPERTS_ADAM_V       3056292864 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         3100333056 /*    1312000 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           3101645056 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         3102957056 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         3104269056 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L17_EXPERTS_MASTER       3105581056 /*   44040192 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
-#define L17_EXPERTS_GRAD         3149621248 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L17_EXPERTS_ADAM_M       3193661440 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L17_EXPERTS_ADAM_V       3237701632 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         3281741824 /*    1312000 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           3283053824 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         3284365824 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         3285677824 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L18_EXPERTS_MASTER       3286989824 /*   44040192 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
-#define L18_EXPERTS_GRAD         3331030016 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L18_EXPERTS_ADAM_M       3375070208 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L18_EXPERTS_ADAM_V       3419110400 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         3463150592 /*    1312000 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           3464462592 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         3465774592 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         3467086592 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L19_EXPERTS_MASTER       3468398592 /*   44040192 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
-#define L19_EXPERTS_GRAD         3512438784 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L19_EXPERTS_ADAM_M       3556478976 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L19_EXPERTS_ADAM_V       3600519168 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         3644559360 /*    1312000 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           3645871360 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         3647183360 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         3648495360 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L20_EXPERTS_MASTER       3649807360 /*   44040192 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
-#define L20_EXPERTS_GRAD         3693847552 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L20_EXPERTS_ADAM_M       3737887744 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L20_EXPERTS_ADAM_V       3781927936 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         3825968128 /*    1312000 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           3827280128 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         3828592128 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         3829904128 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L21_EXPERTS_MASTER       3831216128 /*   44040192 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
-#define L21_EXPERTS_GRAD         3875256320 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L21_EXPERTS_ADAM_M       3919296512 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L21_EXPERTS_ADAM_V       3963336704 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         4007376896 /*    1312000 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           4008688896 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         4010000896 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         4011312896 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L22_EXPERTS_MASTER       4012624896 /*   44040192 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
-#define L22_EXPERTS_GRAD         4056665088 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L22_EXPERTS_ADAM_M       4100705280 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L22_EXPERTS_ADAM_V       4144745472 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         4188785664 /*    1312000 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           4190097664 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         4191409664 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         4192721664 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L23_EXPERTS_MASTER       4194033664 /*   44040192 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
-#define L23_EXPERTS_GRAD         4238073856 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L23_EXPERTS_ADAM_M       4282114048 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L23_EXPERTS_ADAM_V       4326154240 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         4370194432 /*    1312000 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           4371506432 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         4372818432 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         4374130432 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L24_EXPERTS_MASTER       4375442432 /*   44040192 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
-#define L24_EXPERTS_GRAD         4419482624 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L24_EXPERTS_ADAM_M       4463522816 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L24_EXPERTS_ADAM_V       4507563008 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         4551603200 /*    1312000 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           4552915200 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         4554227200 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         4555539200 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L25_EXPERTS_MASTER       4556851200 /*   44040192 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
-#define L25_EXPERTS_GRAD         4600891392 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L25_EXPERTS_ADAM_M       4644931584 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L25_EXPERTS_ADAM_V       4688971776 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         4733011968 /*    1312000 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           4734323968 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         4735635968 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         4736947968 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L26_EXPERTS_MASTER       4738259968 /*   44040192 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
-#define L26_EXPERTS_GRAD         4782300160 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L26_EXPERTS_ADAM_M       4826340352 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L26_EXPERTS_ADAM_V       4870380544 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         4914420736 /*    1312000 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           4915732736 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         4917044736 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         4918356736 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L27_EXPERTS_MASTER       4919668736 /*   44040192 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
-#define L27_EXPERTS_GRAD         4963708928 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L27_EXPERTS_ADAM_M       5007749120 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L27_EXPERTS_ADAM_V       5051789312 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         5095829504 /*    1312000 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           5097141504 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         5098453504 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         5099765504 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L28_EXPERTS_MASTER       5101077504 /*   44040192 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
-#define L28_EXPERTS_GRAD         5145117696 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L28_EXPERTS_ADAM_M       5189157888 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L28_EXPERTS_ADAM_V       5233198080 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         5277238272 /*    1312000 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           5278550272 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         5279862272 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         5281174272 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L29_EXPERTS_MASTER       5282486272 /*   44040192 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
-#define L29_EXPERTS_GRAD         5326526464 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L29_EXPERTS_ADAM_M       5370566656 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L29_EXPERTS_ADAM_V       5414606848 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         5458647040 /*    1312000 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           5459959040 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         5461271040 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         5462583040 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L30_EXPERTS_MASTER       5463895040 /*   44040192 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
-#define L30_EXPERTS_GRAD         5507935232 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L30_EXPERTS_ADAM_M       5551975424 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L30_EXPERTS_ADAM_V       5596015616 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         5640055808 /*    1312000 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           5641367808 /*    1312000 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         5642679808 /*    1312000 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         5643991808 /*    1312000 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L31_EXPERTS_MASTER       5645303808 /*   44040192 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
-#define L31_EXPERTS_GRAD         5689344000 /*   44040192 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L31_EXPERTS_ADAM_M       5733384192 /*   44040192 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L31_EXPERTS_ADAM_V       5777424384 /*   44040192 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define HEAD_MASTER              5821464576 /*    4096128 [master.fp32_shard]: head: this rank's fp32 master shard */
-#define HEAD_GRAD                5825560704 /*    4096128 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              5829656832 /*    4096128 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              5833752960 /*    4096128 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER             4096000 /*    1312000 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L0_EXPERTS_MASTER           5408000 /*   44040192 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
+#define L1_DENSE_MASTER            49448192 /*    1312000 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L1_EXPERTS_MASTER          50760192 /*   44040192 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
+#define L2_DENSE_MASTER            94800384 /*    1312000 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L2_EXPERTS_MASTER          96112384 /*   44040192 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
+#define L3_DENSE_MASTER           140152576 /*    1312000 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_EXPERTS_MASTER         141464576 /*   44040192 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
+#define L4_DENSE_MASTER           185504768 /*    1312000 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
+#define L4_EXPERTS_MASTER         186816768 /*   44040192 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
+#define L5_DENSE_MASTER           230856960 /*    1312000 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
+#define L5_EXPERTS_MASTER         232168960 /*   44040192 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
+#define L6_DENSE_MASTER           276209152 /*    1312000 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
+#define L6_EXPERTS_MASTER         277521152 /*   44040192 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
+#define L7_DENSE_MASTER           321561344 /*    1312000 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
+#define L7_EXPERTS_MASTER         322873344 /*   44040192 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
+#define L8_DENSE_MASTER           366913536 /*    1312000 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
+#define L8_EXPERTS_MASTER         368225536 /*   44040192 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
+#define L9_DENSE_MASTER           412265728 /*    1312000 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
+#define L9_EXPERTS_MASTER         413577728 /*   44040192 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
+#define L10_DENSE_MASTER          457617920 /*    1312000 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
+#define L10_EXPERTS_MASTER        458929920 /*   44040192 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
+#define L11_DENSE_MASTER          502970112 /*    1312000 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
+#define L11_EXPERTS_MASTER        504282112 /*   44040192 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
+#define L12_DENSE_MASTER          548322304 /*    1312000 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
+#define L12_EXPERTS_MASTER        549634304 /*   44040192 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
+#define L13_DENSE_MASTER          593674496 /*    1312000 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
+#define L13_EXPERTS_MASTER        594986496 /*   44040192 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
+#define L14_DENSE_MASTER          639026688 /*    1312000 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
+#define L14_EXPERTS_MASTER        640338688 /*   44040192 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
+#define L15_DENSE_MASTER          684378880 /*    1312000 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
+#define L15_EXPERTS_MASTER        685690880 /*   44040192 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
+#define L16_DENSE_MASTER          729731072 /*    1312000 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
+#define L16_EXPERTS_MASTER        731043072 /*   44040192 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
+#define L17_DENSE_MASTER          775083264 /*    1312000 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
+#define L17_EXPERTS_MASTER        776395264 /*   44040192 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
+#define L18_DENSE_MASTER          820435456 /*    1312000 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
+#define L18_EXPERTS_MASTER        821747456 /*   44040192 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
+#define L19_DENSE_MASTER          865787648 /*    1312000 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
+#define L19_EXPERTS_MASTER        867099648 /*   44040192 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
+#define L20_DENSE_MASTER          911139840 /*    1312000 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
+#define L20_EXPERTS_MASTER        912451840 /*   44040192 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
+#define L21_DENSE_MASTER          956492032 /*    1312000 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
+#define L21_EXPERTS_MASTER        957804032 /*   44040192 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
+#define L22_DENSE_MASTER         1001844224 /*    1312000 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
+#define L22_EXPERTS_MASTER       1003156224 /*   44040192 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
+#define L23_DENSE_MASTER         1047196416 /*    1312000 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
+#define L23_EXPERTS_MASTER       1048508416 /*   44040192 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
+#define L24_DENSE_MASTER         1092548608 /*    1312000 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
+#define L24_EXPERTS_MASTER       1093860608 /*   44040192 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
+#define L25_DENSE_MASTER         1137900800 /*    1312000 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
+#define L25_EXPERTS_MASTER       1139212800 /*   44040192 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
+#define L26_DENSE_MASTER         1183252992 /*    1312000 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
+#define L26_EXPERTS_MASTER       1184564992 /*   44040192 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
+#define L27_DENSE_MASTER         1228605184 /*    1312000 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
+#define L27_EXPERTS_MASTER       1229917184 /*   44040192 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
+#define L28_DENSE_MASTER         1273957376 /*    1312000 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
+#define L28_EXPERTS_MASTER       1275269376 /*   44040192 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
+#define L29_DENSE_MASTER         1319309568 /*    1312000 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
+#define L29_EXPERTS_MASTER       1320621568 /*   44040192 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
+#define L30_DENSE_MASTER         1364661760 /*    1312000 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
+#define L30_EXPERTS_MASTER       1365973760 /*   44040192 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
+#define L31_DENSE_MASTER         1410013952 /*    1312000 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
+#define L31_EXPERTS_MASTER       1411325952 /*   44040192 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
+#define HEAD_MASTER              1455366144 /*    4096128 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define EMBED_GRAD               1459462272 /*    4096000 [grads.fp32_shard]: embedding: its gradient, accumulated over micro-batches */
+#define L0_DENSE_GRAD            1463558272 /*    1312000 [grads.fp32_shard]: layer 0 dense: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_GRAD          1464870272 /*   44040192 [grads.fp32_shard]: layer 0 experts: its gradient, accumulated over micro-batches */
+#define L1_DENSE_GRAD            1508910464 /*    1312000 [grads.fp32_shard]: layer 1 dense: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_GRAD          1510222464 /*   44040192 [grads.fp32_shard]: layer 1 experts: its gradient, accumulated over micro-batches */
+#define L2_DENSE_GRAD            1554262656 /*    1312000 [grads.fp32_shard]: layer 2 dense: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_GRAD          1555574656 /*   44040192 [grads.fp32_shard]: layer 2 experts: its gradient, accumulated over micro-batches */
+#define L3_DENSE_GRAD            1599614848 /*    1312000 [grads.fp32_shard]: layer 3 dense: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_GRAD          1600926848 /*   44040192 [grads.fp32_shard]: layer 3 experts: its gradient, accumulated over micro-batches */
+#define L4_DENSE_GRAD            1644967040 /*    1312000 [grads.fp32_shard]: layer 4 dense: its gradient, accumulated over micro-batches */
+#define L4_EXPERTS_GRAD          1646279040 /*   44040192 [grads.fp32_shard]: layer 4 experts: its gradient, accumulated over micro-batches */
+#define L5_DENSE_GRAD            1690319232 /*    1312000 [grads.fp32_shard]: layer 5 dense: its gradient, accumulated over micro-batches */
+#define L5_EXPERTS_GRAD          1691631232 /*   44040192 [grads.fp32_shard]: layer 5 experts: its gradient, accumulated over micro-batches */
+#define L6_DENSE_GRAD            1735671424 /*    1312000 [grads.fp32_shard]: layer 6 dense: its gradient, accumulated over micro-batches */
+#define L6_EXPERTS_GRAD          1736983424 /*   44040192 [grads.fp32_shard]: layer 6 experts: its gradient, accumulated over micro-batches */
+#define L7_DENSE_GRAD            1781023616 /*    1312000 [grads.fp32_shard]: layer 7 dense: its gradient, accumulated over micro-batches */
+#define L7_EXPERTS_GRAD          1782335616 /*   44040192 [grads.fp32_shard]: layer 7 experts: its gradient, accumulated over micro-batches */
+#define L8_DENSE_GRAD            1826375808 /*    1312000 [grads.fp32_shard]: layer 8 dense: its gradient, accumulated over micro-batches */
+#define L8_EXPERTS_GRAD          1827687808 /*   44040192 [grads.fp32_shard]: layer 8 experts: its gradient, accumulated over micro-batches */
+#define L9_DENSE_GRAD            1871728000 /*    1312000 [grads.fp32_shard]: layer 9 dense: its gradient, accumulated over micro-batches */
+#define L9_EXPERTS_GRAD          1873040000 /*   44040192 [grads.fp32_shard]: layer 9 experts: its gradient, accumulated over micro-batches */
+#define L10_DENSE_GRAD           1917080192 /*    1312000 [grads.fp32_shard]: layer 10 dense: its gradient, accumulated over micro-batches */
+#define L10_EXPERTS_GRAD         1918392192 /*   44040192 [grads.fp32_shard]: layer 10 experts: its gradient, accumulated over micro-batches */
+#define L11_DENSE_GRAD           1962432384 /*    1312000 [grads.fp32_shard]: layer 11 dense: its gradient, accumulated over micro-batches */
+#define L11_EXPERTS_GRAD         1963744384 /*   44040192 [grads.fp32_shard]: layer 11 experts: its gradient, accumulated over micro-batches */
+#define L12_DENSE_GRAD           2007784576 /*    1312000 [grads.fp32_shard]: layer 12 dense: its gradient, accumulated over micro-batches */
+#define L12_EXPERTS_GRAD         2009096576 /*   44040192 [grads.fp32_shard]: layer 12 experts: its gradient, accumulated over micro-batches */
+#define L13_DENSE_GRAD           2053136768 /*    1312000 [grads.fp32_shard]: layer 13 dense: its gradient, accumulated over micro-batches */
+#define L13_EXPERTS_GRAD         2054448768 /*   44040192 [grads.fp32_shard]: layer 13 experts: its gradient, accumulated over micro-batches */
+#define L14_DENSE_GRAD           2098488960 /*    1312000 [grads.fp32_shard]: layer 14 dense: its gradient, accumulated over micro-batches */
+#define L14_EXPERTS_GRAD         2099800960 /*   44040192 [grads.fp32_shard]: layer 14 experts: its gradient, accumulated over micro-batches */
+#define L15_DENSE_GRAD           2143841152 /*    1312000 [grads.fp32_shard]: layer 15 dense: its gradient, accumulated over micro-batches */
+#define L15_EXPERTS_GRAD         2145153152 /*   44040192 [grads.fp32_shard]: layer 15 experts: its gradient, accumulated over micro-batches */
+#define L16_DENSE_GRAD           2189193344 /*    1312000 [grads.fp32_shard]: layer 16 dense: its gradient, accumulated over micro-batches */
+#define L16_EXPERTS_GRAD         2190505344 /*   44040192 [grads.fp32_shard]: layer 16 experts: its gradient, accumulated over micro-batches */
+#define L17_DENSE_GRAD           2234545536 /*    1312000 [grads.fp32_shard]: layer 17 dense: its gradient, accumulated over micro-batches */
+#define L17_EXPERTS_GRAD         2235857536 /*   44040192 [grads.fp32_shard]: layer 17 experts: its gradient, accumulated over micro-batches */
+#define L18_DENSE_GRAD           2279897728 /*    1312000 [grads.fp32_shard]: layer 18 dense: its gradient, accumulated over micro-batches */
+#define L18_EXPERTS_GRAD         2281209728 /*   44040192 [grads.fp32_shard]: layer 18 experts: its gradient, accumulated over micro-batches */
+#define L19_DENSE_GRAD           2325249920 /*    1312000 [grads.fp32_shard]: layer 19 dense: its gradient, accumulated over micro-batches */
+#define L19_EXPERTS_GRAD         2326561920 /*   44040192 [grads.fp32_shard]: layer 19 experts: its gradient, accumulated over micro-batches */
+#define L20_DENSE_GRAD           2370602112 /*    1312000 [grads.fp32_shard]: layer 20 dense: its gradient, accumulated over micro-batches */
+#define L20_EXPERTS_GRAD         2371914112 /*   44040192 [grads.fp32_shard]: layer 20 experts: its gradient, accumulated over micro-batches */
+#define L21_DENSE_GRAD           2415954304 /*    1312000 [grads.fp32_shard]: layer 21 dense: its gradient, accumulated over micro-batches */
+#define L21_EXPERTS_GRAD         2417266304 /*   44040192 [grads.fp32_shard]: layer 21 experts: its gradient, accumulated over micro-batches */
+#define L22_DENSE_GRAD           2461306496 /*    1312000 [grads.fp32_shard]: layer 22 dense: its gradient, accumulated over micro-batches */
+#define L22_EXPERTS_GRAD         2462618496 /*   44040192 [grads.fp32_shard]: layer 22 experts: its gradient, accumulated over micro-batches */
+#define L23_DENSE_GRAD           2506658688 /*    1312000 [grads.fp32_shard]: layer 23 dense: its gradient, accumulated over micro-batches */
+#define L23_EXPERTS_GRAD         2507970688 /*   44040192 [grads.fp32_shard]: layer 23 experts: its gradient, accumulated over micro-batches */
+#define L24_DENSE_GRAD           2552010880 /*    1312000 [grads.fp32_shard]: layer 24 dense: its gradient, accumulated over micro-batches */
+#define L24_EXPERTS_GRAD         2553322880 /*   44040192 [grads.fp32_shard]: layer 24 experts: its gradient, accumulated over micro-batches */
+#define L25_DENSE_GRAD           2597363072 /*    1312000 [grads.fp32_shard]: layer 25 dense: its gradient, accumulated over micro-batches */
+#define L25_EXPERTS_GRAD         2598675072 /*   44040192 [grads.fp32_shard]: layer 25 experts: its gradient, accumulated over micro-batches */
+#define L26_DENSE_GRAD           2642715264 /*    1312000 [grads.fp32_shard]: layer 26 dense: its gradient, accumulated over micro-batches */
+#define L26_EXPERTS_GRAD         2644027264 /*   44040192 [grads.fp32_shard]: layer 26 experts: its gradient, accumulated over micro-batches */
+#define L27_DENSE_GRAD           2688067456 /*    1312000 [grads.fp32_shard]: layer 27 dense: its gradient, accumulated over micro-batches */
+#define L27_EXPERTS_GRAD         2689379456 /*   44040192 [grads.fp32_shard]: layer 27 experts: its gradient, accumulated over micro-batches */
+#define L28_DENSE_GRAD           2733419648 /*    1312000 [grads.fp32_shard]: layer 28 dense: its gradient, accumulated over micro-batches */
+#define L28_EXPERTS_GRAD         2734731648 /*   44040192 [grads.fp32_shard]: layer 28 experts: its gradient, accumulated over micro-batches */
+#define L29_DENSE_GRAD           2778771840 /*    1312000 [grads.fp32_shard]: layer 29 dense: its gradient, accumulated over micro-batches */
+#define L29_EXPERTS_GRAD         2780083840 /*   44040192 [grads.fp32_shard]: layer 29 experts: its gradient, accumulated over micro-batches */
+#define L30_DENSE_GRAD           2824124032 /*    1312000 [grads.fp32_shard]: layer 30 dense: its gradient, accumulated over micro-batches */
+#define L30_EXPERTS_GRAD         2825436032 /*   44040192 [grads.fp32_shard]: layer 30 experts: its gradient, accumulated over micro-batches */
+#define L31_DENSE_GRAD           2869476224 /*    1312000 [grads.fp32_shard]: layer 31 dense: its gradient, accumulated over micro-batches */
+#define L31_EXPERTS_GRAD         2870788224 /*   44040192 [grads.fp32_shard]: layer 31 experts: its gradient, accumulated over micro-batches */
+#define HEAD_GRAD                2914828416 /*    4096128 [grads.fp32_shard]: head: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M             2918924544 /*    4096000 [optimizer.adamw_moments]: embedding: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_M          2923020544 /*    1312000 [optimizer.adamw_moments]: layer 0 dense: AdamW first moment (fp32) */
+#define L0_EXPERTS_ADAM_M        2924332544 /*   44040192 [optimizer.adamw_moments]: layer 0 experts: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_M          2968372736 /*    1312000 [optimizer.adamw_moments]: layer 1 dense: AdamW first moment (fp32) */
+#define L1_EXPERTS_ADAM_M        2969684736 /*   44040192 [optimizer.adamw_moments]: layer 1 experts: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_M          3013724928 /*    1312000 [optimizer.adamw_moments]: layer 2 dense: AdamW first moment (fp32) */
+#define L2_EXPERTS_ADAM_M        3015036928 /*   44040192 [optimizer.adamw_moments]: layer 2 experts: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_M          3059077120 /*    1312000 [optimizer.adamw_moments]: layer 3 dense: AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_M        3060389120 /*   44040192 [optimizer.adamw_moments]: layer 3 experts: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_M          3104429312 /*    1312000 [optimizer.adamw_moments]: layer 4 dense: AdamW first moment (fp32) */
+#define L4_EXPERTS_ADAM_M        3105741312 /*   44040192 [optimizer.adamw_moments]: layer 4 experts: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_M          3149781504 /*    1312000 [optimizer.adamw_moments]: layer 5 dense: AdamW first moment (fp32) */
+#define L5_EXPERTS_ADAM_M        3151093504 /*   44040192 [optimizer.adamw_moments]: layer 5 experts: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_M          3195133696 /*    1312000 [optimizer.adamw_moments]: layer 6 dense: AdamW first moment (fp32) */
+#define L6_EXPERTS_ADAM_M        3196445696 /*   44040192 [optimizer.adamw_moments]: layer 6 experts: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_M          3240485888 /*    1312000 [optimizer.adamw_moments]: layer 7 dense: AdamW first moment (fp32) */
+#define L7_EXPERTS_ADAM_M        3241797888 /*   44040192 [optimizer.adamw_moments]: layer 7 experts: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_M          3285838080 /*    1312000 [optimizer.adamw_moments]: layer 8 dense: AdamW first moment (fp32) */
+#define L8_EXPERTS_ADAM_M        3287150080 /*   44040192 [optimizer.adamw_moments]: layer 8 experts: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_M          3331190272 /*    1312000 [optimizer.adamw_moments]: layer 9 dense: AdamW first moment (fp32) */
+#define L9_EXPERTS_ADAM_M        3332502272 /*   44040192 [optimizer.adamw_moments]: layer 9 experts: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_M         3376542464 /*    1312000 [optimizer.adamw_moments]: layer 10 dense: AdamW first moment (fp32) */
+#define L10_EXPERTS_ADAM_M       3377854464 /*   44040192 [optimizer.adamw_moments]: layer 10 experts: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_M         3421894656 /*    1312000 [optimizer.adamw_moments]: layer 11 dense: AdamW first moment (fp32) */
+#define L11_EXPERTS_ADAM_M       3423206656 /*   44040192 [optimizer.adamw_moments]: layer 11 experts: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_M         3467246848 /*    1312000 [optimizer.adamw_moments]: layer 12 dense: AdamW first moment (fp32) */
+#define L12_EXPERTS_ADAM_M       3468558848 /*   44040192 [optimizer.adamw_moments]: layer 12 experts: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_M         3512599040 /*    1312000 [optimizer.adamw_moments]: layer 13 dense: AdamW first moment (fp32) */
+#define L13_EXPERTS_ADAM_M       3513911040 /*   44040192 [optimizer.adamw_moments]: layer 13 experts: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_M         3557951232 /*    1312000 [optimizer.adamw_moments]: layer 14 dense: AdamW first moment (fp32) */
+#define L14_EXPERTS_ADAM_M       3559263232 /*   44040192 [optimizer.adamw_moments]: layer 14 experts: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_M         3603303424 /*    1312000 [optimizer.adamw_moments]: layer 15 dense: AdamW first moment (fp32) */
+#define L15_EXPERTS_ADAM_M       3604615424 /*   44040192 [optimizer.adamw_moments]: layer 15 experts: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_M         3648655616 /*    1312000 [optimizer.adamw_moments]: layer 16 dense: AdamW first moment (fp32) */
+#define L16_EXPERTS_ADAM_M       3649967616 /*   44040192 [optimizer.adamw_moments]: layer 16 experts: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_M         3694007808 /*    1312000 [optimizer.adamw_moments]: layer 17 dense: AdamW first moment (fp32) */
+#define L17_EXPERTS_ADAM_M       3695319808 /*   44040192 [optimizer.adamw_moments]: layer 17 experts: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_M         3739360000 /*    1312000 [optimizer.adamw_moments]: layer 18 dense: AdamW first moment (fp32) */
+#define L18_EXPERTS_ADAM_M       3740672000 /*   44040192 [optimizer.adamw_moments]: layer 18 experts: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_M         3784712192 /*    1312000 [optimizer.adamw_moments]: layer 19 dense: AdamW first moment (fp32) */
+#define L19_EXPERTS_ADAM_M       3786024192 /*   44040192 [optimizer.adamw_moments]: layer 19 experts: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_M         3830064384 /*    1312000 [optimizer.adamw_moments]: layer 20 dense: AdamW first moment (fp32) */
+#define L20_EXPERTS_ADAM_M       3831376384 /*   44040192 [optimizer.adamw_moments]: layer 20 experts: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_M         3875416576 /*    1312000 [optimizer.adamw_moments]: layer 21 dense: AdamW first moment (fp32) */
+#define L21_EXPERTS_ADAM_M       3876728576 /*   44040192 [optimizer.adamw_moments]: layer 21 experts: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_M         3920768768 /*    1312000 [optimizer.adamw_moments]: layer 22 dense: AdamW first moment (fp32) */
+#define L22_EXPERTS_ADAM_M       3922080768 /*   44040192 [optimizer.adamw_moments]: layer 22 experts: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_M         3966120960 /*    1312000 [optimizer.adamw_moments]: layer 23 dense: AdamW first moment (fp32) */
+#define L23_EXPERTS_ADAM_M       3967432960 /*   44040192 [optimizer.adamw_moments]: layer 23 experts: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_M         4011473152 /*    1312000 [optimizer.adamw_moments]: layer 24 dense: AdamW first moment (fp32) */
+#define L24_EXPERTS_ADAM_M       4012785152 /*   44040192 [optimizer.adamw_moments]: layer 24 experts: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_M         4056825344 /*    1312000 [optimizer.adamw_moments]: layer 25 dense: AdamW first moment (fp32) */
+#define L25_EXPERTS_ADAM_M       4058137344 /*   44040192 [optimizer.adamw_moments]: layer 25 experts: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_M         4102177536 /*    1312000 [optimizer.adamw_moments]: layer 26 dense: AdamW first moment (fp32) */
+#define L26_EXPERTS_ADAM_M       4103489536 /*   44040192 [optimizer.adamw_moments]: layer 26 experts: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_M         4147529728 /*    1312000 [optimizer.adamw_moments]: layer 27 dense: AdamW first moment (fp32) */
+#define L27_EXPERTS_ADAM_M       4148841728 /*   44040192 [optimizer.adamw_moments]: layer 27 experts: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_M         4192881920 /*    1312000 [optimizer.adamw_moments]: layer 28 dense: AdamW first moment (fp32) */
+#define L28_EXPERTS_ADAM_M       4194193920 /*   44040192 [optimizer.adamw_moments]: layer 28 experts: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_M         4238234112 /*    1312000 [optimizer.adamw_moments]: layer 29 dense: AdamW first moment (fp32) */
+#define L29_EXPERTS_ADAM_M       4239546112 /*   44040192 [optimizer.adamw_moments]: layer 29 experts: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_M         4283586304 /*    1312000 [optimizer.adamw_moments]: layer 30 dense: AdamW first moment (fp32) */
+#define L30_EXPERTS_ADAM_M       4284898304 /*   44040192 [optimizer.adamw_moments]: layer 30 experts: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_M         4328938496 /*    1312000 [optimizer.adamw_moments]: layer 31 dense: AdamW first moment (fp32) */
+#define L31_EXPERTS_ADAM_M       4330250496 /*   44040192 [optimizer.adamw_moments]: layer 31 experts: AdamW first moment (fp32) */
+#define HEAD_ADAM_M              4374290688 /*    4096128 [optimizer.adamw_moments]: head: AdamW first moment (fp32) */
+#define EMBED_ADAM_V             4378386816 /*    4096000 [optimizer.adamw_moments]: embedding: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L0_DENSE_ADAM_V          4382482816 /*    1312000 [optimizer.adamw_moments]: layer 0 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L0_EXPERTS_ADAM_V        4383794816 /*   44040192 [optimizer.adamw_moments]: layer 0 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L1_DENSE_ADAM_V          4427835008 /*    1312000 [optimizer.adamw_moments]: layer 1 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L1_EXPERTS_ADAM_V        4429147008 /*   44040192 [optimizer.adamw_moments]: layer 1 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L2_DENSE_ADAM_V          4473187200 /*    1312000 [optimizer.adamw_moments]: layer 2 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L2_EXPERTS_ADAM_V        4474499200 /*   44040192 [optimizer.adamw_moments]: layer 2 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L3_DENSE_ADAM_V          4518539392 /*    1312000 [optimizer.adamw_moments]: layer 3 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L3_EXPERTS_ADAM_V        4519851392 /*   44040192 [optimizer.adamw_moments]: layer 3 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L4_DENSE_ADAM_V          4563891584 /*    1312000 [optimizer.adamw_moments]: layer 4 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L4_EXPERTS_ADAM_V        4565203584 /*   44040192 [optimizer.adamw_moments]: layer 4 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L5_DENSE_ADAM_V          4609243776 /*    1312000 [optimizer.adamw_moments]: layer 5 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L5_EXPERTS_ADAM_V        4610555776 /*   44040192 [optimizer.adamw_moments]: layer 5 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L6_DENSE_ADAM_V          4654595968 /*    1312000 [optimizer.adamw_moments]: layer 6 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L6_EXPERTS_ADAM_V        4655907968 /*   44040192 [optimizer.adamw_moments]: layer 6 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L7_DENSE_ADAM_V          4699948160 /*    1312000 [optimizer.adamw_moments]: layer 7 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L7_EXPERTS_ADAM_V        4701260160 /*   44040192 [optimizer.adamw_moments]: layer 7 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L8_DENSE_ADAM_V          4745300352 /*    1312000 [optimizer.adamw_moments]: layer 8 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L8_EXPERTS_ADAM_V        4746612352 /*   44040192 [optimizer.adamw_moments]: layer 8 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L9_DENSE_ADAM_V          4790652544 /*    1312000 [optimizer.adamw_moments]: layer 9 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L9_EXPERTS_ADAM_V        4791964544 /*   44040192 [optimizer.adamw_moments]: layer 9 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L10_DENSE_ADAM_V         4836004736 /*    1312000 [optimizer.adamw_moments]: layer 10 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L10_EXPERTS_ADAM_V       4837316736 /*   44040192 [optimizer.adamw_moments]: layer 10 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L11_DENSE_ADAM_V         4881356928 /*    1312000 [optimizer.adamw_moments]: layer 11 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L11_EXPERTS_ADAM_V       4882668928 /*   44040192 [optimizer.adamw_moments]: layer 11 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L12_DENSE_ADAM_V         4926709120 /*    1312000 [optimizer.adamw_moments]: layer 12 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L12_EXPERTS_ADAM_V       4928021120 /*   44040192 [optimizer.adamw_moments]: layer 12 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L13_DENSE_ADAM_V         4972061312 /*    1312000 [optimizer.adamw_moments]: layer 13 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L13_EXPERTS_ADAM_V       4973373312 /*   44040192 [optimizer.adamw_moments]: layer 13 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L14_DENSE_ADAM_V         5017413504 /*    1312000 [optimizer.adamw_moments]: layer 14 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L14_EXPERTS_ADAM_V       5018725504 /*   44040192 [optimizer.adamw_moments]: layer 14 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L15_DENSE_ADAM_V         5062765696 /*    1312000 [optimizer.adamw_moments]: layer 15 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L15_EXPERTS_ADAM_V       5064077696 /*   44040192 [optimizer.adamw_moments]: layer 15 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L16_DENSE_ADAM_V         5108117888 /*    1312000 [optimizer.adamw_moments]: layer 16 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L16_EXPERTS_ADAM_V       5109429888 /*   44040192 [optimizer.adamw_moments]: layer 16 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L17_DENSE_ADAM_V         5153470080 /*    1312000 [optimizer.adamw_moments]: layer 17 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L17_EXPERTS_ADAM_V       5154782080 /*   44040192 [optimizer.adamw_moments]: layer 17 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L18_DENSE_ADAM_V         5198822272 /*    1312000 [optimizer.adamw_moments]: layer 18 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L18_EXPERTS_ADAM_V       5200134272 /*   44040192 [optimizer.adamw_moments]: layer 18 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L19_DENSE_ADAM_V         5244174464 /*    1312000 [optimizer.adamw_moments]: layer 19 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L19_EXPERTS_ADAM_V       5245486464 /*   44040192 [optimizer.adamw_moments]: layer 19 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L20_DENSE_ADAM_V         5289526656 /*    1312000 [optimizer.adamw_moments]: layer 20 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L20_EXPERTS_ADAM_V       5290838656 /*   44040192 [optimizer.adamw_moments]: layer 20 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L21_DENSE_ADAM_V         5334878848 /*    1312000 [optimizer.adamw_moments]: layer 21 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L21_EXPERTS_ADAM_V       5336190848 /*   44040192 [optimizer.adamw_moments]: layer 21 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L22_DENSE_ADAM_V         5380231040 /*    1312000 [optimizer.adamw_moments]: layer 22 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L22_EXPERTS_ADAM_V       5381543040 /*   44040192 [optimizer.adamw_moments]: layer 22 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L23_DENSE_ADAM_V         5425583232 /*    1312000 [optimizer.adamw_moments]: layer 23 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L23_EXPERTS_ADAM_V       5426895232 /*   44040192 [optimizer.adamw_moments]: layer 23 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L24_DENSE_ADAM_V         5470935424 /*    1312000 [optimizer.adamw_moments]: layer 24 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L24_EXPERTS_ADAM_V       5472247424 /*   44040192 [optimizer.adamw_moments]: layer 24 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L25_DENSE_ADAM_V         5516287616 /*    1312000 [optimizer.adamw_moments]: layer 25 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L25_EXPERTS_ADAM_V       5517599616 /*   44040192 [optimizer.adamw_moments]: layer 25 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L26_DENSE_ADAM_V         5561639808 /*    1312000 [optimizer.adamw_moments]: layer 26 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L26_EXPERTS_ADAM_V       5562951808 /*   44040192 [optimizer.adamw_moments]: layer 26 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L27_DENSE_ADAM_V         5606992000 /*    1312000 [optimizer.adamw_moments]: layer 27 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L27_EXPERTS_ADAM_V       5608304000 /*   44040192 [optimizer.adamw_moments]: layer 27 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L28_DENSE_ADAM_V         5652344192 /*    1312000 [optimizer.adamw_moments]: layer 28 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L28_EXPERTS_ADAM_V       5653656192 /*   44040192 [optimizer.adamw_moments]: layer 28 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L29_DENSE_ADAM_V         5697696384 /*    1312000 [optimizer.adamw_moments]: layer 29 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L29_EXPERTS_ADAM_V       5699008384 /*   44040192 [optimizer.adamw_moments]: layer 29 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L30_DENSE_ADAM_V         5743048576 /*    1312000 [optimizer.adamw_moments]: layer 30 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L30_EXPERTS_ADAM_V       5744360576 /*   44040192 [optimizer.adamw_moments]: layer 30 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L31_DENSE_ADAM_V         5788400768 /*    1312000 [optimizer.adamw_moments]: layer 31 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L31_EXPERTS_ADAM_V       5789712768 /*   44040192 [optimizer.adamw_moments]: layer 31 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define HEAD_ADAM_V              5833752960 /*    4096128 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
 #define WS_RSTD1                     262144 /*     131072 [activations.forward_layer]: its 1/rms per token */
@@ -480,7 +485,8 @@
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 32 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * state arena (adam_v: AdamW's second moment, its AdamW tensors' values only, compacted; -1: a group of Muon
+ * matrices only has none), and of the shard the
  * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 131072000, 4096000, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},

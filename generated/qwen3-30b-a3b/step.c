@@ -28,398 +28,403 @@
 #define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
+/* the plan's state block, from byte 0 of its host arena (plan.json memory): item by item, byte = 4 x element:
+ *   master.fp32_shard              from element            0,   7633030656 bytes
+ *   grads.fp32_shard               from element   1908257664,   7633030656 bytes
+ *   optimizer.adamw_moments        from element   3816515328,  15266061312 bytes
+ */
 #define EMBED_MASTER                      0 /*   19447808 [master.fp32_shard]: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                 19447808 /*   19447808 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M               38895616 /*   19447808 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define EMBED_ADAM_V               58343424 /*   19447808 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER            77791232 /*    1196304 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD              78987536 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M            80183840 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V            81380144 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER          82576448 /*   37748736 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD           120325184 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M         158073920 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L0_EXPERTS_ADAM_V         195822656 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER           233571392 /*    1196304 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD             234767696 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M           235964000 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V           237160304 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER         238356608 /*   37748736 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD           276105344 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M         313854080 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L1_EXPERTS_ADAM_V         351602816 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER           389351552 /*    1196304 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD             390547856 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M           391744160 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V           392940464 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER         394136768 /*   37748736 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD           431885504 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M         469634240 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L2_EXPERTS_ADAM_V         507382976 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER           545131712 /*    1196304 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD             546328016 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M           547524320 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V           548720624 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER         549916928 /*   37748736 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD           587665664 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M         625414400 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V         663163136 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L4_DENSE_MASTER           700911872 /*    1196304 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
-#define L4_DENSE_GRAD             702108176 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L4_DENSE_ADAM_M           703304480 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L4_DENSE_ADAM_V           704500784 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L4_EXPERTS_MASTER         705697088 /*   37748736 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
-#define L4_EXPERTS_GRAD           743445824 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L4_EXPERTS_ADAM_M         781194560 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L4_EXPERTS_ADAM_V         818943296 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L5_DENSE_MASTER           856692032 /*    1196304 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
-#define L5_DENSE_GRAD             857888336 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L5_DENSE_ADAM_M           859084640 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L5_DENSE_ADAM_V           860280944 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L5_EXPERTS_MASTER         861477248 /*   37748736 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
-#define L5_EXPERTS_GRAD           899225984 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L5_EXPERTS_ADAM_M         936974720 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L5_EXPERTS_ADAM_V         974723456 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L6_DENSE_MASTER          1012472192 /*    1196304 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
-#define L6_DENSE_GRAD            1013668496 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L6_DENSE_ADAM_M          1014864800 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L6_DENSE_ADAM_V          1016061104 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L6_EXPERTS_MASTER        1017257408 /*   37748736 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
-#define L6_EXPERTS_GRAD          1055006144 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L6_EXPERTS_ADAM_M        1092754880 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L6_EXPERTS_ADAM_V        1130503616 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L7_DENSE_MASTER          1168252352 /*    1196304 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
-#define L7_DENSE_GRAD            1169448656 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L7_DENSE_ADAM_M          1170644960 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L7_DENSE_ADAM_V          1171841264 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L7_EXPERTS_MASTER        1173037568 /*   37748736 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
-#define L7_EXPERTS_GRAD          1210786304 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L7_EXPERTS_ADAM_M        1248535040 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L7_EXPERTS_ADAM_V        1286283776 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L8_DENSE_MASTER          1324032512 /*    1196304 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
-#define L8_DENSE_GRAD            1325228816 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L8_DENSE_ADAM_M          1326425120 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L8_DENSE_ADAM_V          1327621424 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L8_EXPERTS_MASTER        1328817728 /*   37748736 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
-#define L8_EXPERTS_GRAD          1366566464 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L8_EXPERTS_ADAM_M        1404315200 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L8_EXPERTS_ADAM_V        1442063936 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L9_DENSE_MASTER          1479812672 /*    1196304 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
-#define L9_DENSE_GRAD            1481008976 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L9_DENSE_ADAM_M          1482205280 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L9_DENSE_ADAM_V          1483401584 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L9_EXPERTS_MASTER        1484597888 /*   37748736 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
-#define L9_EXPERTS_GRAD          1522346624 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L9_EXPERTS_ADAM_M        1560095360 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L9_EXPERTS_ADAM_V        1597844096 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L10_DENSE_MASTER         1635592832 /*    1196304 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
-#define L10_DENSE_GRAD           1636789136 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L10_DENSE_ADAM_M         1637985440 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L10_DENSE_ADAM_V         1639181744 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L10_EXPERTS_MASTER       1640378048 /*   37748736 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
-#define L10_EXPERTS_GRAD         1678126784 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L10_EXPERTS_ADAM_M       1715875520 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L10_EXPERTS_ADAM_V       1753624256 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L11_DENSE_MASTER         1791372992 /*    1196304 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
-#define L11_DENSE_GRAD           1792569296 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L11_DENSE_ADAM_M         1793765600 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L11_DENSE_ADAM_V         1794961904 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L11_EXPERTS_MASTER       1796158208 /*   37748736 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
-#define L11_EXPERTS_GRAD         1833906944 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L11_EXPERTS_ADAM_M       1871655680 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L11_EXPERTS_ADAM_V       1909404416 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L12_DENSE_MASTER         1947153152 /*    1196304 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
-#define L12_DENSE_GRAD           1948349456 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L12_DENSE_ADAM_M         1949545760 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L12_DENSE_ADAM_V         1950742064 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L12_EXPERTS_MASTER       1951938368 /*   37748736 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
-#define L12_EXPERTS_GRAD         1989687104 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L12_EXPERTS_ADAM_M       2027435840 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L12_EXPERTS_ADAM_V       2065184576 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L13_DENSE_MASTER         2102933312 /*    1196304 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
-#define L13_DENSE_GRAD           2104129616 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L13_DENSE_ADAM_M         2105325920 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L13_DENSE_ADAM_V         2106522224 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L13_EXPERTS_MASTER       2107718528 /*   37748736 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
-#define L13_EXPERTS_GRAD         2145467264 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L13_EXPERTS_ADAM_M       2183216000 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L13_EXPERTS_ADAM_V       2220964736 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L14_DENSE_MASTER         2258713472 /*    1196304 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
-#define L14_DENSE_GRAD           2259909776 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L14_DENSE_ADAM_M         2261106080 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L14_DENSE_ADAM_V         2262302384 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L14_EXPERTS_MASTER       2263498688 /*   37748736 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
-#define L14_EXPERTS_GRAD         2301247424 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L14_EXPERTS_ADAM_M       2338996160 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L14_EXPERTS_ADAM_V       2376744896 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L15_DENSE_MASTER         2414493632 /*    1196304 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
-#define L15_DENSE_GRAD           2415689936 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L15_DENSE_ADAM_M         2416886240 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L15_DENSE_ADAM_V         2418082544 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L15_EXPERTS_MASTER       2419278848 /*   37748736 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
-#define L15_EXPERTS_GRAD         2457027584 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L15_EXPERTS_ADAM_M       2494776320 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L15_EXPERTS_ADAM_V       2532525056 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L16_DENSE_MASTER         2570273792 /*    1196304 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
-#define L16_DENSE_GRAD           2571470096 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L16_DENSE_ADAM_M         2572666400 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L16_DENSE_ADAM_V         2573862704 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L16_EXPERTS_MASTER       2575059008 /*   37748736 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
-#define L16_EXPERTS_GRAD         2612807744 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L16_EXPERTS_ADAM_M       2650556480 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L16_EXPERTS_ADAM_V       2688305216 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L17_DENSE_MASTER         2726053952 /*    1196304 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
-#define L17_DENSE_GRAD           2727250256 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L17_DENSE_ADAM_M         2728446560 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L17_DENSE_ADAM_V         2729642864 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L17_EXPERTS_MASTER       2730839168 /*   37748736 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
-#define L17_EXPERTS_GRAD         2768587904 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L17_EXPERTS_ADAM_M       2806336640 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L17_EXPERTS_ADAM_V       2844085376 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L18_DENSE_MASTER         2881834112 /*    1196304 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
-#define L18_DENSE_GRAD           2883030416 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L18_DENSE_ADAM_M         2884226720 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L18_DENSE_ADAM_V         2885423024 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L18_EXPERTS_MASTER       2886619328 /*   37748736 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
-#define L18_EXPERTS_GRAD         2924368064 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L18_EXPERTS_ADAM_M       2962116800 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L18_EXPERTS_ADAM_V       2999865536 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L19_DENSE_MASTER         3037614272 /*    1196304 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
-#define L19_DENSE_GRAD           3038810576 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L19_DENSE_ADAM_M         3040006880 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L19_DENSE_ADAM_V         3041203184 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L19_EXPERTS_MASTER       3042399488 /*   37748736 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
-#define L19_EXPERTS_GRAD         3080148224 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L19_EXPERTS_ADAM_M       3117896960 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L19_EXPERTS_ADAM_V       3155645696 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L20_DENSE_MASTER         3193394432 /*    1196304 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
-#define L20_DENSE_GRAD           3194590736 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L20_DENSE_ADAM_M         3195787040 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L20_DENSE_ADAM_V         3196983344 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L20_EXPERTS_MASTER       3198179648 /*   37748736 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
-#define L20_EXPERTS_GRAD         3235928384 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L20_EXPERTS_ADAM_M       3273677120 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L20_EXPERTS_ADAM_V       3311425856 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L21_DENSE_MASTER         3349174592 /*    1196304 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
-#define L21_DENSE_GRAD           3350370896 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L21_DENSE_ADAM_M         3351567200 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L21_DENSE_ADAM_V         3352763504 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L21_EXPERTS_MASTER       3353959808 /*   37748736 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
-#define L21_EXPERTS_GRAD         3391708544 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L21_EXPERTS_ADAM_M       3429457280 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L21_EXPERTS_ADAM_V       3467206016 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L22_DENSE_MASTER         3504954752 /*    1196304 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
-#define L22_DENSE_GRAD           3506151056 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L22_DENSE_ADAM_M         3507347360 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L22_DENSE_ADAM_V         3508543664 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L22_EXPERTS_MASTER       3509739968 /*   37748736 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
-#define L22_EXPERTS_GRAD         3547488704 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L22_EXPERTS_ADAM_M       3585237440 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L22_EXPERTS_ADAM_V       3622986176 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L23_DENSE_MASTER         3660734912 /*    1196304 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
-#define L23_DENSE_GRAD           3661931216 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L23_DENSE_ADAM_M         3663127520 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L23_DENSE_ADAM_V         3664323824 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L23_EXPERTS_MASTER       3665520128 /*   37748736 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
-#define L23_EXPERTS_GRAD         3703268864 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L23_EXPERTS_ADAM_M       3741017600 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L23_EXPERTS_ADAM_V       3778766336 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L24_DENSE_MASTER         3816515072 /*    1196304 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
-#define L24_DENSE_GRAD           3817711376 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L24_DENSE_ADAM_M         3818907680 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L24_DENSE_ADAM_V         3820103984 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L24_EXPERTS_MASTER       3821300288 /*   37748736 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
-#define L24_EXPERTS_GRAD         3859049024 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L24_EXPERTS_ADAM_M       3896797760 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L24_EXPERTS_ADAM_V       3934546496 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L25_DENSE_MASTER         3972295232 /*    1196304 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
-#define L25_DENSE_GRAD           3973491536 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L25_DENSE_ADAM_M         3974687840 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L25_DENSE_ADAM_V         3975884144 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L25_EXPERTS_MASTER       3977080448 /*   37748736 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
-#define L25_EXPERTS_GRAD         4014829184 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L25_EXPERTS_ADAM_M       4052577920 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L25_EXPERTS_ADAM_V       4090326656 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L26_DENSE_MASTER         4128075392 /*    1196304 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
-#define L26_DENSE_GRAD           4129271696 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L26_DENSE_ADAM_M         4130468000 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L26_DENSE_ADAM_V         4131664304 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L26_EXPERTS_MASTER       4132860608 /*   37748736 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
-#define L26_EXPERTS_GRAD         4170609344 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L26_EXPERTS_ADAM_M       4208358080 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L26_EXPERTS_ADAM_V       4246106816 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L27_DENSE_MASTER         4283855552 /*    1196304 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
-#define L27_DENSE_GRAD           4285051856 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L27_DENSE_ADAM_M         4286248160 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L27_DENSE_ADAM_V         4287444464 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L27_EXPERTS_MASTER       4288640768 /*   37748736 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
-#define L27_EXPERTS_GRAD         4326389504 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L27_EXPERTS_ADAM_M       4364138240 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L27_EXPERTS_ADAM_V       4401886976 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L28_DENSE_MASTER         4439635712 /*    1196304 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
-#define L28_DENSE_GRAD           4440832016 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L28_DENSE_ADAM_M         4442028320 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L28_DENSE_ADAM_V         4443224624 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L28_EXPERTS_MASTER       4444420928 /*   37748736 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
-#define L28_EXPERTS_GRAD         4482169664 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L28_EXPERTS_ADAM_M       4519918400 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L28_EXPERTS_ADAM_V       4557667136 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L29_DENSE_MASTER         4595415872 /*    1196304 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
-#define L29_DENSE_GRAD           4596612176 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L29_DENSE_ADAM_M         4597808480 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L29_DENSE_ADAM_V         4599004784 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L29_EXPERTS_MASTER       4600201088 /*   37748736 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
-#define L29_EXPERTS_GRAD         4637949824 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L29_EXPERTS_ADAM_M       4675698560 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L29_EXPERTS_ADAM_V       4713447296 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L30_DENSE_MASTER         4751196032 /*    1196304 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
-#define L30_DENSE_GRAD           4752392336 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L30_DENSE_ADAM_M         4753588640 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L30_DENSE_ADAM_V         4754784944 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L30_EXPERTS_MASTER       4755981248 /*   37748736 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
-#define L30_EXPERTS_GRAD         4793729984 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L30_EXPERTS_ADAM_M       4831478720 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L30_EXPERTS_ADAM_V       4869227456 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L31_DENSE_MASTER         4906976192 /*    1196304 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
-#define L31_DENSE_GRAD           4908172496 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L31_DENSE_ADAM_M         4909368800 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L31_DENSE_ADAM_V         4910565104 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L31_EXPERTS_MASTER       4911761408 /*   37748736 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
-#define L31_EXPERTS_GRAD         4949510144 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L31_EXPERTS_ADAM_M       4987258880 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L31_EXPERTS_ADAM_V       5025007616 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L32_DENSE_MASTER         5062756352 /*    1196304 [master.fp32_shard]: layer 32 dense: this rank's fp32 master shard */
-#define L32_DENSE_GRAD           5063952656 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L32_DENSE_ADAM_M         5065148960 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L32_DENSE_ADAM_V         5066345264 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L32_EXPERTS_MASTER       5067541568 /*   37748736 [master.fp32_shard]: layer 32 experts: this rank's fp32 master shard */
-#define L32_EXPERTS_GRAD         5105290304 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L32_EXPERTS_ADAM_M       5143039040 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L32_EXPERTS_ADAM_V       5180787776 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L33_DENSE_MASTER         5218536512 /*    1196304 [master.fp32_shard]: layer 33 dense: this rank's fp32 master shard */
-#define L33_DENSE_GRAD           5219732816 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L33_DENSE_ADAM_M         5220929120 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L33_DENSE_ADAM_V         5222125424 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L33_EXPERTS_MASTER       5223321728 /*   37748736 [master.fp32_shard]: layer 33 experts: this rank's fp32 master shard */
-#define L33_EXPERTS_GRAD         5261070464 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L33_EXPERTS_ADAM_M       5298819200 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L33_EXPERTS_ADAM_V       5336567936 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L34_DENSE_MASTER         5374316672 /*    1196304 [master.fp32_shard]: layer 34 dense: this rank's fp32 master shard */
-#define L34_DENSE_GRAD           5375512976 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L34_DENSE_ADAM_M         5376709280 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L34_DENSE_ADAM_V         5377905584 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L34_EXPERTS_MASTER       5379101888 /*   37748736 [master.fp32_shard]: layer 34 experts: this rank's fp32 master shard */
-#define L34_EXPERTS_GRAD         5416850624 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L34_EXPERTS_ADAM_M       5454599360 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L34_EXPERTS_ADAM_V       5492348096 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L35_DENSE_MASTER         5530096832 /*    1196304 [master.fp32_shard]: layer 35 dense: this rank's fp32 master shard */
-#define L35_DENSE_GRAD           5531293136 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L35_DENSE_ADAM_M         5532489440 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L35_DENSE_ADAM_V         5533685744 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L35_EXPERTS_MASTER       5534882048 /*   37748736 [master.fp32_shard]: layer 35 experts: this rank's fp32 master shard */
-#define L35_EXPERTS_GRAD         5572630784 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L35_EXPERTS_ADAM_M       5610379520 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L35_EXPERTS_ADAM_V       5648128256 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L36_DENSE_MASTER         5685876992 /*    1196304 [master.fp32_shard]: layer 36 dense: this rank's fp32 master shard */
-#define L36_DENSE_GRAD           5687073296 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L36_DENSE_ADAM_M         5688269600 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L36_DENSE_ADAM_V         5689465904 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L36_EXPERTS_MASTER       5690662208 /*   37748736 [master.fp32_shard]: layer 36 experts: this rank's fp32 master shard */
-#define L36_EXPERTS_GRAD         5728410944 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L36_EXPERTS_ADAM_M       5766159680 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L36_EXPERTS_ADAM_V       5803908416 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L37_DENSE_MASTER         5841657152 /*    1196304 [master.fp32_shard]: layer 37 dense: this rank's fp32 master shard */
-#define L37_DENSE_GRAD           5842853456 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L37_DENSE_ADAM_M         5844049760 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L37_DENSE_ADAM_V         5845246064 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L37_EXPERTS_MASTER       5846442368 /*   37748736 [master.fp32_shard]: layer 37 experts: this rank's fp32 master shard */
-#define L37_EXPERTS_GRAD         5884191104 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L37_EXPERTS_ADAM_M       5921939840 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L37_EXPERTS_ADAM_V       5959688576 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L38_DENSE_MASTER         5997437312 /*    1196304 [master.fp32_shard]: layer 38 dense: this rank's fp32 master shard */
-#define L38_DENSE_GRAD           5998633616 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L38_DENSE_ADAM_M         5999829920 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L38_DENSE_ADAM_V         6001026224 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L38_EXPERTS_MASTER       6002222528 /*   37748736 [master.fp32_shard]: layer 38 experts: this rank's fp32 master shard */
-#define L38_EXPERTS_GRAD         6039971264 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L38_EXPERTS_ADAM_M       6077720000 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L38_EXPERTS_ADAM_V       6115468736 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L39_DENSE_MASTER         6153217472 /*    1196304 [master.fp32_shard]: layer 39 dense: this rank's fp32 master shard */
-#define L39_DENSE_GRAD           6154413776 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L39_DENSE_ADAM_M         6155610080 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L39_DENSE_ADAM_V         6156806384 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L39_EXPERTS_MASTER       6158002688 /*   37748736 [master.fp32_shard]: layer 39 experts: this rank's fp32 master shard */
-#define L39_EXPERTS_GRAD         6195751424 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L39_EXPERTS_ADAM_M       6233500160 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L39_EXPERTS_ADAM_V       6271248896 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L40_DENSE_MASTER         6308997632 /*    1196304 [master.fp32_shard]: layer 40 dense: this rank's fp32 master shard */
-#define L40_DENSE_GRAD           6310193936 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L40_DENSE_ADAM_M         6311390240 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L40_DENSE_ADAM_V         6312586544 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L40_EXPERTS_MASTER       6313782848 /*   37748736 [master.fp32_shard]: layer 40 experts: this rank's fp32 master shard */
-#define L40_EXPERTS_GRAD         6351531584 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L40_EXPERTS_ADAM_M       6389280320 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L40_EXPERTS_ADAM_V       6427029056 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L41_DENSE_MASTER         6464777792 /*    1196304 [master.fp32_shard]: layer 41 dense: this rank's fp32 master shard */
-#define L41_DENSE_GRAD           6465974096 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L41_DENSE_ADAM_M         6467170400 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L41_DENSE_ADAM_V         6468366704 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L41_EXPERTS_MASTER       6469563008 /*   37748736 [master.fp32_shard]: layer 41 experts: this rank's fp32 master shard */
-#define L41_EXPERTS_GRAD         6507311744 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L41_EXPERTS_ADAM_M       6545060480 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L41_EXPERTS_ADAM_V       6582809216 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L42_DENSE_MASTER         6620557952 /*    1196304 [master.fp32_shard]: layer 42 dense: this rank's fp32 master shard */
-#define L42_DENSE_GRAD           6621754256 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L42_DENSE_ADAM_M         6622950560 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L42_DENSE_ADAM_V         6624146864 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L42_EXPERTS_MASTER       6625343168 /*   37748736 [master.fp32_shard]: layer 42 experts: this rank's fp32 master shard */
-#define L42_EXPERTS_GRAD         6663091904 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L42_EXPERTS_ADAM_M       6700840640 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L42_EXPERTS_ADAM_V       6738589376 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L43_DENSE_MASTER         6776338112 /*    1196304 [master.fp32_shard]: layer 43 dense: this rank's fp32 master shard */
-#define L43_DENSE_GRAD           6777534416 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L43_DENSE_ADAM_M         6778730720 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L43_DENSE_ADAM_V         6779927024 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L43_EXPERTS_MASTER       6781123328 /*   37748736 [master.fp32_shard]: layer 43 experts: this rank's fp32 master shard */
-#define L43_EXPERTS_GRAD         6818872064 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L43_EXPERTS_ADAM_M       6856620800 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L43_EXPERTS_ADAM_V       6894369536 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L44_DENSE_MASTER         6932118272 /*    1196304 [master.fp32_shard]: layer 44 dense: this rank's fp32 master shard */
-#define L44_DENSE_GRAD           6933314576 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L44_DENSE_ADAM_M         6934510880 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L44_DENSE_ADAM_V         6935707184 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L44_EXPERTS_MASTER       6936903488 /*   37748736 [master.fp32_shard]: layer 44 experts: this rank's fp32 master shard */
-#define L44_EXPERTS_GRAD         6974652224 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L44_EXPERTS_ADAM_M       7012400960 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L44_EXPERTS_ADAM_V       7050149696 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L45_DENSE_MASTER         7087898432 /*    1196304 [master.fp32_shard]: layer 45 dense: this rank's fp32 master shard */
-#define L45_DENSE_GRAD           7089094736 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L45_DENSE_ADAM_M         7090291040 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L45_DENSE_ADAM_V         7091487344 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L45_EXPERTS_MASTER       7092683648 /*   37748736 [master.fp32_shard]: layer 45 experts: this rank's fp32 master shard */
-#define L45_EXPERTS_GRAD         7130432384 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L45_EXPERTS_ADAM_M       7168181120 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L45_EXPERTS_ADAM_V       7205929856 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L46_DENSE_MASTER         7243678592 /*    1196304 [master.fp32_shard]: layer 46 dense: this rank's fp32 master shard */
-#define L46_DENSE_GRAD           7244874896 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L46_DENSE_ADAM_M         7246071200 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L46_DENSE_ADAM_V         7247267504 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L46_EXPERTS_MASTER       7248463808 /*   37748736 [master.fp32_shard]: layer 46 experts: this rank's fp32 master shard */
-#define L46_EXPERTS_GRAD         7286212544 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L46_EXPERTS_ADAM_M       7323961280 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L46_EXPERTS_ADAM_V       7361710016 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L47_DENSE_MASTER         7399458752 /*    1196304 [master.fp32_shard]: layer 47 dense: this rank's fp32 master shard */
-#define L47_DENSE_GRAD           7400655056 /*    1196304 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L47_DENSE_ADAM_M         7401851360 /*    1196304 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L47_DENSE_ADAM_V         7403047664 /*    1196304 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L47_EXPERTS_MASTER       7404243968 /*   37748736 [master.fp32_shard]: layer 47 experts: this rank's fp32 master shard */
-#define L47_EXPERTS_GRAD         7441992704 /*   37748736 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L47_EXPERTS_ADAM_M       7479741440 /*   37748736 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L47_EXPERTS_ADAM_V       7517490176 /*   37748736 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define HEAD_MASTER              7555238912 /*   19447936 [master.fp32_shard]: head: this rank's fp32 master shard */
-#define HEAD_GRAD                7574686848 /*   19447936 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M              7594134784 /*   19447936 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define HEAD_ADAM_V              7613582720 /*   19447936 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER            19447808 /*    1196304 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L0_EXPERTS_MASTER          20644112 /*   37748736 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
+#define L1_DENSE_MASTER            58392848 /*    1196304 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L1_EXPERTS_MASTER          59589152 /*   37748736 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
+#define L2_DENSE_MASTER            97337888 /*    1196304 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L2_EXPERTS_MASTER          98534192 /*   37748736 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
+#define L3_DENSE_MASTER           136282928 /*    1196304 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_EXPERTS_MASTER         137479232 /*   37748736 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
+#define L4_DENSE_MASTER           175227968 /*    1196304 [master.fp32_shard]: layer 4 dense: this rank's fp32 master shard */
+#define L4_EXPERTS_MASTER         176424272 /*   37748736 [master.fp32_shard]: layer 4 experts: this rank's fp32 master shard */
+#define L5_DENSE_MASTER           214173008 /*    1196304 [master.fp32_shard]: layer 5 dense: this rank's fp32 master shard */
+#define L5_EXPERTS_MASTER         215369312 /*   37748736 [master.fp32_shard]: layer 5 experts: this rank's fp32 master shard */
+#define L6_DENSE_MASTER           253118048 /*    1196304 [master.fp32_shard]: layer 6 dense: this rank's fp32 master shard */
+#define L6_EXPERTS_MASTER         254314352 /*   37748736 [master.fp32_shard]: layer 6 experts: this rank's fp32 master shard */
+#define L7_DENSE_MASTER           292063088 /*    1196304 [master.fp32_shard]: layer 7 dense: this rank's fp32 master shard */
+#define L7_EXPERTS_MASTER         293259392 /*   37748736 [master.fp32_shard]: layer 7 experts: this rank's fp32 master shard */
+#define L8_DENSE_MASTER           331008128 /*    1196304 [master.fp32_shard]: layer 8 dense: this rank's fp32 master shard */
+#define L8_EXPERTS_MASTER         332204432 /*   37748736 [master.fp32_shard]: layer 8 experts: this rank's fp32 master shard */
+#define L9_DENSE_MASTER           369953168 /*    1196304 [master.fp32_shard]: layer 9 dense: this rank's fp32 master shard */
+#define L9_EXPERTS_MASTER         371149472 /*   37748736 [master.fp32_shard]: layer 9 experts: this rank's fp32 master shard */
+#define L10_DENSE_MASTER          408898208 /*    1196304 [master.fp32_shard]: layer 10 dense: this rank's fp32 master shard */
+#define L10_EXPERTS_MASTER        410094512 /*   37748736 [master.fp32_shard]: layer 10 experts: this rank's fp32 master shard */
+#define L11_DENSE_MASTER          447843248 /*    1196304 [master.fp32_shard]: layer 11 dense: this rank's fp32 master shard */
+#define L11_EXPERTS_MASTER        449039552 /*   37748736 [master.fp32_shard]: layer 11 experts: this rank's fp32 master shard */
+#define L12_DENSE_MASTER          486788288 /*    1196304 [master.fp32_shard]: layer 12 dense: this rank's fp32 master shard */
+#define L12_EXPERTS_MASTER        487984592 /*   37748736 [master.fp32_shard]: layer 12 experts: this rank's fp32 master shard */
+#define L13_DENSE_MASTER          525733328 /*    1196304 [master.fp32_shard]: layer 13 dense: this rank's fp32 master shard */
+#define L13_EXPERTS_MASTER        526929632 /*   37748736 [master.fp32_shard]: layer 13 experts: this rank's fp32 master shard */
+#define L14_DENSE_MASTER          564678368 /*    1196304 [master.fp32_shard]: layer 14 dense: this rank's fp32 master shard */
+#define L14_EXPERTS_MASTER        565874672 /*   37748736 [master.fp32_shard]: layer 14 experts: this rank's fp32 master shard */
+#define L15_DENSE_MASTER          603623408 /*    1196304 [master.fp32_shard]: layer 15 dense: this rank's fp32 master shard */
+#define L15_EXPERTS_MASTER        604819712 /*   37748736 [master.fp32_shard]: layer 15 experts: this rank's fp32 master shard */
+#define L16_DENSE_MASTER          642568448 /*    1196304 [master.fp32_shard]: layer 16 dense: this rank's fp32 master shard */
+#define L16_EXPERTS_MASTER        643764752 /*   37748736 [master.fp32_shard]: layer 16 experts: this rank's fp32 master shard */
+#define L17_DENSE_MASTER          681513488 /*    1196304 [master.fp32_shard]: layer 17 dense: this rank's fp32 master shard */
+#define L17_EXPERTS_MASTER        682709792 /*   37748736 [master.fp32_shard]: layer 17 experts: this rank's fp32 master shard */
+#define L18_DENSE_MASTER          720458528 /*    1196304 [master.fp32_shard]: layer 18 dense: this rank's fp32 master shard */
+#define L18_EXPERTS_MASTER        721654832 /*   37748736 [master.fp32_shard]: layer 18 experts: this rank's fp32 master shard */
+#define L19_DENSE_MASTER          759403568 /*    1196304 [master.fp32_shard]: layer 19 dense: this rank's fp32 master shard */
+#define L19_EXPERTS_MASTER        760599872 /*   37748736 [master.fp32_shard]: layer 19 experts: this rank's fp32 master shard */
+#define L20_DENSE_MASTER          798348608 /*    1196304 [master.fp32_shard]: layer 20 dense: this rank's fp32 master shard */
+#define L20_EXPERTS_MASTER        799544912 /*   37748736 [master.fp32_shard]: layer 20 experts: this rank's fp32 master shard */
+#define L21_DENSE_MASTER          837293648 /*    1196304 [master.fp32_shard]: layer 21 dense: this rank's fp32 master shard */
+#define L21_EXPERTS_MASTER        838489952 /*   37748736 [master.fp32_shard]: layer 21 experts: this rank's fp32 master shard */
+#define L22_DENSE_MASTER          876238688 /*    1196304 [master.fp32_shard]: layer 22 dense: this rank's fp32 master shard */
+#define L22_EXPERTS_MASTER        877434992 /*   37748736 [master.fp32_shard]: layer 22 experts: this rank's fp32 master shard */
+#define L23_DENSE_MASTER          915183728 /*    1196304 [master.fp32_shard]: layer 23 dense: this rank's fp32 master shard */
+#define L23_EXPERTS_MASTER        916380032 /*   37748736 [master.fp32_shard]: layer 23 experts: this rank's fp32 master shard */
+#define L24_DENSE_MASTER          954128768 /*    1196304 [master.fp32_shard]: layer 24 dense: this rank's fp32 master shard */
+#define L24_EXPERTS_MASTER        955325072 /*   37748736 [master.fp32_shard]: layer 24 experts: this rank's fp32 master shard */
+#define L25_DENSE_MASTER          993073808 /*    1196304 [master.fp32_shard]: layer 25 dense: this rank's fp32 master shard */
+#define L25_EXPERTS_MASTER        994270112 /*   37748736 [master.fp32_shard]: layer 25 experts: this rank's fp32 master shard */
+#define L26_DENSE_MASTER         1032018848 /*    1196304 [master.fp32_shard]: layer 26 dense: this rank's fp32 master shard */
+#define L26_EXPERTS_MASTER       1033215152 /*   37748736 [master.fp32_shard]: layer 26 experts: this rank's fp32 master shard */
+#define L27_DENSE_MASTER         1070963888 /*    1196304 [master.fp32_shard]: layer 27 dense: this rank's fp32 master shard */
+#define L27_EXPERTS_MASTER       1072160192 /*   37748736 [master.fp32_shard]: layer 27 experts: this rank's fp32 master shard */
+#define L28_DENSE_MASTER         1109908928 /*    1196304 [master.fp32_shard]: layer 28 dense: this rank's fp32 master shard */
+#define L28_EXPERTS_MASTER       1111105232 /*   37748736 [master.fp32_shard]: layer 28 experts: this rank's fp32 master shard */
+#define L29_DENSE_MASTER         1148853968 /*    1196304 [master.fp32_shard]: layer 29 dense: this rank's fp32 master shard */
+#define L29_EXPERTS_MASTER       1150050272 /*   37748736 [master.fp32_shard]: layer 29 experts: this rank's fp32 master shard */
+#define L30_DENSE_MASTER         1187799008 /*    1196304 [master.fp32_shard]: layer 30 dense: this rank's fp32 master shard */
+#define L30_EXPERTS_MASTER       1188995312 /*   37748736 [master.fp32_shard]: layer 30 experts: this rank's fp32 master shard */
+#define L31_DENSE_MASTER         1226744048 /*    1196304 [master.fp32_shard]: layer 31 dense: this rank's fp32 master shard */
+#define L31_EXPERTS_MASTER       1227940352 /*   37748736 [master.fp32_shard]: layer 31 experts: this rank's fp32 master shard */
+#define L32_DENSE_MASTER         1265689088 /*    1196304 [master.fp32_shard]: layer 32 dense: this rank's fp32 master shard */
+#define L32_EXPERTS_MASTER       1266885392 /*   37748736 [master.fp32_shard]: layer 32 experts: this rank's fp32 master shard */
+#define L33_DENSE_MASTER         1304634128 /*    1196304 [master.fp32_shard]: layer 33 dense: this rank's fp32 master shard */
+#define L33_EXPERTS_MASTER       1305830432 /*   37748736 [master.fp32_shard]: layer 33 experts: this rank's fp32 master shard */
+#define L34_DENSE_MASTER         1343579168 /*    1196304 [master.fp32_shard]: layer 34 dense: this rank's fp32 master shard */
+#define L34_EXPERTS_MASTER       1344775472 /*   37748736 [master.fp32_shard]: layer 34 experts: this rank's fp32 master shard */
+#define L35_DENSE_MASTER         1382524208 /*    1196304 [master.fp32_shard]: layer 35 dense: this rank's fp32 master shard */
+#define L35_EXPERTS_MASTER       1383720512 /*   37748736 [master.fp32_shard]: layer 35 experts: this rank's fp32 master shard */
+#define L36_DENSE_MASTER         1421469248 /*    1196304 [master.fp32_shard]: layer 36 dense: this rank's fp32 master shard */
+#define L36_EXPERTS_MASTER       1422665552 /*   37748736 [master.fp32_shard]: layer 36 experts: this rank's fp32 master shard */
+#define L37_DENSE_MASTER         1460414288 /*    1196304 [master.fp32_shard]: layer 37 dense: this rank's fp32 master shard */
+#define L37_EXPERTS_MASTER       1461610592 /*   37748736 [master.fp32_shard]: layer 37 experts: this rank's fp32 master shard */
+#define L38_DENSE_MASTER         1499359328 /*    1196304 [master.fp32_shard]: layer 38 dense: this rank's fp32 master shard */
+#define L38_EXPERTS_MASTER       1500555632 /*   37748736 [master.fp32_shard]: layer 38 experts: this rank's fp32 master shard */
+#define L39_DENSE_MASTER         1538304368 /*    1196304 [master.fp32_shard]: layer 39 dense: this rank's fp32 master shard */
+#define L39_EXPERTS_MASTER       1539500672 /*   37748736 [master.fp32_shard]: layer 39 experts: this rank's fp32 master shard */
+#define L40_DENSE_MASTER         1577249408 /*    1196304 [master.fp32_shard]: layer 40 dense: this rank's fp32 master shard */
+#define L40_EXPERTS_MASTER       1578445712 /*   37748736 [master.fp32_shard]: layer 40 experts: this rank's fp32 master shard */
+#define L41_DENSE_MASTER         1616194448 /*    1196304 [master.fp32_shard]: layer 41 dense: this rank's fp32 master shard */
+#define L41_EXPERTS_MASTER       1617390752 /*   37748736 [master.fp32_shard]: layer 41 experts: this rank's fp32 master shard */
+#define L42_DENSE_MASTER         1655139488 /*    1196304 [master.fp32_shard]: layer 42 dense: this rank's fp32 master shard */
+#define L42_EXPERTS_MASTER       1656335792 /*   37748736 [master.fp32_shard]: layer 42 experts: this rank's fp32 master shard */
+#define L43_DENSE_MASTER         1694084528 /*    1196304 [master.fp32_shard]: layer 43 dense: this rank's fp32 master shard */
+#define L43_EXPERTS_MASTER       1695280832 /*   37748736 [master.fp32_shard]: layer 43 experts: this rank's fp32 master shard */
+#define L44_DENSE_MASTER         1733029568 /*    1196304 [master.fp32_shard]: layer 44 dense: this rank's fp32 master shard */
+#define L44_EXPERTS_MASTER       1734225872 /*   37748736 [master.fp32_shard]: layer 44 experts: this rank's fp32 master shard */
+#define L45_DENSE_MASTER         1771974608 /*    1196304 [master.fp32_shard]: layer 45 dense: this rank's fp32 master shard */
+#define L45_EXPERTS_MASTER       1773170912 /*   37748736 [master.fp32_shard]: layer 45 experts: this rank's fp32 master shard */
+#define L46_DENSE_MASTER         1810919648 /*    1196304 [master.fp32_shard]: layer 46 dense: this rank's fp32 master shard */
+#define L46_EXPERTS_MASTER       1812115952 /*   37748736 [master.fp32_shard]: layer 46 experts: this rank's fp32 master shard */
+#define L47_DENSE_MASTER         1849864688 /*    1196304 [master.fp32_shard]: layer 47 dense: this rank's fp32 master shard */
+#define L47_EXPERTS_MASTER       1851060992 /*   37748736 [master.fp32_shard]: layer 47 experts: this rank's fp32 master shard */
+#define HEAD_MASTER              1888809728 /*   19447936 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define EMBED_GRAD               1908257664 /*   19447808 [grads.fp32_shard]: embedding: its gradient, accumulated over micro-batches */
+#define L0_DENSE_GRAD            1927705472 /*    1196304 [grads.fp32_shard]: layer 0 dense: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_GRAD          1928901776 /*   37748736 [grads.fp32_shard]: layer 0 experts: its gradient, accumulated over micro-batches */
+#define L1_DENSE_GRAD            1966650512 /*    1196304 [grads.fp32_shard]: layer 1 dense: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_GRAD          1967846816 /*   37748736 [grads.fp32_shard]: layer 1 experts: its gradient, accumulated over micro-batches */
+#define L2_DENSE_GRAD            2005595552 /*    1196304 [grads.fp32_shard]: layer 2 dense: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_GRAD          2006791856 /*   37748736 [grads.fp32_shard]: layer 2 experts: its gradient, accumulated over micro-batches */
+#define L3_DENSE_GRAD            2044540592 /*    1196304 [grads.fp32_shard]: layer 3 dense: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_GRAD          2045736896 /*   37748736 [grads.fp32_shard]: layer 3 experts: its gradient, accumulated over micro-batches */
+#define L4_DENSE_GRAD            2083485632 /*    1196304 [grads.fp32_shard]: layer 4 dense: its gradient, accumulated over micro-batches */
+#define L4_EXPERTS_GRAD          2084681936 /*   37748736 [grads.fp32_shard]: layer 4 experts: its gradient, accumulated over micro-batches */
+#define L5_DENSE_GRAD            2122430672 /*    1196304 [grads.fp32_shard]: layer 5 dense: its gradient, accumulated over micro-batches */
+#define L5_EXPERTS_GRAD          2123626976 /*   37748736 [grads.fp32_shard]: layer 5 experts: its gradient, accumulated over micro-batches */
+#define L6_DENSE_GRAD            2161375712 /*    1196304 [grads.fp32_shard]: layer 6 dense: its gradient, accumulated over micro-batches */
+#define L6_EXPERTS_GRAD          2162572016 /*   37748736 [grads.fp32_shard]: layer 6 experts: its gradient, accumulated over micro-batches */
+#define L7_DENSE_GRAD            2200320752 /*    1196304 [grads.fp32_shard]: layer 7 dense: its gradient, accumulated over micro-batches */
+#define L7_EXPERTS_GRAD          2201517056 /*   37748736 [grads.fp32_shard]: layer 7 experts: its gradient, accumulated over micro-batches */
+#define L8_DENSE_GRAD            2239265792 /*    1196304 [grads.fp32_shard]: layer 8 dense: its gradient, accumulated over micro-batches */
+#define L8_EXPERTS_GRAD          2240462096 /*   37748736 [grads.fp32_shard]: layer 8 experts: its gradient, accumulated over micro-batches */
+#define L9_DENSE_GRAD            2278210832 /*    1196304 [grads.fp32_shard]: layer 9 dense: its gradient, accumulated over micro-batches */
+#define L9_EXPERTS_GRAD          2279407136 /*   37748736 [grads.fp32_shard]: layer 9 experts: its gradient, accumulated over micro-batches */
+#define L10_DENSE_GRAD           2317155872 /*    1196304 [grads.fp32_shard]: layer 10 dense: its gradient, accumulated over micro-batches */
+#define L10_EXPERTS_GRAD         2318352176 /*   37748736 [grads.fp32_shard]: layer 10 experts: its gradient, accumulated over micro-batches */
+#define L11_DENSE_GRAD           2356100912 /*    1196304 [grads.fp32_shard]: layer 11 dense: its gradient, accumulated over micro-batches */
+#define L11_EXPERTS_GRAD         2357297216 /*   37748736 [grads.fp32_shard]: layer 11 experts: its gradient, accumulated over micro-batches */
+#define L12_DENSE_GRAD           2395045952 /*    1196304 [grads.fp32_shard]: layer 12 dense: its gradient, accumulated over micro-batches */
+#define L12_EXPERTS_GRAD         2396242256 /*   37748736 [grads.fp32_shard]: layer 12 experts: its gradient, accumulated over micro-batches */
+#define L13_DENSE_GRAD           2433990992 /*    1196304 [grads.fp32_shard]: layer 13 dense: its gradient, accumulated over micro-batches */
+#define L13_EXPERTS_GRAD         2435187296 /*   37748736 [grads.fp32_shard]: layer 13 experts: its gradient, accumulated over micro-batches */
+#define L14_DENSE_GRAD           2472936032 /*    1196304 [grads.fp32_shard]: layer 14 dense: its gradient, accumulated over micro-batches */
+#define L14_EXPERTS_GRAD         2474132336 /*   37748736 [grads.fp32_shard]: layer 14 experts: its gradient, accumulated over micro-batches */
+#define L15_DENSE_GRAD           2511881072 /*    1196304 [grads.fp32_shard]: layer 15 dense: its gradient, accumulated over micro-batches */
+#define L15_EXPERTS_GRAD         2513077376 /*   37748736 [grads.fp32_shard]: layer 15 experts: its gradient, accumulated over micro-batches */
+#define L16_DENSE_GRAD           2550826112 /*    1196304 [grads.fp32_shard]: layer 16 dense: its gradient, accumulated over micro-batches */
+#define L16_EXPERTS_GRAD         2552022416 /*   37748736 [grads.fp32_shard]: layer 16 experts: its gradient, accumulated over micro-batches */
+#define L17_DENSE_GRAD           2589771152 /*    1196304 [grads.fp32_shard]: layer 17 dense: its gradient, accumulated over micro-batches */
+#define L17_EXPERTS_GRAD         2590967456 /*   37748736 [grads.fp32_shard]: layer 17 experts: its gradient, accumulated over micro-batches */
+#define L18_DENSE_GRAD           2628716192 /*    1196304 [grads.fp32_shard]: layer 18 dense: its gradient, accumulated over micro-batches */
+#define L18_EXPERTS_GRAD         2629912496 /*   37748736 [grads.fp32_shard]: layer 18 experts: its gradient, accumulated over micro-batches */
+#define L19_DENSE_GRAD           2667661232 /*    1196304 [grads.fp32_shard]: layer 19 dense: its gradient, accumulated over micro-batches */
+#define L19_EXPERTS_GRAD         2668857536 /*   37748736 [grads.fp32_shard]: layer 19 experts: its gradient, accumulated over micro-batches */
+#define L20_DENSE_GRAD           2706606272 /*    1196304 [grads.fp32_shard]: layer 20 dense: its gradient, accumulated over micro-batches */
+#define L20_EXPERTS_GRAD         2707802576 /*   37748736 [grads.fp32_shard]: layer 20 experts: its gradient, accumulated over micro-batches */
+#define L21_DENSE_GRAD           2745551312 /*    1196304 [grads.fp32_shard]: layer 21 dense: its gradient, accumulated over micro-batches */
+#define L21_EXPERTS_GRAD         2746747616 /*   37748736 [grads.fp32_shard]: layer 21 experts: its gradient, accumulated over micro-batches */
+#define L22_DENSE_GRAD           2784496352 /*    1196304 [grads.fp32_shard]: layer 22 dense: its gradient, accumulated over micro-batches */
+#define L22_EXPERTS_GRAD         2785692656 /*   37748736 [grads.fp32_shard]: layer 22 experts: its gradient, accumulated over micro-batches */
+#define L23_DENSE_GRAD           2823441392 /*    1196304 [grads.fp32_shard]: layer 23 dense: its gradient, accumulated over micro-batches */
+#define L23_EXPERTS_GRAD         2824637696 /*   37748736 [grads.fp32_shard]: layer 23 experts: its gradient, accumulated over micro-batches */
+#define L24_DENSE_GRAD           2862386432 /*    1196304 [grads.fp32_shard]: layer 24 dense: its gradient, accumulated over micro-batches */
+#define L24_EXPERTS_GRAD         2863582736 /*   37748736 [grads.fp32_shard]: layer 24 experts: its gradient, accumulated over micro-batches */
+#define L25_DENSE_GRAD           2901331472 /*    1196304 [grads.fp32_shard]: layer 25 dense: its gradient, accumulated over micro-batches */
+#define L25_EXPERTS_GRAD         2902527776 /*   37748736 [grads.fp32_shard]: layer 25 experts: its gradient, accumulated over micro-batches */
+#define L26_DENSE_GRAD           2940276512 /*    1196304 [grads.fp32_shard]: layer 26 dense: its gradient, accumulated over micro-batches */
+#define L26_EXPERTS_GRAD         2941472816 /*   37748736 [grads.fp32_shard]: layer 26 experts: its gradient, accumulated over micro-batches */
+#define L27_DENSE_GRAD           2979221552 /*    1196304 [grads.fp32_shard]: layer 27 dense: its gradient, accumulated over micro-batches */
+#define L27_EXPERTS_GRAD         2980417856 /*   37748736 [grads.fp32_shard]: layer 27 experts: its gradient, accumulated over micro-batches */
+#define L28_DENSE_GRAD           3018166592 /*    1196304 [grads.fp32_shard]: layer 28 dense: its gradient, accumulated over micro-batches */
+#define L28_EXPERTS_GRAD         3019362896 /*   37748736 [grads.fp32_shard]: layer 28 experts: its gradient, accumulated over micro-batches */
+#define L29_DENSE_GRAD           3057111632 /*    1196304 [grads.fp32_shard]: layer 29 dense: its gradient, accumulated over micro-batches */
+#define L29_EXPERTS_GRAD         3058307936 /*   37748736 [grads.fp32_shard]: layer 29 experts: its gradient, accumulated over micro-batches */
+#define L30_DENSE_GRAD           3096056672 /*    1196304 [grads.fp32_shard]: layer 30 dense: its gradient, accumulated over micro-batches */
+#define L30_EXPERTS_GRAD         3097252976 /*   37748736 [grads.fp32_shard]: layer 30 experts: its gradient, accumulated over micro-batches */
+#define L31_DENSE_GRAD           3135001712 /*    1196304 [grads.fp32_shard]: layer 31 dense: its gradient, accumulated over micro-batches */
+#define L31_EXPERTS_GRAD         3136198016 /*   37748736 [grads.fp32_shard]: layer 31 experts: its gradient, accumulated over micro-batches */
+#define L32_DENSE_GRAD           3173946752 /*    1196304 [grads.fp32_shard]: layer 32 dense: its gradient, accumulated over micro-batches */
+#define L32_EXPERTS_GRAD         3175143056 /*   37748736 [grads.fp32_shard]: layer 32 experts: its gradient, accumulated over micro-batches */
+#define L33_DENSE_GRAD           3212891792 /*    1196304 [grads.fp32_shard]: layer 33 dense: its gradient, accumulated over micro-batches */
+#define L33_EXPERTS_GRAD         3214088096 /*   37748736 [grads.fp32_shard]: layer 33 experts: its gradient, accumulated over micro-batches */
+#define L34_DENSE_GRAD           3251836832 /*    1196304 [grads.fp32_shard]: layer 34 dense: its gradient, accumulated over micro-batches */
+#define L34_EXPERTS_GRAD         3253033136 /*   37748736 [grads.fp32_shard]: layer 34 experts: its gradient, accumulated over micro-batches */
+#define L35_DENSE_GRAD           3290781872 /*    1196304 [grads.fp32_shard]: layer 35 dense: its gradient, accumulated over micro-batches */
+#define L35_EXPERTS_GRAD         3291978176 /*   37748736 [grads.fp32_shard]: layer 35 experts: its gradient, accumulated over micro-batches */
+#define L36_DENSE_GRAD           3329726912 /*    1196304 [grads.fp32_shard]: layer 36 dense: its gradient, accumulated over micro-batches */
+#define L36_EXPERTS_GRAD         3330923216 /*   37748736 [grads.fp32_shard]: layer 36 experts: its gradient, accumulated over micro-batches */
+#define L37_DENSE_GRAD           3368671952 /*    1196304 [grads.fp32_shard]: layer 37 dense: its gradient, accumulated over micro-batches */
+#define L37_EXPERTS_GRAD         3369868256 /*   37748736 [grads.fp32_shard]: layer 37 experts: its gradient, accumulated over micro-batches */
+#define L38_DENSE_GRAD           3407616992 /*    1196304 [grads.fp32_shard]: layer 38 dense: its gradient, accumulated over micro-batches */
+#define L38_EXPERTS_GRAD         3408813296 /*   37748736 [grads.fp32_shard]: layer 38 experts: its gradient, accumulated over micro-batches */
+#define L39_DENSE_GRAD           3446562032 /*    1196304 [grads.fp32_shard]: layer 39 dense: its gradient, accumulated over micro-batches */
+#define L39_EXPERTS_GRAD         3447758336 /*   37748736 [grads.fp32_shard]: layer 39 experts: its gradient, accumulated over micro-batches */
+#define L40_DENSE_GRAD           3485507072 /*    1196304 [grads.fp32_shard]: layer 40 dense: its gradient, accumulated over micro-batches */
+#define L40_EXPERTS_GRAD         3486703376 /*   37748736 [grads.fp32_shard]: layer 40 experts: its gradient, accumulated over micro-batches */
+#define L41_DENSE_GRAD           3524452112 /*    1196304 [grads.fp32_shard]: layer 41 dense: its gradient, accumulated over micro-batches */
+#define L41_EXPERTS_GRAD         3525648416 /*   37748736 [grads.fp32_shard]: layer 41 experts: its gradient, accumulated over micro-batches */
+#define L42_DENSE_GRAD           3563397152 /*    1196304 [grads.fp32_shard]: layer 42 dense: its gradient, accumulated over micro-batches */
+#define L42_EXPERTS_GRAD         3564593456 /*   37748736 [grads.fp32_shard]: layer 42 experts: its gradient, accumulated over micro-batches */
+#define L43_DENSE_GRAD           3602342192 /*    1196304 [grads.fp32_shard]: layer 43 dense: its gradient, accumulated over micro-batches */
+#define L43_EXPERTS_GRAD         3603538496 /*   37748736 [grads.fp32_shard]: layer 43 experts: its gradient, accumulated over micro-batches */
+#define L44_DENSE_GRAD           3641287232 /*    1196304 [grads.fp32_shard]: layer 44 dense: its gradient, accumulated over micro-batches */
+#define L44_EXPERTS_GRAD         3642483536 /*   37748736 [grads.fp32_shard]: layer 44 experts: its gradient, accumulated over micro-batches */
+#define L45_DENSE_GRAD           3680232272 /*    1196304 [grads.fp32_shard]: layer 45 dense: its gradient, accumulated over micro-batches */
+#define L45_EXPERTS_GRAD         3681428576 /*   37748736 [grads.fp32_shard]: layer 45 experts: its gradient, accumulated over micro-batches */
+#define L46_DENSE_GRAD           3719177312 /*    1196304 [grads.fp32_shard]: layer 46 dense: its gradient, accumulated over micro-batches */
+#define L46_EXPERTS_GRAD         3720373616 /*   37748736 [grads.fp32_shard]: layer 46 experts: its gradient, accumulated over micro-batches */
+#define L47_DENSE_GRAD           3758122352 /*    1196304 [grads.fp32_shard]: layer 47 dense: its gradient, accumulated over micro-batches */
+#define L47_EXPERTS_GRAD         3759318656 /*   37748736 [grads.fp32_shard]: layer 47 experts: its gradient, accumulated over micro-batches */
+#define HEAD_GRAD                3797067392 /*   19447936 [grads.fp32_shard]: head: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M             3816515328 /*   19447808 [optimizer.adamw_moments]: embedding: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_M          3835963136 /*    1196304 [optimizer.adamw_moments]: layer 0 dense: AdamW first moment (fp32) */
+#define L0_EXPERTS_ADAM_M        3837159440 /*   37748736 [optimizer.adamw_moments]: layer 0 experts: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_M          3874908176 /*    1196304 [optimizer.adamw_moments]: layer 1 dense: AdamW first moment (fp32) */
+#define L1_EXPERTS_ADAM_M        3876104480 /*   37748736 [optimizer.adamw_moments]: layer 1 experts: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_M          3913853216 /*    1196304 [optimizer.adamw_moments]: layer 2 dense: AdamW first moment (fp32) */
+#define L2_EXPERTS_ADAM_M        3915049520 /*   37748736 [optimizer.adamw_moments]: layer 2 experts: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_M          3952798256 /*    1196304 [optimizer.adamw_moments]: layer 3 dense: AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_M        3953994560 /*   37748736 [optimizer.adamw_moments]: layer 3 experts: AdamW first moment (fp32) */
+#define L4_DENSE_ADAM_M          3991743296 /*    1196304 [optimizer.adamw_moments]: layer 4 dense: AdamW first moment (fp32) */
+#define L4_EXPERTS_ADAM_M        3992939600 /*   37748736 [optimizer.adamw_moments]: layer 4 experts: AdamW first moment (fp32) */
+#define L5_DENSE_ADAM_M          4030688336 /*    1196304 [optimizer.adamw_moments]: layer 5 dense: AdamW first moment (fp32) */
+#define L5_EXPERTS_ADAM_M        4031884640 /*   37748736 [optimizer.adamw_moments]: layer 5 experts: AdamW first moment (fp32) */
+#define L6_DENSE_ADAM_M          4069633376 /*    1196304 [optimizer.adamw_moments]: layer 6 dense: AdamW first moment (fp32) */
+#define L6_EXPERTS_ADAM_M        4070829680 /*   37748736 [optimizer.adamw_moments]: layer 6 experts: AdamW first moment (fp32) */
+#define L7_DENSE_ADAM_M          4108578416 /*    1196304 [optimizer.adamw_moments]: layer 7 dense: AdamW first moment (fp32) */
+#define L7_EXPERTS_ADAM_M        4109774720 /*   37748736 [optimizer.adamw_moments]: layer 7 experts: AdamW first moment (fp32) */
+#define L8_DENSE_ADAM_M          4147523456 /*    1196304 [optimizer.adamw_moments]: layer 8 dense: AdamW first moment (fp32) */
+#define L8_EXPERTS_ADAM_M        4148719760 /*   37748736 [optimizer.adamw_moments]: layer 8 experts: AdamW first moment (fp32) */
+#define L9_DENSE_ADAM_M          4186468496 /*    1196304 [optimizer.adamw_moments]: layer 9 dense: AdamW first moment (fp32) */
+#define L9_EXPERTS_ADAM_M        4187664800 /*   37748736 [optimizer.adamw_moments]: layer 9 experts: AdamW first moment (fp32) */
+#define L10_DENSE_ADAM_M         4225413536 /*    1196304 [optimizer.adamw_moments]: layer 10 dense: AdamW first moment (fp32) */
+#define L10_EXPERTS_ADAM_M       4226609840 /*   37748736 [optimizer.adamw_moments]: layer 10 experts: AdamW first moment (fp32) */
+#define L11_DENSE_ADAM_M         4264358576 /*    1196304 [optimizer.adamw_moments]: layer 11 dense: AdamW first moment (fp32) */
+#define L11_EXPERTS_ADAM_M       4265554880 /*   37748736 [optimizer.adamw_moments]: layer 11 experts: AdamW first moment (fp32) */
+#define L12_DENSE_ADAM_M         4303303616 /*    1196304 [optimizer.adamw_moments]: layer 12 dense: AdamW first moment (fp32) */
+#define L12_EXPERTS_ADAM_M       4304499920 /*   37748736 [optimizer.adamw_moments]: layer 12 experts: AdamW first moment (fp32) */
+#define L13_DENSE_ADAM_M         4342248656 /*    1196304 [optimizer.adamw_moments]: layer 13 dense: AdamW first moment (fp32) */
+#define L13_EXPERTS_ADAM_M       4343444960 /*   37748736 [optimizer.adamw_moments]: layer 13 experts: AdamW first moment (fp32) */
+#define L14_DENSE_ADAM_M         4381193696 /*    1196304 [optimizer.adamw_moments]: layer 14 dense: AdamW first moment (fp32) */
+#define L14_EXPERTS_ADAM_M       4382390000 /*   37748736 [optimizer.adamw_moments]: layer 14 experts: AdamW first moment (fp32) */
+#define L15_DENSE_ADAM_M         4420138736 /*    1196304 [optimizer.adamw_moments]: layer 15 dense: AdamW first moment (fp32) */
+#define L15_EXPERTS_ADAM_M       4421335040 /*   37748736 [optimizer.adamw_moments]: layer 15 experts: AdamW first moment (fp32) */
+#define L16_DENSE_ADAM_M         4459083776 /*    1196304 [optimizer.adamw_moments]: layer 16 dense: AdamW first moment (fp32) */
+#define L16_EXPERTS_ADAM_M       4460280080 /*   37748736 [optimizer.adamw_moments]: layer 16 experts: AdamW first moment (fp32) */
+#define L17_DENSE_ADAM_M         4498028816 /*    1196304 [optimizer.adamw_moments]: layer 17 dense: AdamW first moment (fp32) */
+#define L17_EXPERTS_ADAM_M       4499225120 /*   37748736 [optimizer.adamw_moments]: layer 17 experts: AdamW first moment (fp32) */
+#define L18_DENSE_ADAM_M         4536973856 /*    1196304 [optimizer.adamw_moments]: layer 18 dense: AdamW first moment (fp32) */
+#define L18_EXPERTS_ADAM_M       4538170160 /*   37748736 [optimizer.adamw_moments]: layer 18 experts: AdamW first moment (fp32) */
+#define L19_DENSE_ADAM_M         4575918896 /*    1196304 [optimizer.adamw_moments]: layer 19 dense: AdamW first moment (fp32) */
+#define L19_EXPERTS_ADAM_M       4577115200 /*   37748736 [optimizer.adamw_moments]: layer 19 experts: AdamW first moment (fp32) */
+#define L20_DENSE_ADAM_M         4614863936 /*    1196304 [optimizer.adamw_moments]: layer 20 dense: AdamW first moment (fp32) */
+#define L20_EXPERTS_ADAM_M       4616060240 /*   37748736 [optimizer.adamw_moments]: layer 20 experts: AdamW first moment (fp32) */
+#define L21_DENSE_ADAM_M         4653808976 /*    1196304 [optimizer.adamw_moments]: layer 21 dense: AdamW first moment (fp32) */
+#define L21_EXPERTS_ADAM_M       4655005280 /*   37748736 [optimizer.adamw_moments]: layer 21 experts: AdamW first moment (fp32) */
+#define L22_DENSE_ADAM_M         4692754016 /*    1196304 [optimizer.adamw_moments]: layer 22 dense: AdamW first moment (fp32) */
+#define L22_EXPERTS_ADAM_M       4693950320 /*   37748736 [optimizer.adamw_moments]: layer 22 experts: AdamW first moment (fp32) */
+#define L23_DENSE_ADAM_M         4731699056 /*    1196304 [optimizer.adamw_moments]: layer 23 dense: AdamW first moment (fp32) */
+#define L23_EXPERTS_ADAM_M       4732895360 /*   37748736 [optimizer.adamw_moments]: layer 23 experts: AdamW first moment (fp32) */
+#define L24_DENSE_ADAM_M         4770644096 /*    1196304 [optimizer.adamw_moments]: layer 24 dense: AdamW first moment (fp32) */
+#define L24_EXPERTS_ADAM_M       4771840400 /*   37748736 [optimizer.adamw_moments]: layer 24 experts: AdamW first moment (fp32) */
+#define L25_DENSE_ADAM_M         4809589136 /*    1196304 [optimizer.adamw_moments]: layer 25 dense: AdamW first moment (fp32) */
+#define L25_EXPERTS_ADAM_M       4810785440 /*   37748736 [optimizer.adamw_moments]: layer 25 experts: AdamW first moment (fp32) */
+#define L26_DENSE_ADAM_M         4848534176 /*    1196304 [optimizer.adamw_moments]: layer 26 dense: AdamW first moment (fp32) */
+#define L26_EXPERTS_ADAM_M       4849730480 /*   37748736 [optimizer.adamw_moments]: layer 26 experts: AdamW first moment (fp32) */
+#define L27_DENSE_ADAM_M         4887479216 /*    1196304 [optimizer.adamw_moments]: layer 27 dense: AdamW first moment (fp32) */
+#define L27_EXPERTS_ADAM_M       4888675520 /*   37748736 [optimizer.adamw_moments]: layer 27 experts: AdamW first moment (fp32) */
+#define L28_DENSE_ADAM_M         4926424256 /*    1196304 [optimizer.adamw_moments]: layer 28 dense: AdamW first moment (fp32) */
+#define L28_EXPERTS_ADAM_M       4927620560 /*   37748736 [optimizer.adamw_moments]: layer 28 experts: AdamW first moment (fp32) */
+#define L29_DENSE_ADAM_M         4965369296 /*    1196304 [optimizer.adamw_moments]: layer 29 dense: AdamW first moment (fp32) */
+#define L29_EXPERTS_ADAM_M       4966565600 /*   37748736 [optimizer.adamw_moments]: layer 29 experts: AdamW first moment (fp32) */
+#define L30_DENSE_ADAM_M         5004314336 /*    1196304 [optimizer.adamw_moments]: layer 30 dense: AdamW first moment (fp32) */
+#define L30_EXPERTS_ADAM_M       5005510640 /*   37748736 [optimizer.adamw_moments]: layer 30 experts: AdamW first moment (fp32) */
+#define L31_DENSE_ADAM_M         5043259376 /*    1196304 [optimizer.adamw_moments]: layer 31 dense: AdamW first moment (fp32) */
+#define L31_EXPERTS_ADAM_M       5044455680 /*   37748736 [optimizer.adamw_moments]: layer 31 experts: AdamW first moment (fp32) */
+#define L32_DENSE_ADAM_M         5082204416 /*    1196304 [optimizer.adamw_moments]: layer 32 dense: AdamW first moment (fp32) */
+#define L32_EXPERTS_ADAM_M       5083400720 /*   37748736 [optimizer.adamw_moments]: layer 32 experts: AdamW first moment (fp32) */
+#define L33_DENSE_ADAM_M         5121149456 /*    1196304 [optimizer.adamw_moments]: layer 33 dense: AdamW first moment (fp32) */
+#define L33_EXPERTS_ADAM_M       5122345760 /*   37748736 [optimizer.adamw_moments]: layer 33 experts: AdamW first moment (fp32) */
+#define L34_DENSE_ADAM_M         5160094496 /*    1196304 [optimizer.adamw_moments]: layer 34 dense: AdamW first moment (fp32) */
+#define L34_EXPERTS_ADAM_M       5161290800 /*   37748736 [optimizer.adamw_moments]: layer 34 experts: AdamW first moment (fp32) */
+#define L35_DENSE_ADAM_M         5199039536 /*    1196304 [optimizer.adamw_moments]: layer 35 dense: AdamW first moment (fp32) */
+#define L35_EXPERTS_ADAM_M       5200235840 /*   37748736 [optimizer.adamw_moments]: layer 35 experts: AdamW first moment (fp32) */
+#define L36_DENSE_ADAM_M         5237984576 /*    1196304 [optimizer.adamw_moments]: layer 36 dense: AdamW first moment (fp32) */
+#define L36_EXPERTS_ADAM_M       5239180880 /*   37748736 [optimizer.adamw_moments]: layer 36 experts: AdamW first moment (fp32) */
+#define L37_DENSE_ADAM_M         5276929616 /*    1196304 [optimizer.adamw_moments]: layer 37 dense: AdamW first moment (fp32) */
+#define L37_EXPERTS_ADAM_M       5278125920 /*   37748736 [optimizer.adamw_moments]: layer 37 experts: AdamW first moment (fp32) */
+#define L38_DENSE_ADAM_M         5315874656 /*    1196304 [optimizer.adamw_moments]: layer 38 dense: AdamW first moment (fp32) */
+#define L38_EXPERTS_ADAM_M       5317070960 /*   37748736 [optimizer.adamw_moments]: layer 38 experts: AdamW first moment (fp32) */
+#define L39_DENSE_ADAM_M         5354819696 /*    1196304 [optimizer.adamw_moments]: layer 39 dense: AdamW first moment (fp32) */
+#define L39_EXPERTS_ADAM_M       5356016000 /*   37748736 [optimizer.adamw_moments]: layer 39 experts: AdamW first moment (fp32) */
+#define L40_DENSE_ADAM_M         5393764736 /*    1196304 [optimizer.adamw_moments]: layer 40 dense: AdamW first moment (fp32) */
+#define L40_EXPERTS_ADAM_M       5394961040 /*   37748736 [optimizer.adamw_moments]: layer 40 experts: AdamW first moment (fp32) */
+#define L41_DENSE_ADAM_M         5432709776 /*    1196304 [optimizer.adamw_moments]: layer 41 dense: AdamW first moment (fp32) */
+#define L41_EXPERTS_ADAM_M       5433906080 /*   37748736 [optimizer.adamw_moments]: layer 41 experts: AdamW first moment (fp32) */
+#define L42_DENSE_ADAM_M         5471654816 /*    1196304 [optimizer.adamw_moments]: layer 42 dense: AdamW first moment (fp32) */
+#define L42_EXPERTS_ADAM_M       5472851120 /*   37748736 [optimizer.adamw_moments]: layer 42 experts: AdamW first moment (fp32) */
+#define L43_DENSE_ADAM_M         5510599856 /*    1196304 [optimizer.adamw_moments]: layer 43 dense: AdamW first moment (fp32) */
+#define L43_EXPERTS_ADAM_M       5511796160 /*   37748736 [optimizer.adamw_moments]: layer 43 experts: AdamW first moment (fp32) */
+#define L44_DENSE_ADAM_M         5549544896 /*    1196304 [optimizer.adamw_moments]: layer 44 dense: AdamW first moment (fp32) */
+#define L44_EXPERTS_ADAM_M       5550741200 /*   37748736 [optimizer.adamw_moments]: layer 44 experts: AdamW first moment (fp32) */
+#define L45_DENSE_ADAM_M         5588489936 /*    1196304 [optimizer.adamw_moments]: layer 45 dense: AdamW first moment (fp32) */
+#define L45_EXPERTS_ADAM_M       5589686240 /*   37748736 [optimizer.adamw_moments]: layer 45 experts: AdamW first moment (fp32) */
+#define L46_DENSE_ADAM_M         5627434976 /*    1196304 [optimizer.adamw_moments]: layer 46 dense: AdamW first moment (fp32) */
+#define L46_EXPERTS_ADAM_M       5628631280 /*   37748736 [optimizer.adamw_moments]: layer 46 experts: AdamW first moment (fp32) */
+#define L47_DENSE_ADAM_M         5666380016 /*    1196304 [optimizer.adamw_moments]: layer 47 dense: AdamW first moment (fp32) */
+#define L47_EXPERTS_ADAM_M       5667576320 /*   37748736 [optimizer.adamw_moments]: layer 47 experts: AdamW first moment (fp32) */
+#define HEAD_ADAM_M              5705325056 /*   19447936 [optimizer.adamw_moments]: head: AdamW first moment (fp32) */
+#define EMBED_ADAM_V             5724772992 /*   19447808 [optimizer.adamw_moments]: embedding: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L0_DENSE_ADAM_V          5744220800 /*    1196304 [optimizer.adamw_moments]: layer 0 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L0_EXPERTS_ADAM_V        5745417104 /*   37748736 [optimizer.adamw_moments]: layer 0 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L1_DENSE_ADAM_V          5783165840 /*    1196304 [optimizer.adamw_moments]: layer 1 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L1_EXPERTS_ADAM_V        5784362144 /*   37748736 [optimizer.adamw_moments]: layer 1 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L2_DENSE_ADAM_V          5822110880 /*    1196304 [optimizer.adamw_moments]: layer 2 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L2_EXPERTS_ADAM_V        5823307184 /*   37748736 [optimizer.adamw_moments]: layer 2 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L3_DENSE_ADAM_V          5861055920 /*    1196304 [optimizer.adamw_moments]: layer 3 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L3_EXPERTS_ADAM_V        5862252224 /*   37748736 [optimizer.adamw_moments]: layer 3 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L4_DENSE_ADAM_V          5900000960 /*    1196304 [optimizer.adamw_moments]: layer 4 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L4_EXPERTS_ADAM_V        5901197264 /*   37748736 [optimizer.adamw_moments]: layer 4 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L5_DENSE_ADAM_V          5938946000 /*    1196304 [optimizer.adamw_moments]: layer 5 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L5_EXPERTS_ADAM_V        5940142304 /*   37748736 [optimizer.adamw_moments]: layer 5 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L6_DENSE_ADAM_V          5977891040 /*    1196304 [optimizer.adamw_moments]: layer 6 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L6_EXPERTS_ADAM_V        5979087344 /*   37748736 [optimizer.adamw_moments]: layer 6 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L7_DENSE_ADAM_V          6016836080 /*    1196304 [optimizer.adamw_moments]: layer 7 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L7_EXPERTS_ADAM_V        6018032384 /*   37748736 [optimizer.adamw_moments]: layer 7 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L8_DENSE_ADAM_V          6055781120 /*    1196304 [optimizer.adamw_moments]: layer 8 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L8_EXPERTS_ADAM_V        6056977424 /*   37748736 [optimizer.adamw_moments]: layer 8 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L9_DENSE_ADAM_V          6094726160 /*    1196304 [optimizer.adamw_moments]: layer 9 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L9_EXPERTS_ADAM_V        6095922464 /*   37748736 [optimizer.adamw_moments]: layer 9 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L10_DENSE_ADAM_V         6133671200 /*    1196304 [optimizer.adamw_moments]: layer 10 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L10_EXPERTS_ADAM_V       6134867504 /*   37748736 [optimizer.adamw_moments]: layer 10 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L11_DENSE_ADAM_V         6172616240 /*    1196304 [optimizer.adamw_moments]: layer 11 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L11_EXPERTS_ADAM_V       6173812544 /*   37748736 [optimizer.adamw_moments]: layer 11 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L12_DENSE_ADAM_V         6211561280 /*    1196304 [optimizer.adamw_moments]: layer 12 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L12_EXPERTS_ADAM_V       6212757584 /*   37748736 [optimizer.adamw_moments]: layer 12 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L13_DENSE_ADAM_V         6250506320 /*    1196304 [optimizer.adamw_moments]: layer 13 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L13_EXPERTS_ADAM_V       6251702624 /*   37748736 [optimizer.adamw_moments]: layer 13 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L14_DENSE_ADAM_V         6289451360 /*    1196304 [optimizer.adamw_moments]: layer 14 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L14_EXPERTS_ADAM_V       6290647664 /*   37748736 [optimizer.adamw_moments]: layer 14 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L15_DENSE_ADAM_V         6328396400 /*    1196304 [optimizer.adamw_moments]: layer 15 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L15_EXPERTS_ADAM_V       6329592704 /*   37748736 [optimizer.adamw_moments]: layer 15 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L16_DENSE_ADAM_V         6367341440 /*    1196304 [optimizer.adamw_moments]: layer 16 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L16_EXPERTS_ADAM_V       6368537744 /*   37748736 [optimizer.adamw_moments]: layer 16 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L17_DENSE_ADAM_V         6406286480 /*    1196304 [optimizer.adamw_moments]: layer 17 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L17_EXPERTS_ADAM_V       6407482784 /*   37748736 [optimizer.adamw_moments]: layer 17 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L18_DENSE_ADAM_V         6445231520 /*    1196304 [optimizer.adamw_moments]: layer 18 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L18_EXPERTS_ADAM_V       6446427824 /*   37748736 [optimizer.adamw_moments]: layer 18 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L19_DENSE_ADAM_V         6484176560 /*    1196304 [optimizer.adamw_moments]: layer 19 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L19_EXPERTS_ADAM_V       6485372864 /*   37748736 [optimizer.adamw_moments]: layer 19 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L20_DENSE_ADAM_V         6523121600 /*    1196304 [optimizer.adamw_moments]: layer 20 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L20_EXPERTS_ADAM_V       6524317904 /*   37748736 [optimizer.adamw_moments]: layer 20 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L21_DENSE_ADAM_V         6562066640 /*    1196304 [optimizer.adamw_moments]: layer 21 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L21_EXPERTS_ADAM_V       6563262944 /*   37748736 [optimizer.adamw_moments]: layer 21 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L22_DENSE_ADAM_V         6601011680 /*    1196304 [optimizer.adamw_moments]: layer 22 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L22_EXPERTS_ADAM_V       6602207984 /*   37748736 [optimizer.adamw_moments]: layer 22 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L23_DENSE_ADAM_V         6639956720 /*    1196304 [optimizer.adamw_moments]: layer 23 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L23_EXPERTS_ADAM_V       6641153024 /*   37748736 [optimizer.adamw_moments]: layer 23 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L24_DENSE_ADAM_V         6678901760 /*    1196304 [optimizer.adamw_moments]: layer 24 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L24_EXPERTS_ADAM_V       6680098064 /*   37748736 [optimizer.adamw_moments]: layer 24 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L25_DENSE_ADAM_V         6717846800 /*    1196304 [optimizer.adamw_moments]: layer 25 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L25_EXPERTS_ADAM_V       6719043104 /*   37748736 [optimizer.adamw_moments]: layer 25 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L26_DENSE_ADAM_V         6756791840 /*    1196304 [optimizer.adamw_moments]: layer 26 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L26_EXPERTS_ADAM_V       6757988144 /*   37748736 [optimizer.adamw_moments]: layer 26 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L27_DENSE_ADAM_V         6795736880 /*    1196304 [optimizer.adamw_moments]: layer 27 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L27_EXPERTS_ADAM_V       6796933184 /*   37748736 [optimizer.adamw_moments]: layer 27 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L28_DENSE_ADAM_V         6834681920 /*    1196304 [optimizer.adamw_moments]: layer 28 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L28_EXPERTS_ADAM_V       6835878224 /*   37748736 [optimizer.adamw_moments]: layer 28 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L29_DENSE_ADAM_V         6873626960 /*    1196304 [optimizer.adamw_moments]: layer 29 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L29_EXPERTS_ADAM_V       6874823264 /*   37748736 [optimizer.adamw_moments]: layer 29 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L30_DENSE_ADAM_V         6912572000 /*    1196304 [optimizer.adamw_moments]: layer 30 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L30_EXPERTS_ADAM_V       6913768304 /*   37748736 [optimizer.adamw_moments]: layer 30 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L31_DENSE_ADAM_V         6951517040 /*    1196304 [optimizer.adamw_moments]: layer 31 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L31_EXPERTS_ADAM_V       6952713344 /*   37748736 [optimizer.adamw_moments]: layer 31 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L32_DENSE_ADAM_V         6990462080 /*    1196304 [optimizer.adamw_moments]: layer 32 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L32_EXPERTS_ADAM_V       6991658384 /*   37748736 [optimizer.adamw_moments]: layer 32 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L33_DENSE_ADAM_V         7029407120 /*    1196304 [optimizer.adamw_moments]: layer 33 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L33_EXPERTS_ADAM_V       7030603424 /*   37748736 [optimizer.adamw_moments]: layer 33 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L34_DENSE_ADAM_V         7068352160 /*    1196304 [optimizer.adamw_moments]: layer 34 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L34_EXPERTS_ADAM_V       7069548464 /*   37748736 [optimizer.adamw_moments]: layer 34 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L35_DENSE_ADAM_V         7107297200 /*    1196304 [optimizer.adamw_moments]: layer 35 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L35_EXPERTS_ADAM_V       7108493504 /*   37748736 [optimizer.adamw_moments]: layer 35 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L36_DENSE_ADAM_V         7146242240 /*    1196304 [optimizer.adamw_moments]: layer 36 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L36_EXPERTS_ADAM_V       7147438544 /*   37748736 [optimizer.adamw_moments]: layer 36 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L37_DENSE_ADAM_V         7185187280 /*    1196304 [optimizer.adamw_moments]: layer 37 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L37_EXPERTS_ADAM_V       7186383584 /*   37748736 [optimizer.adamw_moments]: layer 37 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L38_DENSE_ADAM_V         7224132320 /*    1196304 [optimizer.adamw_moments]: layer 38 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L38_EXPERTS_ADAM_V       7225328624 /*   37748736 [optimizer.adamw_moments]: layer 38 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L39_DENSE_ADAM_V         7263077360 /*    1196304 [optimizer.adamw_moments]: layer 39 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L39_EXPERTS_ADAM_V       7264273664 /*   37748736 [optimizer.adamw_moments]: layer 39 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L40_DENSE_ADAM_V         7302022400 /*    1196304 [optimizer.adamw_moments]: layer 40 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L40_EXPERTS_ADAM_V       7303218704 /*   37748736 [optimizer.adamw_moments]: layer 40 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L41_DENSE_ADAM_V         7340967440 /*    1196304 [optimizer.adamw_moments]: layer 41 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L41_EXPERTS_ADAM_V       7342163744 /*   37748736 [optimizer.adamw_moments]: layer 41 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L42_DENSE_ADAM_V         7379912480 /*    1196304 [optimizer.adamw_moments]: layer 42 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L42_EXPERTS_ADAM_V       7381108784 /*   37748736 [optimizer.adamw_moments]: layer 42 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L43_DENSE_ADAM_V         7418857520 /*    1196304 [optimizer.adamw_moments]: layer 43 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L43_EXPERTS_ADAM_V       7420053824 /*   37748736 [optimizer.adamw_moments]: layer 43 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L44_DENSE_ADAM_V         7457802560 /*    1196304 [optimizer.adamw_moments]: layer 44 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L44_EXPERTS_ADAM_V       7458998864 /*   37748736 [optimizer.adamw_moments]: layer 44 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L45_DENSE_ADAM_V         7496747600 /*    1196304 [optimizer.adamw_moments]: layer 45 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L45_EXPERTS_ADAM_V       7497943904 /*   37748736 [optimizer.adamw_moments]: layer 45 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L46_DENSE_ADAM_V         7535692640 /*    1196304 [optimizer.adamw_moments]: layer 46 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L46_EXPERTS_ADAM_V       7536888944 /*   37748736 [optimizer.adamw_moments]: layer 46 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L47_DENSE_ADAM_V         7574637680 /*    1196304 [optimizer.adamw_moments]: layer 47 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L47_EXPERTS_ADAM_V       7575833984 /*   37748736 [optimizer.adamw_moments]: layer 47 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define HEAD_ADAM_V              7613582720 /*   19447936 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
 #define WS_RSTD1                     131072 /*      65536 [activations.forward_layer]: its 1/rms per token */
@@ -675,7 +680,8 @@
 
 /* Parameter groups: sharded over the FSDP group (16 ranks) or, for experts, over the
  * 16 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * state arena (adam_v: AdamW's second moment, its AdamW tensors' values only, compacted; -1: a group of Muon
+ * matrices only has none), and of the shard the
  * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 311164928, 19447808, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},

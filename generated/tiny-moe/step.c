@@ -27,46 +27,51 @@
 #define EPS ((real)1e-05)                        /* the norms' epsilon (model.norm_eps) */
 
 /* ---- the state arena map (elements of real) ---- */
+/* the plan's state block, from byte 0 of its hbm arena (plan.json memory): item by item, byte = 4 x element:
+ *   master.fp32_shard              from element            0,      7612672 bytes
+ *   grads.fp32_shard               from element      1903168,      7612672 bytes
+ *   optimizer.adamw_moments        from element      3806336,     15225344 bytes
+ */
 #define EMBED_MASTER                      0 /*      16384 [master.fp32_shard]: embedding: this rank's fp32 master shard */
-#define EMBED_GRAD                    16384 /*      16384 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define EMBED_ADAM_M                  32768 /*      16384 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define EMBED_ADAM_V                  49152 /*      16384 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L0_DENSE_MASTER               65536 /*      74368 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
-#define L0_DENSE_GRAD                139904 /*      74368 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L0_DENSE_ADAM_M              214272 /*      74368 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L0_DENSE_ADAM_V              288640 /*      74368 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L0_EXPERTS_MASTER            363008 /*     393216 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
-#define L0_EXPERTS_GRAD              756224 /*     393216 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L0_EXPERTS_ADAM_M           1149440 /*     393216 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L0_EXPERTS_ADAM_V           1542656 /*     393216 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L1_DENSE_MASTER             1935872 /*      74368 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
-#define L1_DENSE_GRAD               2010240 /*      74368 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L1_DENSE_ADAM_M             2084608 /*      74368 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L1_DENSE_ADAM_V             2158976 /*      74368 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L1_EXPERTS_MASTER           2233344 /*     393216 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
-#define L1_EXPERTS_GRAD             2626560 /*     393216 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L1_EXPERTS_ADAM_M           3019776 /*     393216 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L1_EXPERTS_ADAM_V           3412992 /*     393216 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L2_DENSE_MASTER             3806208 /*      74368 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
-#define L2_DENSE_GRAD               3880576 /*      74368 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L2_DENSE_ADAM_M             3954944 /*      74368 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L2_DENSE_ADAM_V             4029312 /*      74368 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L2_EXPERTS_MASTER           4103680 /*     393216 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
-#define L2_EXPERTS_GRAD             4496896 /*     393216 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L2_EXPERTS_ADAM_M           4890112 /*     393216 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L2_EXPERTS_ADAM_V           5283328 /*     393216 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L3_DENSE_MASTER             5676544 /*      74368 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
-#define L3_DENSE_GRAD               5750912 /*      74368 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_DENSE_ADAM_M             5825280 /*      74368 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L3_DENSE_ADAM_V             5899648 /*      74368 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define L3_EXPERTS_MASTER           5974016 /*     393216 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
-#define L3_EXPERTS_GRAD             6367232 /*     393216 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define L3_EXPERTS_ADAM_M           6760448 /*     393216 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define L3_EXPERTS_ADAM_V           7153664 /*     393216 [optimizer.adamw_moments]: AdamW second moment (fp32) */
-#define HEAD_MASTER                 7546880 /*      16448 [master.fp32_shard]: head: this rank's fp32 master shard */
-#define HEAD_GRAD                   7563328 /*      16448 [grads.fp32_shard]: its gradient, accumulated over micro-batches */
-#define HEAD_ADAM_M                 7579776 /*      16448 [optimizer.adamw_moments]: AdamW first moment (fp32) */
-#define HEAD_ADAM_V                 7596224 /*      16448 [optimizer.adamw_moments]: AdamW second moment (fp32) */
+#define L0_DENSE_MASTER               16384 /*      74368 [master.fp32_shard]: layer 0 dense: this rank's fp32 master shard */
+#define L0_EXPERTS_MASTER             90752 /*     393216 [master.fp32_shard]: layer 0 experts: this rank's fp32 master shard */
+#define L1_DENSE_MASTER              483968 /*      74368 [master.fp32_shard]: layer 1 dense: this rank's fp32 master shard */
+#define L1_EXPERTS_MASTER            558336 /*     393216 [master.fp32_shard]: layer 1 experts: this rank's fp32 master shard */
+#define L2_DENSE_MASTER              951552 /*      74368 [master.fp32_shard]: layer 2 dense: this rank's fp32 master shard */
+#define L2_EXPERTS_MASTER           1025920 /*     393216 [master.fp32_shard]: layer 2 experts: this rank's fp32 master shard */
+#define L3_DENSE_MASTER             1419136 /*      74368 [master.fp32_shard]: layer 3 dense: this rank's fp32 master shard */
+#define L3_EXPERTS_MASTER           1493504 /*     393216 [master.fp32_shard]: layer 3 experts: this rank's fp32 master shard */
+#define HEAD_MASTER                 1886720 /*      16448 [master.fp32_shard]: head: this rank's fp32 master shard */
+#define EMBED_GRAD                  1903168 /*      16384 [grads.fp32_shard]: embedding: its gradient, accumulated over micro-batches */
+#define L0_DENSE_GRAD               1919552 /*      74368 [grads.fp32_shard]: layer 0 dense: its gradient, accumulated over micro-batches */
+#define L0_EXPERTS_GRAD             1993920 /*     393216 [grads.fp32_shard]: layer 0 experts: its gradient, accumulated over micro-batches */
+#define L1_DENSE_GRAD               2387136 /*      74368 [grads.fp32_shard]: layer 1 dense: its gradient, accumulated over micro-batches */
+#define L1_EXPERTS_GRAD             2461504 /*     393216 [grads.fp32_shard]: layer 1 experts: its gradient, accumulated over micro-batches */
+#define L2_DENSE_GRAD               2854720 /*      74368 [grads.fp32_shard]: layer 2 dense: its gradient, accumulated over micro-batches */
+#define L2_EXPERTS_GRAD             2929088 /*     393216 [grads.fp32_shard]: layer 2 experts: its gradient, accumulated over micro-batches */
+#define L3_DENSE_GRAD               3322304 /*      74368 [grads.fp32_shard]: layer 3 dense: its gradient, accumulated over micro-batches */
+#define L3_EXPERTS_GRAD             3396672 /*     393216 [grads.fp32_shard]: layer 3 experts: its gradient, accumulated over micro-batches */
+#define HEAD_GRAD                   3789888 /*      16448 [grads.fp32_shard]: head: its gradient, accumulated over micro-batches */
+#define EMBED_ADAM_M                3806336 /*      16384 [optimizer.adamw_moments]: embedding: AdamW first moment (fp32) */
+#define L0_DENSE_ADAM_M             3822720 /*      74368 [optimizer.adamw_moments]: layer 0 dense: AdamW first moment (fp32) */
+#define L0_EXPERTS_ADAM_M           3897088 /*     393216 [optimizer.adamw_moments]: layer 0 experts: AdamW first moment (fp32) */
+#define L1_DENSE_ADAM_M             4290304 /*      74368 [optimizer.adamw_moments]: layer 1 dense: AdamW first moment (fp32) */
+#define L1_EXPERTS_ADAM_M           4364672 /*     393216 [optimizer.adamw_moments]: layer 1 experts: AdamW first moment (fp32) */
+#define L2_DENSE_ADAM_M             4757888 /*      74368 [optimizer.adamw_moments]: layer 2 dense: AdamW first moment (fp32) */
+#define L2_EXPERTS_ADAM_M           4832256 /*     393216 [optimizer.adamw_moments]: layer 2 experts: AdamW first moment (fp32) */
+#define L3_DENSE_ADAM_M             5225472 /*      74368 [optimizer.adamw_moments]: layer 3 dense: AdamW first moment (fp32) */
+#define L3_EXPERTS_ADAM_M           5299840 /*     393216 [optimizer.adamw_moments]: layer 3 experts: AdamW first moment (fp32) */
+#define HEAD_ADAM_M                 5693056 /*      16448 [optimizer.adamw_moments]: head: AdamW first moment (fp32) */
+#define EMBED_ADAM_V                5709504 /*      16384 [optimizer.adamw_moments]: embedding: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L0_DENSE_ADAM_V             5725888 /*      74368 [optimizer.adamw_moments]: layer 0 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L0_EXPERTS_ADAM_V           5800256 /*     393216 [optimizer.adamw_moments]: layer 0 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L1_DENSE_ADAM_V             6193472 /*      74368 [optimizer.adamw_moments]: layer 1 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L1_EXPERTS_ADAM_V           6267840 /*     393216 [optimizer.adamw_moments]: layer 1 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L2_DENSE_ADAM_V             6661056 /*      74368 [optimizer.adamw_moments]: layer 2 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L2_EXPERTS_ADAM_V           6735424 /*     393216 [optimizer.adamw_moments]: layer 2 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L3_DENSE_ADAM_V             7128640 /*      74368 [optimizer.adamw_moments]: layer 3 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define L3_EXPERTS_ADAM_V           7203008 /*     393216 [optimizer.adamw_moments]: layer 3 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
+#define HEAD_ADAM_V                 7596224 /*      16448 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
 /* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
 #define L0_RSTD1                       1024 /*        512 [activations.saved[0]]: its 1/rms per token */
@@ -200,7 +205,8 @@
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
- * state arena (-1: a group of Muon matrices has no second moment), and of the shard the
+ * state arena (adam_v: AdamW's second moment, its AdamW tensors' values only, compacted; -1: a group of Muon
+ * matrices only has none), and of the shard the
  * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
     {"embedding", RT_GROUP_FSDP, 32768, 16384, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},

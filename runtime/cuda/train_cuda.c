@@ -9,12 +9,14 @@ void rt_cu_adamw_shard(float *param, float *m, float *v, const float *grad, cons
                        int64_t hi, float grad_scale, const RtAdamW *h) {
   float c1 = 1 - powf(h->beta1, (float)h->step), c2 = 1 - powf(h->beta2, (float)h->step);
   float lr = h->lr, b1 = h->beta1, b2 = h->beta2, eps = h->eps;
+  int64_t vat = 0; /* the second moment: the AdamW pieces' values one after another (rt_adamw_shard) */
   RT_FOR_PIECES(t, nt, g, lo, hi, {
     (void)first;
     if (T->muon) continue;
     float *p = param + at;
     float *mm = m + at;
-    float *vv = v + at;
+    float *vv = v + vat;
+    vat += len;
     const float *gr = grad + at;
     long n = (long)len;
     float wd = T->decay ? h->weight_decay : 0;

@@ -44,18 +44,32 @@ static void sync_dir(const char *dir) {
   if (fd >= 0) fsync(fd), close(fd);
 }
 
-/* Writes n zero floats (the second moment of a group that has none: Muon matrices only). */
-static int write_zeros(int fd, size_t n, uint64_t *h) {
-  static const float zeros[4096];
-  for (size_t k; n; n -= k) {
-    k = n < 4096 ? n : 4096;
-    if (write_all(fd, zeros, k * sizeof(float), h)) return 1;
+/* Writes group gi's second moment at the positions of its shard (lo: the shard's first element in
+ * the group): the arena holds only its AdamW pieces' values, compacted (RtGroup.adam_v); Muon's
+ * matrices and padding are written as 0, so the file has one value per element of the shard. */
+static int write_second(int fd, const real *arena, const RtGroup *G, int gi, const RtTensor *t, int nt, int64_t lo,
+                        uint64_t *h) {
+  size_t n = (size_t)G->shard;
+  float *buf = calloc(n ? n : 1, sizeof *buf);
+  if (!buf) return errno = ENOMEM, 1;
+  if (G->adam_v >= 0) {
+    const float *v = (const float *)(arena + G->adam_v);
+    int64_t vat = 0;
+    RT_FOR_PIECES(t, nt, gi, lo, lo + G->shard, {
+      (void)first;
+      if (T->muon) continue;
+      memcpy(buf + at, v + vat, (size_t)len * sizeof *buf);
+      vat += len;
+    })
   }
-  return 0;
+  int bad = write_all(fd, buf, n * sizeof *buf, h);
+  free(buf);
+  return bad;
 }
 
 static int write_shard(const char *stepdir, const RtComm *c, const real *arena, const RtGroup *g, int ng,
-                       int64_t step, int64_t *bytes, uint64_t *sum, char *err, size_t errlen) {
+                       const RtTensor *t, int nt, int64_t step, int64_t *bytes, uint64_t *sum, char *err,
+                       size_t errlen) {
   char path[1200], tmp[1300];
   snprintf(path, sizeof path, "%s/rank-%05d.bin", stepdir, c->fsdp_rank);
   int fd = rt_replace_begin(path, tmp, sizeof tmp, err, errlen); /* path: a regular file or nothing */
@@ -70,7 +84,8 @@ static int write_shard(const char *stepdir, const RtComm *c, const real *arena, 
     size_t n = (size_t)g[i].shard;
     bad = write_all(fd, arena + g[i].master, n * sizeof(real), &h) ||
           write_all(fd, arena + g[i].adam_m, n * sizeof(float), &h) ||
-          (g[i].adam_v < 0 ? write_zeros(fd, n, &h) : write_all(fd, arena + g[i].adam_v, n * sizeof(float), &h));
+          write_second(fd, arena, &g[i], i, t, nt, (g[i].comm == RT_GROUP_FSDP ? c->fsdp_rank : c->shard_rank) * g[i].shard,
+                       &h);
   }
   *bytes = RT_CKPT_HEADER;
   for (int i = 0; i < ng; i++) *bytes += g[i].shard * (int64_t)(sizeof(real) + 8);
@@ -177,7 +192,7 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
   if (complete) return 0;
   int64_t bytes = 0;
   uint64_t sum = 0;
-  if (c->replica == 0) bad = write_shard(stepdir, c, arena, g, ng, step, &bytes, &sum, err, errlen) != 0;
+  if (c->replica == 0) bad = write_shard(stepdir, c, arena, g, ng, t, nt, step, &bytes, &sum, err, errlen) != 0;
   bool wrote = c->replica == 0 && !bad;
   if (agree(bad, err, errlen)) return discard(stepdir, c, wrote);
   if (kill_halfway && c->rank == 0) raise(SIGKILL); /* tests: the shards are there, the manifest is not */
@@ -256,11 +271,13 @@ static int compatible(const RtCkpt *k, const RtTensor *t, int nt, int ep, const 
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, const char *model, const char *optimizer, char *err, size_t errlen) {
   RtCkpt k;
-  (void)ng; /* the tensors name their groups */
+  /* (the tensors name their groups; ng sizes the second moments' running offsets) */
   int bad = rt_ckpt_open(&k, path, err, errlen) != 0;
   if (!bad) bad = compatible(&k, t, nt, c->ep, model, optimizer, err, errlen) != 0;
   double *buf = NULL;
   size_t cap = 0;
+  int64_t *vat = calloc((size_t)ng + 1, sizeof *vat); /* per group: its second moment's compacted values so far */
+  if (!vat) bad = 1, snprintf(err, errlen, "out of memory loading %s", path);
   for (int ti = 0; !bad && ti < nt; ti++) {
     const RtTensor *T = &t[ti];
     const RtGroup *G = &g[T->group];
@@ -282,16 +299,20 @@ int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *
           break;
         }
       }
-      for (int which = 0; !bad && which < (G->adam_v < 0 ? 2 : 3); which++) {
+      /* (the second moment: AdamW tensors only, compacted in RT_FOR_PIECES's order, which is this
+       * loop's: tensors in order, experts in order) */
+      for (int which = 0; !bad && which < (G->adam_v < 0 || T->muon ? 2 : 3); which++) {
         bad = rt_ckpt_read(&k, T->name, e, first, n, which, buf, err, errlen) != 0;
         for (int64_t i = 0; !bad && i < n; i++) {
           if (which == 0) arena[G->master + at + i] = (real)buf[i];
-          else ((float *)(arena + (which == 1 ? G->adam_m : G->adam_v)))[at + i] = (float)buf[i];
+          else if (which == 1) ((float *)(arena + G->adam_m))[at + i] = (float)buf[i];
+          else ((float *)(arena + G->adam_v))[vat[T->group] + i] = (float)buf[i];
         }
       }
+      if (G->adam_v >= 0 && !T->muon) vat[T->group] += n;
     }
   }
-  free(buf);
+  free(buf), free(vat);
   if (!bad) *step = k.step, *seed = k.seed;
   rt_ckpt_close(&k);
   return agree(bad, err, errlen);

@@ -96,11 +96,13 @@ void rt_adamw_shard(real *param, float *m, float *v, const real *grad, const RtT
                     int g, int64_t lo, int64_t hi, float grad_scale, const RtAdamW *h) {
   RtAdamW nodecay = *h;
   nodecay.weight_decay = 0;
+  int64_t vat = 0; /* the second moment: the AdamW pieces' values one after another */
   RT_FOR_PIECES(t, nt, g, lo, hi, {
     (void)first;
     if (T->muon) continue;
-    rt_adamw_update(param + at, m + at, v + at, grad + at, (size_t)len, grad_scale,
+    rt_adamw_update(param + at, m + at, v + vat, grad + at, (size_t)len, grad_scale,
                     T->decay ? h : &nodecay);
+    vat += len;
   })
 }
 
