@@ -356,12 +356,12 @@ static void ffn_union(Em *e) {
     const Saved *sd = em_saved(e, ld, dense[r] + 3), *sx = em_saved(e, lx, routed[r] + 3);
     if (!sd) no_save(ld, dense[r] + 3);
     if (!sx) no_save(lx, routed[r] + 3);
-    const char *dwhat_r = sd->what, *xwhat_r = sx->what;
+    const char *dwhat = sd->what, *xwhat = sx->what;
     bool wide = nd > nx; /* the dense one is the wider */
-    abuf(e, wide ? dense[r] : routed[r], wide ? nd : nx, wide ? dwhat_r : xwhat_r);
+    abuf(e, wide ? dense[r] : routed[r], wide ? nd : nx, wide ? dwhat : xwhat);
     alias_buf(e, wide ? routed[r] : dense[r], wide ? dense[r] : routed[r], 0, wide ? nx : nd,
               mem_printf(e->m, "%s: in %s (a dense layer's FFN and a MoE layer's experts are never alive together)",
-                         wide ? xwhat_r : dwhat_r, wide ? dense[r] : routed[r]));
+                         wide ? xwhat : dwhat, wide ? dense[r] : routed[r]));
   }
 }
 
