@@ -174,12 +174,11 @@ void em_moe_backward(Em *e, int l, const char *dy);
 /* emit_mla.c: multi-head latent attention's q, k, v of layer l: the forward from LN1 into Q, K,
  * V (under selective checkpointing it opens `if (!recompute) {` after the latents, and the
  * caller writes the attention core and closes it); the backward from DQ, DK, DV into DLN
- * (zeroed first) and the weight gradients. emit_layout.c: em_mla_layout registers layer l's
- * saved latents and their 1/rms; the buffers the layers share are groups of the shared workspace
- * (shared_ws, laid out by compiler/attn_ws.c). */
+ * (zeroed first) and the weight gradients. Its saved latents and their 1/rms are model.c's
+ * saves (laid out with every layer's by em_layout); the buffers the layers share are groups of
+ * the shared workspace (shared_ws, laid out by compiler/attn_ws.c). */
 void em_mla_forward(Em *e, int l);
 void em_mla_backward(Em *e, int l);
-void em_mla_layout(Em *e, int l);
 
 /* Shorthands of the layer emitters (emit_layer.c, emit_moe.c, emit_step.c). */
 #define P em_printf

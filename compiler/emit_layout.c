@@ -334,40 +334,34 @@ static void shared_ws(Em *e) {
     }
 }
 
-/* MLA's buffers of layer l (emit_mla.c writes the code): the latents before their norms and
- * their 1/rms (model.c's QA, KVL, RSTDQA, RSTDKV: class other). */
-void em_mla_layout(Em *e, int l) {
-  if (e->qr) {
-    act(e, l, "QA", "mla: q_a_proj's output (the query latent before its norm)");
-    act(e, l, "RSTDQA", "mla: q_a_layernorm's 1/rms per token");
-  }
-  act(e, l, "KVL", "mla: the KV latent before kv_a_layernorm");
-  act(e, l, "RSTDKV", "mla: kv_a_layernorm's 1/rms per token");
-}
-
 /* A dense layer's FFN (WS_G, WS_U, WS_H: class other) and a MoE layer's routed experts' (WS_EG,
  * WS_EU, WS_EH: class expert) are never alive together (a layer is one or the other, and its
  * forward, recompute and backward run alone): with both recomputed (workspace) in a model with
  * both kinds of layers, the narrower of each pair lies in the wider's bytes, as the plan's
  * activations.forward_layer and recompute_layer hold the widest layer only. Registered before
- * the layers (whose act() calls then find them). */
+ * the layers (whose act() calls then find them), described as the model describes the saves G, U, H
+ * and EG, EU, EH. */
 static void ffn_union(Em *e) {
   const Model *md = e->md;
   if (per_layer(e, SAVE_OTHER) || per_layer(e, SAVE_EXPERT) || !md->n_moe_layers || md->n_moe_layers == e->L) return;
   int64_t nd = e->N * e->s->model.mlp.intermediate, nx = e->R * e->Fe;
   bool gd = e->s->model.mlp.activation == ACT_SWIGLU, gx = !e->gelu_experts;
   static const char *const dense[3] = {"WS_G", "WS_U", "WS_H"}, *const routed[3] = {"WS_EG", "WS_EU", "WS_EH"};
-  static const char *const dwhat[3] = {"mlp gate", "mlp up", "mlp activation"};
-  const char *xwhat[3] = {"routed experts' gate", gx ? "routed experts' up" : "routed experts' up (GELU's input)",
-                          "routed experts' activation"};
+  int ld = 0, lx = 0; /* a dense layer and a MoE layer: their saves describe the buffers */
+  while (md->layers[ld].kind != LAYER_DENSE) ld++;
+  while (md->layers[lx].kind != LAYER_MOE) lx++;
   e->item = "activations.forward_layer";
   for (int r = 0; r < 3; r++) {
     if (r == 0 && !(gd && gx)) continue; /* a gate on one side only: no pair */
+    const Saved *sd = em_saved(e, ld, dense[r] + 3), *sx = em_saved(e, lx, routed[r] + 3);
+    if (!sd) no_save(ld, dense[r] + 3);
+    if (!sx) no_save(lx, routed[r] + 3);
+    const char *dwhat = sd->what, *xwhat = sx->what;
     bool wide = nd > nx; /* the dense one is the wider */
-    abuf(e, wide ? dense[r] : routed[r], wide ? nd : nx, wide ? dwhat[r] : xwhat[r]);
+    abuf(e, wide ? dense[r] : routed[r], wide ? nd : nx, wide ? dwhat : xwhat);
     alias_buf(e, wide ? routed[r] : dense[r], wide ? dense[r] : routed[r], 0, wide ? nx : nd,
               mem_printf(e->m, "%s: in %s (a dense layer's FFN and a MoE layer's experts are never alive together)",
-                         wide ? xwhat[r] : dwhat[r], wide ? dense[r] : routed[r]));
+                         wide ? xwhat : dwhat, wide ? dense[r] : routed[r]));
   }
 }
 
@@ -405,6 +399,59 @@ static void kept_buffers(Em *e) {
     e->kept_buf[1] = "EXPERTS_KEPT";
     abuf(e, "EXPERTS_KEPT", n[1], "reshard_experts after_step: this EP rank's routed experts, gathered by the "
          "first micro-batch's forward, kept until the optimizer step (the plan's gathered.experts_kept)");
+  }
+}
+
+/* Layer l's MoE buffers that are not the model's saves, registered before the experts' saves
+ * (model.c's moe.experts: YP, XE, then the experts' FFN): the permutation's table OFFSETS, then
+ * the token copies in expert order. With one EP rank they are the experts' input rows, the save
+ * XE itself, kept as the program's XP (no all-to-all: the copies are the input; the one save the
+ * program names otherwise, em_saved). With ep > 1 they are the send side WS_XP (workspace), which
+ * shares bytes with DXE. */
+static void moe_send(Em *e, int l) {
+  const int64_t N = e->N, C = e->C, K = e->K;
+  table(e, l, "OFFSETS", e->E + 1, "first row of each expert (int32)");
+  if (e->ep == 1) {
+    act(e, l, "XP", "token copies in expert order: the experts' input");
+    return;
+  }
+  /* WS_XP and DXE share one buffer: WS_XP is read by the dispatches only (the forward's, and the
+   * backward's rebuild of each round, rounds > 1, which gathers it again from LN2 first); DXE
+   * is written after the round's last dispatch and read by its undispatch */
+  e->item = "moe.dispatch_send";
+  if (e->R * C > N * K * C) {
+    abuf(e, "DXE", e->R * C, "gradient of the received rows (backward); in the forward, WS_XP");
+    alias_buf(e, "WS_XP", "DXE", 0, N * K * C, "token copies in expert order, to send (all-to-all): in DXE "
+              "(dead once dispatched; the backward gathers them again for each round it rebuilds)");
+  } else {
+    abuf(e, "WS_XP", N * K * C, "token copies in expert order, to send (all-to-all)");
+    alias_buf(e, "DXE", "WS_XP", 0, e->R * C, "gradient of the received rows: in WS_XP (dead once dispatched; "
+              "the backward gathers them again for each round it rebuilds)");
+  }
+}
+
+/* Registers layer l's save sv (model.c) as its buffer: act() with the save's description, but
+ *   - X, the boundary, is X<l> (registered with the boundaries);
+ *   - XE with one EP rank is XP (moe_send);
+ *   - YP recomputed with ep > 1 (WS_YP) lies in WS_XP: the outputs come back into the rows just
+ *     sent. Undispatch of round r writes exactly the rows dispatch r read (rows of other rounds
+ *     untouched), the combine reads them after the last round, and the backward's rebuild of WS_XP
+ *     (rounds > 1) comes after rt_moe_combine_backward, their last reader;
+ *   - XE with ep > 1 (the rows received) is followed by the experts' outputs before they go back
+ *     (WS_YE, workspace) and the round's table EOFF. */
+static void layer_save(Em *e, int l, const Saved *sv) {
+  const char *n = sv->name;
+  if (strcmp(n, "X") == 0 || (e->ep == 1 && strcmp(n, "XE") == 0)) return;
+  if (e->ep > 1 && strcmp(n, "YP") == 0 && !per_layer(e, SAVE_EXPERT)) {
+    alias_buf(e, "WS_YP", "WS_XP", 0, e->N * e->K * e->C, "expert outputs in expert order: in WS_XP's rows (each "
+              "round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt)");
+    return;
+  }
+  act(e, l, n, sv->what);
+  if (e->ep > 1 && strcmp(n, "XE") == 0) {
+    e->item = "moe.combine_send";
+    abuf(e, "WS_YE", e->R * e->C, "their outputs, before going back");
+    table(e, l, "EOFF", e->El + 1, "first row of each local expert in the round (int32)");
   }
 }
 
@@ -578,83 +625,15 @@ void em_layout(Em *e) {
     }
   e->host_elems = e->offload && e->L >= 3 ? (e->L - 2) * N * C : 0;
   ffn_union(e);
-  /* each layer's buffers, sized and classed by the model graph's saves (act: model.c's entry of
-   * that name), in the order the arena has always held them; the tables OFFSETS, EOFF and the
-   * MoE send sides (workspace) are not per-token saves and stay explicit */
   int64_t st = e->s->model.norm == NORM_LAYERNORM ? 2 : 1; /* norm statistics per token: rstd (and the mean) */
+  /* each layer's buffers: the model graph's saves of the layer, op by op, save by save
+   * (layer_save), with the experts' tables and send sides before the experts' saves (moe_send) */
   for (int l = 0; l < e->L; l++) {
     const Layer *ly = &md->layers[l];
-    act(e, l, "LN1", "attention norm output");
-    act(e, l, "RSTD1", st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
-    if (e->mla) em_mla_layout(e, l);
-    act(e, l, "Q", "queries (rotated)");
-    act(e, l, "K", "keys (rotated)");
-    if (e->qk_norm) {
-      act(e, l, "QR", "queries before qk-norm");
-      act(e, l, "KR", "keys before qk-norm");
-      act(e, l, "RSTDQ", "qk-norm: 1/rms per token (full) or per token and head");
-      act(e, l, "RSTDK", "the same for the keys");
-    }
-    act(e, l, "V", "values");
-    act(e, l, "ATT", "attention output");
-    act(e, l, "LSE", "attention log-sum-exp per head and query");
-    act(e, l, "RES", "residual stream after attention");
-    act(e, l, "LN2", "mlp norm output");
-    act(e, l, "RSTD2", st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
-    if (ly->kind == LAYER_DENSE) {
-      if (e->s->model.mlp.activation == ACT_SWIGLU) act(e, l, "G", "mlp gate");
-      act(e, l, "U", "mlp up");
-      act(e, l, "H", "mlp activation");
-      continue;
-    }
-    act(e, l, "LOGITS", "router logits");
-    act(e, l, "IDX", "selected experts (int32)");
-    act(e, l, "WTS", "their weights");
-    act(e, l, "POS", "row of each assignment in expert order (int32)");
-    table(e, l, "OFFSETS", e->E + 1, "first row of each expert (int32)");
-    /* the experts' input and output rows: with ep 1 the token copies in expert order are the
-     * experts' input (saved); with ep > 1 the rows received are (XE), and the send side (WS_XP)
-     * and the outputs before they go back (WS_YE) are workspace */
-    if (e->ep == 1) act(e, l, "XP", "token copies in expert order: the experts' input");
-    /* WS_XP and DXE share one buffer: WS_XP is read by the dispatches only (the forward's, and the
-     * backward's rebuild of each round, rounds > 1, which gathers it again from LN2 first); DXE
-     * is written after the round's last dispatch and read by its undispatch */
-    e->item = "moe.dispatch_send";
-    if (e->ep > 1 && e->R * C > N * K * C) {
-      abuf(e, "DXE", e->R * C, "gradient of the received rows (backward); in the forward, WS_XP");
-      alias_buf(e, "WS_XP", "DXE", 0, N * K * C, "token copies in expert order, to send (all-to-all): in DXE "
-                "(dead once dispatched; the backward gathers them again for each round it rebuilds)");
-    } else if (e->ep > 1) {
-      abuf(e, "WS_XP", N * K * C, "token copies in expert order, to send (all-to-all)");
-      alias_buf(e, "DXE", "WS_XP", 0, e->R * C, "gradient of the received rows: in WS_XP (dead once dispatched; "
-                "the backward gathers them again for each round it rebuilds)");
-    }
-    /* recomputed (selective, full): the outputs come back into the rows just sent. Undispatch of
-     * round r writes exactly the rows dispatch r read (rows of other rounds untouched), the
-     * combine reads them after the last round, and the backward's rebuild of WS_XP (rounds > 1)
-     * comes after rt_moe_combine_backward, their last reader */
-    if (e->ep > 1 && !per_layer(e, SAVE_EXPERT))
-      alias_buf(e, "WS_YP", "WS_XP", 0, N * K * C, "expert outputs in expert order: in WS_XP's rows (each round's "
-                "outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt)");
-    else
-      act(e, l, "YP", "expert outputs in that order");
-    if (e->ep > 1) {
-      act(e, l, "XE", "rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS)");
-      e->item = "moe.combine_send";
-      abuf(e, "WS_YE", e->R * C, "their outputs, before going back");
-      table(e, l, "EOFF", e->El + 1, "first row of each local expert in the round (int32)");
-    }
-    if (!e->gelu_experts) act(e, l, "EG", "routed experts' gate");
-    act(e, l, "EU", e->gelu_experts ? "routed experts' up (GELU's input)" : "routed experts' up");
-    act(e, l, "EH", "routed experts' activation");
-    if (e->Fs) {
-      if (!e->gelu_experts) act(e, l, "SG", "shared experts' gate");
-      act(e, l, "SU", "shared experts' up");
-      act(e, l, "SH", "shared experts' activation");
-      if (e->s->model.moe.shared_expert_gate) {
-        act(e, l, "SO", "shared experts' output before the gate");
-        act(e, l, "SGL", "shared_expert_gate's logit per token (fp32, as the router's)");
-      }
+    for (int i = ly->first_op; i < ly->first_op + ly->nops; i++) {
+      const Op *o = &md->ops[i];
+      if (o->kind == OP_EXPERTS) moe_send(e, l);
+      for (int j = 0; j < o->nsaved; j++) layer_save(e, l, &o->saved[j]);
     }
   }
   /* workspace: forward temporaries and backward gradients, reused by every layer */

@@ -1,5 +1,6 @@
 /* model.c — the model graph: the spec's model expanded into layers × ops, each with its
- * parameter tensors, the activations its backward needs, and its FLOPs and bytes per token.
+ * parameter tensors, the activations it saves for the backward (what its backward reads; a norm
+ * also its output, which the GEMMs after it read), and its FLOPs and bytes per token.
  *
  * Shapes follow PyTorch/Hugging Face conventions (nn.Linear weight = [out, in]) so counts can
  * be checked against published ones. Dimension names used in comments:
@@ -67,14 +68,15 @@ static void param(Cx *c, Op *o, const char *name, ParamKind kind, bool matmul, i
   if (matmul) o->active_matmul = add(c, o->active_matmul, active);
 }
 
-/* Adds save `name` (the program's buffer name, Saved) of elems per token to o. */
-static void save(Cx *c, Op *o, const char *name, int64_t elems, DType t, SaveClass cls) {
+/* Adds save `name` (the program's buffer name, Saved) of elems per token to o, described by
+ * `what` (the generated program's arena map shows it). */
+static void save(Cx *c, Op *o, const char *name, int64_t elems, DType t, SaveClass cls, const char *what) {
   (void)c;
   if (o->nsaved == OP_MAX_SAVED) { /* (a model.c bug: raise OP_MAX_SAVED) */
     fprintf(stderr, "mtc: internal error: op %s saves more than %d tensors\n", o->name, OP_MAX_SAVED);
     abort();
   }
-  o->saved[o->nsaved++] = (Saved){name, elems, t, cls, false};
+  o->saved[o->nsaved++] = (Saved){name, elems, t, cls, false, what};
 }
 
 /* Marks the last n saves of o as routed (on the experts' side of the all-to-all). */
@@ -89,15 +91,20 @@ static void norm_params(Cx *c, Op *o, const char *w, const char *b, int64_t n) {
   if (c->s->model.bias) param(c, o, b, PK_NORM, false, n, 0, 0);
 }
 
-/* A norm op over the hidden size. Saves its input x (class in_cls, buffer x) and its
+/* A norm op over the hidden size. Saves its input x (class in_cls, buffer x, described by
+ * xwhat), its output (buffer out, class other, described by owhat: the input of the GEMMs after
+ * it, the q/k/v projections, the router or the mlp, the LM head, whose backward reads it) and its
  * statistics (buffer rstd): 1/rms, or LayerNorm's rstd and mean. */
-static void norm_op(Cx *c, OpKind kind, const char *name, const char *w, const char *b,
-                    int layer, SaveClass in_cls, const char *x, const char *rstd) {
+static void norm_op(Cx *c, OpKind kind, const char *name, const char *w, const char *b, int layer,
+                    SaveClass in_cls, const char *x, const char *xwhat, const char *out,
+                    const char *owhat, const char *rstd) {
   int64_t H = c->s->model.hidden;
+  bool ln = c->s->model.norm == NORM_LAYERNORM;
   Op *o = new_op(c, kind, name, layer, H, H);
   norm_params(c, o, w, b, H);
-  save(c, o, x, H, DT_BF16, in_cls);
-  save(c, o, rstd, c->s->model.norm == NORM_LAYERNORM ? 2 : 1, DT_FP32, SAVE_OTHER);
+  save(c, o, x, H, DT_BF16, in_cls, xwhat);
+  save(c, o, out, H, DT_BF16, SAVE_OTHER, owhat);
+  save(c, o, rstd, ln ? 2 : 1, DT_FP32, SAVE_OTHER, ln ? "its rstd, then its mean, per token" : "its 1/rms per token");
 }
 
 /* The causal attention core (flash-style: saves q, k, v, its output and the log-sum-exp per
@@ -108,11 +115,11 @@ static void core_and_out(Cx *c, int l, int64_t q, int64_t k, int64_t v, int64_t 
   int64_t H = ms->hidden, nh = ms->attention.heads, out = mul(c, nh, vd);
   Op *o = new_op(c, OP_ATTN_CORE, "attention.core", l, add(c, add(c, q, k), v), out);
   o->attn_flops_per_seq = (double)nh * (double)(qk + vd);
-  save(c, o, "Q", q, DT_BF16, SAVE_ATTN);
-  save(c, o, "K", k, DT_BF16, SAVE_ATTN);
-  save(c, o, "V", v, DT_BF16, SAVE_ATTN);
-  save(c, o, "ATT", out, DT_BF16, SAVE_ATTN);
-  save(c, o, "LSE", nh, DT_FP32, SAVE_ATTN);
+  save(c, o, "Q", q, DT_BF16, SAVE_ATTN, "queries (rotated)");
+  save(c, o, "K", k, DT_BF16, SAVE_ATTN, "keys (rotated)");
+  save(c, o, "V", v, DT_BF16, SAVE_ATTN, "values");
+  save(c, o, "ATT", out, DT_BF16, SAVE_ATTN, "attention output");
+  save(c, o, "LSE", nh, DT_FP32, SAVE_ATTN, "attention log-sum-exp per head and query");
   o = new_op(c, OP_ATTN_OUT, "attention.out", l, out, H); /* its input is the core's ATT */
   param(c, o, "attn.o_proj.weight", PK_ATTENTION, true, H, out, 0);
   if (ms->bias || ms->attention.bias == ABIAS_QKVO) param(c, o, "attn.o_proj.bias", PK_ATTENTION, false, H, 0, 0);
@@ -135,7 +142,6 @@ static void attention_gqa(Cx *c, int l) {
     param(c, o, "attn.k_proj.bias", PK_ATTENTION, false, kv, 0, 0);
     param(c, o, "attn.v_proj.bias", PK_ATTENTION, false, kv, 0, 0);
   }
-  save(c, o, "LN1", H, DT_BF16, SAVE_OTHER); /* the attention norm's output */
   if (a->qk_norm != QKN_NONE) {
     o = new_op(c, OP_QK_NORM, "attention.qk_norm", l, q + kv, q + kv);
     bool full = a->qk_norm == QKN_FULL;
@@ -144,10 +150,10 @@ static void attention_gqa(Cx *c, int l) {
     /* kept with the attention core (selective checkpointing recomputes neither): the
      * backward of the norm needs its input (q and k before it) and 1/rms (per token with
      * qk_norm full, else per token and head) */
-    save(c, o, "QR", q, DT_BF16, SAVE_ATTN);
-    save(c, o, "KR", kv, DT_BF16, SAVE_ATTN);
-    save(c, o, "RSTDQ", full ? 1 : nh, DT_FP32, SAVE_ATTN);
-    save(c, o, "RSTDK", full ? 1 : nkv, DT_FP32, SAVE_ATTN);
+    save(c, o, "QR", q, DT_BF16, SAVE_ATTN, "queries before qk-norm");
+    save(c, o, "KR", kv, DT_BF16, SAVE_ATTN, "keys before qk-norm");
+    save(c, o, "RSTDQ", full ? 1 : nh, DT_FP32, SAVE_ATTN, "qk-norm: 1/rms per token (full) or per token and head");
+    save(c, o, "RSTDK", full ? 1 : nkv, DT_FP32, SAVE_ATTN, "the same for the keys");
   }
   if (ms->position == POS_ROPE) new_op(c, OP_ROPE, "attention.rope", l, q + kv, q + kv);
   core_and_out(c, l, q, kv, kv, hd, hd);
@@ -170,7 +176,6 @@ static void attention_mla(Cx *c, int l) {
     param(c, o, "attn.q_b_proj.weight", PK_ATTENTION, true, q, qr, 0);
     if (b) param(c, o, "attn.q_a_proj.bias", PK_ATTENTION, false, qr, 0, 0);
     if (b) param(c, o, "attn.q_b_proj.bias", PK_ATTENTION, false, q, 0, 0);
-    save(c, o, "QA", qr, DT_BF16, SAVE_OTHER); /* the query latent */
   } else {
     param(c, o, "attn.q_proj.weight", PK_ATTENTION, true, q, H, 0);
     if (b) param(c, o, "attn.q_proj.bias", PK_ATTENTION, false, q, 0, 0);
@@ -180,14 +185,16 @@ static void attention_mla(Cx *c, int l) {
   param(c, o, "attn.kv_b_proj.weight", PK_ATTENTION, true, mul(c, nh, nope + vd), kvr, 0);
   if (b) param(c, o, "attn.kv_a_proj_with_mqa.bias", PK_ATTENTION, false, kvr + rope, 0, 0);
   if (b) param(c, o, "attn.kv_b_proj.bias", PK_ATTENTION, false, mul(c, nh, nope + vd), 0, 0);
-  save(c, o, "LN1", H, DT_BF16, SAVE_OTHER);
-  /* the latents before their norms (QA above, KVL: the norms' backward needs them; the
-   * normalized ones are recomputed from them) and their 1/rms (RSTDQA, RSTDKV); the RoPE key
-   * part of kv_a_proj_with_mqa's output is not kept: its only reader is K, saved by the core
-   * (emit_mla.c) */
-  save(c, o, "KVL", kvr, DT_BF16, SAVE_OTHER);
-  if (qr) save(c, o, "RSTDQA", 1, DT_FP32, SAVE_OTHER);
-  save(c, o, "RSTDKV", 1, DT_FP32, SAVE_OTHER);
+  /* the latents before their norms (QA, the query latent, and KVL: the norms' backward needs
+   * them; the normalized ones are recomputed from them) and their 1/rms (RSTDQA, RSTDKV); the
+   * RoPE key part of kv_a_proj_with_mqa's output is not kept: its only reader is K, saved by the
+   * core (emit_mla.c) */
+  if (qr) {
+    save(c, o, "QA", qr, DT_BF16, SAVE_OTHER, "mla: q_a_proj's output (the query latent before its norm)");
+    save(c, o, "RSTDQA", 1, DT_FP32, SAVE_OTHER, "mla: q_a_layernorm's 1/rms per token");
+  }
+  save(c, o, "KVL", kvr, DT_BF16, SAVE_OTHER, "mla: the KV latent before kv_a_layernorm");
+  save(c, o, "RSTDKV", 1, DT_FP32, SAVE_OTHER, "mla: kv_a_layernorm's 1/rms per token");
   new_op(c, OP_ROPE, "attention.rope", l, mul(c, nh + 1, rope), mul(c, nh + 1, rope));
   core_and_out(c, l, q, k, v, nope + rope, vd);
 }
@@ -195,9 +202,10 @@ static void attention_mla(Cx *c, int l) {
 /* A feed-forward of width n (times `lead` experts for routed ones, which lead with E):
  * swiglu has gate/up/down (Shazeer 2020), gelu has up/down. `tokens` is how many copies of
  * each token it sees (top_k for routed experts). Saves the gate, the up (GELU's input) and the
- * activation, buffers <b>G, <b>U, <b>H ("" dense, "E" routed, "S" shared experts). */
+ * activation, buffers <b>G, <b>U, <b>H ("" dense, "E" routed, "S" shared experts), described
+ * as who's ("mlp", "routed experts'", "shared experts'") gate, up and activation. */
 static void ffn(Cx *c, Op *o, const char *prefix, ParamKind kind, Activation act, int64_t lead,
-                int64_t n, int64_t tokens, SaveClass cls, const char *bp) {
+                int64_t n, int64_t tokens, SaveClass cls, const char *bp, const char *who) {
   int64_t H = c->s->model.hidden;
   bool b = c->s->model.bias;
   const char *pre = prefix;
@@ -212,18 +220,18 @@ static void ffn(Cx *c, Op *o, const char *prefix, ParamKind kind, Activation act
   param(c, o, mem_printf(m, "%s.down_proj.weight", pre), kind, true, e ? e : H, e ? H : n, e ? n : 0);
   if (b) param(c, o, mem_printf(m, "%s.down_proj.bias", pre), kind, false, e ? e : H, e ? H : 0, 0);
   int64_t tn = mul(c, tokens, n);
-  if (act == ACT_SWIGLU) save(c, o, mem_printf(m, "%sG", bp), tn, DT_BF16, cls);
-  save(c, o, mem_printf(m, "%sU", bp), tn, DT_BF16, cls);
-  save(c, o, mem_printf(m, "%sH", bp), tn, DT_BF16, cls);
+  if (act == ACT_SWIGLU) save(c, o, mem_printf(m, "%sG", bp), tn, DT_BF16, cls, mem_printf(m, "%s gate", who));
+  save(c, o, mem_printf(m, "%sU", bp), tn, DT_BF16, cls,
+       mem_printf(m, "%s up%s", who, kind == PK_ROUTED && act == ACT_GELU ? " (GELU's input)" : ""));
+  save(c, o, mem_printf(m, "%sH", bp), tn, DT_BF16, cls, mem_printf(m, "%s activation", who));
 }
 
 static void dense_mlp(Cx *c, int l) {
   const MlpSpec *mlp = &c->s->model.mlp;
   int64_t H = c->s->model.hidden;
   Op *o = new_op(c, OP_MLP, "mlp", l, H, H);
-  ffn(c, o, "mlp", PK_MLP, mlp->activation, 0, mlp->intermediate, 1, SAVE_OTHER, "");
+  ffn(c, o, "mlp", PK_MLP, mlp->activation, 0, mlp->intermediate, 1, SAVE_OTHER, "", "mlp");
   c->md->layers[l].ffn_width = mlp->intermediate;
-  save(c, o, "LN2", H, DT_BF16, SAVE_OTHER); /* the mlp norm's output */
 }
 
 /* The MoE block: router, dispatch (token permutation + all-to-all), routed experts, shared
@@ -235,32 +243,32 @@ static void moe_block(Cx *c, int l) {
   Op *o = new_op(c, OP_ROUTER, "moe.router", l, H, E);
   param(c, o, "moe.gate.weight", PK_ROUTER, true, E, H, 0);
   if (moe->router_bias) param(c, o, "moe.gate.e_score_correction_bias", PK_ROUTER, false, E, 0, 0);
-  save(c, o, "LN2", H, DT_BF16, SAVE_OTHER);       /* the mlp norm's output */
-  save(c, o, "LOGITS", E, DT_FP32, SAVE_OTHER);   /* the router's scores */
-  save(c, o, "IDX", k, DT_INT32, SAVE_OTHER);     /* the top-k experts */
-  save(c, o, "WTS", k, DT_FP32, SAVE_OTHER);      /* their weights */
-  save(c, o, "POS", k, DT_INT32, SAVE_OTHER); /* each choice's row in expert order (the permutation) */
+  save(c, o, "LOGITS", E, DT_FP32, SAVE_OTHER, "router logits");
+  save(c, o, "IDX", k, DT_INT32, SAVE_OTHER, "selected experts (int32)");
+  save(c, o, "WTS", k, DT_FP32, SAVE_OTHER, "their weights");
+  save(c, o, "POS", k, DT_INT32, SAVE_OTHER, "row of each assignment in expert order (int32)"); /* the permutation */
   new_op(c, OP_DISPATCH, "moe.dispatch", l, H, kH);
   o = new_op(c, OP_EXPERTS, "moe.experts", l, kH, kH);
-  ffn(c, o, "moe.experts", PK_ROUTED, moe->activation, E, moe->expert_intermediate, k, SAVE_EXPERT, "E");
-  /* the experts' input rows, x permuted into expert order (= the dispatch all-to-all's receive;
-   * with one EP rank the program holds them in XP, the permuted copies themselves) */
-  save(c, o, "XE", kH, DT_BF16, SAVE_EXPERT);
-  routed(o, o->nsaved);
   /* the experts' outputs, y, back in token order (= the combine all-to-all's receive): the
    * combine's weight gradient needs them */
-  save(c, o, "YP", kH, DT_BF16, SAVE_EXPERT);
+  save(c, o, "YP", kH, DT_BF16, SAVE_EXPERT, "expert outputs in that order");
+  /* the experts' input rows, x permuted into expert order (= the dispatch all-to-all's receive;
+   * with one EP rank the program holds them in XP, the permuted copies themselves) */
+  save(c, o, "XE", kH, DT_BF16, SAVE_EXPERT, "rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS)");
+  ffn(c, o, "moe.experts", PK_ROUTED, moe->activation, E, moe->expert_intermediate, k, SAVE_EXPERT, "E",
+      "routed experts'");
+  routed(o, o->nsaved - 1); /* all but YP */
   c->md->layers[l].routed_width = mul(c, k, moe->expert_intermediate);
   if (moe->shared_experts) {
     o = new_op(c, OP_SHARED, "moe.shared_experts", l, H, H);
     ffn(c, o, "moe.shared_experts", PK_SHARED, moe->activation, 0,
-        mul(c, moe->shared_experts, moe->shared_intermediate), 1, SAVE_EXPERT, "S");
+        mul(c, moe->shared_experts, moe->shared_intermediate), 1, SAVE_EXPERT, "S", "shared experts'");
     c->md->layers[l].ffn_width = mul(c, moe->shared_experts, moe->shared_intermediate);
     if (moe->shared_expert_gate) { /* Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(x)) x the shared
                                     * expert's output; a gate like the router (AdamW, not in the FLOPs) */
       param(c, o, "moe.shared_expert_gate.weight", PK_ROUTER, true, 1, H, 0);
-      save(c, o, "SO", H, DT_BF16, SAVE_EXPERT); /* the shared experts' output */
-      save(c, o, "SGL", 1, DT_FP32, SAVE_EXPERT); /* the gate's logit */
+      save(c, o, "SO", H, DT_BF16, SAVE_EXPERT, "shared experts' output before the gate");
+      save(c, o, "SGL", 1, DT_FP32, SAVE_EXPERT, "shared_expert_gate's logit per token (fp32, as the router's)");
     }
   }
   new_op(c, OP_COMBINE, "moe.combine", l, kH, H);
@@ -304,7 +312,7 @@ Model *model_build(Mem *m, Diag *d, const Spec *s) {
 
   Op *o = new_op(&c, OP_EMBED, "embedding", -1, 0, H);
   param(&c, o, "embed_tokens.weight", PK_EMBEDDING, false, V, H, 0);
-  save(&c, o, "INPUTS", 1, DT_INT32, SAVE_OTHER); /* the token ids */
+  save(&c, o, "INPUTS", 1, DT_INT32, SAVE_OTHER, "token ids of the micro-batch (int32)");
   if (ms->position == POS_LEARNED) {
     o = new_op(&c, OP_POS_EMBED, "position_embedding", -1, H, H);
     param(&c, o, "embed_positions.weight", PK_EMBEDDING, false, ms->max_position, H, 0);
@@ -314,25 +322,25 @@ Model *model_build(Mem *m, Diag *d, const Spec *s) {
     ly->first_op = md->nops;
     ly->kind = is_moe_layer(ms, l) ? LAYER_MOE : LAYER_DENSE;
     norm_op(&c, OP_NORM, "attention_norm", "input_layernorm.weight", "input_layernorm.bias", l, SAVE_BOUNDARY,
-            "X", "RSTD1");
+            "X", "boundary: the layer's input (residual stream)", "LN1", "attention norm output", "RSTD1");
     if (ms->attention.kind == ATTN_MLA) attention_mla(&c, l);
     else attention_gqa(&c, l);
     new_op(&c, OP_RESIDUAL, "attention.residual", l, 2 * H, H);
     norm_op(&c, OP_NORM, "mlp_norm", "post_attention_layernorm.weight", "post_attention_layernorm.bias", l,
-            SAVE_OTHER, "RES", "RSTD2"); /* its input: the residual stream after attention */
+            SAVE_OTHER, "RES", "residual stream after attention", "LN2", "mlp norm output", "RSTD2");
     if (ly->kind == LAYER_MOE) moe_block(&c, l), md->n_moe_layers++;
     else dense_mlp(&c, l);
     new_op(&c, OP_RESIDUAL, "mlp.residual", l, 2 * H, H);
     ly->nops = md->nops - ly->first_op;
   }
-  norm_op(&c, OP_FINAL_NORM, "final_norm", "norm.weight", "norm.bias", -1, SAVE_OTHER, "X", "RSTDF");
+  norm_op(&c, OP_FINAL_NORM, "final_norm", "norm.weight", "norm.bias", -1, SAVE_OTHER, "X", "output of the last layer",
+          "LNF", "final norm output", "RSTDF");
   o = new_op(&c, OP_LM_HEAD, "lm_head", -1, H, 0); /* logits stay in vocabulary chunks */
   if (!ms->tie_embeddings) param(&c, o, "lm_head.weight", PK_HEAD, true, V, H, 0);
   else o->active_matmul = mul(&c, V, H); /* the GEMM runs against the embedding */
-  save(&c, o, "LNF", H, DT_BF16, SAVE_OTHER); /* the final norm's output */
   o = new_op(&c, OP_LOSS, "loss", -1, 0, 0);
-  save(&c, o, "LSEF", 1, DT_FP32, SAVE_OTHER);
-  save(&c, o, "TARGETS", 1, DT_INT32, SAVE_OTHER);
+  save(&c, o, "LSEF", 1, DT_FP32, SAVE_OTHER, "log-sum-exp of each token's logits");
+  save(&c, o, "TARGETS", 1, DT_INT32, SAVE_OTHER, "next-token targets (int32)");
 
   /* accounting */
   for (int i = 0; i < md->nops; i++) {

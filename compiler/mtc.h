@@ -486,8 +486,9 @@ typedef struct {
 
 /* One activation a backward pass needs, per token. Its name is the generated program's buffer
  * (emit_layout.c: L<l>_NAME when its class is kept, WS_NAME when recomputed; "X" is the boundary
- * X<l>): the planner counts these entries and the emitter sizes and classes its buffers from
- * them (em_saved), one description of a layer (tests/test_layout.c checks them name for name). */
+ * X<l>): the planner counts these entries and the emitter lays out a layer's buffers from them,
+ * op by op and save by save in this order (em_layout), sized, classed and described by them (em_saved), one
+ * description of a layer (tests/test_layout.c checks them name for name). */
 typedef struct {
   const char *name;  /* "Q", "RSTD1" */
   int64_t elems;     /* elements per token (routed ones scaled by top_k) */
@@ -495,6 +496,7 @@ typedef struct {
   SaveClass cls;
   bool routed;       /* lives on the experts' side of the all-to-all: grows with the tokens an
                         EP rank receives (plan.moe_imbalance) */
+  const char *what;  /* what it holds, for people: "queries (rotated)" (step.c's arena map) */
 } Saved;
 
 enum { OP_MAX_PARAMS = 16, OP_MAX_SAVED = 6 };

@@ -95,7 +95,9 @@ static const char *buf_name(const Em *e, const Saved *sv) {
  * buffer; and every per-layer buffer L<l>_* of the program but the tables (constant()) and the
  * parameter groups' is exactly one save of the layer, kept. The class is checked by what each
  * policy keeps: the boundary by all three, the attention's by none and selective, expert and
- * other by none only. Returns the mismatches (printed). */
+ * other by none only. And one list of a layer: each kept buffer named as its save is described
+ * by the save's `what` and laid out in the model's order of saves (op by op). Returns the
+ * mismatches (printed). */
 static int names(const Em *e, const char *what) {
   const Model *md = e->md;
   int bad = 0;
@@ -103,6 +105,7 @@ static int names(const Em *e, const char *what) {
     const Layer *ly = &md->layers[l];
     char pre[32];
     snprintf(pre, sizeof pre, "L%d_", l);
+    int last = -1; /* index in e->bufs of the last kept save's buffer */
     for (int i = ly->first_op; i < ly->first_op + ly->nops; i++)
       for (int j = 0; j < md->ops[i].nsaved; j++) {
         const Saved *sv = &md->ops[i].saved[j];
@@ -121,6 +124,17 @@ static int names(const Em *e, const char *what) {
             twice += strcmp(md->ops[i2].saved[j2].name, sv->name) == 0;
         bool ok = b && !other && twice == 1 && (sv->dtype == DT_BF16) == (b->arena == EM_ACT && !b->real) &&
                   (kept ? b->elems == want && !b->alias : b->elems >= want);
+        /* one list: a kept buffer the program names as the model does is described by the save
+         * and registered (so placed in its arena) after the layer's earlier saves' */
+        if (ok && kept && strcmp(n, "X") != 0 && strcmp(n, sv->name) == 0) {
+          int at = (int)(b - e->bufs);
+          if (strcmp(b->what, sv->what) != 0 || at < last) {
+            if (bad++ < 5)
+              fprintf(stderr, "%s: layer %d buffer %s %s\n", what, l, b->name,
+                      at < last ? "comes before an earlier save's buffer" : "is not described as its save");
+          }
+          last = at;
+        }
         if (!ok && bad++ < 5)
           fprintf(stderr, "%s: layer %d save %s (%s, %lld elements, %s) %s\n", what, l, sv->name,
                   policies[e->ac - 1], (long long)want, kept ? "kept" : "recomputed",

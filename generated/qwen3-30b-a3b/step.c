@@ -548,10 +548,10 @@
 #define XSLOT1                  33820839296 /*  134217728 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
 #define XSLOT2                  33955057024 /*  134217728 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
 #define WS_LN1                  34089274752 /*  134217728 [activations.forward_layer]: attention norm output */
-#define WS_Q                    34223492480 /*  268435456 [activations.forward_layer]: queries (rotated) */
-#define WS_K                    34491927936 /*   33554432 [activations.forward_layer]: keys (rotated) */
-#define WS_QR                   34525482368 /*  268435456 [activations.forward_layer]: queries before qk-norm */
-#define WS_KR                   34793917824 /*   33554432 [activations.forward_layer]: keys before qk-norm */
+#define WS_QR                   34223492480 /*  268435456 [activations.forward_layer]: queries before qk-norm */
+#define WS_KR                   34491927936 /*   33554432 [activations.forward_layer]: keys before qk-norm */
+#define WS_Q                    34525482368 /*  268435456 [activations.forward_layer]: queries (rotated) */
+#define WS_K                    34793917824 /*   33554432 [activations.forward_layer]: keys (rotated) */
 #define WS_V                    34827472256 /*   33554432 [activations.forward_layer]: values */
 #define WS_ATT                  34861026688 /*  268435456 [activations.forward_layer]: attention output */
 #define WS_RES                  35129462144 /*  134217728 [activations.forward_layer]: residual stream after attention */
