@@ -128,10 +128,26 @@ static size_t device_bytes;
 // host_syncs: calls that block the host until device work is done (stream, device and event
 // synchronizations, event queries, synchronous copies and copies to pageable host memory)
 static size_t device_peak, pinned_bytes, pinned_peak;
+// EMU_SYNC_SITES=1 also prints, with the report, the host synchronizations by call site (the
+// caller's return addresses, as backtrace_symbols writes them: addr2line -f -e train OFFSET)
 static long host_syncs;
+static std::map<std::string, long> sync_sites;
+static void host_sync(const char *what) {
+  host_syncs++;
+  static int sites = env_int("EMU_SYNC_SITES", 0);
+  if (!sites) return;
+  void *bt[6];
+  int n = backtrace(bt, 6);
+  char **sym = backtrace_symbols(bt, n);
+  std::string key = what;
+  for (int i = 2; sym && i < n; i++) key += std::string(" <- ") + sym[i];
+  free(sym);
+  sync_sites[key]++;
+}
 static void mem_report(void) {
   fprintf(stderr, "emu-memory: rank %d device_peak %zu pinned_peak %zu host_syncs %ld\n", my_rank(), device_peak,
           pinned_peak, host_syncs);
+  for (auto &s : sync_sites) fprintf(stderr, "emu-sync: rank %d %ld %s\n", my_rank(), s.second, s.first.c_str());
 }
 static const size_t TOTAL = 80ull << 30; // cudaMemGetInfo's total: a fake 80 GiB
 
@@ -535,7 +551,7 @@ static cudaError_t memcpy_on(CUstream_st *st, void *dst, const void *src, size_t
     issue(st, what, [=] { memcpy(dst, src, n); });
   }
   // a copy to pageable memory, and every cudaMemcpy, returns when done
-  if (!async || (pageable_dst && kind == cudaMemcpyDeviceToHost)) flush(st, st->issued), host_syncs++;
+  if (!async || (pageable_dst && kind == cudaMemcpyDeviceToHost)) flush(st, st->issued), host_sync(what);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
@@ -577,14 +593,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   CUstream_st *t = stream_of(s, "cudaStreamSynchronize");
-  host_syncs++;
+  host_sync("cudaStreamSynchronize");
   if (t == &legacy) flush_blocking();
   flush(t, t->issued);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 cudaError_t cudaDeviceSynchronize(void) {
-  host_syncs++;
+  host_sync("cudaDeviceSynchronize");
   flush_all();
   return cudaSuccess;
 }
@@ -614,12 +630,12 @@ static void complete(CUevent_st *v) {
   if (v && v->stream && v->stream->magic == STREAM_MAGIC) flush(v->stream, v->seq);
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { // lazy mode: the work before the event runs now
-  host_syncs++; // a poll: the callers here loop on it until the event is done
+  host_sync("cudaEventQuery"); // a poll: the callers here loop on it until the event is done
   complete(event_of(e, "cudaEventQuery"));
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  host_syncs++;
+  host_sync("cudaEventSynchronize");
   complete(event_of(e, "cudaEventSynchronize"));
   return cudaSuccess;
 }
