@@ -217,6 +217,7 @@ void rt_comm_nccl_free(void) {
   if (cs_ep) cudaStreamDestroy(cs_ep);
   cs = cs_ep = NULL;
   memset(groups, 0, sizeof groups);
+  for (int i = 0; i < WATCH; i++) watch[i].g = NULL; /* (the groups are gone) */
   world_nccl = NULL;
 }
 
