@@ -133,8 +133,9 @@ void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count);
 
 /* NCCL communicators for the plan's groups (comm_nccl.c): a world communicator bootstrapped
  * over MPI (ncclUniqueId broadcast), then ncclCommSplit per group. After rt_cuda_setup.
- * Collectives wait with ncclCommGetAsyncError polled; past $MTC_NCCL_TIMEOUT seconds (default
- * 600) the job aborts naming the rank, the collective and the group. Returns 0 or -1 (err). */
+ * Collectives are waited for on the device; the host's waits (rt_cu_host_wait) poll
+ * ncclCommGetAsyncError, and an error or $MTC_NCCL_TIMEOUT seconds (default 600) aborts the job
+ * naming the rank, the pending collective, its group and layer. Returns 0 or -1 (err). */
 int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen);
 void rt_comm_nccl_free(void);
 
