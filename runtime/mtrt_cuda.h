@@ -62,8 +62,9 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
 void rt_cuda_teardown(void);
 /* Bytes rt_cuda_setup allocates for cfg besides the CUDA context and the loaded kernels: returns
  * the device part (cuBLAS's workspace and the ops' scratch) and sets *host_bytes to the
- * host part. Needs no GPU (train --memory). */
-size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes);
+ * pageable host part and *pinned_bytes to the pinned one (the readback buffer). Needs no GPU
+ * (train --memory). */
+size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes, size_t *pinned_bytes);
 /* One line: device, architecture, GEMM math, kernel cache, versions. */
 void rt_cuda_describe(char *buf, size_t n);
 /* Waits for the stream; an asynchronous error aborts the job naming `where`. */
@@ -88,6 +89,21 @@ void rt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 void rt_cu_adamw_shard(float *param, float *m, float *v, const float *grad, const RtTensor *t, int nt, int g, int64_t lo,
                        int64_t hi, float grad_scale, const RtAdamW *h);
 double rt_cu_sum_squares(const float *g, size_t n);
+/* The step's scalars in one copy down at its end instead of one each (train_cuda.c). With
+ * rt_cu_defer_scalars(1), rt_lm_head_ce_forward returns 0 and keeps its loss on the side;
+ * rt_cu_sum_squares_defer computes Σ g² of n fp32 values without reading it; rt_cu_step_scalars
+ * waits once, adds the losses kept since the last call to *loss (each as rt_lm_head_ce_forward
+ * would have returned it, summed in double in order) and returns the sums of squares (each
+ * rounded to real, summed in real in order): the figures of reading each at once, bit for bit. */
+void rt_cu_defer_scalars(int on);
+void rt_cu_sum_squares_defer(const float *g, size_t n);
+real rt_cu_step_scalars(double *loss);
+/* Blocks the host until the stream's work so far is done (the one way the runtime waits for the
+ * device: rt_cuda_sync, downloads): polls an event, and while it is not done every NCCL group's
+ * asynchronous error; an error, or $MTC_NCCL_TIMEOUT seconds (default 600), aborts the job naming
+ * the oldest collective still pending (op, values, group, ranks, where it was issued), where the
+ * host waited and why (comm_nccl.c). */
+void rt_cu_host_wait(const char *why);
 /* Muon on the device (muon_cuda.c). Newton-Schulz of a batch of same-shaped matrices, fp32
  * with fp32 cuBLAS math (strided-batched GEMMs): out (batch × rows × cols, device, matrix i at
  * i·rows·cols) = scale × the quintic iteration of rt_newton_schulz (mtrt_optim.h) on each of
@@ -117,8 +133,9 @@ void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count);
 
 /* NCCL communicators for the plan's groups (comm_nccl.c): a world communicator bootstrapped
  * over MPI (ncclUniqueId broadcast), then ncclCommSplit per group. After rt_cuda_setup.
- * Collectives wait with ncclCommGetAsyncError polled; past $MTC_NCCL_TIMEOUT seconds (default
- * 600) the job aborts naming the rank, the collective and the group. Returns 0 or -1 (err). */
+ * Collectives are waited for on the device; the host's waits (rt_cu_host_wait) poll
+ * ncclCommGetAsyncError, and an error or $MTC_NCCL_TIMEOUT seconds (default 600) aborts the job
+ * naming the rank, the pending collective, its group and layer. Returns 0 or -1 (err). */
 int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen);
 void rt_comm_nccl_free(void);
 

@@ -64,7 +64,6 @@ static void tokens_to_device(RtCtx *c) {
   rt_cuda_upload(c->arena + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
 }
 #define ADAMW_SHARD rt_cu_adamw_shard
-#define SUM_SQUARES rt_cu_sum_squares
 #define GRAD_ALL_REDUCE rt_cu_all_reduce
 /* The optimizer step on the host (Grace, on GH200) only where the plan puts it there: with the
  * state on the GPU, gradients come down and master weights go up. Muon's Newton-Schulz runs
@@ -135,7 +134,8 @@ static void grads_all_reduce(RtCtx *c) {
  * hbm: the device arena and the state arena when the plan keeps the state in HBM (on the cpu
  * backend, the memory that stands in for them) and the runtime's device buffers (cuBLAS's
  * workspace, the ops' scratch); host: everything else the program allocates at start-up, pinned
- * (the activation-offload arena, the state arena when the plan keeps it on the host) and pageable
+ * (the activation-offload arena, the state arena when the plan keeps it on the host, the cuda
+ * runtime's readback buffer) and pageable
  * (the cuda build's mirror of a state arena on the GPU, its token buffer, Muon's host scratch,
  * the runtime's host scratch, count arrays). Not in
  * it: the CUDA context, NCCL's buffers, MPI's and the libraries' own memory, and the data file
@@ -214,9 +214,10 @@ static Footprint footprint(void) {
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
 #ifdef MTC_BACKEND_CUDA
   RtCudaConfig cfg = cuda_config();
-  size_t scratch_host = 0;
-  f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host);
-  f.host += (int64_t)scratch_host + (STATE_ON_HOST ? 0 : state);
+  size_t scratch_host = 0, scratch_pinned = 0;
+  f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host, &scratch_pinned);
+  f.pinned += (int64_t)scratch_pinned;
+  f.host += (int64_t)(scratch_host + scratch_pinned) + (STATE_ON_HOST ? 0 : state);
 #ifdef MUON_WORK
   if (OPT_ON_HOST) f.host += (int64_t)MUON_WORK_ELEMS * (int64_t)sizeof(real);
   f.host += muon_host_elems() * (int64_t)sizeof(real);
@@ -511,6 +512,7 @@ static int cuda_start(RtCtx *c, const Args *a) {
     any = 1; /* NCCL's init is collective: a failure stops every rank there */
   }
   if (any) return 2;
+  rt_cu_defer_scalars(1); /* the losses are read with the gradient norm at the step's end */
   char line[1024];
   rt_cuda_describe(line, sizeof line);
   if (c->comm.rank == 0) printf("cuda: %s\n", line);
@@ -885,9 +887,16 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
     }
     if (PLAN_DP_REPLICATE > 1) grads_all_reduce(c);
     /* global gradient norm: the shards of one replica partition every parameter */
+#ifdef MTC_BACKEND_CUDA
+    /* the micro-batches' losses and every group's Σ g² in one copy down (one host wait) */
+    for (int g = 0; g < N_GROUPS; g++)
+      rt_cu_sum_squares_defer(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    real sq = rt_cu_step_scalars(&loss);
+#else
     real sq = 0;
     for (int g = 0; g < N_GROUPS; g++)
       sq += (real)SUM_SQUARES(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+#endif
     rt_comm_all_reduce(c->comm.fsdp_comm, &sq, 1);
     rt_comm_all_reduce(c->comm.replicate_comm, &sq, 1); /* a NaN on any replica reaches every rank */
     double norm = sqrt((double)sq / PLAN_DP_REPLICATE);

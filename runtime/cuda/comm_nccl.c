@@ -11,11 +11,16 @@
  * queue behind the FSDP groups' prefetching all-gathers and reduce-scatters. The prefetching
  * all-gathers (rt_comm_all_gather_start) return at once and the compute stream waits for them
  * only in rt_comm_all_gather_wait, so the next layer's parameters arrive while this layer
- * computes; the overlapped reduce-scatters (rt_comm_reduce_scatter_start) are waited for on the
- * device only; the other collectives are waited for at once. Every host wait polls
- * ncclCommGetAsyncError of every group: a peer that died or a network error aborts the job
- * naming the rank, the collective, the group and the size, after $MTC_NCCL_TIMEOUT seconds
- * (default 600) at the latest. */
+ * computes. Every collective is waited for on the device (the compute stream waits for an event
+ * recorded after it on the communication stream): the host never blocks on one.
+ *
+ * The host blocks only where it must read the device (the MoE counts, the step's scalars,
+ * Muon's exchange, checkpoints): rt_cu_host_wait, which polls an event of the compute stream
+ * and, while it is not done, ncclCommGetAsyncError of every group. Each collective is also
+ * recorded in a ring of the last WATCH ones (group, op, values, where the step was: its event),
+ * so that a peer that died or a network error aborts the job naming the rank, the oldest
+ * collective still pending, its group, size and layer, and where the host waited, after
+ * $MTC_NCCL_TIMEOUT seconds (default 600) of one host wait at the latest. */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,53 +69,107 @@ static void begin(const Group *g, const char *op) {
   cu_check(cudaStreamWaitEvent(g->s, ev_ready, 0), op);
 }
 
-/* Waits on the host for event ev (recorded on the communication stream), polling NCCL's
- * asynchronous error, then makes the compute stream wait for it too. */
-static void wait_for(cudaEvent_t ev, const Group *g, const char *op, size_t count) {
+/* The ring of the last WATCH collectives, for the host waits' diagnosis: each with an event
+ * recorded after it on its group's stream (its own: a device wait uses another). A step issues
+ * fewer (europa-1t: about 10 per layer between two host waits); an overwritten entry is only
+ * lost to the naming, never to the timeout. */
+enum { WATCH = 1024 };
+static struct {
+  cudaEvent_t ev;
+  const Group *g; /* NULL: never used */
+  const char *op, *where;
+  size_t count;
+} watch[WATCH];
+static unsigned watch_next;
+static int waited; /* the compute stream waits for a collective issued since the last host wait */
+
+/* Records the collective op of count values just issued on g's stream into the ring. */
+static void watched(const Group *g, const char *op, size_t count) {
+  unsigned i = watch_next++ % WATCH;
+  if (!watch[i].ev) cu_check(cudaEventCreateWithFlags(&watch[i].ev, cudaEventDisableTiming), op);
+  cu_check(cudaEventRecord(watch[i].ev, g->s), op);
+  watch[i].g = g, watch[i].op = op, watch[i].where = rt_comm_where(), watch[i].count = count;
+}
+
+/* The oldest collective of the ring not done yet (of group g, when g is not NULL), or -1. */
+static int oldest_pending(const Group *g) {
+  for (unsigned k = 0; k < WATCH; k++) {
+    unsigned i = (watch_next + k) % WATCH;
+    if (watch[i].g && (!g || watch[i].g == g) && cudaEventQuery(watch[i].ev) == cudaErrorNotReady) return (int)i;
+  }
+  return -1;
+}
+
+/* msg: "OP of N values in group G (R ranks) issued at WHERE", the oldest pending collective (of g
+ * when g is not NULL), or g's name alone when the ring holds none. */
+static void describe_pending(char *msg, size_t n, const Group *g) {
+  int i = oldest_pending(g);
+  if (i >= 0)
+    snprintf(msg, n, "%s of %zu values in group %s (%d ranks) issued at %s", watch[i].op, watch[i].count,
+             watch[i].g->name, watch[i].g->size, watch[i].where);
+  else if (g)
+    snprintf(msg, n, "a collective in group %s (%d ranks)", g->name, g->size);
+  else
+    snprintf(msg, n, "no collective (none pending)");
+}
+
+void rt_cu_host_wait(const char *why) {
   static double timeout = -1;
+  static cudaEvent_t ev;
   if (timeout < 0) timeout = getenv("MTC_NCCL_TIMEOUT") ? atof(getenv("MTC_NCCL_TIMEOUT")) : 600;
+  if (!ev) cu_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), why);
+  cu_check(cudaEventRecord(ev, cu.stream), why);
   struct timespec t0, t, nap = {0, 20000};
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
     cudaError_t e = cudaEventQuery(ev);
-    if (e == cudaSuccess) break;
-    char msg[300];
-    if (e != cudaErrorNotReady) {
-      snprintf(msg, sizeof msg, "%s of %zu values in group %s at %s: %s", op, count, g->name, rt_comm_where(),
-               cudaGetErrorString(e));
-      rt_cuda_fail(op, msg);
+    if (e == cudaSuccess) {
+      waited = 0;
+      return;
     }
+    char msg[600], what[300];
+    if (e != cudaErrorNotReady) {
+      describe_pending(what, sizeof what, NULL);
+      snprintf(msg, sizeof msg, "%s (waiting at %s; pending: %s)", cudaGetErrorString(e), rt_comm_where(), what);
+      rt_cuda_fail(why, msg);
+    }
+    const Group *bad = NULL;
     ncclResult_t r = ncclSuccess;
-    if (g->nccl) ncclCommGetAsyncError(g->nccl, &r);
-    for (int i = 0; i < 4 && (r == ncclSuccess || r == ncclInProgress); i++) /* incl. overlapped reduce-scatters */
-      if (groups[i].nccl && groups[i].nccl != g->nccl) {
+    for (int i = 0; i < 4 && !bad; i++)
+      if (groups[i].nccl) {
         ncclCommGetAsyncError(groups[i].nccl, &r);
-        if (r != ncclSuccess && r != ncclInProgress) g = &groups[i];
+        if (r != ncclSuccess && r != ncclInProgress) bad = &groups[i];
       }
+    if (bad) {
+      describe_pending(what, sizeof what, bad);
+      snprintf(msg, sizeof msg, "%s failed: %s (found waiting at %s)", what, ncclGetErrorString(r), rt_comm_where());
+      ncclCommAbort(bad->nccl);
+      rt_cuda_fail(why, msg);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t);
     double s = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
-    if (r != ncclSuccess && r != ncclInProgress) {
-      snprintf(msg, sizeof msg, "%s of %zu values in group %s (%d ranks) at %s failed: %s", op, count, g->name, g->size,
-               rt_comm_where(), ncclGetErrorString(r));
-      ncclCommAbort(g->nccl);
-      rt_cuda_fail(op, msg);
-    }
     if (s > timeout) {
-      snprintf(msg, sizeof msg, "%s of %zu values in group %s (%d ranks) at %s did not finish in %.0f s "
-               "(MTC_NCCL_TIMEOUT); a peer rank may have died", op, count, g->name, g->size, rt_comm_where(), timeout);
-      if (g->nccl) ncclCommAbort(g->nccl);
-      rt_cuda_fail(op, msg);
+      int i = oldest_pending(NULL);
+      describe_pending(what, sizeof what, NULL);
+      snprintf(msg, sizeof msg, "%s did not finish in %.0f s (MTC_NCCL_TIMEOUT; waiting at %s); a peer rank may have "
+               "died", what, timeout, rt_comm_where());
+      if (i >= 0 && watch[i].g->nccl) ncclCommAbort(watch[i].g->nccl);
+      rt_cuda_fail(why, msg);
     }
     nanosleep(&nap, NULL);
   }
-  cu_check(cudaStreamWaitEvent(cu.stream, ev, 0), op);
 }
 
-/* After a collective on the communication stream: wait for it. */
+/* After a collective op of count values on g's stream: recorded in the ring, and the compute
+ * stream waits for it (on the device). */
 static void finish(const Group *g, const char *op, size_t count) {
+  watched(g, op, count);
   cu_check(cudaEventRecord(ev_done, g->s), op);
-  wait_for(ev_done, g, op, count);
+  cu_check(cudaStreamWaitEvent(cu.stream, ev_done, 0), op);
+  waited = 1;
 }
+
+int cu_comm_waited(void) { return waited; }
 
 int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen) {
   MPI_Comm mpis[4] = {c->fsdp_comm, c->ep_comm, c->shard_comm, c->replicate_comm};
@@ -158,6 +217,7 @@ void rt_comm_nccl_free(void) {
   if (cs_ep) cudaStreamDestroy(cs_ep);
   cs = cs_ep = NULL;
   memset(groups, 0, sizeof groups);
+  for (int i = 0; i < WATCH; i++) watch[i].g = NULL; /* (the groups are gone) */
   world_nccl = NULL;
 }
 
@@ -184,12 +244,13 @@ void rt_comm_all_gather_start(MPI_Comm comm, act *out, const act *in, size_t cou
   begin(g, "all-gather (prefetch)");
   nccl_check(ncclAllGather(in, out, count, NCCL_ACT, g->nccl, g->s), "ncclAllGather");
   cu_check(cudaEventRecord(ev_slot[slot], g->s), "all-gather (prefetch)");
+  watched(g, "all-gather (prefetched)", count);
   slot_info[slot].g = g, slot_info[slot].count = count;
 }
 
 void rt_comm_all_gather_wait(int slot) {
   if (slot < 0 || slot >= RT_AG_SLOTS) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
-  if (slot_info[slot].g) wait_for(ev_slot[slot], slot_info[slot].g, "all-gather (prefetched)", slot_info[slot].count);
+  if (slot_info[slot].g) cu_check(cudaStreamWaitEvent(cu.stream, ev_slot[slot], 0), "all-gather (prefetched)"), waited = 1;
   slot_info[slot].g = NULL;
 }
 
@@ -280,11 +341,13 @@ void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, act *in, size_t coun
   }
   rs_info[slot].pending = 1;
   cu_check(cudaEventRecord(ev_rs[slot], g->s), op);
+  watched(g, op, count);
 }
 
 void rt_comm_reduce_scatter_wait(int slot) {
   if (slot < 0 || slot >= 4 || !rs_info[slot].g) return; /* nothing in flight */
-  if (rs_info[slot].pending) cu_check(cudaStreamWaitEvent(cu.stream, ev_rs[slot], 0), "reduce-scatter (overlapped)");
+  if (rs_info[slot].pending)
+    cu_check(cudaStreamWaitEvent(cu.stream, ev_rs[slot], 0), "reduce-scatter (overlapped)"), waited = 1;
   real *acc = rs_info[slot].acc;
   const void *piece = rs_info[slot].piece;
   long n = (long)rs_info[slot].count;
@@ -313,16 +376,16 @@ void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count) {
  * stream waits for it on the device. */
 static void exchange(Group *g, const act *send, const int64_t *sc, const int64_t *sd, act *recv, const int64_t *rc,
                      const int64_t *rd, int C, const char *op) {
-  size_t c = (size_t)C;
+  size_t c = (size_t)C, rows = 0;
   begin(g, op);
   nccl_check(ncclGroupStart(), "ncclGroupStart");
   for (int p = 0; p < g->size; p++) {
+    rows += (size_t)rc[p];
     if (sc[p]) nccl_check(ncclSend(send + (size_t)sd[p] * c, (size_t)sc[p] * c, NCCL_ACT, p, g->nccl, g->s), "ncclSend");
     if (rc[p]) nccl_check(ncclRecv(recv + (size_t)rd[p] * c, (size_t)rc[p] * c, NCCL_ACT, p, g->nccl, g->s), "ncclRecv");
   }
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-  cu_check(cudaEventRecord(ev_done, g->s), op);
-  cu_check(cudaStreamWaitEvent(cu.stream, ev_done, 0), op);
+  finish(g, op, rows * c); /* (the values received) */
 }
 
 /* Round a->round's blocks to the device (cu.moe's table, eoff after it): the non-empty blocks in

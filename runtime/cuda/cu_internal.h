@@ -44,6 +44,7 @@ enum { CU_OFF_CACHE = 64 };     /* offsets arrays whose host copies cu_offsets k
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
 enum { CU_RMS_BWD_ROWS = 16 };   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
 enum { CU_QK_BWD_ROWS = 16 };    /* rows per block of qk_norm_backward: kernels.cu's QK_BWD_ROWS */
+enum { CU_SCALARS = 256 };       /* deferred scalars the readback buffer holds (of each kind) */
 
 typedef struct {
   int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */
@@ -72,6 +73,15 @@ typedef struct {
   } oc[CU_OFF_CACHE]; /* oc[i]: off_host's i-th slot (experts + 1 ints) holds n ints of dev */
   int oc_next;
   void *rl;       /* the router's logit gradient in the activation type (tokens × experts) */
+  /* the pinned readback buffer (cu_rb_layout): small copies down land here, so that the host
+   * waits for them by polling (rt_cu_host_wait) instead of blocking in a copy */
+  void *rb;
+  /* deferred scalars (rt_cu_defer_scalars): the micro-batches' losses (sums over loss_n[i]
+   * tokens) and the groups' Σ g² copied into rb as they are computed, n_loss and n_sq of them,
+   * and what was folded already (when rb was full) */
+  int defer, n_loss, n_sq, loss_n[CU_SCALARS];
+  double loss_acc;
+  float sq_acc;
 } CuState;
 
 extern CuState cu;
@@ -86,6 +96,19 @@ static inline size_t cu_moe_layout(size_t E, size_t *cnt, size_t *tab, size_t *e
   *eoff = *tab + sizeof(long long) * 2 * E;
   return *eoff + sizeof(int) * (E + 1);
 }
+
+/* The pinned readback buffer for E experts: CU_SCALARS doubles (the groups' Σ g²), CU_SCALARS
+ * floats (the micro-batches' losses) at *loss, then a staging area for a small copy down at *stage
+ * (the MoE scratch's size: cu_moe_layout). Returns the bytes. */
+static inline size_t cu_rb_layout(size_t E, size_t *loss, size_t *stage) {
+  size_t a, b, c;
+  *loss = sizeof(double) * CU_SCALARS;
+  *stage = (*loss + sizeof(float) * CU_SCALARS + 7) / 8 * 8;
+  return *stage + cu_moe_layout(E, &a, &b, &c);
+}
+/* The loss of a micro-batch (its sum over N tokens, device float at sum) copied into the readback
+ * buffer, read at the step's end (train_cuda.c). */
+void cu_defer_loss(const float *sum, int N);
 
 /* MTC_PROFILE (profile.c): cu_prof_init reads it (rt_cuda_setup); CU_PROF_BEGIN/END time one
  * op between device synchronizations into a per-name table printed at exit. The same timings
@@ -111,9 +134,13 @@ const int *cu_offsets(const int *dev, size_t n);
 /* The device's offsets array dev now holds the n ints host (recorded; copies of arrays it overlaps
  * are dropped). */
 void cu_offsets_known(const int *dev, const int *host, size_t n);
-/* bytes from device src into pageable host dst, on the stream: returns when the copy is done (one
- * host synchronization). */
+/* bytes from device src into host dst, on the stream: returns when the copy is done (one host
+ * synchronization: a copy into the pinned readback buffer and a poll, rt_cu_host_wait; two for
+ * more bytes than its staging area holds: the wait, then a copy into dst). */
 void cu_download(void *dst, const void *src, size_t bytes);
+/* Whether the stream was made to wait for a collective since the last host wait (comm_nccl.c):
+ * a blocking copy then polls first (rt_cu_host_wait), so that a hung collective is named. */
+int cu_comm_waited(void);
 /* The attention kernels in use, for the start-up line. */
 const char *cu_attention_name(void);
 /* Checks a CUDA runtime or cuBLAS status of op. */

@@ -83,12 +83,13 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
  * it; 64 MiB when 0), attention's
  * delta (tokens × heads fp32), cross-entropy's sums (2 × tokens + 1 fp32), one double, the grouped GEMMs'
  * pointer arrays (CU_GROUPED_SLOTS × 3 × experts), the MoE scratch (cu_moe_layout); on the host the
- * MoE scratch's mirror and CU_OFF_CACHE offsets arrays (experts + 1 ints each). rt_cuda_setup
- * allocates exactly these; rt_cuda_scratch_bytes reports them. The plan's workspace.runtime item
+ * MoE scratch's mirror and CU_OFF_CACHE offsets arrays (experts + 1 ints each), and pinned the
+ * readback buffer (cu_rb_layout). rt_cuda_setup allocates exactly these; rt_cuda_scratch_bytes
+ * reports them. The plan's workspace.runtime item
  * is the device part less cuBLAS's workspace, bf16 build (compiler/placement.c
  * plan_runtime_scratch): change both together. */
 typedef struct {
-  size_t delta, ce, red, gptr, rl, moe, off;
+  size_t delta, ce, red, gptr, rl, moe, off, rb;
 } Scratch;
 
 static size_t workspace_bytes(const RtCudaConfig *cfg) {
@@ -99,12 +100,12 @@ static Scratch scratch_of(const RtCudaConfig *cfg) {
   size_t T = (size_t)cfg->tokens, E = (size_t)(cfg->experts > 0 ? cfg->experts : 1), a, b, c;
   return (Scratch){sizeof(float) * T * (size_t)cfg->heads, sizeof(float) * (2 * T + 1), sizeof(double),
                    sizeof(void *) * CU_GROUPED_SLOTS * 3 * E, MTRT_ACT_IS_BF16 ? sizeof(act) * T * E : 0,
-                   cu_moe_layout(E, &a, &b, &c), sizeof(int) * CU_OFF_CACHE * (E + 1)};
+                   cu_moe_layout(E, &a, &b, &c), sizeof(int) * CU_OFF_CACHE * (E + 1), cu_rb_layout(E, &a, &b)};
 }
 
-size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes) {
+size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes, size_t *pinned_bytes) {
   Scratch s = scratch_of(cfg);
-  *host_bytes = s.moe + s.off;
+  *host_bytes = s.moe + s.off, *pinned_bytes = s.rb;
   return workspace_bytes(cfg) + s.delta + s.ce + s.red + s.gptr + s.rl + s.moe;
 }
 
@@ -158,6 +159,8 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
     return snprintf(err, errlen, "cannot allocate the runtime's scratch on GPU %d", cu.device), -1;
   cu.moe_host = malloc(sc.moe), cu.off_host = malloc(sc.off);
   if (!cu.moe_host || !cu.off_host) return snprintf(err, errlen, "out of host memory"), -1;
+  if (cudaMallocHost(&cu.rb, sc.rb) != cudaSuccess)
+    return snprintf(err, errlen, "cannot allocate the runtime's pinned readback buffer"), -1;
   cu.ready = 1;
   return 0;
 }
@@ -166,7 +169,7 @@ void rt_cuda_teardown(void) {
   if (!cu.ready) return;
   cudaStreamSynchronize(cu.stream);
   cudaFree(cu.delta), cudaFree(cu.ce), cudaFree(cu.red), cudaFree(cu.gptr), cudaFree(cu.rl), cudaFree(cu.workspace);
-  cudaFree(cu.moe), free(cu.moe_host), free(cu.off_host);
+  cudaFree(cu.moe), free(cu.moe_host), free(cu.off_host), cudaFreeHost(cu.rb);
   cudaLibraryUnload(cu.lib);
   cublasDestroy(cu.blas);
   cudaStreamDestroy(cu.stream);
@@ -184,7 +187,7 @@ void rt_cuda_describe(char *buf, size_t n) {
            cu.sync_each ? ", MTC_CUDA_SYNC" : "", v);
 }
 
-void rt_cuda_sync(const char *where) { cu_check(cudaStreamSynchronize(cu.stream), where); }
+void rt_cuda_sync(const char *where) { rt_cu_host_wait(where); }
 
 void *rt_cuda_alloc(size_t bytes, char *err, size_t errlen) {
   void *p = NULL;
@@ -202,13 +205,11 @@ void *rt_cuda_alloc(size_t bytes, char *err, size_t errlen) {
 
 void rt_cuda_free(void *p) { cudaFree(p); }
 void rt_cuda_upload(void *dst, const void *src, size_t bytes) {
+  /* from pageable memory: the copy has taken its source when it returns, so the host buffer may
+   * be reused at once, without waiting for the device */
   cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu.stream), "upload");
-  rt_cuda_sync("upload"); /* the host buffer may be reused at once */
 }
-void rt_cuda_download(void *dst, const void *src, size_t bytes) {
-  cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu.stream), "download");
-  rt_cuda_sync("download");
-}
+void rt_cuda_download(void *dst, const void *src, size_t bytes) { cu_download(dst, src, bytes); }
 void rt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
   cu_check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
 }
@@ -522,7 +523,8 @@ void rt_gelu_backward(act *dx, const act *dh, const act *x, int64_t n) {
 }
 
 /* Per chunk: cuBLAS logits, then the online log-sum-exp kernel; the loss is summed on the GPU
- * and read once (one synchronization per micro-batch). */
+ * and read once: at once (one synchronization per micro-batch), or with the step's other scalars
+ * at its end when the program defers them (rt_cu_defer_scalars). */
 /* One vocabulary chunk's logits (N, cv) in fp32 = x (N, C) · w_chunkᵀ (act operands). */
 static void logits_chunk(real *logits, const act *x, const act *w, int N, int C, int cv) {
   cu_gemm("lm head logits", CUBLAS_OP_T, CUBLAS_OP_N, cv, N, C, w, CU_ACT, C, x, CU_ACT, C, 0, logits, CUDA_R_32F, cv);
@@ -540,6 +542,10 @@ real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t 
     cu_launch(K_CROSS_ENTROPY_CHUNK, (unsigned)N, 256, (void *[]){&lse, &sum, &tl, &scratch, &targets, &v0, &cv});
   }
   cu_launch(K_CROSS_ENTROPY_FINISH, cu_blocks(N, 256), 256, (void *[]){&lse, &loss, &sum, &tl});
+  if (cu.defer) { /* read at the step's end (rt_cu_step_scalars) */
+    cu_defer_loss(loss, N);
+    return 0;
+  }
   float total = 0;
   rt_cuda_download(&total, loss, sizeof total);
   return total / (real)N;

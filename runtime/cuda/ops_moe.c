@@ -220,7 +220,18 @@ void cu_offsets_known(const int *dev, const int *host, size_t n) {
 }
 
 void cu_download(void *dst, const void *src, size_t bytes) {
-  /* into pageable memory: cudaMemcpyAsync returns once the copy is done */
+  size_t loss, stage, room = cu_rb_layout((size_t)(cu.cfg.experts > 0 ? cu.cfg.experts : 1), &loss, &stage) - stage;
+  if (!bytes) return;
+  if (bytes <= room) {
+    void *st = (char *)cu.rb + stage;
+    cu_check(cudaMemcpyAsync(st, src, bytes, cudaMemcpyDeviceToHost, cu.stream), "download");
+    rt_cu_host_wait("download");
+    memcpy(dst, st, bytes);
+    return;
+  }
+  /* more: a copy into pageable dst, which returns once it is done; when the stream waits for a
+   * collective, after a host wait that watches it */
+  if (cu_comm_waited()) rt_cu_host_wait("download");
   cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu.stream), "download");
 }
 

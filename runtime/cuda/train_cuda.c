@@ -1,6 +1,6 @@
 /* train_cuda.c — the optimizer step on the device: AdamW over a shard's tensors (the kernel of
  * kernels.cu, one launch per tensor piece, with or without weight decay) and the squared norm
- * of a gradient shard. */
+ * of a gradient shard; the step's scalars (losses and sums of squares) read in one copy. */
 #include <math.h>
 
 #include "cu_internal.h"
@@ -25,13 +25,65 @@ void rt_cu_adamw_shard(float *param, float *m, float *v, const float *grad, cons
   })
 }
 
-double rt_cu_sum_squares(const float *g, size_t n) {
-  double *out = cu.red, s = 0;
+/* Σ g² of n values into cu.red (device double). */
+static void sum_squares(const float *g, size_t n) {
+  double *out = cu.red;
   long ln = (long)n;
   cu_check(cudaMemsetAsync(out, 0, sizeof(double), cu.stream), "sum of squares");
   unsigned blocks = cu_blocks(ln, 256);
   if (blocks > 1024) blocks = 1024; /* the kernel strides over the rest */
   cu_launch(K_SUM_SQUARES, blocks, 256, (void *[]){&out, &g, &ln});
-  rt_cuda_download(&s, out, sizeof s);
+}
+
+double rt_cu_sum_squares(const float *g, size_t n) {
+  double s = 0;
+  sum_squares(g, n);
+  rt_cuda_download(&s, cu.red, sizeof s);
   return s;
+}
+
+/* ---- the step's scalars, read in one copy at its end ----
+ * The losses and sums of squares are copied into the pinned readback buffer as they are
+ * computed (no host wait), and folded on the host in the order they came, with the arithmetic of
+ * the loop that read each one at once (train.c: the losses' mean per micro-batch in float, summed
+ * in double; the sums of squares rounded to float and summed in float): bit for bit the same
+ * figures. A full buffer (more than CU_SCALARS of a kind in a step) is folded early. */
+
+void rt_cu_defer_scalars(int on) { cu.defer = on; }
+
+/* The scalars copied so far, folded into cu.loss_acc and cu.sq_acc (one host wait). */
+static void fold(void) {
+  size_t lo, st;
+  cu_rb_layout((size_t)(cu.cfg.experts > 0 ? cu.cfg.experts : 1), &lo, &st);
+  if (!cu.n_loss && !cu.n_sq) return;
+  rt_cu_host_wait("the step's loss and gradient norm");
+  const double *sq = cu.rb;
+  const float *loss = (const float *)((const char *)cu.rb + lo);
+  for (int i = 0; i < cu.n_loss; i++) cu.loss_acc += (double)(loss[i] / (real)cu.loss_n[i]);
+  for (int i = 0; i < cu.n_sq; i++) cu.sq_acc += (real)sq[i];
+  cu.n_loss = cu.n_sq = 0;
+}
+
+void cu_defer_loss(const float *sum, int N) {
+  size_t lo, st;
+  cu_rb_layout((size_t)(cu.cfg.experts > 0 ? cu.cfg.experts : 1), &lo, &st);
+  if (cu.n_loss == CU_SCALARS) fold();
+  cu.loss_n[cu.n_loss] = N;
+  float *slot = (float *)((char *)cu.rb + lo) + cu.n_loss++;
+  cu_check(cudaMemcpyAsync(slot, sum, sizeof(float), cudaMemcpyDeviceToHost, cu.stream), "cross-entropy (deferred)");
+}
+
+void rt_cu_sum_squares_defer(const float *g, size_t n) {
+  if (cu.n_sq == CU_SCALARS) fold();
+  sum_squares(g, n);
+  double *slot = (double *)cu.rb + cu.n_sq++;
+  cu_check(cudaMemcpyAsync(slot, cu.red, sizeof(double), cudaMemcpyDeviceToHost, cu.stream), "sum of squares");
+}
+
+real rt_cu_step_scalars(double *loss) {
+  fold();
+  real sq = cu.sq_acc;
+  *loss += cu.loss_acc;
+  cu.loss_acc = 0, cu.sq_acc = 0;
+  return sq;
 }

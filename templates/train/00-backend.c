@@ -64,7 +64,6 @@ static void tokens_to_device(RtCtx *c) {
   rt_cuda_upload(c->arena + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
 }
 #define ADAMW_SHARD rt_cu_adamw_shard
-#define SUM_SQUARES rt_cu_sum_squares
 #define GRAD_ALL_REDUCE rt_cu_all_reduce
 /* The optimizer step on the host (Grace, on GH200) only where the plan puts it there: with the
  * state on the GPU, gradients come down and master weights go up. Muon's Newton-Schulz runs

@@ -4,7 +4,8 @@
  * hbm: the device arena and the state arena when the plan keeps the state in HBM (on the cpu
  * backend, the memory that stands in for them) and the runtime's device buffers (cuBLAS's
  * workspace, the ops' scratch); host: everything else the program allocates at start-up, pinned
- * (the activation-offload arena, the state arena when the plan keeps it on the host) and pageable
+ * (the activation-offload arena, the state arena when the plan keeps it on the host, the cuda
+ * runtime's readback buffer) and pageable
  * (the cuda build's mirror of a state arena on the GPU, its token buffer, Muon's host scratch,
  * the runtime's host scratch, count arrays). Not in
  * it: the CUDA context, NCCL's buffers, MPI's and the libraries' own memory, and the data file
@@ -83,9 +84,10 @@ static Footprint footprint(void) {
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
 #ifdef MTC_BACKEND_CUDA
   RtCudaConfig cfg = cuda_config();
-  size_t scratch_host = 0;
-  f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host);
-  f.host += (int64_t)scratch_host + (STATE_ON_HOST ? 0 : state);
+  size_t scratch_host = 0, scratch_pinned = 0;
+  f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host, &scratch_pinned);
+  f.pinned += (int64_t)scratch_pinned;
+  f.host += (int64_t)(scratch_host + scratch_pinned) + (STATE_ON_HOST ? 0 : state);
 #ifdef MUON_WORK
   if (OPT_ON_HOST) f.host += (int64_t)MUON_WORK_ELEMS * (int64_t)sizeof(real);
   f.host += muon_host_elems() * (int64_t)sizeof(real);

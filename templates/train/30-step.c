@@ -152,6 +152,7 @@ static int cuda_start(RtCtx *c, const Args *a) {
     any = 1; /* NCCL's init is collective: a failure stops every rank there */
   }
   if (any) return 2;
+  rt_cu_defer_scalars(1); /* the losses are read with the gradient norm at the step's end */
   char line[1024];
   rt_cuda_describe(line, sizeof line);
   if (c->comm.rank == 0) printf("cuda: %s\n", line);

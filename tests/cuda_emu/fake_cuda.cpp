@@ -128,10 +128,26 @@ static size_t device_bytes;
 // host_syncs: calls that block the host until device work is done (stream, device and event
 // synchronizations, event queries, synchronous copies and copies to pageable host memory)
 static size_t device_peak, pinned_bytes, pinned_peak;
+// EMU_SYNC_SITES=1 also prints, with the report, the host synchronizations by call site (the
+// caller's return addresses, as backtrace_symbols writes them: addr2line -f -e train OFFSET)
 static long host_syncs;
+static std::map<std::string, long> sync_sites;
+static void host_sync(const char *what) {
+  host_syncs++;
+  static int sites = env_int("EMU_SYNC_SITES", 0);
+  if (!sites) return;
+  void *bt[6];
+  int n = backtrace(bt, 6);
+  char **sym = backtrace_symbols(bt, n);
+  std::string key = what;
+  for (int i = 2; sym && i < n; i++) key += std::string(" <- ") + sym[i];
+  free(sym);
+  sync_sites[key]++;
+}
 static void mem_report(void) {
   fprintf(stderr, "emu-memory: rank %d device_peak %zu pinned_peak %zu host_syncs %ld\n", my_rank(), device_peak,
           pinned_peak, host_syncs);
+  for (auto &s : sync_sites) fprintf(stderr, "emu-sync: rank %d %ld %s\n", my_rank(), s.second, s.first.c_str());
 }
 static const size_t TOTAL = 80ull << 30; // cudaMemGetInfo's total: a fake 80 GiB
 
@@ -310,6 +326,7 @@ struct CUstream_st {
   std::deque<std::function<void()>> q;
   std::deque<std::string> names;
   long issued, done; // operations issued and run
+  long stuck_at;      // >= 0: an operation that never completes (EMU_NCCL_FAIL/HANG); events from here on never do
 };
 struct CUevent_st {
   unsigned magic;
@@ -535,7 +552,7 @@ static cudaError_t memcpy_on(CUstream_st *st, void *dst, const void *src, size_t
     issue(st, what, [=] { memcpy(dst, src, n); });
   }
   // a copy to pageable memory, and every cudaMemcpy, returns when done
-  if (!async || (pageable_dst && kind == cudaMemcpyDeviceToHost)) flush(st, st->issued), host_syncs++;
+  if (!async || (pageable_dst && kind == cudaMemcpyDeviceToHost)) flush(st, st->issued), host_sync(what);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
@@ -559,7 +576,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
 
 // ---- streams and events ----
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-  CUstream_st *t = new CUstream_st{STREAM_MAGIC, (flags & cudaStreamNonBlocking) != 0, {}, {}, 0, 0};
+  CUstream_st *t = new CUstream_st{STREAM_MAGIC, (flags & cudaStreamNonBlocking) != 0, {}, {}, 0, 0, -1};
   streams.push_back(t);
   *s = t;
   trace("cudaStreamCreate(%s) = %p", t->nonblocking ? "non-blocking" : "blocking", (void *)t);
@@ -577,14 +594,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   CUstream_st *t = stream_of(s, "cudaStreamSynchronize");
-  host_syncs++;
+  host_sync("cudaStreamSynchronize");
   if (t == &legacy) flush_blocking();
   flush(t, t->issued);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { return cudaStreamSynchronize(s); }
 cudaError_t cudaDeviceSynchronize(void) {
-  host_syncs++;
+  host_sync("cudaDeviceSynchronize");
   flush_all();
   return cudaSuccess;
 }
@@ -613,13 +630,19 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 static void complete(CUevent_st *v) {
   if (v && v->stream && v->stream->magic == STREAM_MAGIC) flush(v->stream, v->seq);
 }
+// Whether event v follows an operation that never completes (fault injection).
+static bool stuck(const CUevent_st *v) {
+  return v && v->stream && v->stream->magic == STREAM_MAGIC && v->stream->stuck_at >= 0 && v->seq >= v->stream->stuck_at;
+}
 cudaError_t cudaEventQuery(cudaEvent_t e) { // lazy mode: the work before the event runs now
-  host_syncs++; // a poll: the callers here loop on it until the event is done
-  complete(event_of(e, "cudaEventQuery"));
+  host_sync("cudaEventQuery"); // a poll: the callers here loop on it until the event is done
+  CUevent_st *v = event_of(e, "cudaEventQuery");
+  if (stuck(v)) return cudaErrorNotReady;
+  complete(v);
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  host_syncs++;
+  host_sync("cudaEventSynchronize");
   complete(event_of(e, "cudaEventSynchronize"));
   return cudaSuccess;
 }
@@ -627,6 +650,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
   CUstream_st *t = stream_of(s, "cudaStreamWaitEvent");
   CUevent_st *v = event_of(e, "cudaStreamWaitEvent");
   if (!v || !v->stream) return cudaSuccess; // never recorded: nothing to wait for
+  if (stuck(v)) { // t waits for an operation that never completes: so does t
+    issue(t, "cudaStreamWaitEvent", [] {});
+    if (t->stuck_at < 0) t->stuck_at = t->issued;
+    return cudaSuccess;
+  }
   CUstream_st *src = v->stream;
   long seq = v->seq;
   issue(t, "cudaStreamWaitEvent", [=] {
@@ -1127,6 +1155,7 @@ struct ncclComm {
   unsigned magic;
   MPI_Comm mpi;
   int rank, size;
+  bool failed; // EMU_NCCL_FAIL: ncclCommGetAsyncError reports ncclRemoteError
 };
 enum { COMM_MAGIC = 0x4e43434c };
 
@@ -1200,11 +1229,32 @@ static ncclResult_t p2p(bool send, const void *buf, size_t count, ncclDataType_t
   return ncclSuccess;
 }
 
+// Fault injection, to check the runtime's diagnosis of a dead peer: EMU_NCCL_FAIL=K makes this
+// rank's K-th NCCL operation (a collective, or a group of sends and receives; counted from 1 over
+// every communicator) never complete, as with a peer that died: it does not run, events recorded
+// after it on its stream, or on a stream that waits for it, are never done (cudaEventQuery:
+// cudaErrorNotReady), and its communicator reports ncclRemoteError (ncclCommGetAsyncError).
+// EMU_NCCL_HANG=K: the same without the error (a hang: only a timeout ends it). Every rank of the
+// program must drop the same operation (the same K), or the others wait for it in MPI.
+static bool injected(ncclComm *c) {
+  static long n, fail = env_int("EMU_NCCL_FAIL", 0), hang = env_int("EMU_NCCL_HANG", 0);
+  if (!fail && !hang) return false;
+  if (++n != (fail ? fail : hang)) return false;
+  if (fail) c->failed = true;
+  fprintf(stderr, "cuda-emu[%d]: EMU_NCCL_%s: NCCL operation %ld never completes\n", my_rank(), fail ? "FAIL" : "HANG", n);
+  return true;
+}
+static void drop(cudaStream_t s, const char *what) { // an operation that never completes on s
+  CUstream_st *t = stream_of(s, what);
+  issue(t, what, [] {}); // (an operation: events recorded before it stay reachable)
+  if (t->stuck_at < 0) t->stuck_at = t->issued;
+}
 // Collectives within a group run at ncclGroupEnd, in order, on the group's stream.
 static std::vector<std::pair<cudaStream_t, std::function<void()>>> group_colls;
-static void collective(cudaStream_t s, const char *what, std::function<void()> op) {
+static void collective(cudaStream_t s, const char *what, ncclComm *c, std::function<void()> op) {
   stream_of(s, what);
   if (group_depth) group_colls.push_back({s, op});
+  else if (injected(c)) drop(s, what);
   else issue(stream_of(s, what), what, op);
 }
 
@@ -1230,6 +1280,7 @@ const char *ncclGetErrorString(ncclResult_t r) {
   case ncclSuccess: return "no error";
   case ncclInvalidArgument: return "invalid argument (cuda-emu)";
   case ncclInvalidUsage: return "invalid usage (cuda-emu)";
+  case ncclRemoteError: return "remote process exited or there was a network error (cuda-emu: EMU_NCCL_FAIL)";
   default: return "NCCL error (cuda-emu)";
   }
 }
@@ -1281,8 +1332,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 ncclResult_t ncclCommAbort(ncclComm_t comm) { return comm ? ncclCommDestroy(comm) : ncclSuccess; }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *r) {
-  comm_of(comm, "ncclCommGetAsyncError");
-  *r = ncclSuccess;
+  ncclComm *c = comm_of(comm, "ncclCommGetAsyncError");
+  *r = c && c->failed ? ncclRemoteError : ncclSuccess;
   return ncclSuccess;
 }
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *n) {
@@ -1301,7 +1352,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
   MPI_Datatype mt = mpi_type(t, &es);
   check_coll("ncclAllGather", send, count * es, recv, count * es * c->size, count * es * c->rank);
   trace("ncclAllGather %zu values x %d ranks", count, c->size);
-  collective(s, "ncclAllGather", [=] {
+  collective(s, "ncclAllGather", c, [=] {
     bool inplace = send == (char *)recv + count * es * c->rank;
     MPI_Allgather(inplace ? MPI_IN_PLACE : send, (int)count, mt, recv, (int)count, mt, c->mpi);
   });
@@ -1320,7 +1371,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
   check_coll("ncclReduceScatter", send, count * es * c->size, recv, count * es, (size_t)0 - count * es * c->rank);
   trace("ncclReduceScatter %zu values x %d ranks", count, c->size);
   if (t == ncclBfloat16) { // the g pieces of this rank's part summed in fp32 in rank order, rounded once
-    collective(s, "ncclReduceScatter", [=] {
+    collective(s, "ncclReduceScatter", c, [=] {
       size_t g = (size_t)c->size;
       std::vector<uint16_t> tmp((const uint16_t *)send, (const uint16_t *)send + count * g), got(count * g);
       MPI_Alltoall(tmp.data(), (int)count, MPI_UINT16_T, got.data(), (int)count, MPI_UINT16_T, c->mpi);
@@ -1332,7 +1383,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
     });
     return ncclSuccess;
   }
-  collective(s, "ncclReduceScatter", [=] {
+  collective(s, "ncclReduceScatter", c, [=] {
     std::vector<char> tmp((const char *)send, (const char *)send + count * es * c->size); // in place or not
     MPI_Reduce_scatter_block(tmp.data(), recv, (int)count, mt, MPI_SUM, c->mpi);
   });
@@ -1350,7 +1401,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
   }
   check_coll("ncclAllReduce", send, count * es, recv, count * es, 0);
   trace("ncclAllReduce %zu values", count);
-  collective(s, "ncclAllReduce", [=] {
+  collective(s, "ncclAllReduce", c, [=] {
     MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, mt, MPI_SUM, c->mpi);
   });
   return ncclSuccess;
@@ -1380,7 +1431,8 @@ ncclResult_t ncclGroupEnd(void) {
   cudaStream_t s = ops[0].stream;
   for (const P2P &o : ops)
     if (o.stream != s) emu_warn("ncclGroupEnd: send/recv of one group on different streams (emulated on the first)");
-  issue(stream_of(s, "ncclGroupEnd"), "nccl send/recv", [=] { run_p2p(ops); });
+  if (injected(ops[0].comm)) drop(s, "ncclGroupEnd");
+  else issue(stream_of(s, "ncclGroupEnd"), "nccl send/recv", [=] { run_p2p(ops); });
   return ncclSuccess;
 }
 

@@ -8,6 +8,9 @@
 #   host-deref      host code reading the arena (EMU_PROTECT=1)
 #   host-pointer    a kernel given a pageable host pointer (always checked)
 #   kernel-race     block_sum without its first __syncthreads (wrong sums, any schedule)
+#   nccl-fail       2 ranks (FSDP 2): the 3rd NCCL operation never completes and its communicator
+#                   reports an error (EMU_NCCL_FAIL, a dead peer): the host wait names it
+#   nccl-hang       the same without the error (EMU_NCCL_HANG): named after MTC_NCCL_TIMEOUT=1
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -75,5 +78,17 @@ run kernel-race
 got=$(norm kernel-race)
 if [ "$got" != "$ref" ]; then echo "ok    kernel-race: grad norm '$got', not $ref"
 else echo "FAIL  kernel-race: no difference"; fail=1; fi
+
+prog nccl --set cluster.gpus_per_node=2 --set plan.fsdp=2
+run2() { # run2 NAME [VAR=VALUE...]: the 2-rank program nccl, one step
+  local name=$1; shift
+  env "$@" "$here/run.sh" -np 2 "$work/nccl" --data "$data" --steps 1 --seed 7 --metrics /dev/null >"$work/$name.out" 2>&1
+}
+run2 nccl-fail EMU_NCCL_FAIL=3
+expect nccl-fail "a failed collective, its group and layer named" \
+  "of [0-9]* values in group [a-z-]* (2 ranks) issued at [a-z0-9 ]* failed: remote process exited"
+run2 nccl-hang EMU_NCCL_HANG=3 MTC_NCCL_TIMEOUT=1
+expect nccl-hang "a hung collective named after MTC_NCCL_TIMEOUT" \
+  "of [0-9]* values in group [a-z-]* (2 ranks) issued at [a-z0-9 ]* did not finish in 1 s (MTC_NCCL_TIMEOUT"
 
 exit $fail
