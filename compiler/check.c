@@ -296,6 +296,22 @@ static bool check_plan(Diag *d, Spec *s) {
              (long long)k, (long long)moe->top_k, max);
     }
   }
+  /* with ep chosen by the search, an imbalance above the maximum of every ep it may choose (the
+   * EP groups search.c's ep_allowed admits: dividing the experts and the FSDP group, inside a
+   * node or whole nodes) is as unreachable */
+  if (!p->ep && s->model.moe.present && yaml_path(s->root, "plan.moe_imbalance")) {
+    int64_t gpn = c->gpus_per_node, fsdp = p->fsdp ? p->fsdp : p->dp_replicate ? world / p->dp_replicate : world;
+    double max = 1.0;
+    int64_t at = 1;
+    for (int64_t ep = 2; ep <= fsdp && ep <= s->model.moe.experts; ep++)
+      if (s->model.moe.experts % ep == 0 && fsdp % ep == 0 && (gpn % ep == 0 || ep % gpn == 0) &&
+          plan_moe_imbalance_max(s, ep) > max)
+        max = plan_moe_imbalance_max(s, ep), at = ep;
+    if (p->moe_imbalance > max)
+      FAIL("plan.moe_imbalance", "moe_imbalance %.9g exceeds its physical maximum %.9g for every ep this cluster "
+           "allows (the largest at ep %lld: ep x min(top_k, experts / ep) / top_k); expected at most %.9g",
+           p->moe_imbalance, max, (long long)at, max);
+  }
   return true;
 }
 

@@ -52,7 +52,8 @@ int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_re
                  int gpus_per_node);
 void rt_comm_finalize(RtComm *c);
 
-/* out (g × count values, rank order) = every rank's in (count values) in group comm. */
+/* out (g × count values, rank order) = every rank's in (count values) in group comm. cpu backend
+ * only (comm_mpi.c: its start below; test_comm): the programs call the started form. */
 void rt_comm_all_gather(MPI_Comm comm, act *out, const act *in, size_t count);
 /* All-gathers in flight at once, at most: 2 (dense, experts) per gathered unit of the plan's
  * prefetch pool (prefetch depth + 1 units; the compiler refuses a deeper plan). */
@@ -63,7 +64,9 @@ enum { RT_AG_SLOTS = 16 };
  * backend's MPI all-gather blocks, so there start does all the work and wait nothing. */
 void rt_comm_all_gather_start(MPI_Comm comm, act *out, const act *in, size_t count, int slot);
 void rt_comm_all_gather_wait(int slot);
-/* out (count) = Σ over ranks of in[rank × count .. +count) (in: g × count values). */
+/* out (count) = Σ over ranks of in[rank × count .. +count) (in: g × count values). This and the
+ * bf16 form below: cpu backend only (comm_mpi.c, test_comm); the programs call the overlapped
+ * rt_comm_reduce_scatter_start. */
 void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count);
 /* The same with bf16 on the wire and fp32 accumulation, as the reference run reduces gradients:
  * in is rounded to bf16 (nearest even), the pieces are exchanged by an all-to-all, and each rank

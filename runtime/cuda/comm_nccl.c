@@ -221,17 +221,6 @@ void rt_comm_nccl_free(void) {
   world_nccl = NULL;
 }
 
-void rt_comm_all_gather(MPI_Comm comm, act *out, const act *in, size_t count) {
-  Group *g = group_of(comm, "all-gather");
-  if (!g->nccl) {
-    if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(act), cudaMemcpyDeviceToDevice, cu.stream), "all-gather");
-    return;
-  }
-  begin(g, "all-gather");
-  nccl_check(ncclAllGather(in, out, count, NCCL_ACT, g->nccl, g->s), "ncclAllGather");
-  finish(g, "all-gather", count);
-}
-
 void rt_comm_all_gather_start(MPI_Comm comm, act *out, const act *in, size_t count, int slot) {
   Group *g = group_of(comm, "all-gather (prefetch)");
   if (slot < 0 || slot >= RT_AG_SLOTS) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
@@ -252,53 +241,6 @@ void rt_comm_all_gather_wait(int slot) {
   if (slot < 0 || slot >= RT_AG_SLOTS) rt_cuda_fail("all-gather (prefetch)", "slot out of range");
   if (slot_info[slot].g) cu_check(cudaStreamWaitEvent(cu.stream, ev_slot[slot], 0), "all-gather (prefetched)"), waited = 1;
   slot_info[slot].g = NULL;
-}
-
-/* The collective part of a reduce-scatter of in (g × count values) in group g, on g's stream
- * after the compute stream's work so far: with fp32 on the wire into out; with bf16 (send not
- * NULL) in's bf16 cast into send (on the compute stream) and the pieces exchanged into recv
- * (g × count bf16), to be summed by rs_sum. Returns 1 when an NCCL collective was issued, 0 for a
- * group of one (a copy, or nothing: recv is send then). As the cpu backend rounds and sums. */
-static int rs_issue(Group *g, real *out, const real *in, size_t count, uint16_t *send, uint16_t *recv, const char *op) {
-  if (send) {
-    long total = (long)g->size * (long)count;
-    cu_launch(K_CAST_BF16, cu_blocks(total, 256), 256, (void *[]){&send, &in, &total});
-    if (!g->nccl) return 0;
-    begin(g, op);
-    nccl_check(ncclGroupStart(), "ncclGroupStart");
-    for (int r = 0; r < g->size; r++) {
-      nccl_check(ncclSend(send + (size_t)r * count, count, ncclBfloat16, r, g->nccl, g->s), "ncclSend");
-      nccl_check(ncclRecv(recv + (size_t)r * count, count, ncclBfloat16, r, g->nccl, g->s), "ncclRecv");
-    }
-    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
-    return 1;
-  }
-  if (!g->nccl) {
-    if (out != in) cu_check(cudaMemcpyAsync(out, in, count * sizeof(real), cudaMemcpyDeviceToDevice, cu.stream), op);
-    return 0;
-  }
-  begin(g, op);
-  nccl_check(ncclReduceScatter(in, out, count, ncclFloat32, ncclSum, g->nccl, g->s), "ncclReduceScatter");
-  return 1;
-}
-
-/* out (count) = the fp32 sum of the g bf16 pieces in recv, in rank order (compute stream). */
-static void rs_sum(const Group *g, real *out, const uint16_t *recv, size_t count) {
-  int gs = g->size;
-  long n = (long)count;
-  cu_launch(K_SUM_BF16_PIECES, cu_blocks(n, 256), 256, (void *[]){&out, &recv, &gs, &n});
-}
-
-void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count) {
-  Group *g = group_of(comm, "reduce-scatter");
-  if (rs_issue(g, out, in, count, NULL, NULL, "reduce-scatter")) finish(g, "reduce-scatter", count);
-}
-
-void rt_comm_reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t count, uint16_t *wire) {
-  Group *g = group_of(comm, "reduce-scatter (bf16)");
-  uint16_t *recv = g->nccl ? wire + (size_t)g->size * count : wire;
-  if (rs_issue(g, out, in, count, wire, recv, "reduce-scatter (bf16)")) finish(g, "reduce-scatter (bf16)", count);
-  rs_sum(g, out, recv, count);
 }
 
 /* The reduce-scatters in flight: the collective on the group's stream, ended by ev_rs[slot]; the

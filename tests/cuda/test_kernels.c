@@ -1,7 +1,8 @@
 /* test_kernels.c — the cuda backend's ops against the cpu backend's, as a generated program
  * calls them: the mtrt_ops.h API over device pointers (runtime/cuda/ops.c, ops_moe.c: cuBLAS
- * GEMMs, the experts' grouped GEMMs, the kernels of templates/kernels/NN-*.cu) and the device
- * optimizer (train_cuda.c, muon_cuda.c's Newton-Schulz), forward and backward on random inputs.
+ * GEMMs (the router's logits too), the experts' grouped GEMMs, the kernels of
+ * templates/kernels/NN-*.cu) and the device optimizer (train_cuda.c, muon_cuda.c's
+ * Newton-Schulz), forward and backward on random inputs.
  *
  * The cuda runtime is set up as train.c does it: rt_cuda_setup with kernels.cu after a prelude
  * of the test's shapes, fp32 storage (ACT_FLOAT), as compiler/emit_prog.c writes it. Three
@@ -291,6 +292,15 @@ static void matmul(const Pass *p) {
   check_dev("matmul_forward+b", dout, out, no, p->gemm_tol);
   ref_matmul_backward(NULL, NULL, dbias, dy, x, w, N, C, OC), rt_matmul_backward(NULL, NULL, ddbias, ddy, dx_, dw_, N, C, OC);
   check_dev("matmul_backward dbias", ddbias, dbias, OC, TOL);
+  /* the router's linear layer: fp32 logits (N, E) from act operands, dx and dw added to */
+  size_t nl = (size_t)N * E, nr = (size_t)E * C;
+  float *rw = rnd(nr, 1), *lg = host(nl), *dlg = rnd(nl, 1), *rdx = rnd(nx, 1), *rdw = rnd(nr, 1);
+  float *drw = devf(rw, nr), *dlg_out = devf(NULL, nl), *ddlg = devf(dlg, nl), *drdx = devf(rdx, nx), *drdw = devf(rdw, nr);
+  ref_router_logits_forward(lg, x, rw, N, C, E), rt_router_logits_forward(dlg_out, dx_, drw, N, C, E);
+  check_dev("router_logits_forward", dlg_out, lg, nl, p->gemm_tol);
+  ref_router_logits_backward(rdx, rdw, dlg, x, rw, N, C, E), rt_router_logits_backward(drdx, drdw, ddlg, dx_, drw, N, C, E);
+  check_dev("router_logits_backward dx", drdx, rdx, nx, p->gemm_tol);
+  check_dev("router_logits_backward dw", drdw, rdw, nr, p->gemm_tol);
 }
 
 /* Causal GQA attention: lse is (B, NH, T) on the cpu and (tokens, NH) on the GPU (each backend
@@ -403,6 +413,15 @@ static void moe(void) {
   rt_moe_combine_backward(ddyp, ddw, ddy, dyp_, dwts_, dpos, N, K, C);
   check_dev("moe_combine_backward dyp", ddyp, dyp, np, TOL);
   check_dev("moe_combine_backward dwts", ddw, dw, na, TOL);
+
+  /* auxiliary-loss-free balancing: each expert's load counted from the choices (added to), then
+   * the bias moved by it, in a shard [2, 7) of a group holding the E biases at offset 1 (experts
+   * 1 to 5 inside it, expert 3 never chosen) */
+  float *load = rnd(E, 0), *dload = devf(load, E), *shard = rnd(5, 1), *dshard = devf(shard, 5);
+  ref_moe_count(load, idx, (int64_t)na), rt_moe_count(dload, devi(idx, na), (int64_t)na);
+  check_dev("moe_count", dload, load, E, 0);
+  ref_router_bias_update(shard, 2, 5, 1, load, E, 0.01f), rt_router_bias_update(dshard, 2, 5, 1, dload, E, 0.01f);
+  check_dev("router_bias_update", dshard, shard, 5, TOL);
 }
 
 /* The routed experts (grouped GEMMs) over uneven rows per expert, one of them 0 and one 1. */
