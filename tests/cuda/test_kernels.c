@@ -15,7 +15,17 @@
  * An error is max |cuda − cpu| / max |cpu| over a tensor; the last lines are the table of
  * errors per op and pass.
  *   usage: test_kernels TEMPLATES/kernels/NN-*.cu... (in name order: the generated kernels.cu's body)
- * Without a GPU it prints why and exits 77 (ctest: skipped); tests/cuda_emu runs it on the CPU. */
+ * Without a GPU it prints why and exits 77 (ctest: skipped); tests/cuda_emu runs it on the CPU.
+ *
+ * Built twice from this one file (tests/CMakeLists.txt): test_kernels against mtrt_cuda_f32act
+ * (act = float, kernels.cu with ACT_FLOAT: the tight checks above), and test_kernels_bf16 against
+ * mtrt_cuda, the runtime the generated programs link (MTRT_ACT_BF16: act is bf16, kernels.cu
+ * without ACT_FLOAT, cuBLAS with bf16 operands and CUBLAS_COMPUTE_32F, the bf16-only casts). In the
+ * bf16 build every act buffer is uploaded as bf16 (deva: the host's float rounded to nearest
+ * even) and read back as float (check_dev on an act pointer); the random inputs are drawn
+ * bf16-exact (rnd), so the cpu reference sees the very values the device holds and only the
+ * rounding of the device's own results and intermediates counts. Its passes are flash and simple
+ * attention (MTC_GEMM does not apply to bf16 operands); its tolerances are at ACT_TOL below. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdint.h>
@@ -29,6 +39,12 @@
 #include "mtrt_optim.h"
 #include "ref_ops.h" /* ref_: the cpu ops, host pointers */
 
+#ifdef MTRT_ACT_BF16
+#define MTRT_ACT_IS_BF16 1
+#else
+#define MTRT_ACT_IS_BF16 0
+#endif
+
 /* Shapes: B sequences of T tokens, C hidden, NH query / NKV KV heads of HD, V vocabulary in
  * chunks of CH, E experts (top K) of width F, NE elementwise values. T is two flash tiles of 64
  * and HD a multiple of 16, so both attention kernels exist; C is no multiple of a row kernel's
@@ -37,17 +53,38 @@
 enum { B = 2, T = 128, N = B * T, C = 96, NH = 4, NKV = 2, HD = 32, V = 256, CH = 96, E = 8, K = 2, F = 48 };
 enum { NE = 1003, OC = 80 /* a linear layer's outputs */ };
 #define THETA 10000.0f
-#define TOL 1e-4 /* fp32 arithmetic in another order, fast-math exp */
-
 typedef struct {
   const char *name, *gemm, *attention; /* $MTC_GEMM, $MTC_ATTENTION (NULL: flash) */
   double gemm_tol, attn_tol;           /* for outputs of GEMMs, of the attention kernels */
 } Pass;
+#ifndef MTRT_ACT_BF16
+#define TOL 1e-4 /* fp32 arithmetic in another order, fast-math exp */
 static const Pass passes[] = {
     {"fp32/flash", "fp32", NULL, TOL, 2e-2},
     {"fp32/simple", "fp32", "simple", TOL, TOL},
     {"bf16/flash", "bf16", NULL, 2e-2, 2e-2},
 };
+#else
+/* bf16 activations. An error is max |cuda − cpu| / max |cpu| over a tensor, the inputs exact
+ * (rnd draws bf16 values): what is left is the rounding of act results to bf16 (unit roundoff
+ * u = 2^-9 = 1.95e-3 of the value, at most u of the max), plus, where a kernel or a chain of ops
+ * stores an intermediate in bf16 and computes on (swiglu's backward reads its bf16 h, rope over
+ * a tensor rotated before, the attention backward from the device's bf16 out), a few more
+ * roundings, each at most u of the max. ACT_TOL = 8u = 1.6e-2 allows 8 such roundings.
+ * GEMMs (cuBLAS, bf16 operands, fp32 accumulation) and reductions over n terms: the fp32 sums are
+ * exact to ~n·2^-24 (< 1e-4 for n ≤ 1000), so their results are off by the output's rounding
+ * and the rounded intermediates (the experts' g, u, h feed the next GEMM; each term carries u,
+ * summed over the reduction's n ≤ 520 terms of random sign: ~u·√n of the typical term, while
+ * the max result grows as √n of it too): ACT_TOL holds there as well. The attention kernels'
+ * own bf16 tensor-core products (flash) are as in the fp32 pass above (2e-2): 2·ACT_TOL with
+ * the bf16 stores on top; the backward 2× that as in every pass. */
+#define ACT_TOL 1.6e-2
+#define TOL ACT_TOL
+static const Pass passes[] = {
+    {"bf16act/flash", "bf16", NULL, ACT_TOL, 2 * ACT_TOL},
+    {"bf16act/simple", "bf16", "simple", ACT_TOL, ACT_TOL},
+};
+#endif
 enum { NPASS = sizeof passes / sizeof passes[0] };
 
 /* ---- results: the error of every check, per pass ---- */
@@ -89,6 +126,20 @@ static void *hbufs[MAXBUF], *dbufs[MAXBUF];
 static int nh, nd;
 static unsigned seed = 1;
 
+/* act <-> float on the host. bf16: the upper 16 bits of the float, rounded to nearest even (as
+ * kernels.cu's cast_bf16 and __float2bfloat16_rn; the inputs are finite); float: itself. */
+#ifdef MTRT_ACT_BF16
+static act to_act(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return (act){(uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+#else
+static act to_act(float f) { return f; }
+#endif
+/* f as act holds it: bf16-exact in the bf16 build */
+static float act_exact(float f) { return mtrt_act_float(to_act(f)); }
+
 /* n zeroed floats (or ints) on the host */
 static float *host(size_t n) {
   if (nh == MAXBUF) fprintf(stderr, "test_kernels: too many buffers\n"), exit(1);
@@ -97,7 +148,7 @@ static float *host(size_t n) {
 /* n values uniform in [−scale/2, scale/2) */
 static float *rnd(size_t n, float scale) {
   float *x = host(n);
-  for (size_t i = 0; i < n; i++) x[i] = scale * ((float)((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f);
+  for (size_t i = 0; i < n; i++) x[i] = act_exact(scale * ((float)((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f));
   return x;
 }
 /* bytes on the device (rt_cuda_alloc: zeroed), a copy of src unless NULL */
@@ -111,6 +162,14 @@ static void *dev(const void *src, size_t bytes) {
 /* n floats (ints) on the device, as dev */
 static float *devf(const float *x, size_t n) { return dev(x, n * sizeof(float)); }
 static int32_t *devi(const int32_t *x, size_t n) { return dev(x, n * sizeof(int32_t)); }
+/* n act values on the device (zeroed when x is NULL, else x converted by to_act) */
+static act *deva(const float *x, size_t n) {
+  act *h = x ? malloc(n * sizeof(act)) : NULL;
+  for (size_t i = 0; x && i < n; i++) h[i] = to_act(x[i]);
+  act *d = dev(h, n * sizeof(act));
+  free(h);
+  return d;
+}
 /* Frees every buffer of the pass. */
 static void free_pass(void) {
   while (nd) rt_cuda_free(dbufs[--nd]);
@@ -118,11 +177,33 @@ static void free_pass(void) {
 }
 
 /* Check `name`: n floats of device buffer d against the reference. */
-static void check_dev(const char *name, const float *d, const float *ref, size_t n, double tol) {
+static void check_real(const char *name, const float *d, const float *ref, size_t n, double tol) {
+#ifdef MTRT_ACT_BF16
+  /* an fp32 result (rstd, lse, logits, router weights, losses, the optimizer's state) of
+   * bf16-exact inputs is fp32 arithmetic as in the fp32 build: 1e-4, not ACT_TOL (the flash
+   * attention's lse keeps its pass's 2 ACT_TOL: its tensor-core products are bf16) */
+  if (tol == ACT_TOL) tol = 1e-4;
+#endif
   float *got = host(n);
   rt_cuda_download(got, d, n * sizeof *got);
   record(name, err_of(got, ref, n), tol);
 }
+#ifdef MTRT_ACT_BF16
+/* Check `name`: n act values of device buffer d, read back as float, against the reference. */
+static void check_act(const char *name, const act *d, const float *ref, size_t n, double tol) {
+  act *raw = malloc(n * sizeof *raw);
+  float *got = host(n);
+  rt_cuda_download(raw, d, n * sizeof *raw);
+  for (size_t i = 0; i < n; i++) got[i] = mtrt_act_float(raw[i]);
+  free(raw);
+  record(name, err_of(got, ref, n), tol);
+}
+/* check_dev: check_act for an act buffer, check_real for an fp32 one */
+#define check_dev(name, d, ref, n, tol) \
+  _Generic((d), act *: check_act, const act *: check_act, default: check_real)(name, d, ref, n, tol)
+#else
+#define check_dev check_real
+#endif
 /* Check `name`: n ints of device buffer d equal the reference (the error is the mismatch count). */
 static void check_ints(const char *name, const int32_t *d, const int32_t *ref, size_t n) {
   int32_t *got = (int32_t *)host(n);
@@ -140,7 +221,8 @@ static void check_scalar(const char *name, double got, double ref, double tol) {
 
 /* rt_add, rt_accumulate, rt_copy, rt_zero, SwiGLU and GELU over NE values. */
 static void elementwise(void) {
-  float *a = rnd(NE, 8), *b = rnd(NE, 2), *out = host(NE), *da = devf(a, NE), *db = devf(b, NE), *dout = devf(NULL, NE);
+  float *a = rnd(NE, 8), *b = rnd(NE, 2), *out = host(NE);
+  act *da = deva(a, NE), *db = deva(b, NE), *dout = deva(NULL, NE);
   ref_add(out, a, b, NE), rt_add(dout, da, db, NE);
   check_dev("add", dout, out, NE, TOL);
   ref_accumulate(out, a, NE), rt_accumulate(dout, da, NE);
@@ -149,8 +231,15 @@ static void elementwise(void) {
   check_dev("copy", dout, b, NE, 0);
   rt_zero(dout, NE);
   check_dev("zero", dout, host(NE), NE, 0);
+  /* rt_cast_to_act of fp32 values that bf16 cannot hold (a/3): rounded to nearest even, as the
+   * host's to_act (the bf16 build's cast_bf16 kernel; the fp32 build's copy) */
+  float *third = host(NE), *cast = host(NE);
+  for (int i = 0; i < NE; i++) third[i] = a[i] / 3, cast[i] = act_exact(third[i]);
+  rt_cast_to_act(dout, devf(third, NE), NE);
+  check_dev("cast_to_act", dout, cast, NE, 0);
 
-  float *dh = rnd(NE, 2), *dg = rnd(NE, 1), *du = rnd(NE, 1), *ddh = devf(dh, NE), *ddg = devf(dg, NE), *ddu = devf(du, NE);
+  float *dh = rnd(NE, 2), *dg = rnd(NE, 1), *du = rnd(NE, 1);
+  act *ddh = deva(dh, NE), *ddg = deva(dg, NE), *ddu = deva(du, NE);
   ref_swiglu_forward(out, a, b, NE), rt_swiglu_forward(dout, da, db, NE);
   check_dev("swiglu_forward", dout, out, NE, TOL);
   ref_swiglu_backward(dg, du, dh, a, b, NE), rt_swiglu_backward(ddg, ddu, ddh, da, db, NE);
@@ -168,23 +257,25 @@ static void norm_embed_rope(void) {
   for (int i = 0; i < N; i++) tok[i] = (int32_t)((seed = seed * 1664525u + 1013904223u) >> 8) % V;
   float *wte = rnd((size_t)V * C, 2), *out = host((size_t)N * C), *dwte = rnd((size_t)V * C, 1), *dy = rnd((size_t)N * C, 1);
   int32_t *dtok = devi(tok, N);
-  float *dwte_ = devf(wte, (size_t)V * C), *dout = devf(NULL, (size_t)N * C), *ddwte = devf(dwte, (size_t)V * C);
-  float *ddy = devf(dy, (size_t)N * C);
+  act *dwte_ = deva(wte, (size_t)V * C), *dout = deva(NULL, (size_t)N * C), *ddwte = deva(dwte, (size_t)V * C);
+  act *ddy = deva(dy, (size_t)N * C);
   ref_embedding_forward(out, tok, wte, N, C), rt_embedding_forward(dout, dtok, dwte_, N, C);
   check_dev("embedding_forward", dout, out, (size_t)N * C, 0);
   ref_embedding_backward(dwte, dy, tok, N, C), rt_embedding_backward(ddwte, ddy, dtok, N, C);
   check_dev("embedding_backward", ddwte, dwte, (size_t)V * C, TOL);
   /* learned positions (wpe of T + 3 rows; the last 3 get no gradient) */
   size_t np_ = (size_t)(T + 3) * C;
-  float *wpe = rnd(np_, 2), *dwpe = rnd(np_, 1), *dwpe_ = devf(wpe, np_), *ddwpe = devf(dwpe, np_);
+  float *wpe = rnd(np_, 2), *dwpe = rnd(np_, 1);
+  act *dwpe_ = deva(wpe, np_), *ddwpe = deva(dwpe, np_);
   ref_position_forward(out, wpe, B, T, C), rt_position_forward(dout, dwpe_, B, T, C);
   check_dev("position_forward", dout, out, (size_t)N * C, TOL);
   ref_position_backward(dwpe, dy, B, T, C), rt_position_backward(ddwpe, ddy, B, T, C);
   check_dev("position_backward", ddwpe, dwpe, np_, TOL);
 
   float *x = rnd((size_t)N * C, 4), *w = rnd(C, 2), *rstd = host(N), *dx = rnd((size_t)N * C, 1), *dw = rnd(C, 1);
-  float *dx_ = devf(x, (size_t)N * C), *dw_ = devf(w, C), *drstd = devf(NULL, N), *ddx = devf(dx, (size_t)N * C);
-  float *ddw = devf(dw, C);
+  float *drstd = devf(NULL, N);
+  act *dx_ = deva(x, (size_t)N * C), *dw_ = deva(w, C), *ddx = deva(dx, (size_t)N * C);
+  act *ddw = deva(dw, C);
   ref_rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f), rt_rmsnorm_forward(dout, drstd, dx_, dw_, N, C, 1e-5f);
   check_dev("rmsnorm_forward out", dout, out, (size_t)N * C, TOL);
   check_dev("rmsnorm_forward rstd", drstd, rstd, N, TOL);
@@ -199,8 +290,9 @@ static void norm_embed_rope(void) {
     int width = full ? NH * HD : HD;
     float *qx = rnd(n, 4), *qw = rnd((size_t)width, 2), *qo = host(n), *qr = host((size_t)rows), *qdy = rnd(n, 1);
     float *qdx = rnd(n, 1), *qdw = rnd((size_t)width, 1);
-    float *qx_ = devf(qx, n), *qw_ = devf(qw, (size_t)width), *qo_ = devf(NULL, n), *qr_ = devf(NULL, (size_t)rows);
-    float *qdy_ = devf(qdy, n), *qdx_ = devf(qdx, n), *qdw_ = devf(qdw, (size_t)width);
+    float *qr_ = devf(NULL, (size_t)rows);
+    act *qx_ = deva(qx, n), *qw_ = deva(qw, (size_t)width), *qo_ = deva(NULL, n);
+    act *qdy_ = deva(qdy, n), *qdx_ = deva(qdx, n), *qdw_ = deva(qdw, (size_t)width);
     ref_qk_norm_forward(qo, qr, qx, qw, rows, width, 1e-6f), rt_qk_norm_forward(qo_, qr_, qx_, qw_, rows, width, 1e-6f);
     check_dev(full ? "qk_norm_forward full" : "qk_norm_forward per_head", qo_, qo, n, TOL);
     ref_qk_norm_backward(qdx, qdw, qdy, qx, qw, qr, rows, width);
@@ -209,9 +301,11 @@ static void norm_embed_rope(void) {
     check_dev(full ? "qk_norm_backward full dw" : "qk_norm_backward per_head dw", qdw_, qdw, (size_t)width, TOL);
   }
   /* LayerNorm, with a bias and without (mean, rstd reuse rstd's buffers) */
-  float *b = rnd(C, 1), *db = rnd(C, 1), *mean = host(N), *db_ = devf(b, C), *ddb = devf(db, C), *dmean = devf(NULL, N);
+  float *b = rnd(C, 1), *db = rnd(C, 1), *mean = host(N), *dmean = devf(NULL, N);
+  act *db_ = deva(b, C), *ddb = deva(db, C);
   for (int with_bias = 0; with_bias < 2; with_bias++) {
-    const float *bb = with_bias ? b : NULL, *dbb = with_bias ? db_ : NULL;
+    const float *bb = with_bias ? b : NULL;
+    const act *dbb = with_bias ? db_ : NULL;
     ref_layernorm_forward(out, mean, rstd, x, w, bb, N, C, 1e-5f);
     rt_layernorm_forward(dout, dmean, drstd, dx_, dw_, dbb, N, C, 1e-5f);
     check_dev(with_bias ? "layernorm_forward+b out" : "layernorm_forward out", dout, out, (size_t)N * C, TOL);
@@ -228,7 +322,8 @@ static void norm_embed_rope(void) {
   check_dev("bias_backward", ddb, db, C, TOL);
 
   size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
-  float *q = rnd(nq, 2), *k = rnd(nk, 2), *dq = devf(q, nq), *dk = devf(k, nk);
+  float *q = rnd(nq, 2), *k = rnd(nk, 2);
+  act *dq = deva(q, nq), *dk = deva(k, nk);
   ref_rope_forward(q, B, T, NH, HD, THETA), rt_rope_forward(dq, B, T, NH, HD, THETA);
   check_dev("rope_forward", dq, q, nq, TOL);
   ref_rope_backward(k, B, T, NKV, HD, THETA), rt_rope_backward(dk, B, T, NKV, HD, THETA);
@@ -263,12 +358,13 @@ static void norm_embed_rope(void) {
   enum { MNOPE = 8, MROPE = 16, MVD = 24 };
   size_t nb = (size_t)N * NH * (MNOPE + MVD), nmk = (size_t)N * NH * (MNOPE + MROPE), nmv = (size_t)N * NH * MVD;
   float *kvb = rnd(nb, 2), *kr = rnd((size_t)N * MROPE, 2), *mk = host(nmk), *mv = host(nmv);
-  float *dkvb_ = devf(kvb, nb), *dkr_ = devf(kr, (size_t)N * MROPE), *dmk = devf(NULL, nmk), *dmv = devf(NULL, nmv);
+  act *dkvb_ = deva(kvb, nb), *dkr_ = deva(kr, (size_t)N * MROPE), *dmk = deva(NULL, nmk), *dmv = deva(NULL, nmv);
   ref_mla_kv_forward(mk, mv, kvb, kr, N, NH, MNOPE, MROPE, MVD, 1.5f),
       rt_mla_kv_forward(dmk, dmv, dkvb_, dkr_, N, NH, MNOPE, MROPE, MVD, 1.5f);
   check_dev("mla_kv_forward k", dmk, mk, nmk, TOL);
   check_dev("mla_kv_forward v", dmv, mv, nmv, TOL);
-  float *gk = rnd(nmk, 1), *gv = rnd(nmv, 1), *dgk = devf(gk, nmk), *dgv = devf(gv, nmv);
+  float *gk = rnd(nmk, 1), *gv = rnd(nmv, 1);
+  act *dgk = deva(gk, nmk), *dgv = deva(gv, nmv);
   ref_mla_kv_backward(kvb, kr, gk, gv, N, NH, MNOPE, MROPE, MVD, 1.5f),
       rt_mla_kv_backward(dkvb_, dkr_, dgk, dgv, N, NH, MNOPE, MROPE, MVD, 1.5f);
   check_dev("mla_kv_backward dkvb", dkvb_, kvb, nb, TOL);
@@ -279,15 +375,16 @@ static void norm_embed_rope(void) {
 static void matmul(const Pass *p) {
   size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
   float *x = rnd(nx, 2), *w = rnd(nw, 1), *out = host(no), *dy = rnd(no, 2), *dx = rnd(nx, 1), *dw = rnd(nw, 1);
-  float *dx_ = devf(x, nx), *dw_ = devf(w, nw), *dout = devf(NULL, no), *ddy = devf(dy, no), *ddx = devf(dx, nx);
-  float *ddw = devf(dw, nw);
+  act *dx_ = deva(x, nx), *dw_ = deva(w, nw), *dout = deva(NULL, no), *ddy = deva(dy, no), *ddx = deva(dx, nx);
+  act *ddw = deva(dw, nw);
   ref_matmul_forward(out, x, w, NULL, N, C, OC), rt_matmul_forward(dout, dx_, dw_, NULL, N, C, OC);
   check_dev("matmul_forward", dout, out, no, p->gemm_tol);
   ref_matmul_backward(dx, dw, NULL, dy, x, w, N, C, OC), rt_matmul_backward(ddx, ddw, NULL, ddy, dx_, dw_, N, C, OC);
   check_dev("matmul_backward dx", ddx, dx, nx, p->gemm_tol);
   check_dev("matmul_backward dw", ddw, dw, nw, p->gemm_tol);
   /* with a bias (model.bias): bias_forward after the GEMM, bias_backward for dbias */
-  float *bias = rnd(OC, 1), *dbias = rnd(OC, 1), *dbias_ = devf(bias, OC), *ddbias = devf(dbias, OC);
+  float *bias = rnd(OC, 1), *dbias = rnd(OC, 1);
+  act *dbias_ = deva(bias, OC), *ddbias = deva(dbias, OC);
   ref_matmul_forward(out, x, w, bias, N, C, OC), rt_matmul_forward(dout, dx_, dw_, dbias_, N, C, OC);
   check_dev("matmul_forward+b", dout, out, no, p->gemm_tol);
   ref_matmul_backward(NULL, NULL, dbias, dy, x, w, N, C, OC), rt_matmul_backward(NULL, NULL, ddbias, ddy, dx_, dw_, N, C, OC);
@@ -295,7 +392,8 @@ static void matmul(const Pass *p) {
   /* the router's linear layer: fp32 logits (N, E) from act operands, dx and dw added to */
   size_t nl = (size_t)N * E, nr = (size_t)E * C;
   float *rw = rnd(nr, 1), *lg = host(nl), *dlg = rnd(nl, 1), *rdx = rnd(nx, 1), *rdw = rnd(nr, 1);
-  float *drw = devf(rw, nr), *dlg_out = devf(NULL, nl), *ddlg = devf(dlg, nl), *drdx = devf(rdx, nx), *drdw = devf(rdw, nr);
+  float *dlg_out = devf(NULL, nl), *ddlg = devf(dlg, nl);
+  act *drw = deva(rw, nr), *drdx = deva(rdx, nx), *drdw = deva(rdw, nr);
   ref_router_logits_forward(lg, x, rw, N, C, E), rt_router_logits_forward(dlg_out, dx_, drw, N, C, E);
   check_dev("router_logits_forward", dlg_out, lg, nl, p->gemm_tol);
   ref_router_logits_backward(rdx, rdw, dlg, x, rw, N, C, E), rt_router_logits_backward(drdx, drdw, ddlg, dx_, drw, N, C, E);
@@ -309,8 +407,9 @@ static void attention(const Pass *p) {
   size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
   float *q = rnd(nq, 4), *k = rnd(nk, 4), *v = rnd(nk, 2), *out = host(nq), *lse = host((size_t)N * NH);
   float *dy = rnd(nq, 2), *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1), *lse_t = host((size_t)N * NH);
-  float *dq_ = devf(q, nq), *dk_ = devf(k, nk), *dv_ = devf(v, nk), *dout = devf(NULL, nq), *dlse = devf(NULL, (size_t)N * NH);
-  float *ddy = devf(dy, nq), *ddq = devf(dq, nq), *ddk = devf(dk, nk), *ddv = devf(dv, nk);
+  float *dlse = devf(NULL, (size_t)N * NH);
+  act *dq_ = deva(q, nq), *dk_ = deva(k, nk), *dv_ = deva(v, nk), *dout = deva(NULL, nq);
+  act *ddy = deva(dy, nq), *ddq = deva(dq, nq), *ddk = deva(dk, nk), *ddv = deva(dv, nk);
   ref_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HD, HD), rt_attention_forward(dout, dlse, dq_, dk_, dv_, B, T, NH, NKV, HD, HD);
   check_dev("attention_forward out", dout, out, nq, p->attn_tol);
   for (int b = 0; b < B; b++)
@@ -331,9 +430,11 @@ static void moe(void) {
   float *logits = rnd(nl, 8), *bias = rnd(E, 1), *wts = host(na), *dl = rnd(nl, 1), *dwts = rnd(na, 1);
   for (int n = 0; n < N; n++) logits[(size_t)n * E + 3] = -20;
   int32_t *idx = (int32_t *)host(na), *didx = devi(NULL, na);
-  float *dlog = devf(logits, nl), *dbias = devf(bias, E), *dwts_ = devf(NULL, na), *ddl = devf(dl, nl), *ddwts = devf(dwts, na);
+  float *dlog = devf(logits, nl), *dwts_ = devf(NULL, na), *ddl = devf(dl, nl), *ddwts = devf(dwts, na);
+  act *dbias = deva(bias, E);
   for (int sig = 1; sig >= 0; sig--) { /* softmax last: its choices go on */
-    float *b = sig ? bias : NULL, *db = sig ? dbias : NULL;
+    float *b = sig ? bias : NULL;
+    act *db = sig ? dbias : NULL;
     ref_router_forward(idx, wts, logits, b, N, E, K, sig), rt_router_forward(didx, dwts_, dlog, db, N, E, K, sig);
     check_ints(sig ? "router_forward sigmoid idx" : "router_forward softmax idx", didx, idx, na);
     check_dev(sig ? "router_forward sigmoid wts" : "router_forward softmax wts", dwts_, wts, na, TOL);
@@ -366,7 +467,8 @@ static void moe(void) {
   /* Qwen2-MoE's gated shared expert: rows of C, one logit per token */
   {
     float *gx = rnd(nx, 2), *gl = rnd(N, 3), *gy = rnd(nx, 1), *gdy = rnd(nx, 1), *gdx = rnd(nx, 1), *gdl = rnd(N, 1);
-    float *gx_ = devf(gx, nx), *gl_ = devf(gl, N), *gy_ = devf(gy, nx), *gdy_ = devf(gdy, nx), *gdx_ = devf(gdx, nx);
+    float *gl_ = devf(gl, N);
+    act *gx_ = deva(gx, nx), *gy_ = deva(gy, nx), *gdy_ = deva(gdy, nx), *gdx_ = deva(gdx, nx);
     float *gdl_ = devf(gdl, N);
     ref_sigmoid_gate_forward(gy, gx, gl, N, C), rt_sigmoid_gate_forward(gy_, gx_, gl_, N, C);
     check_dev("sigmoid_gate_forward", gy_, gy, nx, TOL);
@@ -398,15 +500,17 @@ static void moe(void) {
   check_ints("moe_permute offsets", doff, off, E + 1);
   CHECK_EQ(off[3], off[4]); /* expert 3 has no rows */
 
-  float *x = rnd(nx, 2), *xp = host(np), *dxp = rnd(np, 1), *dx = rnd(nx, 1), *dx_ = devf(x, nx), *dxp_ = devf(NULL, np);
-  float *ddxp = devf(dxp, np), *ddx = devf(dx, nx);
+  float *x = rnd(nx, 2), *xp = host(np), *dxp = rnd(np, 1), *dx = rnd(nx, 1);
+  act *dx_ = deva(x, nx), *dxp_ = deva(NULL, np);
+  act *ddxp = deva(dxp, np), *ddx = deva(dx, nx);
   ref_moe_gather(xp, x, pos, N, K, C), rt_moe_gather(dxp_, dx_, dpos, N, K, C);
   check_dev("moe_gather", dxp_, xp, np, 0);
   ref_moe_gather_backward(dx, dxp, pos, N, K, C), rt_moe_gather_backward(ddx, ddxp, dpos, N, K, C);
   check_dev("moe_gather_backward", ddx, dx, nx, TOL);
 
   float *yp = rnd(np, 2), *y = rnd(nx, 1), *dy = rnd(nx, 2), *dyp = rnd(np, 1) /* overwritten */, *dw = rnd(na, 1);
-  float *dyp_ = devf(yp, np), *dy_ = devf(y, nx), *ddy = devf(dy, nx), *ddyp = devf(dyp, np), *ddw = devf(dw, na);
+  float *ddw = devf(dw, na);
+  act *dyp_ = deva(yp, np), *dy_ = deva(y, nx), *ddy = deva(dy, nx), *ddyp = deva(dyp, np);
   ref_moe_combine(y, yp, wts, pos, N, K, C), rt_moe_combine(dy_, dyp_, dwts_, dpos, N, K, C);
   check_dev("moe_combine", dy_, y, nx, TOL);
   ref_moe_combine_backward(dyp, dw, dy, yp, wts, pos, N, K, C);
@@ -434,8 +538,8 @@ static void experts(const Pass *p) {
   float *xp = rnd(nx, 2), *wg = rnd(nw, 1), *wu = rnd(nw, 1), *wd = rnd(nw, 1);
   float *yp = host(nx), *g = host(nh_), *u = host(nh_), *h = host(nh_);
   int32_t *doff = devi(off, E + 1);
-  float *dxp_ = devf(xp, nx), *dwg_ = devf(wg, nw), *dwu_ = devf(wu, nw), *dwd_ = devf(wd, nw);
-  float *dyp_ = devf(NULL, nx), *dg_ = devf(NULL, nh_), *du_ = devf(NULL, nh_), *dh_ = devf(NULL, nh_);
+  act *dxp_ = deva(xp, nx), *dwg_ = deva(wg, nw), *dwu_ = deva(wu, nw), *dwd_ = deva(wd, nw);
+  act *dyp_ = deva(NULL, nx), *dg_ = deva(NULL, nh_), *du_ = deva(NULL, nh_), *dh_ = deva(NULL, nh_);
   ref_experts_forward(yp, g, u, h, xp, wg, wu, wd, off, E, C, F);
   rt_experts_forward(dyp_, dg_, du_, dh_, dxp_, dwg_, dwu_, dwd_, doff, E, C, F);
   check_dev("experts_forward g", dg_, g, nh_, p->gemm_tol);
@@ -445,8 +549,8 @@ static void experts(const Pass *p) {
 
   float *dyp = rnd(nx, 2), *dxp = rnd(nx, 1), *dwg = rnd(nw, 1), *dwu = rnd(nw, 1), *dwd = rnd(nw, 1);
   float *sh = host(nh_), *sg = host(nh_), *su = host(nh_);
-  float *ddyp = devf(dyp, nx), *ddxp = devf(dxp, nx), *ddwg = devf(dwg, nw), *ddwu = devf(dwu, nw), *ddwd = devf(dwd, nw);
-  float *dsh = devf(NULL, nh_), *dsg = devf(NULL, nh_), *dsu = devf(NULL, nh_);
+  act *ddyp = deva(dyp, nx), *ddxp = deva(dxp, nx), *ddwg = deva(dwg, nw), *ddwu = deva(dwu, nw), *ddwd = deva(dwd, nw);
+  act *dsh = deva(NULL, nh_), *dsg = deva(NULL, nh_), *dsu = deva(NULL, nh_);
   ref_experts_backward(dxp, dwg, dwu, dwd, dyp, xp, g, u, h, wg, wu, wd, off, E, C, F, sh, sg, su);
   rt_experts_backward(ddxp, ddwg, ddwu, ddwd, ddyp, dxp_, dg_, du_, dh_, dwg_, dwu_, dwd_, doff, E, C, F, dsh, dsg, dsu);
   check_dev("experts_backward dxp", ddxp, dxp, nx, p->gemm_tol);
@@ -463,15 +567,15 @@ static void experts_gelu(const Pass *p) {
   size_t nx = (size_t)N * K * C, nh_ = (size_t)N * K * F, nw = (size_t)E * F * C;
   float *xp = rnd(nx, 2), *wu = rnd(nw, 1), *wd = rnd(nw, 1), *yp = host(nx), *u = host(nh_), *h = host(nh_);
   int32_t *doff = devi(off, E + 1);
-  float *dxp_ = devf(xp, nx), *dwu_ = devf(wu, nw), *dwd_ = devf(wd, nw);
-  float *dyp_ = devf(NULL, nx), *du_ = devf(NULL, nh_), *dh_ = devf(NULL, nh_);
+  act *dxp_ = deva(xp, nx), *dwu_ = deva(wu, nw), *dwd_ = deva(wd, nw);
+  act *dyp_ = deva(NULL, nx), *du_ = deva(NULL, nh_), *dh_ = deva(NULL, nh_);
   ref_experts_forward(yp, NULL, u, h, xp, NULL, wu, wd, off, E, C, F);
   rt_experts_forward(dyp_, NULL, du_, dh_, dxp_, NULL, dwu_, dwd_, doff, E, C, F);
   check_dev("experts_gelu_forward h", dh_, h, nh_, p->gemm_tol);
   check_dev("experts_gelu_forward yp", dyp_, yp, nx, p->gemm_tol);
   float *dyp = rnd(nx, 2), *dxp = rnd(nx, 1), *dwu = rnd(nw, 1), *dwd = rnd(nw, 1), *sh = host(nh_), *su = host(nh_);
-  float *ddyp = devf(dyp, nx), *ddxp = devf(dxp, nx), *ddwu = devf(dwu, nw), *ddwd = devf(dwd, nw);
-  float *dsh = devf(NULL, nh_), *dsu = devf(NULL, nh_);
+  act *ddyp = deva(dyp, nx), *ddxp = deva(dxp, nx), *ddwu = deva(dwu, nw), *ddwd = deva(dwd, nw);
+  act *dsh = deva(NULL, nh_), *dsu = deva(NULL, nh_);
   ref_experts_backward(dxp, NULL, dwu, dwd, dyp, xp, NULL, u, h, NULL, wu, wd, off, E, C, F, sh, NULL, su);
   rt_experts_backward(ddxp, NULL, ddwu, ddwd, ddyp, dxp_, NULL, du_, dh_, NULL, dwu_, dwd_, doff, E, C, F, dsh, NULL, dsu);
   check_dev("experts_gelu_backward dxp", ddxp, dxp, nx, p->gemm_tol);
@@ -487,8 +591,9 @@ static void lm_head(const Pass *p) {
   for (int i = 0; i < N; i++) tgt[i] = (int32_t)((seed = seed * 1664525u + 1013904223u) >> 8) % V;
   float *x = rnd(nx, 2), *w = rnd(nw, 1), *lse = host(N), *scratch = host(2 * (size_t)N * CH), *dx = rnd(nx, 1), *dw = rnd(nw, 1);
   int32_t *dtgt = devi(tgt, N);
-  float *dx_ = devf(x, nx), *dw_ = devf(w, nw), *dlse = devf(NULL, N), *dscratch = devf(NULL, 2 * (size_t)N * CH);
-  float *ddx = devf(dx, nx), *ddw = devf(dw, nw);
+  float *dlse = devf(NULL, N), *dscratch = devf(NULL, 2 * (size_t)N * CH);
+  act *dx_ = deva(x, nx), *dw_ = deva(w, nw);
+  act *ddx = deva(dx, nx), *ddw = deva(dw, nw);
   check_scalar("lm_head_ce_forward loss", rt_lm_head_ce_forward(dlse, dx_, dw_, dtgt, N, C, V, CH, dscratch),
                ref_lm_head_ce_forward(lse, x, w, tgt, N, C, V, CH, scratch), p->gemm_tol);
   check_dev("lm_head_ce_forward lse", dlse, lse, N, p->gemm_tol);
@@ -605,10 +710,11 @@ static void newton_schulz(void) {
 static char *kernels_source(char **paths, int n, size_t *len) {
   char pre[512];
   int pl = snprintf(pre, sizeof pre,
-                    "#define ACT_FLOAT\n#define TOKENS %d\n#define SEQ_LEN %d\n#define HIDDEN %d\n#define HEADS %d\n"
+                    "%s#define TOKENS %d\n#define SEQ_LEN %d\n#define HIDDEN %d\n#define HEADS %d\n"
                     "#define KV_HEADS %d\n#define HEAD_DIM %d\n#define ROPE_THETA ((float)%.17g)\n#define RMS_EPS 1e-5f\n"
                     "#define VOCAB %d\n#define VOCAB_CHUNK %d\n#define EXPERTS %d\n#define TOP_K %d\n\n",
-                    N, T, C, NH, NKV, HD, (double)THETA, V, CH, E, K);
+                    MTRT_ACT_IS_BF16 ? "" : "#define ACT_FLOAT\n", N, T, C, NH, NKV, HD, (double)THETA, V, CH, E,
+                    K);
   char *src = malloc((size_t)pl + 1);
   memcpy(src, pre, (size_t)pl);
   *len = (size_t)pl;
