@@ -34,6 +34,8 @@ mtc=$PWD/$build/mtc
 # ---- kernels
 "$build/tests/test_kernels" templates/kernels/*.cu >"$out/test_kernels.log" 2>&1; k=$?
 tail -70 "$out/test_kernels.log" # the per-op table
+"$build/tests/test_kernels_bf16" templates/kernels/*.cu >"$out/test_kernels_bf16.log" 2>&1; kb=$?
+tail -3 "$out/test_kernels_bf16.log"
 arch=sm_90a
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
 [ -n "$cc" ] && { arch=sm_$cc; [ "$cc" = 90 ] && arch=sm_90a; }
@@ -45,7 +47,7 @@ for spec in specs/*.yaml; do
     "$build/gen/$name/build-cuda/train" --check-kernels --arch "$arch" | head -1 || bad=$((bad + 1))
   n=$((n + 1))
 done
-say "kernels: test_kernels exit $k (0 pass, 77 no GPU); kernels.cu of $n specs for $arch, $bad failed"
+say "kernels: test_kernels exit $k, test_kernels_bf16 exit $kb (0 pass, 77 no GPU); kernels.cu of $n specs for $arch, $bad failed"
 
 # ---- (a) tiny-moe: cuda vs cpu, one rank each
 data=$out/text.txt

@@ -2,7 +2,7 @@
 # The GPU half of tools/device-pack.sh: runs the prebuilt programs of .devpack/kit.tar.xz on a GPU
 # machine that has CUDA (cuBLAS, NVRTC, NCCL from its toolkit or its PyTorch wheels) but none of
 # mtc's other libraries, and leaves every log in $OUT/out.tar.gz for tools/device-report.sh here.
-#   correctness runs side by side on the GPU: test_kernels; tiny-moe 20 steps (fp32 GEMMs and
+#   correctness runs side by side on the GPU: test_kernels, test_kernels_bf16 (bf16 activations); tiny-moe 20 steps (fp32 GEMMs and
 #   simple attention, bf16 GEMMs, Muon); mid (moe-1b's shapes, 2 layers) 3 steps; tiny-moe 8 layers with activation offload none/host;
 #   then alone: moe-1b 6 steps (tokens/s) and PyTorch eager on the same plan (tools/torch_moe_bench.py)
 # usage (device tool): carry [".devpack"], command "bash tools/device-run.sh [CHECK...]"
@@ -36,14 +36,15 @@ run() { # NAME SECONDS ENV... : one program's run, log in $out/NAME.log
 want() { [ -z "$checks" ] || [[ " $checks " == *" $1 "* ]]; }
 checks=${*:-}
 # side by side on the GPU: correctness only
-want kernels && { timeout 150 "$K/bin/test_kernels" templates/kernels/*.cu >"$out/test_kernels.log" 2>&1; echo "test_kernels exit $?" >>"$out/exits.log"; } &
+want kernels && { for t in test_kernels test_kernels_bf16; do
+  timeout 150 "$K/bin/$t" templates/kernels/*.cu >"$out/$t.log" 2>&1; echo "$t exit $?" >>"$out/exits.log"; done; } &
 want tiny && { run tiny.bf16 120 MTC_GEMM=bf16 & run tiny-f32.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple &
   run tiny-muon-f32.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple & run tiny-muon.bf16 120 MTC_GEMM=bf16 & }
 want mid && { run mid-f32.fp32 150 MTC_GEMM=fp32 MTC_ATTENTION=simple & run mid.bf16 150 MTC_GEMM=bf16 & }
 want feat && { run feat-f32.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple & run feat.bf16 120 MTC_GEMM=bf16 & }
 want offload && { run off-none.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple & run off-host.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple & }
 wait
-cat "$out/exits.log" 2>/dev/null; tail -3 "$out/test_kernels.log" 2>/dev/null
+cat "$out/exits.log" 2>/dev/null; tail -3 "$out/test_kernels.log" "$out/test_kernels_bf16.log" 2>/dev/null
 for f in "$out"/*.log; do case $f in *test_kernels*|*exits*|*env*) ;; *) echo "--- $f"; tail -4 "$f";; esac; done
 # alone on the GPU: the benchmark and PyTorch eager
 if want bench; then
