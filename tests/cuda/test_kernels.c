@@ -148,7 +148,10 @@ static float *host(size_t n) {
 /* n values uniform in [−scale/2, scale/2) */
 static float *rnd(size_t n, float scale) {
   float *x = host(n);
-  for (size_t i = 0; i < n; i++) x[i] = act_exact(scale * ((float)((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f));
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    x[i] = act_exact(scale * ((float)(seed >> 8) / 16777216.0f - 0.5f)); /* bf16-exact in the bf16 build */
+  }
   return x;
 }
 /* bytes on the device (rt_cuda_alloc: zeroed), a copy of src unless NULL */
