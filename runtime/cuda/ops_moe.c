@@ -193,7 +193,7 @@ void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E
 static int *oc_host(int i) { return cu.off_host + (size_t)i * ((size_t)cu.cfg.experts + 1); }
 
 const int *cu_offsets(const int *dev, size_t n) {
-  /* a part of an array held (whole-expert shards: one shard's experts at a time) needs no copy */
+  /* a part of an array held needs no copy */
   for (int i = 0; i < CU_OFF_CACHE; i++)
     if (cu.oc[i].dev && dev >= cu.oc[i].dev && dev + n <= cu.oc[i].dev + cu.oc[i].n)
       return oc_host(i) + (dev - cu.oc[i].dev);
