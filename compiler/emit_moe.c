@@ -7,20 +7,15 @@
 
 static bool blocked(const Em *e) { return plan_expert_per(e->El, e->efsdp) > 0; }
 static int64_t per_shard(const Em *e) { return plan_expert_per(e->El, e->efsdp); }
-static const char *exw(Em *e, const char *mac, long long o) {
-  return blocked(e) ? mem_printf(e->m, "%s(%lld + (int64_t)b * SHARD_EXPERTS_ELEMS)", mac, o) : mem_printf(e->m, "%s(%lld)", mac, o);
-}
-static const char *exo(Em *e, const char *offs) {
-  return blocked(e) ? mem_printf(e->m, "I(%s) + b * %lld", offs, (long long)per_shard(e)) : mem_printf(e->m, "I(%s)", offs);
-}
+static const char *exw(Em *e, const char *mac, long long o) { return mem_printf(e->m, "%s(%lld)", mac, o); }
+static const char *exo(Em *e, const char *offs) { return mem_printf(e->m, "I(%s)", offs); }
+/* The local experts, then their layout: with whole-expert shards, expert x's weights lie at
+ * part + (x / per) * SHARD_EXPERTS_ELEMS + (x % per) * OC * IC (emit_layout.c); flat: per = El,
+ * no stride. One call covers every local expert (no host loop over shards). */
 static const char *exn(Em *e) {
-  long long per = per_shard(e);
-  return blocked(e) ? mem_printf(e->m, "n < %lld ? n : %lld", per, per) : mem_printf(e->m, "%lld", (long long)e->El);
-}
-static const char *exloop(Em *e) {
-  long long El = e->El, per = per_shard(e);
-  return blocked(e) ? mem_printf(e->m, "for (int b = 0, n; (n = %lld - b * %lld) > 0; b++) /* shards of whole experts */\n      ",
-                                 El, per) : "";
+  long long El = e->El;
+  return blocked(e) ? mem_printf(e->m, "%lld, %lld, SHARD_EXPERTS_ELEMS", El, (long long)per_shard(e))
+                    : mem_printf(e->m, "%lld, %lld, 0", El, El);
 }
 
 /* Whether the routing weights are not rt_router_forward's (renormalized top-k, unscaled): then
@@ -67,9 +62,9 @@ void em_moe_forward(Em *e, int l) {
   const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG")), *eu = A(e, l, "EU"),
              *eh = A(e, l, "EH"), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", off(e, ge, "moe.experts.gate_proj.weight"));
   if (e->ep == 1) {
-    P(e, "  %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld); "
+    P(e, "  rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld); "
          "/* experts, hidden, expert width%s */\n",
-      exloop(e), yp, eg, eu, eh, xp, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C,
+      yp, eg, eu, eh, xp, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C,
       (long long)e->Fe, e->gelu_experts ? "; GELU: no gate" : "");
   } else {
     const char *xe = A(e, l, "XE"), *ye = "WS_YE", *eo = A(e, l, "EOFF");
@@ -81,7 +76,7 @@ void em_moe_forward(Em *e, int l) {
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld); /* all-to-all */\n", xe, eo,
       xp, C);
-    P(e, "    %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld);\n", exloop(e), ye,
+    P(e, "    rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld);\n", ye,
       eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, eo), exn(e), C, (long long)e->Fe);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(%s), R(A2A), R(%s), %lld); /* back to the tokens' ranks */\n",
       yp, ye, C);
@@ -162,7 +157,7 @@ void em_moe_backward(Em *e, int l, const char *dy) {
   const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG")), *eu = A(e, l, "EU"),
              *eh = A(e, l, "EH"), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", wgo),
              *dwg = e->gelu_experts ? "NULL" : exw(e, "DWE", wgo), *edg = e->gelu_experts ? "NULL" : "R(EDG)";
-  const char *bwd = "%srt_experts_backward(R(%s), %s, %s, %s, R(%s), R(%s), %s, R(%s), R(%s), "
+  const char *bwd = "rt_experts_backward(R(%s), %s, %s, %s, R(%s), R(%s), %s, R(%s), R(%s), "
                     "%s, %s, %s, %s, %s, %lld, %lld, R(EDH), %s, R(EDU));\n";
   /* one rank: the token copies' gradient goes into the experts' outputs in expert order, dead once
    * combined (rt_experts_backward reads DYP, XP and the activations): step.c's DXP is WS_YP, or
@@ -170,7 +165,7 @@ void em_moe_backward(Em *e, int l, const char *dy) {
   const char *dxp = e->ep == 1 ? yp : "DXP";
   if (e->ep == 1) {
     P(e, "  rt_zero(R(%s), %lld); /* the gradient of the token copies, in YP's bytes */\n  ", dxp, N * K * C);
-    P(e, bwd, exloop(e), dxp, dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
+    P(e, bwd, dxp, dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C, (long long)e->Fe, edg);
   } else {
     const char *xe = A(e, l, "XE"), *ye = "WS_YE", *eo = A(e, l, "EOFF");
@@ -180,12 +175,12 @@ void em_moe_backward(Em *e, int l, const char *dy) {
          "                       * from the rows to send, gathered again (WS_XP shares DXE's bytes) */\n");
     P(e, "      rt_moe_gather(R(WS_XP), R(%s), I(%s), %lld, %lld, %lld);\n", ln2, pos, N, K, C);
     P(e, "      rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(%s), I(%s), R(A2A), R(%s), %lld);\n", xe, eo, xp, C);
-    P(e, "      %srt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, "
-         "%lld);\n    }\n", exloop(e), ye, eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd),
+    P(e, "      rt_experts_forward(R(%s), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, "
+         "%lld);\n    }\n", ye, eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd),
       exo(e, eo), exn(e), C, (long long)e->Fe);
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), %lld); /* all-to-all */\n", C);
     P(e, "    rt_zero(R(DXE), %lld);\n    ", (long long)(e->R * e->C));
-    P(e, bwd, exloop(e), "DXE", dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYE", xe, eg, eu, eh, wg,
+    P(e, bwd, "DXE", dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYE", xe, eg, eu, eh, wg,
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }

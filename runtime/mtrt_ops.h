@@ -249,15 +249,20 @@ void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp,
  * (N·K, C) go through expert e: yp = (silu(xp wgₑᵀ) ⊙ xp wuₑᵀ) wdₑᵀ with wg, wu (E,F,C) and
  * wd (E,C,F). g, u, h (N·K, F) are saved for backward.
  * GELU experts (model.moe.activation gelu; GPT-style FFN, Hendrycks & Gimpel 2016, tanh form):
- * wg NULL, then yp = gelu(xp wuₑᵀ) wdₑᵀ, g is not used (may be NULL) and h = gelu(u). */
+ * wg NULL, then yp = gelu(xp wuₑᵀ) wdₑᵀ, g is not used (may be NULL) and h = gelu(u).
+ * Weight layout (the gradients' too): expert e's matrix of OC × IC elements starts at
+ * w + (e / per) · stride + (e % per) · OC · IC — whole-expert shards of `per` experts each,
+ * `stride` elements apart (step.h's SHARD_EXPERTS_ELEMS); flat, contiguous experts: per = E
+ * (stride unused). One call covers all E experts (cuda: one grouped GEMM per projection). */
 void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg,
-                        const act *wu, const act *wd, const int *offsets, int E, int C, int F);
+                        const act *wu, const act *wd, const int *offsets, int E, int per,
+                        int64_t stride, int C, int F);
 /* dh, dg, du: scratch of (N·K, F) each. With wg NULL (GELU experts) g, dg and dwg are not used
  * (may be NULL). */
 void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp, const act *xp,
                          const act *g, const act *u, const act *h, const act *wg, const act *wu,
-                         const act *wd, const int *offsets, int E, int C, int F, act *dh, act *dg,
-                         act *du);
+                         const act *wd, const int *offsets, int E, int per, int64_t stride, int C,
+                         int F, act *dh, act *dg, act *du);
 
 /* LM head and cross-entropy over vocabulary chunks of `chunk` columns, never (N,V) logits:
  * logits = x (N,C) · wᵀ with w (V,C). Returns the mean loss over the N tokens and saves

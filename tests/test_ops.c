@@ -413,7 +413,7 @@ static double mx_xp[XN * XK * XC], mx_g[XN * XK * XF], mx_u[XN * XK * XF], mx_h[
     mx_yp[XN * XK * XC], mx_y[XN * XC];
 static double mx_loss(void) {
   rt_moe_gather(mx_xp, mx_x, mx_pos, XN, XK, XC);
-  rt_experts_forward(mx_yp, mx_g, mx_u, mx_h, mx_xp, mx_wg, mx_wu, mx_wd, mx_off, XE, XC, XF);
+  rt_experts_forward(mx_yp, mx_g, mx_u, mx_h, mx_xp, mx_wg, mx_wu, mx_wd, mx_off, XE, XE, 0, XC, XF);
   memset(mx_y, 0, sizeof mx_y);
   rt_moe_combine(mx_y, mx_yp, mx_wts, mx_pos, XN, XK, XC);
   return sum_prod(mx_y, mx_R, XN * XC);
@@ -436,13 +436,36 @@ static void test_moe(void) {
   double *dh = zeros(XN * XK * XF), *dg = zeros(XN * XK * XF), *du = zeros(XN * XK * XF);
   rt_moe_combine_backward(dyp, dwts, mx_R, mx_yp, mx_wts, mx_pos, XN, XK, XC);
   rt_experts_backward(dxp, dwg, dwu, dwd, dyp, mx_xp, mx_g, mx_u, mx_h, mx_wg, mx_wu, mx_wd, mx_off,
-                      XE, XC, XF, dh, dg, du);
+                      XE, XE, 0, XC, XF, dh, dg, du);
   rt_moe_gather_backward(dx, dxp, mx_pos, XN, XK, XC);
   GRAD_OK(mx_x, dx, XN * XC);
   GRAD_OK(mx_wts, dwts, XN * XK);
   GRAD_OK(mx_wg, dwg, XE * XF * XC);
   GRAD_OK(mx_wu, dwu, XE * XF * XC);
   GRAD_OK(mx_wd, dwd, XE * XC * XF);
+
+  /* the same experts in whole-expert shards of 2 (the last one short), 2·F·C + 3 elements apart:
+   * identical outputs and gradients, bit for bit, and the gaps untouched */
+  mx_loss(); /* the activations again, from the unperturbed weights */
+  enum { SP = 2, SST = SP * XF * XC + 3, SSN = 2 * SST };
+  double *sw[3], *sdw[3], *fw[3] = {mx_wg, mx_wu, mx_wd}, *fdw[3] = {dwg, dwu, dwd};
+  for (int i = 0; i < 3; i++) {
+    sw[i] = arr(SSN), sdw[i] = zeros(SSN);
+    for (int e = 0; e < XE; e++)
+      memcpy(sw[i] + (e / SP) * SST + (e % SP) * XF * XC, fw[i] + e * XF * XC, sizeof(double) * XF * XC);
+  }
+  double *yp = zeros(XN * XK * XC), *g = zeros(XN * XK * XF), *u = zeros(XN * XK * XF), *h = zeros(XN * XK * XF);
+  double *sdxp = zeros(XN * XK * XC);
+  rt_experts_forward(yp, g, u, h, mx_xp, sw[0], sw[1], sw[2], mx_off, XE, SP, SST, XC, XF);
+  CHECK(memcmp(yp, mx_yp, sizeof mx_yp) == 0 && memcmp(h, mx_h, sizeof mx_h) == 0);
+  rt_experts_backward(sdxp, sdw[0], sdw[1], sdw[2], dyp, mx_xp, g, u, h, sw[0], sw[1], sw[2], mx_off, XE, SP, SST,
+                      XC, XF, dh, dg, du);
+  CHECK(memcmp(sdxp, dxp, sizeof(double) * XN * XK * XC) == 0);
+  for (int i = 0; i < 3; i++) {
+    for (int e = 0; e < XE; e++)
+      CHECK(memcmp(sdw[i] + (e / SP) * SST + (e % SP) * XF * XC, fdw[i] + e * XF * XC, sizeof(double) * XF * XC) == 0);
+    for (int j = 0; j < 3; j++) CHECK(sdw[i][SP * XF * XC + j] == 0 && sdw[i][SST + SP * XF * XC + j] == 0);
+  }
 }
 
 /* ---- learned positions: x (B,T,C) + wpe[t] (B 2, T 3, C 4; wpe has 5 rows, 2 unused) */
@@ -494,7 +517,7 @@ static void test_layernorm(void) {
 /* GELU experts (wg NULL): yp = gelu(xp wuᵀ) wdᵀ; no gate, g and dg unused. */
 static double mx_gelu_loss(void) {
   rt_moe_gather(mx_xp, mx_x, mx_pos, XN, XK, XC);
-  rt_experts_forward(mx_yp, NULL, mx_u, mx_h, mx_xp, NULL, mx_wu, mx_wd, mx_off, XE, XC, XF);
+  rt_experts_forward(mx_yp, NULL, mx_u, mx_h, mx_xp, NULL, mx_wu, mx_wd, mx_off, XE, XE, 0, XC, XF);
   memset(mx_y, 0, sizeof mx_y);
   rt_moe_combine(mx_y, mx_yp, mx_wts, mx_pos, XN, XK, XC);
   return sum_prod(mx_y, mx_R, XN * XC);
@@ -507,7 +530,7 @@ static void test_moe_gelu(void) {
   double *dh = zeros(XN * XK * XF), *du = zeros(XN * XK * XF);
   rt_moe_combine_backward(dyp, dwts, mx_R, mx_yp, mx_wts, mx_pos, XN, XK, XC);
   rt_experts_backward(dxp, NULL, dwu, dwd, dyp, mx_xp, NULL, mx_u, mx_h, NULL, mx_wu, mx_wd, mx_off,
-                      XE, XC, XF, dh, NULL, du);
+                      XE, XE, 0, XC, XF, dh, NULL, du);
   rt_moe_gather_backward(dx, dxp, mx_pos, XN, XK, XC);
   GRAD_OK(mx_x, dx, XN * XC);
   GRAD_OK(mx_wts, dwts, XN * XK);

@@ -2179,8 +2179,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2224,8 +2223,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2269,8 +2267,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2314,8 +2311,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2359,8 +2355,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2404,8 +2399,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2449,8 +2443,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2494,8 +2487,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2539,8 +2531,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2584,8 +2575,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2629,8 +2619,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2674,8 +2663,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2719,8 +2707,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2764,8 +2751,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2809,8 +2795,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2854,8 +2839,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2899,8 +2883,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2944,8 +2927,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -2989,8 +2971,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3034,8 +3015,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3079,8 +3059,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3124,8 +3103,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3169,8 +3147,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3214,8 +3191,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3259,8 +3235,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3304,8 +3279,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3349,8 +3323,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3394,8 +3367,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3439,8 +3411,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3484,8 +3455,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3529,8 +3499,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3574,8 +3543,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3619,8 +3587,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3664,8 +3631,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3709,8 +3675,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3754,8 +3719,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3799,8 +3763,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3844,8 +3807,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3889,8 +3851,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3934,8 +3895,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -3979,8 +3939,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4024,8 +3983,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4069,8 +4027,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4114,8 +4071,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4159,8 +4115,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4204,8 +4159,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4249,8 +4203,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4294,8 +4247,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4339,8 +4291,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4384,8 +4335,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4429,8 +4379,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4474,8 +4423,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4519,8 +4467,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4564,8 +4511,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4609,8 +4555,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4654,8 +4599,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4699,8 +4643,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4744,8 +4687,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168); /* all-to-all */
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 352321536);
@@ -4778,13 +4720,11 @@ static void layer60_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -4842,13 +4782,11 @@ static void layer59_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -4906,13 +4844,11 @@ static void layer58_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -4970,13 +4906,11 @@ static void layer57_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5034,13 +4968,11 @@ static void layer56_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5098,13 +5030,11 @@ static void layer55_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5162,13 +5092,11 @@ static void layer54_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5226,13 +5154,11 @@ static void layer53_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5290,13 +5216,11 @@ static void layer52_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5354,13 +5278,11 @@ static void layer51_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5418,13 +5340,11 @@ static void layer50_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5482,13 +5402,11 @@ static void layer49_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5546,13 +5464,11 @@ static void layer48_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5610,13 +5526,11 @@ static void layer47_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5674,13 +5588,11 @@ static void layer46_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5738,13 +5650,11 @@ static void layer45_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5802,13 +5712,11 @@ static void layer44_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5866,13 +5774,11 @@ static void layer43_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5930,13 +5836,11 @@ static void layer42_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -5994,13 +5898,11 @@ static void layer41_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6058,13 +5960,11 @@ static void layer40_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6122,13 +6022,11 @@ static void layer39_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6186,13 +6084,11 @@ static void layer38_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6250,13 +6146,11 @@ static void layer37_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6314,13 +6208,11 @@ static void layer36_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6378,13 +6270,11 @@ static void layer35_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6442,13 +6332,11 @@ static void layer34_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6506,13 +6394,11 @@ static void layer33_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6570,13 +6456,11 @@ static void layer32_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6634,13 +6518,11 @@ static void layer31_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6698,13 +6580,11 @@ static void layer30_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6762,13 +6642,11 @@ static void layer29_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6826,13 +6704,11 @@ static void layer28_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6890,13 +6766,11 @@ static void layer27_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -6954,13 +6828,11 @@ static void layer26_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7018,13 +6890,11 @@ static void layer25_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7082,13 +6952,11 @@ static void layer24_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7146,13 +7014,11 @@ static void layer23_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7210,13 +7076,11 @@ static void layer22_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7274,13 +7138,11 @@ static void layer21_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7338,13 +7200,11 @@ static void layer20_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7402,13 +7262,11 @@ static void layer19_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7466,13 +7324,11 @@ static void layer18_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7530,13 +7386,11 @@ static void layer17_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7594,13 +7448,11 @@ static void layer16_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7658,13 +7510,11 @@ static void layer15_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7722,13 +7572,11 @@ static void layer14_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7786,13 +7634,11 @@ static void layer13_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7850,13 +7696,11 @@ static void layer12_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7914,13 +7758,11 @@ static void layer11_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -7978,13 +7820,11 @@ static void layer10_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8042,13 +7882,11 @@ static void layer9_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8106,13 +7944,11 @@ static void layer8_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8170,13 +8006,11 @@ static void layer7_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8234,13 +8068,11 @@ static void layer6_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8298,13 +8130,11 @@ static void layer5_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8362,13 +8192,11 @@ static void layer4_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
@@ -8426,13 +8254,11 @@ static void layer3_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 49152, 8, 7168);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 7168);
-      for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
     rt_zero(A(DXE), 3523215360);
-    for (int b = 0, n; (n = 64 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(14680064 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(29360128 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 7168, 2048, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);

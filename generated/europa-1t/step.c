@@ -2075,8 +2075,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2113,8 +2112,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2151,8 +2149,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2189,8 +2186,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2227,8 +2223,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2265,8 +2260,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2303,8 +2297,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2341,8 +2334,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2379,8 +2371,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2417,8 +2408,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2455,8 +2445,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2493,8 +2482,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2531,8 +2519,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2569,8 +2556,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2607,8 +2593,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2645,8 +2630,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2683,8 +2667,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2721,8 +2704,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2759,8 +2741,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2797,8 +2778,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2835,8 +2815,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2873,8 +2852,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2911,8 +2889,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2949,8 +2926,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -2987,8 +2963,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3025,8 +3000,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3063,8 +3037,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3101,8 +3074,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3139,8 +3111,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3177,8 +3148,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3215,8 +3185,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3253,8 +3222,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3291,8 +3259,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3329,8 +3296,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3367,8 +3333,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3405,8 +3370,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3443,8 +3407,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3481,8 +3444,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3519,8 +3481,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3557,8 +3518,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3595,8 +3555,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3633,8 +3592,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3671,8 +3629,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3709,8 +3666,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3747,8 +3703,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3785,8 +3740,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3823,8 +3777,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3861,8 +3814,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3899,8 +3851,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3937,8 +3888,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -3975,8 +3925,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4013,8 +3962,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4051,8 +3999,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4089,8 +4036,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4127,8 +4073,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4165,8 +4110,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4203,8 +4147,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4241,8 +4184,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4279,8 +4221,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4317,8 +4258,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4355,8 +4295,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4393,8 +4332,7 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4431,8 +4369,7 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4469,8 +4406,7 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4507,8 +4443,7 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4545,8 +4480,7 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4583,8 +4517,7 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4621,8 +4554,7 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4659,8 +4591,7 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4697,8 +4628,7 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4735,8 +4665,7 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4773,8 +4702,7 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4811,8 +4739,7 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4849,8 +4776,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */
   for (int r = 0; r < rounds; r++) {
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144); /* all-to-all */
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+    rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
   rt_zero(A(WS_Y), 402653184);
@@ -4883,13 +4809,11 @@ static void layer73_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -4934,13 +4858,11 @@ static void layer72_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -4985,13 +4907,11 @@ static void layer71_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5036,13 +4956,11 @@ static void layer70_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5087,13 +5005,11 @@ static void layer69_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5138,13 +5054,11 @@ static void layer68_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5189,13 +5103,11 @@ static void layer67_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5240,13 +5152,11 @@ static void layer66_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5291,13 +5201,11 @@ static void layer65_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5342,13 +5250,11 @@ static void layer64_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5393,13 +5299,11 @@ static void layer63_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5444,13 +5348,11 @@ static void layer62_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5495,13 +5397,11 @@ static void layer61_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5546,13 +5446,11 @@ static void layer60_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5597,13 +5495,11 @@ static void layer59_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5648,13 +5544,11 @@ static void layer58_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5699,13 +5593,11 @@ static void layer57_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5750,13 +5642,11 @@ static void layer56_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5801,13 +5691,11 @@ static void layer55_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5852,13 +5740,11 @@ static void layer54_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5903,13 +5789,11 @@ static void layer53_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -5954,13 +5838,11 @@ static void layer52_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6005,13 +5887,11 @@ static void layer51_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6056,13 +5936,11 @@ static void layer50_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6107,13 +5985,11 @@ static void layer49_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6158,13 +6034,11 @@ static void layer48_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6209,13 +6083,11 @@ static void layer47_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6260,13 +6132,11 @@ static void layer46_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6311,13 +6181,11 @@ static void layer45_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6362,13 +6230,11 @@ static void layer44_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6413,13 +6279,11 @@ static void layer43_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6464,13 +6328,11 @@ static void layer42_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6515,13 +6377,11 @@ static void layer41_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6566,13 +6426,11 @@ static void layer40_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6617,13 +6475,11 @@ static void layer39_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6668,13 +6524,11 @@ static void layer38_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6719,13 +6573,11 @@ static void layer37_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6770,13 +6622,11 @@ static void layer36_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6821,13 +6671,11 @@ static void layer35_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6872,13 +6720,11 @@ static void layer34_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6923,13 +6769,11 @@ static void layer33_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -6974,13 +6818,11 @@ static void layer32_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7025,13 +6867,11 @@ static void layer31_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7076,13 +6916,11 @@ static void layer30_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7127,13 +6965,11 @@ static void layer29_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7178,13 +7014,11 @@ static void layer28_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7229,13 +7063,11 @@ static void layer27_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7280,13 +7112,11 @@ static void layer26_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7331,13 +7161,11 @@ static void layer25_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7382,13 +7210,11 @@ static void layer24_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7433,13 +7259,11 @@ static void layer23_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7484,13 +7308,11 @@ static void layer22_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7535,13 +7357,11 @@ static void layer21_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7586,13 +7406,11 @@ static void layer20_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7637,13 +7455,11 @@ static void layer19_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7688,13 +7504,11 @@ static void layer18_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7739,13 +7553,11 @@ static void layer17_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7790,13 +7602,11 @@ static void layer16_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7841,13 +7651,11 @@ static void layer15_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7892,13 +7700,11 @@ static void layer14_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7943,13 +7749,11 @@ static void layer13_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -7994,13 +7798,11 @@ static void layer12_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8045,13 +7847,11 @@ static void layer11_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8096,13 +7896,11 @@ static void layer10_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8147,13 +7945,11 @@ static void layer9_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8198,13 +7994,11 @@ static void layer8_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8249,13 +8043,11 @@ static void layer7_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8300,13 +8092,11 @@ static void layer6_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8351,13 +8141,11 @@ static void layer5_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8402,13 +8190,11 @@ static void layer4_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8453,13 +8239,11 @@ static void layer3_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8504,13 +8288,11 @@ static void layer2_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8555,13 +8337,11 @@ static void layer1_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
@@ -8606,13 +8386,11 @@ static void layer0_backward(RtCtx *c) {
                        * from the rows to send, gathered again (WS_XP shares DXE's bytes) */
       rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
       rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(WS_XE), I(WS_EOFF), A(A2A), A(WS_XP), 6144);
-      for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792);
+      rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
     rt_zero(A(DXE), 4026531840);
-    for (int b = 0, n; (n = 96 - b * 1) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(DXE), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(11010048 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(22020096 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_EOFF) + b * 1, n < 1 ? n : 1, 6144, 1792, A(EDH), A(EDG), A(EDU));
+    rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);

@@ -904,7 +904,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X1), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -928,7 +928,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X2), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -952,7 +952,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X3), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -976,7 +976,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1000,7 +1000,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1024,7 +1024,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1048,7 +1048,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1072,7 +1072,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1096,7 +1096,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1120,7 +1120,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1144,7 +1144,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1168,7 +1168,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1192,7 +1192,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1216,7 +1216,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1240,7 +1240,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1264,7 +1264,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1288,7 +1288,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1312,7 +1312,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1336,7 +1336,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1360,7 +1360,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1384,7 +1384,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1408,7 +1408,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1432,7 +1432,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1456,7 +1456,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1480,7 +1480,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1504,7 +1504,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1528,7 +1528,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1552,7 +1552,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1576,7 +1576,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1600,7 +1600,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1624,7 +1624,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1648,7 +1648,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
-  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 536870912);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 536870912); /* residual */
@@ -1662,7 +1662,7 @@ static void layer31_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1693,7 +1693,7 @@ static void layer30_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1724,7 +1724,7 @@ static void layer29_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1755,7 +1755,7 @@ static void layer28_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1786,7 +1786,7 @@ static void layer27_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1817,7 +1817,7 @@ static void layer26_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1848,7 +1848,7 @@ static void layer25_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1879,7 +1879,7 @@ static void layer24_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1910,7 +1910,7 @@ static void layer23_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1941,7 +1941,7 @@ static void layer22_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1972,7 +1972,7 @@ static void layer21_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2003,7 +2003,7 @@ static void layer20_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2034,7 +2034,7 @@ static void layer19_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2065,7 +2065,7 @@ static void layer18_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2096,7 +2096,7 @@ static void layer17_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2127,7 +2127,7 @@ static void layer16_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2158,7 +2158,7 @@ static void layer15_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2189,7 +2189,7 @@ static void layer14_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2220,7 +2220,7 @@ static void layer13_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2251,7 +2251,7 @@ static void layer12_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2282,7 +2282,7 @@ static void layer11_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2313,7 +2313,7 @@ static void layer10_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2344,7 +2344,7 @@ static void layer9_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2375,7 +2375,7 @@ static void layer8_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2406,7 +2406,7 @@ static void layer7_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2437,7 +2437,7 @@ static void layer6_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2468,7 +2468,7 @@ static void layer5_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2499,7 +2499,7 @@ static void layer4_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2530,7 +2530,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2561,7 +2561,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2592,7 +2592,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2623,7 +2623,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);

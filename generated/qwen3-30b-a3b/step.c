@@ -1389,8 +1389,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X1), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1416,8 +1415,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X2), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1443,8 +1441,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X3), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1470,8 +1467,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1497,8 +1493,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1524,8 +1519,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1551,8 +1545,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1578,8 +1571,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1605,8 +1597,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1632,8 +1623,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1659,8 +1649,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1686,8 +1675,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1713,8 +1701,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1740,8 +1727,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1767,8 +1753,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1794,8 +1779,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1821,8 +1805,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1848,8 +1831,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1875,8 +1857,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1902,8 +1883,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1929,8 +1909,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1956,8 +1935,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -1983,8 +1961,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2010,8 +1987,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2037,8 +2013,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2064,8 +2039,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2091,8 +2065,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2118,8 +2091,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2145,8 +2117,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2172,8 +2143,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2199,8 +2169,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2226,8 +2195,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2253,8 +2221,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X33), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2280,8 +2247,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X34), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2307,8 +2273,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X35), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2334,8 +2299,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X36), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2361,8 +2325,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X37), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2388,8 +2351,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X38), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2415,8 +2377,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X39), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2442,8 +2403,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X40), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2469,8 +2429,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X41), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2496,8 +2455,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X42), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2523,8 +2481,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X43), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2550,8 +2507,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X44), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2577,8 +2533,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X45), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2604,8 +2559,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X46), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2631,8 +2585,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X47), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2658,8 +2611,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768); /* experts, hidden, expert width */
+  rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 134217728);
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   if (!recompute) rt_add(A(X48), A(WS_RES), A(WS_Y), 134217728); /* residual */
@@ -2673,8 +2625,7 @@ static void layer47_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2709,8 +2660,7 @@ static void layer46_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2745,8 +2695,7 @@ static void layer45_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2781,8 +2730,7 @@ static void layer44_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2817,8 +2765,7 @@ static void layer43_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2853,8 +2800,7 @@ static void layer42_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2889,8 +2835,7 @@ static void layer41_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2925,8 +2870,7 @@ static void layer40_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2961,8 +2905,7 @@ static void layer39_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2997,8 +2940,7 @@ static void layer38_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3033,8 +2975,7 @@ static void layer37_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3069,8 +3010,7 @@ static void layer36_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3105,8 +3045,7 @@ static void layer35_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3141,8 +3080,7 @@ static void layer34_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3177,8 +3115,7 @@ static void layer33_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3213,8 +3150,7 @@ static void layer32_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3249,8 +3185,7 @@ static void layer31_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3285,8 +3220,7 @@ static void layer30_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3321,8 +3255,7 @@ static void layer29_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3357,8 +3290,7 @@ static void layer28_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3393,8 +3325,7 @@ static void layer27_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3429,8 +3360,7 @@ static void layer26_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3465,8 +3395,7 @@ static void layer25_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3501,8 +3430,7 @@ static void layer24_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3537,8 +3465,7 @@ static void layer23_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3573,8 +3500,7 @@ static void layer22_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3609,8 +3535,7 @@ static void layer21_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3645,8 +3570,7 @@ static void layer20_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3681,8 +3605,7 @@ static void layer19_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3717,8 +3640,7 @@ static void layer18_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3753,8 +3675,7 @@ static void layer17_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3789,8 +3710,7 @@ static void layer16_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3825,8 +3745,7 @@ static void layer15_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3861,8 +3780,7 @@ static void layer14_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3897,8 +3815,7 @@ static void layer13_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3933,8 +3850,7 @@ static void layer12_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3969,8 +3885,7 @@ static void layer11_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4005,8 +3920,7 @@ static void layer10_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4041,8 +3955,7 @@ static void layer9_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4077,8 +3990,7 @@ static void layer8_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4113,8 +4025,7 @@ static void layer7_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4149,8 +4060,7 @@ static void layer6_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4185,8 +4095,7 @@ static void layer5_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4221,8 +4130,7 @@ static void layer4_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4257,8 +4165,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4293,8 +4200,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4329,8 +4235,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4365,8 +4270,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 128 - b * 8) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(WS_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(12582912 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(25165824 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(WS_OFFSETS) + b * 8, n < 8 ? n : 8, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);

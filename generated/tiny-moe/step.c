@@ -300,8 +300,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L0_POS), I(L0_OFFSETS), I(L0_IDX), 512, 8, 2);
   rt_moe_gather(A(L0_XP), A(L0_LN2), I(L0_POS), 512, 2, 128);
-  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(L0_YP), A(L0_EG), A(L0_EU), A(L0_EH), A(L0_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
+  rt_experts_forward(A(L0_YP), A(L0_EG), A(L0_EU), A(L0_EH), A(L0_XP), WE(0), WE(131072), WE(262144), I(L0_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
   rt_matmul_forward(A(L0_SG), A(L0_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -330,8 +329,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L1_POS), I(L1_OFFSETS), I(L1_IDX), 512, 8, 2);
   rt_moe_gather(A(L1_XP), A(L1_LN2), I(L1_POS), 512, 2, 128);
-  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(L1_YP), A(L1_EG), A(L1_EU), A(L1_EH), A(L1_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
+  rt_experts_forward(A(L1_YP), A(L1_EG), A(L1_EU), A(L1_EH), A(L1_XP), WE(0), WE(131072), WE(262144), I(L1_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
   rt_matmul_forward(A(L1_SG), A(L1_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -360,8 +358,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L2_POS), I(L2_OFFSETS), I(L2_IDX), 512, 8, 2);
   rt_moe_gather(A(L2_XP), A(L2_LN2), I(L2_POS), 512, 2, 128);
-  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(L2_YP), A(L2_EG), A(L2_EU), A(L2_EH), A(L2_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
+  rt_experts_forward(A(L2_YP), A(L2_EG), A(L2_EU), A(L2_EH), A(L2_XP), WE(0), WE(131072), WE(262144), I(L2_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
   rt_matmul_forward(A(L2_SG), A(L2_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -390,8 +387,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L3_POS), I(L3_OFFSETS), I(L3_IDX), 512, 8, 2);
   rt_moe_gather(A(L3_XP), A(L3_LN2), I(L3_POS), 512, 2, 128);
-  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_forward(A(L3_YP), A(L3_EG), A(L3_EU), A(L3_EH), A(L3_XP), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256); /* experts, hidden, expert width */
+  rt_experts_forward(A(L3_YP), A(L3_EG), A(L3_EU), A(L3_EH), A(L3_XP), WE(0), WE(131072), WE(262144), I(L3_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
   rt_zero(A(WS_Y), 65536);
   rt_moe_combine(A(WS_Y), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
   rt_matmul_forward(A(L3_SG), A(L3_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
@@ -417,8 +413,7 @@ static void layer3_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
   rt_zero(A(L3_YP), 131072); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(L3_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L3_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(L3_YP), DWE(0), DWE(131072), DWE(262144), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0), WE(131072), WE(262144), I(L3_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L3_YP), I(L3_POS), 512, 2, 128);
   rt_zero_real(RA(DLOGITS), 4096);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
@@ -456,8 +451,7 @@ static void layer2_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
   rt_zero(A(L2_YP), 131072); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(L2_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L2_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(L2_YP), DWE(0), DWE(131072), DWE(262144), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0), WE(131072), WE(262144), I(L2_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L2_YP), I(L2_POS), 512, 2, 128);
   rt_zero_real(RA(DLOGITS), 4096);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
@@ -495,8 +489,7 @@ static void layer1_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
   rt_zero(A(L1_YP), 131072); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(L1_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L1_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(L1_YP), DWE(0), DWE(131072), DWE(262144), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0), WE(131072), WE(262144), I(L1_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L1_YP), I(L1_POS), 512, 2, 128);
   rt_zero_real(RA(DLOGITS), 4096);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
@@ -534,8 +527,7 @@ static void layer0_backward(RtCtx *c) {
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
   rt_zero(A(L0_YP), 131072); /* the gradient of the token copies, in YP's bytes */
-  for (int b = 0, n; (n = 8 - b * 4) > 0; b++) /* shards of whole experts */
-      rt_experts_backward(A(L0_YP), DWE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), DWE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(131072 + (int64_t)b * SHARD_EXPERTS_ELEMS), WE(262144 + (int64_t)b * SHARD_EXPERTS_ELEMS), I(L0_OFFSETS) + b * 4, n < 4 ? n : 4, 128, 256, A(EDH), A(EDG), A(EDU));
+  rt_experts_backward(A(L0_YP), DWE(0), DWE(131072), DWE(262144), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0), WE(131072), WE(262144), I(L0_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L0_YP), I(L0_POS), 512, 2, 128);
   rt_zero_real(RA(DLOGITS), 4096);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);

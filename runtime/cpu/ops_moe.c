@@ -321,12 +321,18 @@ void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp,
     }
 }
 
+/* Element offset of expert e's (OC × IC = mat elements) matrix: shards of `per` whole experts,
+ * `stride` elements apart (mtrt_ops.h). */
+static size_t expert_at(int e, int per, int64_t stride, size_t mat) {
+  return (size_t)(e / per) * (size_t)stride + (size_t)(e % per) * mat;
+}
+
 void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg, const act *wu, const act *wd,
-                        const int *offsets, int E, int C, int F) {
+                        const int *offsets, int E, int per, int64_t stride, int C, int F) {
   for (int e = 0; e < E; e++) {
     int r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (!rows) continue;
-    size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = (size_t)e * F * C;
+    size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = expert_at(e, per, stride, (size_t)F * C);
     rt_matmul_forward(u + ri, xp + rc, wu + we, NULL, rows, C, F);
     if (wg) {
       rt_matmul_forward(g + ri, xp + rc, wg + we, NULL, rows, C, F);
@@ -340,11 +346,11 @@ void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const ac
 
 void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp, const act *xp, const act *g,
                          const act *u, const act *h, const act *wg, const act *wu, const act *wd, const int *offsets,
-                         int E, int C, int F, act *dh, act *dg, act *du) {
+                         int E, int per, int64_t stride, int C, int F, act *dh, act *dg, act *du) {
   for (int e = 0; e < E; e++) {
     int r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (!rows) continue;
-    size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = (size_t)e * F * C;
+    size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = expert_at(e, per, stride, (size_t)F * C);
     memset(dh + ri, 0, sizeof(real) * (size_t)rows * F);
     memset(du + ri, 0, sizeof(real) * (size_t)rows * F);
     rt_matmul_backward(dh + ri, dwd ? dwd + we : NULL, NULL, dyp + rc, h + ri, wd + we, rows, F, C);

@@ -115,20 +115,21 @@ WRAP(rt_embedding_backward, (real * dwte, const act *dout, const int32_t *tok, i
  * values per unit, GELU 2). rows = offsets[E]. */
 __typeof__(rt_experts_forward) __real_rt_experts_forward, __wrap_rt_experts_forward;
 void __wrap_rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg, const act *wu,
-                               const act *wd, const int *offsets, int E, int C, int F) {
+                               const act *wd, const int *offsets, int E, int per, int64_t stride, int C, int F) {
   double units = (double)offsets[E] * F;
   gemm_class = RT_PROF_GROUPED_GEMM;
   TIMED(RT_PROF_ACTIVATION, 0, B2 * (wg ? 3 : 2) * units,
-        (__real_rt_experts_forward(yp, g, u, h, xp, wg, wu, wd, offsets, E, C, F), gemm_class = RT_PROF_GEMM));
+        (__real_rt_experts_forward(yp, g, u, h, xp, wg, wu, wd, offsets, E, per, stride, C, F), gemm_class = RT_PROF_GEMM));
 }
 __typeof__(rt_experts_backward) __real_rt_experts_backward, __wrap_rt_experts_backward;
 void __wrap_rt_experts_backward(act *dxp, real *dwg, real *dwu, real *dwd, const act *dyp, const act *xp,
                                 const act *g, const act *u, const act *h, const act *wg, const act *wu,
-                                const act *wd, const int *offsets, int E, int C, int F, act *dh, act *dg, act *du) {
+                                const act *wd, const int *offsets, int E, int per, int64_t stride, int C, int F,
+                                act *dh, act *dg, act *du) {
   double units = (double)offsets[E] * F;
   gemm_class = RT_PROF_GROUPED_GEMM;
   TIMED(RT_PROF_ACTIVATION, 0, B2 * (wg ? 6 : 4) * units,
-        (__real_rt_experts_backward(dxp, dwg, dwu, dwd, dyp, xp, g, u, h, wg, wu, wd, offsets, E, C, F, dh, dg, du),
+        (__real_rt_experts_backward(dxp, dwg, dwu, dwd, dyp, xp, g, u, h, wg, wu, wd, offsets, E, per, stride, C, F, dh, dg, du),
          gemm_class = RT_PROF_GEMM));
 }
 

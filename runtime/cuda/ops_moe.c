@@ -193,7 +193,7 @@ void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E
 static int *oc_host(int i) { return cu.off_host + (size_t)i * ((size_t)cu.cfg.experts + 1); }
 
 const int *cu_offsets(const int *dev, size_t n) {
-  /* a part of an array held (whole-expert shards: one shard's experts at a time) needs no copy */
+  /* a part of an array held needs no copy */
   for (int i = 0; i < CU_OFF_CACHE; i++)
     if (cu.oc[i].dev && dev >= cu.oc[i].dev && dev + n <= cu.oc[i].dev + cu.oc[i].n)
       return oc_host(i) + (dev - cu.oc[i].dev);
@@ -257,7 +257,9 @@ void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp,
  *   FWD: out rows (r, OC) = x rows (r, IC) · w_eᵀ         (w: E × (OC, IC))
  *   DX:  out rows (r, IC) += x rows (r, OC) · w_e         (x is the output gradient)
  *   DW:  out_e (OC, IC)   += yᵀ rows (r, OC) · x rows (r, IC)
- * Column-major as cuBLAS sees row-major data, as in ops.c's rt_matmul_*. */
+ * Column-major as cuBLAS sees row-major data, as in ops.c's rt_matmul_*. Expert e's matrix w_e
+ * (and out_e) lies at (e / per) · stride + (e % per) · OC · IC elements: shards of per whole
+ * experts, stride apart (mtrt_ops.h). The A, B and C pointer arrays go to the device in one copy. */
 enum { G_FWD, G_DX, G_DW };
 
 static const char *compute_name(cublasComputeType_t c) {
@@ -265,13 +267,14 @@ static const char *compute_name(cublasComputeType_t c) {
 }
 
 static void grouped(const char *op, int kind, int slot, void *out, const act *x, const act *y, const act *w,
-                    const int *off, int E, int IC, int OC) {
+                    const int *off, int E, int per, int64_t stride, int IC, int OC) {
   enum { MAXG = 1024 };
   static cublasOperation_t ta[MAXG], tb[MAXG];
   static int m[MAXG], n[MAXG], k[MAXG], lda[MAXG], ldb[MAXG], ldc[MAXG], size[MAXG];
   static float alpha[MAXG], beta[MAXG];
-  static const void *host[3 * MAXG];
+  static const void *host[3 * MAXG], *pa[MAXG], *pb[MAXG], *pc[MAXG];
   if (E > MAXG || E > cu.cfg.experts) rt_cuda_fail(op, "more experts than the grouped GEMM was sized for");
+  if (per < 1) rt_cuda_fail(op, "experts per shard must be at least 1");
   /* C is the activation type, the weight gradients (G_DW) too: fp32 accumulation added into it (beta 1) */
   cudaDataType_t ct = CU_ACT;
   size_t cs = sizeof(act);
@@ -279,7 +282,7 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
   for (int e = 0; e < E; e++) {
     int rows = off[e + 1] - off[e];
     if (!rows) continue;
-    size_t we = (size_t)e * OC * IC;
+    size_t we = (size_t)(e / per) * (size_t)stride + (size_t)(e % per) * OC * IC;
     const act *A, *B;
     char *C;
     alpha[g] = 1, size[g] = 1;
@@ -293,22 +296,24 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
       ta[g] = CUBLAS_OP_N, tb[g] = CUBLAS_OP_T, m[g] = IC, n[g] = OC, k[g] = rows, beta[g] = 1;
       A = x + (size_t)off[e] * IC, lda[g] = IC, B = y + (size_t)off[e] * OC, ldb[g] = OC, C = (char *)out + cs * we, ldc[g] = IC;
     }
-    host[g] = A, host[MAXG + g] = B, host[2 * MAXG + g] = C;
+    pa[g] = A, pb[g] = B, pc[g] = C;
     g++;
   }
   if (!g) return;
+  /* A, B, C pointer arrays back to back: one upload of 3g pointers */
+  memcpy(host, pa, sizeof(void *) * (size_t)g);
+  memcpy(host + g, pb, sizeof(void *) * (size_t)g);
+  memcpy(host + 2 * g, pc, sizeof(void *) * (size_t)g);
   CU_PROF_BEGIN();
   cu_prof_flops = 0;
   for (int i = 0; i < g; i++) cu_prof_flops += 2.0 * m[i] * n[i] * k[i];
   size_t E3 = (size_t)cu.cfg.experts;
   void **d = cu.gptr + (size_t)slot * 3 * E3; /* this call's slot: A, B, C pointer arrays */
-  for (int i = 0; i < 3; i++)
-    cu_check(cudaMemcpyAsync(d + i * E3, host + i * MAXG, sizeof(void *) * (size_t)g, cudaMemcpyHostToDevice, cu.stream),
-             op);
+  cu_check(cudaMemcpyAsync(d, host, sizeof(void *) * 3 * (size_t)g, cudaMemcpyHostToDevice, cu.stream), op);
   for (;;) {
     cublasStatus_t s = cublasGemmGroupedBatchedEx(
-        cu.blas, ta, tb, m, n, k, alpha, (const void *const *)d, CU_ACT, lda, (const void *const *)(d + E3), CU_ACT,
-        ldb, beta, d + 2 * E3, ct, ldc, g, size, MTRT_ACT_IS_BF16 ? CUBLAS_COMPUTE_32F : cu.grouped_compute);
+        cu.blas, ta, tb, m, n, k, alpha, (const void *const *)d, CU_ACT, lda, (const void *const *)(d + g), CU_ACT,
+        ldb, beta, d + 2 * g, ct, ldc, g, size, MTRT_ACT_IS_BF16 ? CUBLAS_COMPUTE_32F : cu.grouped_compute);
     /* not every math mode is documented for fp32 storage in grouped GEMMs: fall back on failure */
     if (s != CUBLAS_STATUS_SUCCESS && !MTRT_ACT_IS_BF16 && cu.grouped_compute != CUBLAS_COMPUTE_32F) {
       cublasComputeType_t next = cu.grouped_compute == CUBLAS_COMPUTE_32F_FAST_16BF ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -332,33 +337,33 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
 }
 
 void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg, const act *wu, const act *wd,
-                        const int *offsets, int E, int C, int F) {
+                        const int *offsets, int E, int per, int64_t stride, int C, int F) {
   const int *off = cu_offsets(offsets, (size_t)E + 1);
-  grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, E, C, F);
+  grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, E, per, stride, C, F);
   if (wg) {
-    grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, E, C, F);
+    grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, E, per, stride, C, F);
     rt_swiglu_forward(h, g, u, (int64_t)off[E] * F);
   } else {
     rt_gelu_forward(h, u, (int64_t)off[E] * F); /* GELU experts (mtrt_ops.h) */
   }
-  grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, E, F, C);
+  grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, E, per, stride, F, C);
 }
 
 void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp, const act *xp, const act *g,
                          const act *u, const act *h, const act *wg, const act *wu, const act *wd, const int *offsets,
-                         int E, int C, int F, act *dh, act *dg, act *du) {
+                         int E, int per, int64_t stride, int C, int F, act *dh, act *dg, act *du) {
   const int *off = cu_offsets(offsets, (size_t)E + 1);
   size_t n = (size_t)off[E] * F;
   rt_zero(dh, n), rt_zero(du, n);
   if (wg) rt_zero(dg, n);
-  grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, E, F, C);
-  if (dwd) grouped("experts down_proj dw", G_DW, 1, dwd, h, dyp, NULL, off, E, F, C);
+  grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, E, per, stride, F, C);
+  if (dwd) grouped("experts down_proj dw", G_DW, 1, dwd, h, dyp, NULL, off, E, per, stride, F, C);
   if (wg) rt_swiglu_backward(dg, du, dh, g, u, (int64_t)n);
   else rt_gelu_backward(du, dh, u, (int64_t)n); /* GELU experts: no gate */
   if (dxp) {
-    if (wg) grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, E, C, F);
-    grouped("experts up_proj dx", G_DX, 3, dxp, du, NULL, wu, off, E, C, F);
+    if (wg) grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, E, per, stride, C, F);
+    grouped("experts up_proj dx", G_DX, 3, dxp, du, NULL, wu, off, E, per, stride, C, F);
   }
-  if (wg && dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, E, C, F);
-  if (dwu) grouped("experts up_proj dw", G_DW, 5, dwu, xp, du, NULL, off, E, C, F);
+  if (wg && dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, E, per, stride, C, F);
+  if (dwu) grouped("experts up_proj dw", G_DW, 5, dwu, xp, du, NULL, off, E, per, stride, C, F);
 }

@@ -534,20 +534,24 @@ static void moe(void) {
   check_dev("router_bias_update", dshard, shard, 5, TOL);
 }
 
-/* The routed experts (grouped GEMMs) over uneven rows per expert, one of them 0 and one 1. */
+/* The routed experts (grouped GEMMs) over uneven rows per expert, one of them 0 and one 1, with
+ * the weights in whole-expert shards of PER experts (the last one short), SHARD elements apart
+ * with a gap after each: expert e at (e / PER) · SHARD + (e % PER) · F · C. */
 static void experts(const Pass *p) {
   static const int rows[E] = {90, 0, 130, 7, 64, 1, 100, 120};
+  enum { PER = 3 };
+  const int64_t SHARD = (int64_t)PER * F * C + 17;
   int32_t *off = (int32_t *)host(E + 1);
   for (int e = 0; e < E; e++) off[e + 1] = off[e] + rows[e];
   CHECK_EQ(off[E], N * K);
-  size_t nx = (size_t)N * K * C, nh_ = (size_t)N * K * F, nw = (size_t)E * F * C;
+  size_t nx = (size_t)N * K * C, nh_ = (size_t)N * K * F, nw = (size_t)((E + PER - 1) / PER) * (size_t)SHARD;
   float *xp = rnd(nx, 2), *wg = rnd(nw, 1), *wu = rnd(nw, 1), *wd = rnd(nw, 1);
   float *yp = host(nx), *g = host(nh_), *u = host(nh_), *h = host(nh_);
   int32_t *doff = devi(off, E + 1);
   act *dxp_ = deva(xp, nx), *dwg_ = deva(wg, nw), *dwu_ = deva(wu, nw), *dwd_ = deva(wd, nw);
   act *dyp_ = deva(NULL, nx), *dg_ = deva(NULL, nh_), *du_ = deva(NULL, nh_), *dh_ = deva(NULL, nh_);
-  ref_experts_forward(yp, g, u, h, xp, wg, wu, wd, off, E, C, F);
-  rt_experts_forward(dyp_, dg_, du_, dh_, dxp_, dwg_, dwu_, dwd_, doff, E, C, F);
+  ref_experts_forward(yp, g, u, h, xp, wg, wu, wd, off, E, PER, SHARD, C, F);
+  rt_experts_forward(dyp_, dg_, du_, dh_, dxp_, dwg_, dwu_, dwd_, doff, E, PER, SHARD, C, F);
   check_dev("experts_forward g", dg_, g, nh_, p->gemm_tol);
   check_dev("experts_forward u", du_, u, nh_, p->gemm_tol);
   check_dev("experts_forward h", dh_, h, nh_, p->gemm_tol);
@@ -557,8 +561,8 @@ static void experts(const Pass *p) {
   float *sh = host(nh_), *sg = host(nh_), *su = host(nh_);
   act *ddyp = deva(dyp, nx), *ddxp = deva(dxp, nx), *ddwg = deva(dwg, nw), *ddwu = deva(dwu, nw), *ddwd = deva(dwd, nw);
   act *dsh = deva(NULL, nh_), *dsg = deva(NULL, nh_), *dsu = deva(NULL, nh_);
-  ref_experts_backward(dxp, dwg, dwu, dwd, dyp, xp, g, u, h, wg, wu, wd, off, E, C, F, sh, sg, su);
-  rt_experts_backward(ddxp, ddwg, ddwu, ddwd, ddyp, dxp_, dg_, du_, dh_, dwg_, dwu_, dwd_, doff, E, C, F, dsh, dsg, dsu);
+  ref_experts_backward(dxp, dwg, dwu, dwd, dyp, xp, g, u, h, wg, wu, wd, off, E, PER, SHARD, C, F, sh, sg, su);
+  rt_experts_backward(ddxp, ddwg, ddwu, ddwd, ddyp, dxp_, dg_, du_, dh_, dwg_, dwu_, dwd_, doff, E, PER, SHARD, C, F, dsh, dsg, dsu);
   check_dev("experts_backward dxp", ddxp, dxp, nx, p->gemm_tol);
   check_dev("experts_backward dwg", ddwg, dwg, nw, p->gemm_tol);
   check_dev("experts_backward dwu", ddwu, dwu, nw, p->gemm_tol);
@@ -575,15 +579,15 @@ static void experts_gelu(const Pass *p) {
   int32_t *doff = devi(off, E + 1);
   act *dxp_ = deva(xp, nx), *dwu_ = deva(wu, nw), *dwd_ = deva(wd, nw);
   act *dyp_ = deva(NULL, nx), *du_ = deva(NULL, nh_), *dh_ = deva(NULL, nh_);
-  ref_experts_forward(yp, NULL, u, h, xp, NULL, wu, wd, off, E, C, F);
-  rt_experts_forward(dyp_, NULL, du_, dh_, dxp_, NULL, dwu_, dwd_, doff, E, C, F);
+  ref_experts_forward(yp, NULL, u, h, xp, NULL, wu, wd, off, E, E, 0, C, F);
+  rt_experts_forward(dyp_, NULL, du_, dh_, dxp_, NULL, dwu_, dwd_, doff, E, E, 0, C, F);
   check_dev("experts_gelu_forward h", dh_, h, nh_, p->gemm_tol);
   check_dev("experts_gelu_forward yp", dyp_, yp, nx, p->gemm_tol);
   float *dyp = rnd(nx, 2), *dxp = rnd(nx, 1), *dwu = rnd(nw, 1), *dwd = rnd(nw, 1), *sh = host(nh_), *su = host(nh_);
   act *ddyp = deva(dyp, nx), *ddxp = deva(dxp, nx), *ddwu = deva(dwu, nw), *ddwd = deva(dwd, nw);
   act *dsh = deva(NULL, nh_), *dsu = deva(NULL, nh_);
-  ref_experts_backward(dxp, NULL, dwu, dwd, dyp, xp, NULL, u, h, NULL, wu, wd, off, E, C, F, sh, NULL, su);
-  rt_experts_backward(ddxp, NULL, ddwu, ddwd, ddyp, dxp_, NULL, du_, dh_, NULL, dwu_, dwd_, doff, E, C, F, dsh, NULL, dsu);
+  ref_experts_backward(dxp, NULL, dwu, dwd, dyp, xp, NULL, u, h, NULL, wu, wd, off, E, E, 0, C, F, sh, NULL, su);
+  rt_experts_backward(ddxp, NULL, ddwu, ddwd, ddyp, dxp_, NULL, du_, dh_, NULL, dwu_, dwd_, doff, E, E, 0, C, F, dsh, NULL, dsu);
   check_dev("experts_gelu_backward dxp", ddxp, dxp, nx, p->gemm_tol);
   check_dev("experts_gelu_backward dwu", ddwu, dwu, nw, p->gemm_tol);
   check_dev("experts_gelu_backward dwd", ddwd, dwd, nw, p->gemm_tol);
