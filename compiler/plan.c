@@ -416,7 +416,7 @@ static void build_items(Items *it, const Model *md) {
       item(it, "workspace.muon_exchange_host", CAT_WORKSPACE, TIER_HOST, 4 * (double)(w.elems + w.nest),
            PHASE_OPT(L), END,
            "4 B x (workspace.newton_schulz's values + the dense shards' sum or an expert shard, the larger): the "
-           "exchange's host copy");
+           "exchange's host copy, pinned (its copies to and from the GPU asynchronous, waited for once each way)");
   }
   item(it, "reserve.cuda_context", CAT_RESERVE, TIER_HBM, r->cuda_context, 0, END, "cluster.reserve.cuda_context");
   item(it, "reserve.nccl_buffers", CAT_RESERVE, TIER_HBM, r->nccl_buffers, 0, END, "cluster.reserve.nccl_buffers");

@@ -104,6 +104,11 @@ real rt_cu_step_scalars(double *loss);
  * the oldest collective still pending (op, values, group, ranks, where it was issued), where the
  * host waited and why (comm_nccl.c). */
 void rt_cu_host_wait(const char *why);
+/* rt_cu_host_wait in two halves: mark records where the stream is now (one mark at a time: a
+ * new one replaces it); wait_mark blocks the host until the stream has done the work queued
+ * before the mark (not what came after), watching the communicators as rt_cu_host_wait does. */
+void rt_cu_host_mark(void);
+void rt_cu_host_wait_mark(const char *why);
 /* Muon on the device (muon_cuda.c). Newton-Schulz of a batch of same-shaped matrices, fp32
  * with fp32 cuBLAS math (strided-batched GEMMs): out (batch × rows × cols, device, matrix i at
  * i·rows·cols) = scale × the quintic iteration of rt_newton_schulz (mtrt_optim.h) on each of
@@ -121,7 +126,10 @@ size_t rt_cu_newton_schulz_work(int batch, int rows, int cols);
  * last group's batches run), each owner orthogonalizing its matrices on its GPU. dwork: device
  * scratch of dwork_elems values (the arena's MUON_WORK): the largest S for a group's Nesterov
  * gradients, the rest for Newton-Schulz, whose batches are cut to fit it (at least one matrix
- * and, for a gathered one, the matrix besides; else the job aborts). hwork: host, the sum of
+ * and, for a gathered one, the matrix besides; else the job aborts). The host waits twice when
+ * a matrix moves: once for every moving group's Nesterov gradients (copied down as each is
+ * computed), once for every owned matrix's update (their Newton-Schulz queued back to back).
+ * hwork: host (pinned, so that those copies are asynchronous; pageable works), the sum of
  * the S of the groups whose matrices move (their nests; gs[i].nest is set here) +
  * rt_muon_groups_work values; counts: rt_muon_counts_bytes(ranks) bytes. Collective over comm
  * when a matrix of the groups moves. */

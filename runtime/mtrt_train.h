@@ -145,10 +145,12 @@ size_t rt_muon_counts_bytes(int ranks);
  * INT_MAX; tests lower it to run that path on small groups. */
 extern int64_t rt_muon_msg_limit;
 
-/* Orthogonalizes one gathered Muon matrix for rt_muon_exchange_finish: U (rows, cols, host) =
- * the Newton-Schulz result of G (rows, cols, host), scaled by 0.2·sqrt(max(rows, cols)); ctx is
- * the caller's. */
-typedef void (*RtMuonOrth)(real *U, const real *G, int rows, int cols, void *ctx);
+/* Orthogonalizes one gathered Muon matrix for rt_muon_exchange_finish, in place: the matrix
+ * (rows, cols, row-major, host) is the concatenation of its np pieces piece[i] of len[i] values
+ * (some empty), and becomes the Newton-Schulz result of itself scaled by
+ * 0.2·sqrt(max(rows, cols)). The callback may defer the work (queue it on a device) as long as
+ * every piece holds its result when finish's done callback returns; ctx is the caller's. */
+typedef void (*RtMuonOrth)(real *const *piece, const int64_t *len, int np, int rows, int cols, void *ctx);
 /* An exchange in flight (rt_muon_exchange_start to rt_muon_exchange_finish). */
 typedef struct {
   MPI_Comm comm;
@@ -168,8 +170,8 @@ typedef struct {
  * (the experts' Newton-Schulz on the GPU), for the ng groups gs of one communicator. Each
  * group's nest (S values, host) holds this rank's Nesterov gradients at shard indices. start
  * sends the pieces of the matrices that no one shard holds whole to their owners (one
- * all-to-all, not waited for); finish waits, calls orth on each matrix this rank owns, and
- * returns the updates in one more all-to-all into each nest at the same indices (the pieces of
+ * all-to-all, not waited for); finish waits, calls orth on each matrix this rank owns (in the
+ * received pieces, in place), then done (or none: NULL) once, and returns the updates in one more all-to-all into each nest at the same indices (the pieces of
  * matrices held whole, and the values of other tensors, are left as they are). work:
  * rt_muon_groups_work values (host); counts: rt_muon_counts_bytes(ranks) bytes; gs, the nests,
  * work and counts stay untouched until finish. start returns false, with nothing sent and no
@@ -177,7 +179,7 @@ typedef struct {
  * on every rank). Collective over comm. */
 bool rt_muon_exchange_start(MPI_Comm comm, int ranks, const RtMuonShard *gs, int ng, const RtTensor *t, int nt,
                             real *work, void *counts, RtMuonXchg *xs);
-void rt_muon_exchange_finish(RtMuonXchg *xs, RtMuonOrth orth, void *ctx, RtMuonStats *st);
+void rt_muon_exchange_finish(RtMuonXchg *xs, RtMuonOrth orth, void (*done)(void *ctx), void *ctx, RtMuonStats *st);
 
 /* Sets shard (n = hi - lo elements: gathered indices [lo, hi) of group g) to the initial
  * values of the tensors there; padding is 0. Every value is a function of (seed, tensor name,

@@ -220,7 +220,8 @@ static Footprint footprint(void) {
   f.host += (int64_t)(scratch_host + scratch_pinned) + (STATE_ON_HOST ? 0 : state);
 #ifdef MUON_WORK
   if (OPT_ON_HOST) f.host += (int64_t)MUON_WORK_ELEMS * (int64_t)sizeof(real);
-  f.host += muon_host_elems() * (int64_t)sizeof(real);
+  f.host += muon_host_elems() * (int64_t)sizeof(real); /* pinned (muon_setup) */
+  f.pinned += muon_host_elems() * (int64_t)sizeof(real);
 #endif
 #endif
   return f;
@@ -635,8 +636,15 @@ static int muon_setup(Run *r) {
 #ifdef MUON_WORK
   r->muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : (real *)(r->c.acts + MUON_WORK);
 #ifdef MTC_BACKEND_CUDA
-  r->muon_host = muon_host_elems() ? malloc((size_t)muon_host_elems() * sizeof(real)) : NULL;
-  if (muon_host_elems() && !r->muon_host) r->muon_work = NULL;
+  /* pinned: its copies to and from the device are asynchronous, so that the step waits for all
+   * of them once (rt_cu_muon_groups) */
+  char perr[160] = "";
+  r->muon_host = muon_host_elems() ? rt_cuda_alloc_host((size_t)muon_host_elems() * sizeof(real), perr, sizeof perr)
+                                   : NULL;
+  if (muon_host_elems() && !r->muon_host) {
+    fprintf(stderr, "error: rank %d: Muon's exchange: %s\n", r->c.comm.rank, perr);
+    r->muon_work = NULL;
+  }
 #endif
   if (!r->muon_work || !r->muon_counts) {
     fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", r->c.comm.rank);
@@ -1028,8 +1036,8 @@ static void release(Run *r) {
   if (PLAN_EP > 1) rt_a2a_free(&c->a2a);
   free(r->muon_counts);
   if (OPT_ON_HOST) free(r->muon_work);
-  free(r->muon_host);
 #ifdef MTC_BACKEND_CUDA
+  rt_cuda_free_host(r->muon_host);
   rt_cuda_free(c->arena);
   rt_cuda_free(c->acts);
   rt_cuda_free_host(c->host);

@@ -113,18 +113,37 @@ static void describe_pending(char *msg, size_t n, const Group *g) {
     snprintf(msg, n, "no collective (none pending)");
 }
 
+static cudaEvent_t marked; /* rt_cu_host_mark's */
+
+/* Polls ev until it is done, watching the groups' communicators (rt_cu_host_wait's loop). */
+static void host_poll(cudaEvent_t ev, const char *why, bool all);
+
 void rt_cu_host_wait(const char *why) {
-  static double timeout = -1;
   static cudaEvent_t ev;
-  if (timeout < 0) timeout = getenv("MTC_NCCL_TIMEOUT") ? atof(getenv("MTC_NCCL_TIMEOUT")) : 600;
   if (!ev) cu_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), why);
   cu_check(cudaEventRecord(ev, cu.stream), why);
+  host_poll(ev, why, true);
+}
+
+void rt_cu_host_mark(void) {
+  if (!marked) cu_check(cudaEventCreateWithFlags(&marked, cudaEventDisableTiming), "a host wait's mark");
+  cu_check(cudaEventRecord(marked, cu.stream), "a host wait's mark");
+}
+
+void rt_cu_host_wait_mark(const char *why) {
+  if (!marked) rt_cuda_fail(why, "no mark recorded (rt_cu_host_mark)");
+  host_poll(marked, why, false); /* a collective waited for after the mark may be pending */
+}
+
+static void host_poll(cudaEvent_t ev, const char *why, bool all) {
+  static double timeout = -1;
+  if (timeout < 0) timeout = getenv("MTC_NCCL_TIMEOUT") ? atof(getenv("MTC_NCCL_TIMEOUT")) : 600;
   struct timespec t0, t, nap = {0, 20000};
   clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess) {
-      waited = 0;
+      if (all) waited = 0;
       return;
     }
     char msg[600], what[300];

@@ -66,20 +66,38 @@ static void momentum(float *m, const float *grad, float *out, int64_t n, float g
   cu_launch(K_MUON_MOMENTUM, cu_blocks(ln, 256), 256, (void *[]){&m, &grad, &out, &ln, &grad_scale, &mu});
 }
 
-/* The owner's side of a gathered matrix: G up, Newton-Schulz on the device, U down. */
+/* The owner's side of a gathered matrix: its pieces up, Newton-Schulz on the device, the update
+ * down into the same pieces; queued on the stream, none waited for: orth_done waits once for
+ * all of an exchange's matrices. The pieces lie in the exchange's pinned host scratch (a
+ * pageable one works too, with copies that block), so the copies are asynchronous; one device
+ * scratch serves every matrix in turn, the stream keeping their order. */
 typedef struct {
   float *dev;   /* device scratch */
   size_t elems; /* its values */
 } OrthCtx;
 
-static void orth_on_device(real *U, const real *G, int rows, int cols, void *ctx) {
+static void orth_on_device(real *const *piece, const int64_t *len, int np, int rows, int cols, void *ctx) {
   OrthCtx *o = ctx;
-  size_t n = (size_t)rows * (size_t)cols;
+  size_t n = (size_t)rows * (size_t)cols, at = 0;
   if (n + rt_cu_newton_schulz_work(1, rows, cols) > o->elems)
     rt_cuda_fail("Muon", "a gathered matrix does not fit Muon's device scratch (regenerate with this mtc)");
-  rt_cuda_upload(o->dev, G, n * sizeof(float));
+  for (int i = 0; i < np; at += (size_t)len[i], i++)
+    if (len[i])
+      cu_check(cudaMemcpyAsync(o->dev + at, piece[i], (size_t)len[i] * sizeof(float), cudaMemcpyHostToDevice,
+                               cu.stream),
+               "Muon: a gathered matrix up");
   rt_cu_newton_schulz(o->dev, o->dev, 1, rows, cols, muon_scale(rows, cols), o->dev + n);
-  rt_cuda_download(U, o->dev, n * sizeof(float));
+  at = 0;
+  for (int i = 0; i < np; at += (size_t)len[i], i++)
+    if (len[i])
+      cu_check(cudaMemcpyAsync(piece[i], o->dev + at, (size_t)len[i] * sizeof(float), cudaMemcpyDeviceToHost,
+                               cu.stream),
+               "Muon: its update down");
+}
+
+static void orth_done(void *ctx) {
+  (void)ctx;
+  rt_cu_host_wait("Muon's updates of its gathered matrices");
 }
 
 /* Whether a Muon matrix of group g is split over shards of S (the same answer on every rank). */
@@ -142,8 +160,10 @@ void rt_cu_muon_groups(MPI_Comm comm, int ranks, RtMuonShard *gs, int ng, const 
       if (T->muon) momentum(q->mom + at, q->grad + at, N + at, len, grad_scale, mu);
     })
     q->nest = hwork + off;
-    if (group_moves(t, nt, q->g, q->S)) {
-      rt_cuda_download(q->nest, N, (size_t)q->S * sizeof(float));
+    if (group_moves(t, nt, q->g, q->S)) { /* into pinned hwork: not waited for here */
+      cu_check(cudaMemcpyAsync(q->nest, N, (size_t)q->S * sizeof(float), cudaMemcpyDeviceToHost, cu.stream),
+               "Muon: Nesterov gradients down");
+      rt_cu_host_mark(); /* the last group's batches below still overlap the exchange */
       off += q->S, moving = true;
     }
     local_batches(q, t, nt, lo, N, ns, ns_elems, h, st);
@@ -151,10 +171,11 @@ void rt_cu_muon_groups(MPI_Comm comm, int ranks, RtMuonShard *gs, int ng, const 
   if (!moving) return;
   /* the others at their owners: the gather is started while the last group's batches run on the
    * GPU; one all-to-all there and one back for all the groups, each owner's matrices on its GPU */
+  rt_cu_host_wait_mark("Muon's Nesterov gradients"); /* every moving group's, at once */
   RtMuonXchg xs;
   rt_muon_exchange_start(comm, ranks, gs, ng, t, nt, hwork + off, counts, &xs);
   OrthCtx o = {ns, ns_elems};
-  rt_muon_exchange_finish(&xs, orth_on_device, &o, st);
+  rt_muon_exchange_finish(&xs, orth_on_device, orth_done, &o, st);
   for (int i = 0; i < ng; i++) {
     const RtMuonShard *q = &gs[i];
     int64_t lo = (int64_t)me * q->S, hi = lo + q->S, S = q->S;

@@ -334,30 +334,35 @@ bool rt_muon_exchange_start(MPI_Comm comm, int ranks, const RtMuonShard *gs, int
   return true;
 }
 
-void rt_muon_exchange_finish(RtMuonXchg *xs, RtMuonOrth orth, void *ctx, RtMuonStats *st) {
+void rt_muon_exchange_finish(RtMuonXchg *xs, RtMuonOrth orth, void (*done)(void *ctx), void *ctx, RtMuonStats *st) {
   Xchg x = xchg(xs->counts, xs->ranks, false); /* the start's counts, put reset */
   x.req = xs->req, x.big = xs->big;
   const RtTensor *t = xs->t;
   const RtMuonShard *gs = xs->gs;
   int nt = xs->nt, ng = xs->ng, ranks = xs->ranks, me = xs->me;
   int64_t from, len, *put = x.put;
-  real *snd = xs->work, *rcv = snd + xs->sent, *G = rcv + xs->owned, *U = G + xs->most;
+  real *snd = xs->work, *rcv = snd + xs->sent;
+  real **at = malloc((size_t)ranks * sizeof *at);
+  int64_t *lens = malloc((size_t)ranks * sizeof *lens);
+  if (!at || !lens) {
+    fprintf(stderr, "error: Muon's exchange: no host memory for %d pieces\n", ranks);
+    MPI_Abort(xs->comm, 2);
+  }
   a2a_wait(&x);
   Mat m;
-  FOR_MATS(m) { /* the owner's: assembled, orthogonalized, the update written back in place */
+  FOR_MATS(m) { /* the owner's: its pieces in rank order, orthogonalized in place */
     if (m.local || m.owner != me) continue;
     for (int r = 0; r < ranks; r++) {
       piece(r, m.S, m.a, m.n, &from, &len);
-      memcpy(G + (from - m.a), rcv + x.rd[r] + put[r], (size_t)len * sizeof(real));
-    }
-    orth(U, G, m.rows, m.cols, ctx);
-    for (int r = 0; r < ranks; r++) {
-      piece(r, m.S, m.a, m.n, &from, &len);
-      memcpy(rcv + x.rd[r] + put[r], U + (from - m.a), (size_t)len * sizeof(real));
+      at[r] = rcv + x.rd[r] + put[r], lens[r] = len;
       put[r] += len;
     }
+    orth(at, lens, ranks, m.rows, m.cols, ctx);
     if (st) st->owned++;
   }
+  if (done) done(ctx);
+  free(at);
+  free(lens);
   a2a_start(xs->comm, &x, rcv, x.rc, x.rd, snd, x.sc, x.sd);
   if (st) st->large += xs->big + x.big, st->exchanges++;
   a2a_wait(&x);

@@ -90,7 +90,8 @@ static Footprint footprint(void) {
   f.host += (int64_t)(scratch_host + scratch_pinned) + (STATE_ON_HOST ? 0 : state);
 #ifdef MUON_WORK
   if (OPT_ON_HOST) f.host += (int64_t)MUON_WORK_ELEMS * (int64_t)sizeof(real);
-  f.host += muon_host_elems() * (int64_t)sizeof(real);
+  f.host += muon_host_elems() * (int64_t)sizeof(real); /* pinned (muon_setup) */
+  f.pinned += muon_host_elems() * (int64_t)sizeof(real);
 #endif
 #endif
   return f;

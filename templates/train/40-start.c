@@ -108,8 +108,15 @@ static int muon_setup(Run *r) {
 #ifdef MUON_WORK
   r->muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : (real *)(r->c.acts + MUON_WORK);
 #ifdef MTC_BACKEND_CUDA
-  r->muon_host = muon_host_elems() ? malloc((size_t)muon_host_elems() * sizeof(real)) : NULL;
-  if (muon_host_elems() && !r->muon_host) r->muon_work = NULL;
+  /* pinned: its copies to and from the device are asynchronous, so that the step waits for all
+   * of them once (rt_cu_muon_groups) */
+  char perr[160] = "";
+  r->muon_host = muon_host_elems() ? rt_cuda_alloc_host((size_t)muon_host_elems() * sizeof(real), perr, sizeof perr)
+                                   : NULL;
+  if (muon_host_elems() && !r->muon_host) {
+    fprintf(stderr, "error: rank %d: Muon's exchange: %s\n", r->c.comm.rank, perr);
+    r->muon_work = NULL;
+  }
 #endif
   if (!r->muon_work || !r->muon_counts) {
     fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", r->c.comm.rank);

@@ -253,8 +253,8 @@ static void release(Run *r) {
   if (PLAN_EP > 1) rt_a2a_free(&c->a2a);
   free(r->muon_counts);
   if (OPT_ON_HOST) free(r->muon_work);
-  free(r->muon_host);
 #ifdef MTC_BACKEND_CUDA
+  rt_cuda_free_host(r->muon_host);
   rt_cuda_free(c->arena);
   rt_cuda_free(c->acts);
   rt_cuda_free_host(c->host);
