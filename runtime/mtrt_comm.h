@@ -31,6 +31,15 @@ void rt_comm_label(const char *where);
 const char *rt_comm_where(void);
 /* n as an MPI int count; past INT_MAX aborts the job printing "what: n" and where the step is. */
 int rt_mpi_count(size_t n, const char *what);
+/* Large counts: the cpu backend's collectives move at most rt_mpi_piece_max() values per rank in
+ * one MPI call (2^30, or $MTC_MPI_PIECE when set: a test hook that sends small counts through the
+ * pieces), a larger count in pieces of that many values (the last one shorter). */
+size_t rt_mpi_piece_max(void);
+/* The values in the piece that starts at value at (< count) of count values cut in pieces of at
+ * most piece (> 0): min(piece, count - at). */
+size_t rt_mpi_piece_len(size_t count, size_t at, size_t piece);
+/* The number of pieces of at most piece (> 0) values in count values: ceil(count / piece). */
+size_t rt_mpi_pieces(size_t count, size_t piece);
 
 /* One process's place in the layout and a communicator per group. */
 typedef struct {

@@ -8,11 +8,13 @@
  * agrees with the blocks. Then the same at small shapes for many caps, a round trip with data
  * (dispatch, regroup, +1, undispatch as copies between the simulated ranks) in 3+ rounds, and the
  * 64-bit element counts of the elementwise ops. */
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "check.h"
 #include "mtrt_a2a.h"
+#include "mtrt_comm.h"
 #include "mtrt_ops.h"
 
 enum { EP = 4, EL = 96, E = EP * EL, N = 65536, K = 8, C = 6144, F = 1792 };
@@ -383,7 +385,38 @@ static void wide_ops(void) {
   CHECK_EQ(load[1], 2);
 }
 
+/* The cpu backend's large-count pieces (mtrt_comm.h) for counts past 2^31, without allocating:
+ * every piece fits MPI's int count, the pieces cover [0, count) exactly, the last is the rest,
+ * and a strided piece's extent and offsets in bytes (count values of 2 or 4 bytes, rank r's block
+ * at r count) stay exact in 64 bits. */
+static void mpi_pieces(void) {
+  const size_t piece = (size_t)1 << 30, counts[] = {3 * ((size_t)1 << 31) + 5, (size_t)1 << 32, piece, piece + 1};
+  const size_t want[] = {7, 4, 1, 2};
+  for (int i = 0; i < 4; i++) {
+    size_t count = counts[i], covered = 0, n = 0, last = 0;
+    int over = 0;
+    CHECK_EQ(rt_mpi_pieces(count, piece), want[i]);
+    for (size_t at = 0; at < count; at += piece, n++) {
+      last = rt_mpi_piece_len(count, at, piece);
+      over += last > (size_t)INT_MAX || last == 0;
+      covered += last;
+    }
+    CHECK_EQ(over, 0);
+    CHECK_EQ(n, want[i]);
+    CHECK_EQ(covered, count);
+    CHECK_EQ(last, count - (want[i] - 1) * piece);
+  }
+  CHECK_EQ(rt_mpi_piece_len(3 * ((size_t)1 << 31) + 5, 6 * piece, piece), 5);
+  /* a world of 8, bf16 and fp32 blocks of 3·2^31 + 5 values: rank 7's last piece in bytes */
+  size_t count = 3 * ((size_t)1 << 31) + 5;
+  int64_t extent16 = (int64_t)(count * 2), at = (int64_t)(7 * count + 6 * piece) * 4;
+  CHECK_EQ(extent16, 12884901898LL);
+  CHECK_EQ(at, 4 * (7 * 6442450949LL + 6442450944LL));
+  CHECK(rt_mpi_piece_max() > 0 && rt_mpi_piece_max() <= (size_t)INT_MAX);
+}
+
 int main(void) {
+  mpi_pieces();
   balanced();
   skewed();
   small_caps();

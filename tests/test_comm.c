@@ -69,6 +69,20 @@ static void collectives(const RtComm *c, MPI_Comm g, int (*member)(const RtComm 
     rounded += err > 0;
   }
   CHECK_EQ(over, 0);
+  /* the overlapped reduce-scatter (in place in its input, added into acc): as the calls above,
+   * fp32 and bf16 on the wire */
+  float *inp = malloc(sizeof(float) * BIG * (size_t)n), *acc = calloc(BIG, sizeof(float));
+  memcpy(inp, x, sizeof(float) * BIG * (size_t)n);
+  rt_comm_reduce_scatter_start(g, acc, inp, BIG, false, NULL, 0);
+  rt_comm_reduce_scatter_wait(0);
+  int diff = 0;
+  for (int i = 0; i < BIG; i++) diff += fabsf(acc[i] - r32[i]) > 1e-5f, acc[i] = 0; /* (a sum order may differ) */
+  memcpy(inp, x, sizeof(float) * BIG * (size_t)n);
+  rt_comm_reduce_scatter_start(g, acc, inp, BIG, true, NULL, 1);
+  rt_comm_reduce_scatter_wait(1);
+  for (int i = 0; i < BIG; i++) diff += acc[i] != (n > 1 ? r16[i] : r32[i]); /* (one rank: no wire) */
+  CHECK_EQ(diff, 0);
+  free(inp), free(acc);
   CHECK(rounded > 0); /* bf16 did round: the test would pass an fp32 wire otherwise */
   CHECK(rt_float_from_bf16(rt_bf16_from_float(1.0f + 0x1p-8f)) == 1.0f); /* a tie rounds to even */
   CHECK(rt_float_from_bf16(rt_bf16_from_float(1.0f + 0x1p-8f + 0x1p-20f)) == 1.0f + 0x1p-7f);
@@ -162,6 +176,8 @@ int main(int argc, char **argv) {
   }
   CHECK_EQ(rc, 0);
   if (rc) return 1;
+  if (getenv("MTC_MPI_PIECE")) /* (ctest comm_pieces: the collectives below go through the pieces) */
+    CHECK_EQ(rt_mpi_piece_max(), (size_t)atoll(getenv("MTC_MPI_PIECE")));
   CHECK_EQ(size_of(c.fsdp_comm), fsdp);
   CHECK_EQ(size_of(c.ep_comm), ep);
   CHECK_EQ(size_of(c.shard_comm), fsdp / ep);

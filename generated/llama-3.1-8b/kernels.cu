@@ -656,16 +656,6 @@ extern "C" __global__ void cast_bf16(bf16 *out, const float *in, long n) {
   if (i < n) out[i] = __float2bfloat16(in[i]);
 }
 
-// out (count, fp32) = Σ over g pieces of count bf16 values each, in piece (rank) order: the
-// receive side of a reduce-scatter with bf16 on the wire and fp32 accumulation.
-extern "C" __global__ void sum_bf16_pieces(float *out, const bf16 *pieces, int g, long count) {
-  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= count) return;
-  float acc = 0;
-  for (int r = 0; r < g; r++) acc += __bfloat162float(pieces[(size_t)r * count + i]);
-  out[i] = acc;
-}
-
 // *out += Σ g² over n values (the global gradient norm's part of one shard), in double across
 // blocks as the cpu backend sums.
 extern "C" __global__ void sum_squares(double *out, const float *g, long n) {

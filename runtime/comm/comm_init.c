@@ -34,6 +34,20 @@ int rt_mpi_count(size_t n, const char *what) {
   return (int)n;
 }
 
+size_t rt_mpi_piece_max(void) {
+  static size_t piece;
+  if (!piece) {
+    const char *v = getenv("MTC_MPI_PIECE");
+    long long n = v ? atoll(v) : 0;
+    piece = n > 0 && n <= INT_MAX ? (size_t)n : (size_t)1 << 30;
+  }
+  return piece;
+}
+
+size_t rt_mpi_piece_len(size_t count, size_t at, size_t piece) { return count - at < piece ? count - at : piece; }
+
+size_t rt_mpi_pieces(size_t count, size_t piece) { return count / piece + (count % piece != 0); }
+
 int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_replicate, const char *spec,
                  int gpus_per_node) {
   int inited = 0;
@@ -102,9 +116,9 @@ float rt_float_from_bf16(uint16_t h) {
 
 /* In place, so past MPI's int count it goes in pieces (every rank has the same count). */
 void rt_comm_all_reduce(MPI_Comm comm, real *buf, size_t count) {
-  const size_t piece = (size_t)1 << 30;
+  const size_t piece = rt_mpi_piece_max();
   for (size_t at = 0; at < count; at += piece) {
-    int n = rt_mpi_count(count - at < piece ? count - at : piece, "all-reduce values");
+    int n = rt_mpi_count(rt_mpi_piece_len(count, at, piece), "all-reduce values");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf + at, n, MTRT_MPI_REAL, MPI_SUM, comm));
   }
 }

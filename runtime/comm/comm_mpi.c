@@ -8,9 +8,71 @@
 
 #define MPI_CHECK(call) RT_MPI_CHECK(call)
 
+/* Large counts (mtrt_comm.h): a call moves at most rt_mpi_piece_max() values per rank, a larger
+ * count in pieces. An all-gather's or all-to-all's piece [at, at + n) of each rank's block of
+ * count values is one element of a contiguous type of n values resized to count values' extent
+ * (MPI_Aint bytes), so that block r's piece lands at r count + at. */
+static MPI_Datatype strided(MPI_Datatype base, size_t bytes, int n, size_t count) {
+  MPI_Datatype t, r;
+  MPI_CHECK(MPI_Type_contiguous(n, base, &t));
+  MPI_CHECK(MPI_Type_create_resized(t, 0, (MPI_Aint)(count * bytes), &r));
+  MPI_CHECK(MPI_Type_free(&t));
+  MPI_CHECK(MPI_Type_commit(&r));
+  return r;
+}
+
 void rt_comm_all_gather(MPI_Comm comm, act *out, const act *in, size_t count) {
-  int n = rt_mpi_count(count, "all-gather values per rank");
-  MPI_CHECK(MPI_Allgather(in, n, MTRT_MPI_REAL, out, n, MTRT_MPI_REAL, comm));
+  size_t piece = rt_mpi_piece_max();
+  if (count <= piece) {
+    int n = rt_mpi_count(count, "all-gather values per rank");
+    MPI_CHECK(MPI_Allgather(in, n, MTRT_MPI_REAL, out, n, MTRT_MPI_REAL, comm));
+    return;
+  }
+  for (size_t at = 0; at < count; at += piece) {
+    int n = (int)rt_mpi_piece_len(count, at, piece);
+    MPI_Datatype t = strided(MTRT_MPI_REAL, sizeof(act), n, count);
+    MPI_CHECK(MPI_Allgather(in + at, n, MTRT_MPI_REAL, out + at, 1, t, comm));
+    MPI_CHECK(MPI_Type_free(&t));
+  }
+}
+
+/* The all-to-all of g blocks of count bf16 values (block r of send to rank r, rank r's into block
+ * r of recv), in pieces past rt_mpi_piece_max(). */
+static void all_to_all_u16(MPI_Comm comm, const uint16_t *send, uint16_t *recv, size_t count) {
+  size_t piece = rt_mpi_piece_max();
+  if (count <= piece) {
+    int n = rt_mpi_count(count, "reduce-scatter (bf16) values per rank");
+    MPI_CHECK(MPI_Alltoall(send, n, MPI_UINT16_T, recv, n, MPI_UINT16_T, comm));
+    return;
+  }
+  for (size_t at = 0; at < count; at += piece) {
+    MPI_Datatype t = strided(MPI_UINT16_T, sizeof(uint16_t), (int)rt_mpi_piece_len(count, at, piece), count);
+    MPI_CHECK(MPI_Alltoall(send + at, 1, t, recv + at, 1, t, comm));
+    MPI_CHECK(MPI_Type_free(&t));
+  }
+}
+
+/* The fp32 reduce-scatter of g blocks of count values (block r summed into rank r), past
+ * rt_mpi_piece_max() values: rank r's block is one MPI_Reduce to root r per piece (contiguous
+ * predefined types: MPI's sums need no derived type). out: NULL for in place, the sum then in
+ * in[0, count) (this rank's block moved there once every reduce has read block 0). */
+static void reduce_scatter_pieces(MPI_Comm comm, real *out, real *in, size_t count) {
+  size_t piece = rt_mpi_piece_max();
+  int g, me;
+  MPI_CHECK(MPI_Comm_size(comm, &g));
+  MPI_CHECK(MPI_Comm_rank(comm, &me));
+  for (int r = 0; r < g; r++)
+    for (size_t at = 0; at < count; at += piece) {
+      int n = (int)rt_mpi_piece_len(count, at, piece);
+      real *block = in + (size_t)r * count + at;
+      if (r != me)
+        MPI_CHECK(MPI_Reduce(block, NULL, n, MTRT_MPI_REAL, MPI_SUM, r, comm));
+      else if (out)
+        MPI_CHECK(MPI_Reduce(block, out + at, n, MTRT_MPI_REAL, MPI_SUM, r, comm));
+      else
+        MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, block, n, MTRT_MPI_REAL, MPI_SUM, r, comm));
+    }
+  if (!out && me) memmove(in, in + (size_t)me * count, count * sizeof(real));
 }
 
 void rt_comm_all_gather_start(MPI_Comm comm, act *out, const act *in, size_t count, int slot) {
@@ -21,6 +83,10 @@ void rt_comm_all_gather_start(MPI_Comm comm, act *out, const act *in, size_t cou
 void rt_comm_all_gather_wait(int slot) { (void)slot; }
 
 void rt_comm_reduce_scatter(MPI_Comm comm, real *out, const real *in, size_t count) {
+  if (count > rt_mpi_piece_max()) { /* (in is only read: reduce_scatter_pieces writes out) */
+    reduce_scatter_pieces(comm, out, (real *)in, count);
+    return;
+  }
   int n = rt_mpi_count(count, "reduce-scatter values per rank");
   MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, MTRT_MPI_REAL, MPI_SUM, comm));
 }
@@ -31,8 +97,7 @@ static void reduce_scatter_bf16(MPI_Comm comm, real *out, const real *in, size_t
   MPI_CHECK(MPI_Comm_size(comm, &g));
   size_t total = (size_t)g * count;
   for (size_t i = 0; i < total; i++) send[i] = rt_bf16_from_float((float)in[i]);
-  int n = rt_mpi_count(count, "reduce-scatter (bf16) values per rank");
-  MPI_CHECK(MPI_Alltoall(send, n, MPI_UINT16_T, recv, n, MPI_UINT16_T, comm));
+  all_to_all_u16(comm, send, recv, count);
   for (size_t i = 0; i < count; i++) {
     float acc = 0;
     for (int r = 0; r < g; r++) acc += rt_float_from_bf16(recv[(size_t)r * count + i]);
@@ -63,8 +128,7 @@ static void reduce_scatter_bf16_in_place(MPI_Comm comm, int g, real *acc, act *i
     memcpy(bytes + 2 * i, &h, sizeof h);
   }
   uint16_t *recv = (uint16_t *)(bytes + 2 * total);
-  int n = rt_mpi_count(count, "reduce-scatter (bf16) values per rank");
-  MPI_CHECK(MPI_Alltoall(bytes, n, MPI_UINT16_T, recv, n, MPI_UINT16_T, comm));
+  all_to_all_u16(comm, (const uint16_t *)bytes, recv, count);
   for (size_t i = 0; i < count; i++) {
     float sum = 0;
     for (int r = 0; r < g; r++) sum += rt_float_from_bf16(recv[(size_t)r * count + i]);
@@ -83,7 +147,9 @@ void rt_comm_reduce_scatter_start(MPI_Comm comm, real *acc, act *in, size_t coun
   if (g > 1 && bf16) {
     reduce_scatter_bf16_in_place(comm, g, acc, in, count);
   } else {
-    if (g > 1) {
+    if (g > 1 && count > rt_mpi_piece_max()) {
+      reduce_scatter_pieces(comm, NULL, in, count); /* into in[0, count) */
+    } else if (g > 1) {
       int n = rt_mpi_count(count, "reduce-scatter values per rank");
       MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, in, n, MTRT_MPI_REAL, MPI_SUM, comm)); /* into in[0, count) */
     }

@@ -3,7 +3,8 @@
  * Bootstrap as nccl-tests does: rank 0's ncclUniqueId is broadcast over MPI and every rank
  * joins one world communicator; each of the plan's groups (fsdp, ep, expert shard, replicate) is
  * then split from it with ncclCommSplit (color: the group's first world rank). step.c names a
- * group by its MPI communicator (RtComm), so the collectives look up the NCCL communicator that
+ * group by its MPI communicator (RtComm, or MPI_COMM_WORLD for the world communicator itself: the
+ * aux-free balancing's expert loads), so the collectives look up the NCCL communicator that
  * belongs to it. A group of one rank needs no NCCL: its collectives are copies.
  *
  * Every NCCL call runs on its group's communication stream, after the compute stream's work so
@@ -42,7 +43,8 @@ typedef struct {
   const char *name;
 } Group;
 
-static Group groups[4];
+enum { N_GROUPS = 5 }; /* fsdp, ep, expert shard, replicate, world (its NCCL communicator: world_nccl) */
+static Group groups[N_GROUPS];
 static ncclComm_t world_nccl;
 static int world_rank;
 static cudaStream_t cs, cs_ep;                /* the communication streams: FSDP groups, EP group */
@@ -57,7 +59,7 @@ static void nccl_check(ncclResult_t r, const char *what) {
 }
 
 static Group *group_of(MPI_Comm comm, const char *op) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < N_GROUPS; i++)
     if (groups[i].name && groups[i].mpi == comm) return &groups[i];
   rt_cuda_fail(op, "no NCCL communicator for this MPI communicator (rt_comm_nccl_init not called?)");
   return NULL;
@@ -154,7 +156,7 @@ static void host_poll(cudaEvent_t ev, const char *why, bool all) {
     }
     const Group *bad = NULL;
     ncclResult_t r = ncclSuccess;
-    for (int i = 0; i < 4 && !bad; i++)
+    for (int i = 0; i < N_GROUPS && !bad; i++)
       if (groups[i].nccl) {
         ncclCommGetAsyncError(groups[i].nccl, &r);
         if (r != ncclSuccess && r != ncclInProgress) bad = &groups[i];
@@ -225,6 +227,9 @@ int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen) {
       return snprintf(err, errlen, "ncclCommSplit (group %s): %s", g->name, ncclGetErrorString(r)), -1;
     if (g->size == 1) g->nccl = NULL;
   }
+  Group *w = &groups[4]; /* the world: world_nccl itself (freed once, below), on the FSDP stream */
+  w->mpi = MPI_COMM_WORLD, w->name = "world", w->nccl = c->world > 1 ? world_nccl : NULL, w->s = cs;
+  w->size = c->world, w->rank = c->rank;
   return 0;
 }
 

@@ -17,7 +17,7 @@ static const char *const kernel_names[K_COUNT] = {
     "embedding_forward", "embedding_backward", "rmsnorm_forward", "rmsnorm_backward", "rope",
     "swiglu_forward", "swiglu_backward", "gelu_forward", "gelu_backward", "accumulate", "fill",
     "residual_add", "attention_forward", "attention_backward_dq", "attention_backward_dkv", "adamw",
-    "cast_bf16", "sum_bf16_pieces", "sum_squares", "cross_entropy_chunk", "cross_entropy_finish",
+    "cast_bf16", "sum_squares", "cross_entropy_chunk", "cross_entropy_finish",
     "cross_entropy_backward", "router_topk", "router_backward", "aux_loss_stats", "aux_loss_backward",
     "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward", "flash_attention_forward",
     "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv",

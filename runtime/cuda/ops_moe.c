@@ -149,15 +149,9 @@ void rt_moe_count(real *load, const int32_t *idx, int64_t n) {
   if (n > 0) cu_launch(K_MOE_LOAD_ADD, cu_blocks(nn, 256), 256, (void *[]){&load, &idx, &nn});
 }
 
-/* The step's loads summed over the world on the host (E values: one small copy each way and a
- * synchronization, once per MoE layer and step). */
-void rt_moe_load_all_reduce(real *load, int E) {
-  static float *host; /* E values, kept for the next call (E is the program's, fixed) */
-  if (!host && !(host = malloc(sizeof(float) * (size_t)E))) rt_cuda_fail("rt_moe_load_all_reduce", "out of host memory");
-  rt_cuda_download(host, load, sizeof(float) * (size_t)E);
-  rt_comm_all_reduce(MPI_COMM_WORLD, host, (size_t)E);
-  rt_cuda_upload(load, host, sizeof(float) * (size_t)E);
-}
+/* The step's loads summed over the world on the device: an NCCL all-reduce of the E values in
+ * place (comm_nccl.c's world communicator), waited for by the compute stream, not the host. */
+void rt_moe_load_all_reduce(real *load, int E) { rt_cu_all_reduce(MPI_COMM_WORLD, load, (size_t)E); }
 
 /* shard may be device memory or the pinned host state arena (STATE_ON_HOST): the kernel writes
  * either (unified addressing). */
