@@ -482,7 +482,7 @@ void em_layout(Em *e) {
   for (int i = 0; pl && i < pl->ndense; i++)
     mem_map_put(e->m, &owners, layer_tag(pl->dense[i].layer), pl->dense[i].matrix, &pl->dense[i]);
   for (int i = 0; pl && i < pl->nruns; i++)
-    if (pl->runs[i].ep_rank == 0) mem_map_put(e->m, &runs, layer_tag(pl->runs[i].layer), pl->runs[i].matrix, &pl->runs[i]);
+    mem_map_put(e->m, &runs, layer_tag(pl->runs[i].layer), pl->runs[i].matrix, &pl->runs[i]);
   for (int i = 0; i < md->nops; i++) {
     const Op *o = &md->ops[i];
     for (int j = 0; j < o->nparams; j++) {

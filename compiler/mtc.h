@@ -699,15 +699,18 @@ PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens);
 /* MLA's forward group (WS_QAN, WS_KVN, WS_KRP, WS_KVB); empty (size 0) without MLA. */
 PlanWsGroup plan_ws_mla_forward(const Spec *s, int64_t tokens);
 
-/* Owners of one expert matrix kind of one layer on one EP rank. Whole-expert shards (per > 0):
- * expert first + k (k < count) is orthogonalized where it is held, by FSDP rank ep_rank + ep ×
- * (k / per). Flat (per 0): expert k is held by the ranks its elements fall on; when it lies in
- * one rank's shard it is orthogonalized there, otherwise (moving) by the rank of its shard group
- * (owner + k) mod efsdp, i.e. FSDP rank ep_rank + ep × that (owner: placed by LPT, as dense). */
+/* Owners of one expert matrix kind of one layer on EP rank 0; EP rank r's run of it is the same
+ * with first + r × count (every field else equal: each EP rank's experts group has the same
+ * layout, and the LPT places a moving run for all EP ranks at once). Whole-expert shards
+ * (per > 0): expert first + k (k < count) is orthogonalized where it is held, by FSDP rank
+ * r + ep × (k / per). Flat (per 0): expert k is held by the ranks its elements fall on; when it
+ * lies in one rank's shard it is orthogonalized there, otherwise (moving) by the rank of its
+ * shard group (owner + k) mod efsdp, i.e. FSDP rank r + ep × that (owner: placed by LPT, as
+ * dense). tests/test_placement.c checks the shift against every EP rank's per-expert loop. */
 typedef struct {
   int layer;
   const char *matrix; /* "moe.experts.gate_proj.weight" */
-  int64_t ep_rank, first, count, per;
+  int64_t first, count, per; /* EP rank 0's: first 0, count = experts per EP rank */
   int64_t owner;      /* flat: the shard-group rank that owns expert 0 when it moves (0 when whole) */
   int64_t moving;     /* flat: how many of the count matrices are split over ranks (0 when whole) */
 } ExpertRun;
@@ -723,7 +726,7 @@ typedef struct {
 typedef struct {
   int64_t ep, experts_per_rank;
   bool muon, too_large;
-  ExpertRun *runs;
+  ExpertRun *runs;            /* EP rank 0's, one per layer and expert matrix kind */
   int nruns;
   DenseOwner *dense;
   int ndense;
@@ -741,11 +744,10 @@ typedef struct {
                                  + moving experts of its EP rank (X−1)/X², X = efsdp) */
 } Placement;
 
+/* The placement of choice ch (scratch and result in m): O(expert tensors × shards + ranks),
+ * never O(experts × EP ranks), since only EP rank 0's runs are listed (ExpertRun: the rule for
+ * the others). */
 Placement *plan_placement(Mem *m, const Model *md, const Choice *ch);
-/* The same with the runs of EP rank 0 only (nruns: one per layer and expert matrix kind; the
- * other EP ranks' have the same owners and counts): what the search's plan_muon_summary reads,
- * without ep × that many runs for every layout it tries. */
-Placement *plan_placement_ep0(Mem *m, const Model *md, const Choice *ch);
 
 /* ------------------------------------------------------------------ muon_work.c */
 

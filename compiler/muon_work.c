@@ -113,7 +113,7 @@ PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Pla
   for (int i = 0; pl && i < pl->ndense; i++)
     mem_map_put(m, &dense_owner, layer_tag(pl->dense[i].layer), pl->dense[i].matrix, &pl->dense[i].owner);
   for (int i = 0; pl && i < pl->nruns; i++)
-    if (pl->runs[i].ep_rank == 0) mem_map_put(m, &run_owner, layer_tag(pl->runs[i].layer), pl->runs[i].matrix, &pl->runs[i].owner);
+    mem_map_put(m, &run_owner, layer_tag(pl->runs[i].layer), pl->runs[i].matrix, &pl->runs[i].owner);
   /* each parameter's group, then the groups' tensors in op order, group after group */
   int *gof = mem_array(m, (size_t)np + 1, sizeof *gof), *count = mem_array(m, (size_t)ng + 1, sizeof *count);
   for (int i = 0, j0 = 0; i < md->nops; j0 += md->ops[i].nparams, i++)
@@ -164,7 +164,7 @@ PlanMuonSummary plan_muon_summary(const Model *md, const Choice *ch) {
         memo[i].fsdp == ch->fsdp && memo[i].ep == ch->ep)
       return memo[i].v;
   Mem m = {0};
-  const Placement *pl = plan_placement_ep0(&m, md, ch); /* (plan_muon_work reads EP rank 0's runs) */
+  const Placement *pl = plan_placement(&m, md, ch);
   v.work = plan_muon_work(&m, md, ch, pl);
   if (pl->muon && !pl->too_large)
     v.listed = true, v.ns_flops_max_rank = pl->ns_flops_max_rank, v.moving_expert_params = (double)pl->moving_expert_params;

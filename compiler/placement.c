@@ -63,7 +63,7 @@ typedef struct {
   const Param *p;
   int layer;
   double cost;
-  ExpertRun *run;  /* experts: the run of EP rank 0 (the others have the same owners) */
+  ExpertRun *run;  /* experts: the run of EP rank 0 (every EP rank's has the same owner) */
   int64_t *moves;  /* experts: which of the run's count matrices are split over ranks, ascending */
 } Dense;
 
@@ -164,8 +164,7 @@ static int by_layer(const void *a, const void *b) {
   return strcmp(x->matrix, y->matrix);
 }
 
-/* The placement; with every EP rank's runs (all) or EP rank 0's only. */
-static Placement *place(Mem *m, const Model *md, const Choice *ch, bool all) {
+Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) {
   const Spec *s = md->spec;
   Placement *pl = mem_alloc(m, sizeof *pl);
   pl->ep = ch->ep;
@@ -190,7 +189,7 @@ static Placement *place(Mem *m, const Model *md, const Choice *ch, bool all) {
       if (!muon_matrix(p)) continue;
       nitems++;
       if (p->kind != PK_ROUTED) continue;
-      nruns += all ? (int)ep : 1;
+      nruns++;
       held += ns_cost(p) * (double)p->shape[0];
       if (low_bit(ns_cost(p)) < low) low = low_bit(ns_cost(p));
     }
@@ -228,9 +227,8 @@ static Placement *place(Mem *m, const Model *md, const Choice *ch, bool all) {
       int64_t moving = per ? 0 : split_experts(off, size, n, S, NULL);
       int64_t *moves = moving ? mem_array(m, (size_t)moving, sizeof *moves) : NULL;
       if (moving) split_experts(off, size, n, S, moves);
-      ExpertRun *first = &pl->runs[pl->nruns];
-      for (int64_t e = 0; e < (all ? ep : 1); e++)
-        pl->runs[pl->nruns++] = (ExpertRun){o->layer, p->name, e, e * n, n, per, 0, moving};
+      ExpertRun *first = &pl->runs[pl->nruns]; /* EP rank 0's; EP rank e's: first + e·n, the rest the same */
+      pl->runs[pl->nruns++] = (ExpertRun){o->layer, p->name, 0, n, per, 0, moving};
       /* the shards [q0, q1] hold the run: whole experts are orthogonalized by their holder (flat:
        * none when an expert is larger than a shard; then q1 − q0 could be as large as X) */
       int64_t q0 = per ? 0 : off / S, q1 = per ? n / per - 1 : (off + n * size - 1) / S;
@@ -260,11 +258,9 @@ static Placement *place(Mem *m, const Model *md, const Choice *ch, bool all) {
         for (int64_t e = 0; e < ep; e++) l += load[e + ep * q];
         if (q == 0 || l < least) least = l, best = q;
       }
-      ExpertRun *r = dense[i].run;
-      for (int64_t e = 0; e < ep; e++) {
-        if (all || e == 0) r[e].owner = best;
-        for (int64_t k = 0; k < r[0].moving; k++) load[e + ep * ((best + dense[i].moves[k]) % X)] += dense[i].cost;
-      }
+      dense[i].run->owner = best; /* every EP rank's run of this matrix kind */
+      for (int64_t e = 0; e < ep; e++)
+        for (int64_t k = 0; k < dense[i].run->moving; k++) load[e + ep * ((best + dense[i].moves[k]) % X)] += dense[i].cost;
       for (int64_t q = F / 2 - 1; q >= 0; q--) sift(heap, F, q, load);
       continue;
     }
@@ -287,7 +283,3 @@ static Placement *place(Mem *m, const Model *md, const Choice *ch, bool all) {
     if (load[r] > pl->ns_flops_max_rank) pl->ns_flops_max_rank = load[r];
   return pl;
 }
-
-Placement *plan_placement(Mem *m, const Model *md, const Choice *ch) { return place(m, md, ch, true); }
-
-Placement *plan_placement_ep0(Mem *m, const Model *md, const Choice *ch) { return place(m, md, ch, false); }

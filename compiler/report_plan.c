@@ -490,14 +490,16 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
                                                pl->dense[i].matrix, "owner", (json_int_t)pl->dense[i].owner));
       for (int i = 0; i < pl->nruns; i++) {
         const ExpertRun *r = &pl->runs[i];
-        json_array_append_new(runs, json_pack("{s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "layer", r->layer, "matrix",
-                                              r->matrix, "ep_rank", (json_int_t)r->ep_rank, "first",
-                                              (json_int_t)r->first, "count", (json_int_t)r->count,
+        json_array_append_new(runs, json_pack("{s:i, s:s, s:I, s:I, s:I, s:I, s:I}", "layer", r->layer, "matrix",
+                                              r->matrix, "first", (json_int_t)r->first, "count", (json_int_t)r->count,
                                               "per", (json_int_t)r->per, "owner", (json_int_t)r->owner,
                                               "moving", (json_int_t)r->moving));
       }
       json_object_set_new(po, "dense_owners", dense);
-      json_object_set_new(po, "expert_runs", runs);
+      json_object_set_new(po, "expert_runs_ep_rank_0", runs);
+      json_object_set_new(po, "expert_runs_of_ep_rank_r",
+                          json_string("those of EP rank 0 with first + r * experts_per_ep_rank; layer, matrix, count, per, "
+                                      "owner and moving the same"));
     }
     json_object_set_new(root, "placement", po);
   }

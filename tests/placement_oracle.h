@@ -3,7 +3,10 @@
  * arithmetic (branch h24c, 2026-12-01): one loop over every expert of every tensor of every
  * layer. test_placement.c checks that the compiler's functions give the same results, field
  * by field, on small models and every layout. Kept verbatim but for the names (o_, w_,
- * oracle_); do not "fix" it: it is the reference. */
+ * oracle_); do not "fix" it: it is the reference. Since branch h25d the placement lists EP rank
+ * 0's runs only (ExpertRun has no ep_rank): the oracle still makes every EP rank's (o_Run, in
+ * *all) and returns EP rank 0's in the Placement, so that test_placement can check the rule that
+ * gives the others from them. */
 #ifndef MTC_PLACEMENT_ORACLE_H
 #define MTC_PLACEMENT_ORACLE_H
 #include <stdint.h>
@@ -25,12 +28,18 @@ static bool o_muon_matrix(const Param *p) {
   return p->matmul && p->kind != PK_EMBEDDING && p->kind != PK_ROUTER && p->kind != PK_HEAD;
 }
 
+/* One EP rank's run of one expert matrix kind of one layer. */
+typedef struct {
+  int64_t ep_rank;
+  ExpertRun r;
+} o_Run;
+
 /* A matrix that moves to an owner: a dense one (run NULL) or a run of a layer's split experts. */
 typedef struct {
   const Param *p;
   int layer;
   double cost;
-  ExpertRun *run; /* experts: the run of EP rank 0 (the others have the same owners) */
+  o_Run *run;     /* experts: the run of EP rank 0 (the others follow it) */
   bool *moves;    /* experts: which of the run's count matrices are split over ranks */
 } o_Dense;
 
@@ -64,7 +73,8 @@ static int o_by_layer(const void *a, const void *b) {
   return strcmp(x->matrix, y->matrix);
 }
 
-static Placement *oracle_placement(Mem *m, const Model *md, const Choice *ch) {
+static Placement *oracle_placement(Mem *m, const Model *md, const Choice *ch, o_Run **all, int *nall) {
+  *all = NULL, *nall = 0;
   const Spec *s = md->spec;
   Placement *pl = mem_alloc(m, sizeof *pl);
   pl->ep = ch->ep;
@@ -89,7 +99,8 @@ static Placement *oracle_placement(Mem *m, const Model *md, const Choice *ch) {
       nitems++;
       if (p->kind == PK_ROUTED) nruns += (int)ep;
     }
-  pl->runs = mem_array(m, (size_t)nruns + 1, sizeof *pl->runs);
+  o_Run *runs = mem_array(m, (size_t)nruns + 1, sizeof *runs);
+  int nrun = 0;
   pl->dense = mem_array(m, (size_t)nitems + 1, sizeof *pl->dense);
   o_Dense *dense = mem_array(m, (size_t)nitems + 1, sizeof *dense);
   int nd = 0;
@@ -117,10 +128,10 @@ static Placement *oracle_placement(Mem *m, const Model *md, const Choice *ch) {
         moves[k] = a / S != (a + size - 1) / S;
         moving += moves[k];
       }
-      ExpertRun *first = &pl->runs[pl->nruns];
+      o_Run *first = &runs[nrun];
       for (int64_t e = 0; e < ep; e++) {
-        ExpertRun *r = &pl->runs[pl->nruns++];
-        *r = (ExpertRun){o->layer, p->name, e, e * n, n, per, 0, moving};
+        o_Run *r = &runs[nrun++];
+        *r = (o_Run){e, {o->layer, p->name, e * n, n, per, 0, moving}};
         for (int64_t k = 0; k < n; k++) /* held whole in one shard: orthogonalized by its holder */
           if (per) load[e + ep * (k / per)] += cost;
           else if (!moves[k]) load[e + ep * ((off + k * size) / S)] += cost;
@@ -146,10 +157,10 @@ static Placement *oracle_placement(Mem *m, const Model *md, const Choice *ch) {
         for (int64_t e = 0; e < ep; e++) l += load[e + ep * q];
         if (q == 0 || l < least) least = l, best = q;
       }
-      ExpertRun *r = dense[i].run;
+      o_Run *r = dense[i].run;
       for (int64_t e = 0; e < ep; e++) {
-        r[e].owner = best;
-        for (int64_t k = 0; k < r[e].count; k++)
+        r[e].r.owner = best;
+        for (int64_t k = 0; k < r[e].r.count; k++)
           if (dense[i].moves[k]) load[e + ep * ((best + k) % X)] += dense[i].cost;
       }
       for (int64_t q = F / 2 - 1; q >= 0; q--) o_sift(heap, F, q, load);
@@ -172,6 +183,10 @@ static Placement *oracle_placement(Mem *m, const Model *md, const Choice *ch) {
     pl->moving_bytes_rank += 2.0 * 4.0 * (double)pl->moving_expert_params * (double)(X - 1) / ((double)X * (double)X);
   for (int64_t r = 0; r < F; r++)
     if (load[r] > pl->ns_flops_max_rank) pl->ns_flops_max_rank = load[r];
+  pl->runs = mem_array(m, (size_t)nrun + 1, sizeof *pl->runs);
+  for (int i = 0; i < nrun; i++)
+    if (runs[i].ep_rank == 0) pl->runs[pl->nruns++] = runs[i].r;
+  *all = runs, *nall = nrun;
   return pl;
 }
 
@@ -268,7 +283,7 @@ static PlanMuonWork oracle_muon_work(Mem *m, const Model *md, const Choice *ch, 
   for (int i = 0; pl && i < pl->ndense; i++)
     mem_map_put(m, &dense_owner, w_layer_tag(pl->dense[i].layer), pl->dense[i].matrix, &pl->dense[i].owner);
   for (int i = 0; pl && i < pl->nruns; i++)
-    if (pl->runs[i].ep_rank == 0) mem_map_put(m, &run_owner, w_layer_tag(pl->runs[i].layer), pl->runs[i].matrix, &pl->runs[i].owner);
+    mem_map_put(m, &run_owner, w_layer_tag(pl->runs[i].layer), pl->runs[i].matrix, &pl->runs[i].owner);
   /* each parameter's group, then the groups' tensors in op order, group after group */
   int *gof = mem_array(m, (size_t)np + 1, sizeof *gof), *count = mem_array(m, (size_t)ng + 1, sizeof *count);
   for (int i = 0, j0 = 0; i < md->nops; j0 += md->ops[i].nparams, i++)

@@ -3,8 +3,11 @@
  * what the per-expert loops they replaced gave (placement_oracle.h), field by field and bit for
  * bit: on small models over every layout (whole-expert and flat shards, experts split over
  * ranks), on a few large layouts, and where a rank's Newton-Schulz load passes 2^53 and the
- * one-at-a-time sums round. And a 65,536-expert europa-1t plans, 128 experts on each of 512 EP
- * ranks.   usage: test_placement SOURCE_DIR */
+ * one-at-a-time sums round. The placement lists EP rank 0's expert runs only: on every one of
+ * those layouts, every EP rank r's run of the per-expert loops must be EP rank 0's with first +
+ * r x experts per EP rank and every other field equal (the rule plan.json states). And a
+ * 65,536-expert europa-1t plans, 128 experts on each of 512 EP ranks.
+ * usage: test_placement SOURCE_DIR */
 #include "placement_oracle.h"
 #include "plan_test.h"
 
@@ -27,13 +30,12 @@ static bool differ(bool bad, const char *what, const char *field, int64_t fsdp, 
 }
 
 static int same_run(const ExpertRun *a, const ExpertRun *b) {
-  return a->layer == b->layer && strcmp(a->matrix, b->matrix) == 0 && a->ep_rank == b->ep_rank &&
-         a->first == b->first && a->count == b->count && a->per == b->per && a->owner == b->owner &&
+  return a->layer == b->layer && strcmp(a->matrix, b->matrix) == 0 && a->first == b->first && a->count == b->count && a->per == b->per && a->owner == b->owner &&
          a->moving == b->moving;
 }
 
-/* Placement a against the oracle's b; runs_of_ep0: a lists EP rank 0's runs only. */
-static int placement_diffs(const Placement *a, const Placement *b, bool runs_of_ep0, const char *what, const Choice *ch) {
+/* Placement a against the oracle's b (both list EP rank 0's runs). */
+static int placement_diffs(const Placement *a, const Placement *b, const char *what, const Choice *ch) {
   int n = 0;
 #define D(cond, field) n += differ(!(cond), what, field, ch->fsdp, ch->ep)
   D(a->ep == b->ep && a->experts_per_rank == b->experts_per_rank, "ep, experts_per_rank");
@@ -50,18 +52,28 @@ static int placement_diffs(const Placement *a, const Placement *b, bool runs_of_
   for (int i = 0; i < a->ndense && i < b->ndense; i++)
     D(a->dense[i].layer == b->dense[i].layer && strcmp(a->dense[i].matrix, b->dense[i].matrix) == 0 &&
       a->dense[i].owner == b->dense[i].owner, "a dense owner");
-  if (!runs_of_ep0) {
-    D(a->nruns == b->nruns, "nruns");
-    for (int i = 0; i < a->nruns && i < b->nruns; i++) D(same_run(&a->runs[i], &b->runs[i]), "an expert run");
-  } else {
-    int j = 0;
-    for (int i = 0; i < b->nruns; i++)
-      if (b->runs[i].ep_rank == 0) D(j < a->nruns && same_run(&a->runs[j++], &b->runs[i]), "an EP rank 0 run");
-    D(j == a->nruns, "nruns of EP rank 0");
-  }
+  D(a->nruns == b->nruns, "nruns");
+  for (int i = 0; i < a->nruns && i < b->nruns; i++) D(same_run(&a->runs[i], &b->runs[i]), "an expert run");
 #undef D
   return n;
 }
+
+/* Every EP rank's runs of the per-expert loops (all, n of them: ep consecutive runs per layer and
+ * matrix kind, EP rank 0's first) against the rule from EP rank 0's runs ep0 (nruns): EP rank r's
+ * is EP rank 0's with first + r x El, everything else equal. Returns the mismatches. */
+static int rule_diffs(const o_Run *all, int n, const ExpertRun *ep0, int nruns, int64_t El, const char *what,
+                      const Choice *ch) {
+  int bad = differ(n != nruns * ch->ep, what, "runs of all EP ranks", ch->fsdp, ch->ep);
+  for (int i = 0; !bad && i < n; i++) {
+    ExpertRun want = ep0[i / ch->ep];
+    want.first += all[i].ep_rank * El;
+    bad += differ(all[i].ep_rank != i % ch->ep || !same_run(&all[i].r, &want), what,
+                  "an EP rank's run against EP rank 0's shifted", ch->fsdp, ch->ep);
+  }
+  return bad;
+}
+
+static int64_t rule_runs_checked; /* EP ranks' runs other than EP rank 0's checked by the rule */
 
 /* One layout of md: plan_placement, plan_placement_ep0 and plan_muon_work (with the placement's
  * owners and with none) against the oracle. */
@@ -69,9 +81,14 @@ static void compare(const Model *md, int64_t fsdp, int64_t ep, const char *what)
   Mem m = {0};
   Choice ch = {.fsdp = fsdp, .ep = ep, .efsdp = fsdp / ep, .dp_replicate = 1, .micro_batch = 1, .accum = 1};
   failures_before = check_failures;
-  const Placement *a = plan_placement(&m, md, &ch), *b = oracle_placement(&m, md, &ch);
-  CHECK_EQ(placement_diffs(a, b, false, what, &ch), 0);
-  CHECK_EQ(placement_diffs(plan_placement_ep0(&m, md, &ch), b, true, what, &ch), 0);
+  o_Run *all;
+  int nall;
+  const Placement *a = plan_placement(&m, md, &ch), *b = oracle_placement(&m, md, &ch, &all, &nall);
+  CHECK_EQ(placement_diffs(a, b, what, &ch), 0);
+  if (b->muon && !b->too_large) {
+    CHECK_EQ(rule_diffs(all, nall, a->runs, a->nruns, a->experts_per_rank, what, &ch), 0);
+    rule_runs_checked += nall - a->nruns;
+  }
   PlanMuonWork wa = plan_muon_work(&m, md, &ch, a), wb = oracle_muon_work(&m, md, &ch, b);
   CHECK(!differ(wa.elems != wb.elems || wa.nest != wb.nest, what, "plan_muon_work", fsdp, ep));
   wa = plan_muon_work(&m, md, &ch, NULL), wb = oracle_muon_work(&m, md, &ch, NULL);
@@ -173,12 +190,12 @@ static void many_experts(void) {
     CHECK_EQ(ch->ep, 512);
     CHECK_EQ(pl->experts_per_rank, 128);
     CHECK_EQ(plan_expert_per(pl->experts_per_rank, ch->efsdp), 1);
-    CHECK_EQ(pl->nruns, 512 * 74 * 3);
+    CHECK_EQ(pl->nruns, 74 * 3); /* EP rank 0's; the other 511 follow by the rule */
     int64_t bad = 0, matrices = 0;
     for (int i = 0; i < pl->nruns; i++) {
       const ExpertRun *r = &pl->runs[i];
-      matrices += r->count;
-      if (r->count != 128 || r->per != 1 || r->first != r->ep_rank * 128 || r->moving != 0) bad++;
+      matrices += r->count * ch->ep;
+      if (r->count != 128 || r->per != 1 || r->first != 0 || r->moving != 0) bad++;
     }
     CHECK_EQ(bad, 0);
     CHECK_EQ(matrices, 74LL * 65536 * 3);
@@ -199,6 +216,8 @@ int main(int argc, char **argv) {
   src_dir = argv[1];
   small_models();
   large_layouts();
+  CHECK(rule_runs_checked > 100000); /* the rule checked on many EP ranks' runs, not vacuously */
+  printf("test_placement: the EP-rank rule held for %lld runs of EP ranks > 0\n", (long long)rule_runs_checked);
   rounding();
   many_experts();
   return CHECK_DONE("test_placement");

@@ -52,14 +52,16 @@ static void placement(void) {
   CHECK_EQ(pl->matrices, p->md->muon_matrices);
   CHECK_EQ(pl->experts_per_rank, 384 / 4);
   int64_t expert_matrices = 0, bad = 0;
-  for (int i = 0; i < pl->nruns; i++) {
+  for (int i = 0; i < pl->nruns; i++) { /* EP rank 0's runs; EP rank e's start at e x experts_per_rank */
     const ExpertRun *r = &pl->runs[i];
-    expert_matrices += r->count;
-    for (int64_t k = 0; k < r->count; k++) {
-      int64_t owner = r->ep_rank + ch->ep * (k / r->per); /* the holder: whole-expert shards */
-      if (owner < 0 || owner >= ch->fsdp || owner % ch->ep != r->ep_rank) bad++;
+    for (int64_t e = 0; e < ch->ep; e++) {
+      expert_matrices += r->count;
+      for (int64_t k = 0; k < r->count; k++) {
+        int64_t owner = e + ch->ep * (k / r->per); /* the holder: whole-expert shards */
+        if (owner < 0 || owner >= ch->fsdp || owner % ch->ep != e) bad++;
+      }
     }
-    if (r->first != r->ep_rank * pl->experts_per_rank) bad++;
+    if (r->first != 0 || r->count != pl->experts_per_rank) bad++;
   }
   CHECK_EQ(bad, 0);
   CHECK_EQ(expert_matrices, 74LL * 384 * 3); /* gate, up, down of every routed expert */
