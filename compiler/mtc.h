@@ -790,8 +790,9 @@ typedef struct {
 } PlanState;
 PlanState plan_state(const Model *md, const Choice *ch);
 /* The most values of the n ranges [r[2i], r[2i+1]) (element offsets in a group, disjoint) that
- * one of ranks shards of shard values each holds (rank k: [k shard, (k + 1) shard)). O(n + ranks),
- * scratch in m. */
+ * one of ranks shards of shard values each holds (rank k: [k shard, (k + 1) shard)). O(n log n),
+ * not O(ranks): plan_state asks for every group of every layout the search tries, at up to
+ * 65,536 ranks. Scratch in m. */
 int64_t plan_shard_values_max(Mem *m, const int64_t *r, int n, int64_t shard, int64_t ranks);
 
 /* The search's result: the fastest candidate that fits, or the one closest to fitting. */

@@ -11,35 +11,52 @@
  * the order the runtime visits them (RT_FOR_PIECES): sized by the most any rank's shard holds.
  * Each buffer is rounded up to 16 values (64 bytes), as emit_layout.c's add_buf. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mtc.h"
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+/* A change at rank k of plan_shard_values_max's sweep: cnt values in k's shard, full ranges that
+ * cover shards from k on whole (+1 from the first covered rank, -1 at the range's last rank). */
+typedef struct {
+  int64_t k, cnt, full;
+} ShardEvent;
+
+static int by_rank(const void *a, const void *b) {
+  const ShardEvent *x = a, *y = b;
+  return x->k < y->k ? -1 : x->k > y->k;
+}
+
 int64_t plan_shard_values_max(Mem *m, const int64_t *r, int n, int64_t shard, int64_t ranks) {
   if (n == 0 || shard <= 0) return 0;
-  /* cnt[k]: values in rank k's shard from ranges that end in it or start in it; full[k]: ranges
-   * that cover rank k's shard whole (a difference array) */
-  int64_t *cnt = mem_array(m, (size_t)ranks + 1, sizeof *cnt), *full = mem_array(m, (size_t)ranks + 2, sizeof *full);
+  /* the ranks a range ends or starts in get its values there; those it covers whole, shard each
+   * (a difference array, kept sparse: at most 3 events a range, so O(n log n), not O(ranks)) */
+  ShardEvent *ev = mem_array(m, 3 * (size_t)n + 1, sizeof *ev);
+  int ne = 0;
   for (int i = 0; i < n; i++) {
     int64_t a = r[2 * i], b = r[2 * i + 1];
     if (b <= a) continue;
     int64_t r0 = a / shard, r1 = (b - 1) / shard;
     if (r1 >= ranks) r1 = ranks - 1, b = ranks * shard; /* (never: the ranges lie in the group) */
     if (r0 == r1) {
-      cnt[r0] += b - a;
+      ev[ne++] = (ShardEvent){r0, b - a, 0};
       continue;
     }
-    cnt[r0] += (r0 + 1) * shard - a;
-    cnt[r1] += b - r1 * shard;
-    full[r0 + 1]++, full[r1]--;
+    ev[ne++] = (ShardEvent){r0, (r0 + 1) * shard - a, 0};
+    ev[ne++] = (ShardEvent){r1, b - r1 * shard, -1};
+    ev[ne++] = (ShardEvent){r0 + 1, 0, 1};
   }
+  qsort(ev, (size_t)ne, sizeof *ev, by_rank);
+  /* rank k holds cnt[k] + cover(k) × shard, cover(k) the sum of full up to k. A rank without
+   * events holds cover × shard of the last event rank before it (0 before the first), no more
+   * than that rank: only event ranks (below ranks) can hold the most */
   int64_t most = 0, cover = 0;
-  for (int64_t k = 0; k < ranks; k++) {
-    cover += full[k];
-    int64_t v = cnt[k] + cover * shard;
-    if (v > most) most = v;
+  for (int i = 0; i < ne && ev[i].k < ranks;) {
+    int64_t k = ev[i].k, cnt = 0;
+    for (; i < ne && ev[i].k == k; i++) cnt += ev[i].cnt, cover += ev[i].full;
+    if (cnt + cover * shard > most) most = cnt + cover * shard;
   }
   return most;
 }

@@ -208,6 +208,67 @@ static void many_experts(void) {
   mem_free(&m);
 }
 
+/* plan_shard_values_max as it was, O(n + ranks): a dense count per rank and a difference array
+ * of the ranks a range covers whole (the reference for the sparse sweep). */
+static int64_t dense_shard_values_max(const int64_t *r, int n, int64_t shard, int64_t ranks) {
+  if (n == 0 || shard <= 0) return 0;
+  int64_t *cnt = calloc((size_t)ranks + 1, sizeof *cnt), *full = calloc((size_t)ranks + 2, sizeof *full);
+  for (int i = 0; i < n; i++) {
+    int64_t a = r[2 * i], b = r[2 * i + 1];
+    if (b <= a) continue;
+    int64_t r0 = a / shard, r1 = (b - 1) / shard;
+    if (r1 >= ranks) r1 = ranks - 1, b = ranks * shard;
+    if (r0 == r1) {
+      cnt[r0] += b - a;
+      continue;
+    }
+    cnt[r0] += (r0 + 1) * shard - a;
+    cnt[r1] += b - r1 * shard;
+    full[r0 + 1]++, full[r1]--;
+  }
+  int64_t most = 0, cover = 0;
+  for (int64_t k = 0; k < ranks; k++) {
+    cover += full[k];
+    int64_t v = cnt[k] + cover * shard;
+    if (v > most) most = v;
+  }
+  free(cnt), free(full);
+  return most;
+}
+
+/* The sparse sweep against it: random disjoint ranges (short ones inside a shard, long ones over
+ * many shards, empty ones, in order and shuffled) over 1 to 40 ranks, shards of 1 to 50 values. */
+static void shard_values(void) {
+  uint64_t x = 88172645463325252ull;
+#define RND(n) (x ^= x << 13, x ^= x >> 7, x ^= x << 17, (int64_t)(x % (uint64_t)(n)))
+  int bad = 0, cases = 0;
+  for (int t = 0; t < 20000; t++) {
+    Mem m = {0};
+    int64_t ranks = 1 + RND(40), shard = 1 + RND(50), total = ranks * shard, r[2 * 32];
+    int n = 0;
+    for (int64_t at = RND(shard + 1); n < 32 && at < total; n++) {
+      int64_t len = RND(4) == 0 ? RND(4 * shard + 1) : RND(shard / 2 + 2);
+      if (at + len > total) len = total - at;
+      r[2 * n] = at, r[2 * n + 1] = at + len;
+      at += len + (RND(3) ? RND(2 * shard + 1) : 0);
+    }
+    for (int i = n - 1; RND(2) && i > 0; i--) { /* sometimes out of order */
+      int j = (int)RND(i + 1);
+      int64_t a = r[2 * i], b = r[2 * i + 1];
+      r[2 * i] = r[2 * j], r[2 * i + 1] = r[2 * j + 1], r[2 * j] = a, r[2 * j + 1] = b;
+    }
+    int64_t want = dense_shard_values_max(r, n, shard, ranks), got = plan_shard_values_max(&m, r, n, shard, ranks);
+    if (got != want && !bad++)
+      fprintf(stderr, "plan_shard_values_max: %lld, the dense count %lld (ranks %lld shard %lld, %d ranges)\n",
+              (long long)got, (long long)want, (long long)ranks, (long long)shard, n);
+    cases += n > 0;
+    mem_free(&m);
+  }
+#undef RND
+  CHECK_EQ(bad, 0);
+  CHECK(cases > 15000);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_placement SOURCE_DIR\n");
@@ -220,5 +281,6 @@ int main(int argc, char **argv) {
   printf("test_placement: the EP-rank rule held for %lld runs of EP ranks > 0\n", (long long)rule_runs_checked);
   rounding();
   many_experts();
+  shard_values();
   return CHECK_DONE("test_placement");
 }
