@@ -100,9 +100,13 @@ void rt_cu_sum_squares_defer(const float *g, size_t n);
 real rt_cu_step_scalars(double *loss);
 /* Blocks the host until the stream's work so far is done (the one way the runtime waits for the
  * device: rt_cuda_sync, downloads): polls an event, and while it is not done every NCCL group's
- * asynchronous error; an error, or $MTC_NCCL_TIMEOUT seconds (default 600), aborts the job naming
- * the oldest collective still pending (op, values, group, ranks, where it was issued), where the
- * host waited and why (comm_nccl.c). */
+ * asynchronous error and the age of the oldest collective still pending. An error, or a
+ * collective pending more than $MTC_NCCL_TIMEOUT seconds (default 600) after the host issued it
+ * (whenever the wait began: a collective issued long before, overlapped with compute, counts
+ * from its issue, which includes the time the device took to reach it), aborts the job naming
+ * that collective (op, values, group, ranks, where it was issued, its age), where the host waited
+ * and why; with no collective pending, $MTC_NCCL_TIMEOUT seconds of the wait itself do (a kernel
+ * that never ends). Checked only while the host waits (comm_nccl.c). */
 void rt_cu_host_wait(const char *why);
 /* rt_cu_host_wait in two halves: mark records where the stream is now (one mark at a time: a
  * new one replaces it); wait_mark blocks the host until the stream has done the work queued
@@ -142,8 +146,9 @@ void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count);
 /* NCCL communicators for the plan's groups (comm_nccl.c): a world communicator bootstrapped
  * over MPI (ncclUniqueId broadcast), then ncclCommSplit per group. After rt_cuda_setup.
  * Collectives are waited for on the device; the host's waits (rt_cu_host_wait) poll
- * ncclCommGetAsyncError, and an error or $MTC_NCCL_TIMEOUT seconds (default 600) aborts the job
- * naming the rank, the pending collective, its group and layer. Returns 0 or -1 (err). */
+ * ncclCommGetAsyncError, and an error or a collective pending $MTC_NCCL_TIMEOUT seconds (default
+ * 600) after its issue aborts the job naming the rank, the pending collective, its group and
+ * layer. Returns 0 or -1 (err). */
 int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen);
 void rt_comm_nccl_free(void);
 

@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#ifdef CHECK_SHARED /* a test of several files: one of them defines int check_failures, check_count; */
+extern int check_failures, check_count;
+#else
 static int check_failures, check_count;
+#endif
 
 #define CHECK(expr)                                                                     \
   do {                                                                                  \

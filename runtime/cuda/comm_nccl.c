@@ -18,10 +18,22 @@
  * The host blocks only where it must read the device (the MoE counts, the step's scalars,
  * Muon's exchange, checkpoints): rt_cu_host_wait, which polls an event of the compute stream
  * and, while it is not done, ncclCommGetAsyncError of every group. Each collective is also
- * recorded in a ring of the last WATCH ones (group, op, values, where the step was: its event),
- * so that a peer that died or a network error aborts the job naming the rank, the oldest
- * collective still pending, its group, size and layer, and where the host waited, after
- * $MTC_NCCL_TIMEOUT seconds (default 600) of one host wait at the latest. */
+ * recorded in a ring of the last WATCH ones (group, op, values, where the step was, the host's
+ * clock when it was issued: its event), so that a peer that died or a network error aborts the
+ * job naming the rank, the oldest collective still pending, its group, size and layer, and
+ * where the host waited.
+ *
+ * $MTC_NCCL_TIMEOUT (seconds, default 600) bounds each collective, measured from when the host
+ * issued it (its ncclX call returned), not from when the device reached it: a collective queued
+ * behind compute counts that compute's time too (the host runs ahead of the device by about the
+ * work it queued since its previous wait at most). It is checked while the host waits: every
+ * poll compares the oldest collective still pending with it, so a collective issued long before
+ * the wait (a prefetched all-gather, an overlapped reduce-scatter) is caught as soon as it is
+ * overdue, however short the wait so far. Why not from when the device reached it: that needs a
+ * host callback on the communication stream (cudaLaunchHostFunc, which stalls the stream) or
+ * timing events (which give only the time between two completed ones); the issue time costs one
+ * clock read per collective. A wait with no collective pending (a kernel or copy that never
+ * ends) aborts after $MTC_NCCL_TIMEOUT seconds of the wait itself, as before. */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,26 +83,56 @@ static void begin(const Group *g, const char *op) {
   cu_check(cudaStreamWaitEvent(g->s, ev_ready, 0), op);
 }
 
-/* The ring of the last WATCH collectives, for the host waits' diagnosis: each with an event
- * recorded after it on its group's stream (its own: a device wait uses another). A step issues
- * fewer (europa-1t: about 10 per layer between two host waits); an overwritten entry is only
- * lost to the naming, never to the timeout. */
+/* The ring of the last WATCH collectives, for the host waits' diagnosis and the timeout: each
+ * with an event recorded after it on its group's stream (its own: a device wait uses another)
+ * and the host's clock when it was issued. Every collective but the prefetched all-gathers (at
+ * most RT_AG_SLOTS) is done when a host wait returns, so at most the collectives issued between
+ * two host waits are pending (europa-1t: about 10 per layer). Were more than WATCH pending, the
+ * overwritten ones would be lost to the naming and to the timeout (the next one in the ring is
+ * timed from its own issue), and the host wait's own bound still holds. */
 enum { WATCH = 1024 };
 static struct {
   cudaEvent_t ev;
   const Group *g; /* NULL: never used */
   const char *op, *where;
   size_t count;
+  double issued; /* the host's CLOCK_MONOTONIC, seconds, when the collective was issued */
 } watch[WATCH];
-static unsigned watch_next;
+/* Entries watch_tail .. watch_next - 1 (mod WATCH) may be pending; older ones are done or lost.
+ * watch_tail moves on only past entries found done (overdue) or overwritten (watched). */
+static unsigned watch_next, watch_tail;
 static int waited; /* the compute stream waits for a collective issued since the last host wait */
+
+/* CLOCK_MONOTONIC in seconds. */
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* Records the collective op of count values just issued on g's stream into the ring. */
 static void watched(const Group *g, const char *op, size_t count) {
+  if (watch_next - watch_tail == WATCH) watch_tail++; /* its oldest entry is overwritten */
   unsigned i = watch_next++ % WATCH;
   if (!watch[i].ev) cu_check(cudaEventCreateWithFlags(&watch[i].ev, cudaEventDisableTiming), op);
   cu_check(cudaEventRecord(watch[i].ev, g->s), op);
   watch[i].g = g, watch[i].op = op, watch[i].where = rt_comm_where(), watch[i].count = count;
+  watch[i].issued = now_s();
+}
+
+/* The oldest collective of the ring still pending that was issued more than timeout seconds
+ * before now, or -1. The entries are in issue order, so it looks at the oldest not known done
+ * (watch_tail) only: done, it moves on; younger than timeout, so are the rest. Queries an event
+ * only once it is overdue: at most once per collective over the run, besides a pending one's
+ * once per poll. */
+static int overdue(double now, double timeout) {
+  for (; watch_tail != watch_next; watch_tail++) {
+    unsigned i = watch_tail % WATCH;
+    if (!watch[i].g) continue; /* (the groups were freed) */
+    if (now - watch[i].issued <= timeout) return -1;
+    if (cudaEventQuery(watch[i].ev) == cudaErrorNotReady) return (int)i;
+  }
+  return -1;
 }
 
 /* The oldest collective of the ring not done yet (of group g, when g is not NULL), or -1. */
@@ -102,13 +144,17 @@ static int oldest_pending(const Group *g) {
   return -1;
 }
 
-/* msg: "OP of N values in group G (R ranks) issued at WHERE", the oldest pending collective (of g
- * when g is not NULL), or g's name alone when the ring holds none. */
+/* msg: "OP of N values in group G (R ranks) issued at WHERE" for ring entry i; describe_pending:
+ * that of the oldest pending collective (of g when g is not NULL), or g's name alone when the
+ * ring holds none. */
+static void describe(char *msg, size_t n, int i) {
+  snprintf(msg, n, "%s of %zu values in group %s (%d ranks) issued at %s", watch[i].op, watch[i].count, watch[i].g->name,
+           watch[i].g->size, watch[i].where);
+}
 static void describe_pending(char *msg, size_t n, const Group *g) {
   int i = oldest_pending(g);
   if (i >= 0)
-    snprintf(msg, n, "%s of %zu values in group %s (%d ranks) issued at %s", watch[i].op, watch[i].count,
-             watch[i].g->name, watch[i].g->size, watch[i].where);
+    describe(msg, n, i);
   else if (g)
     snprintf(msg, n, "a collective in group %s (%d ranks)", g->name, g->size);
   else
@@ -140,15 +186,15 @@ void rt_cu_host_wait_mark(const char *why) {
 static void host_poll(cudaEvent_t ev, const char *why, bool all) {
   static double timeout = -1;
   if (timeout < 0) timeout = getenv("MTC_NCCL_TIMEOUT") ? atof(getenv("MTC_NCCL_TIMEOUT")) : 600;
-  struct timespec t0, t, nap = {0, 20000};
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  struct timespec nap = {0, 20000};
+  double t0 = now_s();
   for (;;) {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess) {
       if (all) waited = 0;
       return;
     }
-    char msg[600], what[300];
+    char msg[700], what[300];
     if (e != cudaErrorNotReady) {
       describe_pending(what, sizeof what, NULL);
       snprintf(msg, sizeof msg, "%s (waiting at %s; pending: %s)", cudaGetErrorString(e), rt_comm_where(), what);
@@ -167,14 +213,20 @@ static void host_poll(cudaEvent_t ev, const char *why, bool all) {
       ncclCommAbort(bad->nccl);
       rt_cuda_fail(why, msg);
     }
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double s = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
-    if (s > timeout) {
-      int i = oldest_pending(NULL);
+    double t = now_s();
+    int i = overdue(t, timeout); /* a collective pending for longer than the timeout */
+    if (i >= 0) {
+      describe(what, sizeof what, i);
+      snprintf(msg, sizeof msg, "%s did not finish in %g s (MTC_NCCL_TIMEOUT: pending %.1f s since it was issued; "
+               "found %.1f s into the host's wait at %s); a peer rank may have died", what, timeout, t - watch[i].issued,
+               t - t0, rt_comm_where());
+      if (watch[i].g->nccl) ncclCommAbort(watch[i].g->nccl);
+      rt_cuda_fail(why, msg);
+    }
+    if (t - t0 > timeout) { /* no collective of the ring pending: the wait itself is bounded */
       describe_pending(what, sizeof what, NULL);
-      snprintf(msg, sizeof msg, "%s did not finish in %.0f s (MTC_NCCL_TIMEOUT; waiting at %s); a peer rank may have "
-               "died", what, timeout, rt_comm_where());
-      if (i >= 0 && watch[i].g->nccl) ncclCommAbort(watch[i].g->nccl);
+      snprintf(msg, sizeof msg, "the device did not finish its work in %g s (MTC_NCCL_TIMEOUT; waiting at %s; %s): "
+               "a kernel or copy that never ends?", timeout, rt_comm_where(), what);
       rt_cuda_fail(why, msg);
     }
     nanosleep(&nap, NULL);
@@ -242,6 +294,7 @@ void rt_comm_nccl_free(void) {
   cs = cs_ep = NULL;
   memset(groups, 0, sizeof groups);
   for (int i = 0; i < WATCH; i++) watch[i].g = NULL; /* (the groups are gone) */
+  watch_tail = watch_next;
   world_nccl = NULL;
 }
 

@@ -822,8 +822,14 @@ cudaError_t cudaLibraryGetKernel(cudaKernel_t *k, cudaLibrary_t lib, const char 
 }
 
 static long launches;
+static int late_sleep; // seconds the next cudaLaunchKernel sleeps (EMU_NCCL_LATE), then 0
 cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared, cudaStream_t s) {
   const EmuKernel *k = (const EmuKernel *)func;
+  if (late_sleep) { // EMU_NCCL_LATE: the host busy after a hung NCCL operation (fault injection)
+    fprintf(stderr, "cuda-emu[%d]: EMU_NCCL_LATE: the host sleeps %d s before launching %s\n", my_rank(), late_sleep,
+            k && k->magic == EMU_KERNEL_MAGIC ? k->name : "a kernel");
+    sleep((unsigned)late_sleep), late_sleep = 0;
+  }
   if (!k || k->magic != EMU_KERNEL_MAGIC) {
     emu_error("cudaLaunchKernel: %p is not a kernel from cudaLibraryGetKernel", func);
     return fail(cudaErrorInvalidValue);
@@ -1236,11 +1242,15 @@ static ncclResult_t p2p(bool send, const void *buf, size_t count, ncclDataType_t
 // cudaErrorNotReady), and its communicator reports ncclRemoteError (ncclCommGetAsyncError).
 // EMU_NCCL_HANG=K: the same without the error (a hang: only a timeout ends it). Every rank of the
 // program must drop the same operation (the same K), or the others wait for it in MPI.
+// EMU_NCCL_LATE=S (with either): the host sleeps S seconds in its first kernel launch after that
+// operation, as a host busy issuing compute before its next wait: the hung operation is S
+// seconds old when that wait begins (the runtime's timeout counts from the issue).
 static bool injected(ncclComm *c) {
   static long n, fail = env_int("EMU_NCCL_FAIL", 0), hang = env_int("EMU_NCCL_HANG", 0);
   if (!fail && !hang) return false;
   if (++n != (fail ? fail : hang)) return false;
   if (fail) c->failed = true;
+  late_sleep = env_int("EMU_NCCL_LATE", 0);
   fprintf(stderr, "cuda-emu[%d]: EMU_NCCL_%s: NCCL operation %ld never completes\n", my_rank(), fail ? "FAIL" : "HANG", n);
   return true;
 }

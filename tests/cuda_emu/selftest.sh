@@ -11,6 +11,9 @@
 #   nccl-fail       2 ranks (FSDP 2): the 3rd NCCL operation never completes and its communicator
 #                   reports an error (EMU_NCCL_FAIL, a dead peer): the host wait names it
 #   nccl-hang       the same without the error (EMU_NCCL_HANG): named after MTC_NCCL_TIMEOUT=1
+#   nccl-late       the hang, the host busy 3 s before its next wait (EMU_NCCL_LATE=3), MTC_NCCL_TIMEOUT=2:
+#                   the timeout counts from the collective's issue, so the wait ends at its first poll
+#                   (found 0.x s into it) naming the collective's age (3 s or more), not after 2 s more
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -90,5 +93,8 @@ expect nccl-fail "a failed collective, its group and layer named" \
 run2 nccl-hang EMU_NCCL_HANG=3 MTC_NCCL_TIMEOUT=1
 expect nccl-hang "a hung collective named after MTC_NCCL_TIMEOUT" \
   "of [0-9]* values in group [a-z-]* (2 ranks) issued at [a-z0-9 ]* did not finish in 1 s (MTC_NCCL_TIMEOUT"
+run2 nccl-late EMU_NCCL_HANG=3 EMU_NCCL_LATE=3 MTC_NCCL_TIMEOUT=2
+expect nccl-late "a hung collective timed from its issue, not from the host's wait" \
+  "issued at [a-z0-9 ]* did not finish in 2 s (MTC_NCCL_TIMEOUT: pending [3-9]\.[0-9] s since it was issued; found 0\.[0-9] s into"
 
 exit $fail

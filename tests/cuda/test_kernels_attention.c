@@ -1,0 +1,81 @@
+/* test_kernels_attention.c — test_kernels' checks of RoPE, MLA's keys and values and causal GQA
+ * attention, flash or simple as the pass says (templates/kernels/20-rope.cu, 40-attention.cu,
+ * 80-flash.cu): the cuda ops against the cpu ops (test_kernels.h). */
+#include "test_kernels.h"
+
+/* RoPE in place, forward and backward: plain, Llama 3.1's scaling, YaRN, and MLA's on a part of
+ * each head (strided); MLA's keys and values from kv_b_proj's output and the shared RoPE key,
+ * forward and backward (added to). */
+void test_rope(void) {
+  size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
+  float *q = rnd(nq, 2), *k = rnd(nk, 2);
+  act *dq = deva(q, nq), *dk = deva(k, nk);
+  ref_rope_forward(q, B, T, NH, HD, THETA), rt_rope_forward(dq, B, T, NH, HD, THETA);
+  check_dev("rope_forward", dq, q, nq, TOL);
+  ref_rope_backward(k, B, T, NKV, HD, THETA), rt_rope_backward(dk, B, T, NKV, HD, THETA);
+  check_dev("rope_backward", dk, k, nk, TOL);
+  /* Llama 3.1's scaling with original_max_position 64 over T 128: the pairs' wavelengths fall
+   * below 16 (kept), between 16 and 64 (blended) and above 64 (divided by 8) */
+  ref_rope_llama3_forward(q, B, T, NH, HD, THETA, 8, 1, 4, 64), rt_rope_llama3_forward(dq, B, T, NH, HD, THETA, 8, 1, 4, 64);
+  check_dev("rope_llama3_forward", dq, q, nq, TOL);
+  ref_rope_llama3_backward(k, B, T, NKV, HD, THETA, 8, 1, 4, 64), rt_rope_llama3_backward(dk, B, T, NKV, HD, THETA, 8, 1, 4, 64);
+  check_dev("rope_llama3_backward", dk, k, nk, TOL);
+  /* YaRN: factor 4 over original_max_position 32, beta 32 / 1 (the ramp inside HD's pairs),
+   * attention factor 1.1386 (= 0.1 ln 4 + 1) */
+  ref_rope_yarn_forward(q, B, T, NH, HD, THETA, 4, 32, 32, 1, 1.1386f), rt_rope_yarn_forward(dq, B, T, NH, HD, THETA, 4, 32, 32, 1, 1.1386f);
+  check_dev("rope_yarn_forward", dq, q, nq, TOL);
+  ref_rope_yarn_backward(k, B, T, NKV, HD, THETA, 4, 32, 32, 1, 1.1386f), rt_rope_yarn_backward(dk, B, T, NKV, HD, THETA, 4, 32, 32, 1, 1.1386f);
+  check_dev("rope_yarn_backward", dk, k, nk, TOL);
+  /* MLA: RoPE on channels [8, 24) of each head (stride HD), and the keys and values built from
+   * kv_b_proj's output (nope 8, rope 16, v 24 per head) and the shared RoPE key */
+  ref_rope_strided_forward(q + 8, B, T, NH, HD, 16, THETA, 1, 1, 1, 1, 1),
+      rt_rope_strided_forward(dq + 8, B, T, NH, HD, 16, THETA, 1, 1, 1, 1, 1);
+  check_dev("rope_strided_forward", dq, q, nq, TOL);
+  ref_rope_strided_backward(k + 8, B, T, NKV, HD, 16, THETA, 1, 1, 1, 1, 1),
+      rt_rope_strided_backward(dk + 8, B, T, NKV, HD, 16, THETA, 1, 1, 1, 1, 1);
+  check_dev("rope_strided_backward", dk, k, nk, TOL);
+  /* with YaRN over the 16 rotated channels (factor 4, orig 32, beta 32 / 1, attention factor 1.1386) */
+  ref_rope_strided_forward(q + 8, B, T, NH, HD, 16, THETA, 4, 32, 32, 1, 1.1386f),
+      rt_rope_strided_forward(dq + 8, B, T, NH, HD, 16, THETA, 4, 32, 32, 1, 1.1386f);
+  check_dev("rope_strided_forward yarn", dq, q, nq, TOL);
+  ref_rope_strided_backward(k + 8, B, T, NKV, HD, 16, THETA, 4, 32, 32, 1, 1.1386f),
+      rt_rope_strided_backward(dk + 8, B, T, NKV, HD, 16, THETA, 4, 32, 32, 1, 1.1386f);
+  check_dev("rope_strided_backward yarn", dk, k, nk, TOL);
+  enum { MNOPE = 8, MROPE = 16, MVD = 24 };
+  size_t nb = (size_t)N * NH * (MNOPE + MVD), nmk = (size_t)N * NH * (MNOPE + MROPE), nmv = (size_t)N * NH * MVD;
+  float *kvb = rnd(nb, 2), *kr = rnd((size_t)N * MROPE, 2), *mk = host(nmk), *mv = host(nmv);
+  act *dkvb_ = deva(kvb, nb), *dkr_ = deva(kr, (size_t)N * MROPE), *dmk = deva(NULL, nmk), *dmv = deva(NULL, nmv);
+  ref_mla_kv_forward(mk, mv, kvb, kr, N, NH, MNOPE, MROPE, MVD, 1.5f),
+      rt_mla_kv_forward(dmk, dmv, dkvb_, dkr_, N, NH, MNOPE, MROPE, MVD, 1.5f);
+  check_dev("mla_kv_forward k", dmk, mk, nmk, TOL);
+  check_dev("mla_kv_forward v", dmv, mv, nmv, TOL);
+  float *gk = rnd(nmk, 1), *gv = rnd(nmv, 1);
+  act *dgk = deva(gk, nmk), *dgv = deva(gv, nmv);
+  ref_mla_kv_backward(kvb, kr, gk, gv, N, NH, MNOPE, MROPE, MVD, 1.5f),
+      rt_mla_kv_backward(dkvb_, dkr_, dgk, dgv, N, NH, MNOPE, MROPE, MVD, 1.5f);
+  check_dev("mla_kv_backward dkvb", dkvb_, kvb, nb, TOL);
+  check_dev("mla_kv_backward dkr", dkr_, kr, (size_t)N * MROPE, TOL);
+}
+
+
+/* Causal GQA attention: lse is (B, NH, T) on the cpu and (tokens, NH) on the GPU (each backend
+ * reads only its own); each backward runs from its own forward's out and lse. */
+void test_attention(const Pass *p) {
+  size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
+  float *q = rnd(nq, 4), *k = rnd(nk, 4), *v = rnd(nk, 2), *out = host(nq), *lse = host((size_t)N * NH);
+  float *dy = rnd(nq, 2), *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1), *lse_t = host((size_t)N * NH);
+  float *dlse = devf(NULL, (size_t)N * NH);
+  act *dq_ = deva(q, nq), *dk_ = deva(k, nk), *dv_ = deva(v, nk), *dout = deva(NULL, nq);
+  act *ddy = deva(dy, nq), *ddq = deva(dq, nq), *ddk = deva(dk, nk), *ddv = deva(dv, nk);
+  ref_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HD, HD), rt_attention_forward(dout, dlse, dq_, dk_, dv_, B, T, NH, NKV, HD, HD);
+  check_dev("attention_forward out", dout, out, nq, p->attn_tol);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) lse_t[((size_t)b * T + t) * NH + h] = lse[((size_t)b * NH + h) * T + t];
+  check_dev("attention_forward lse", dlse, lse_t, (size_t)N * NH, p->attn_tol);
+  ref_attention_backward(dq, dk, dv, dy, q, k, v, out, lse, B, T, NH, NKV, HD, HD);
+  rt_attention_backward(ddq, ddk, ddv, ddy, dq_, dk_, dv_, dout, dlse, B, T, NH, NKV, HD, HD);
+  check_dev("attention_backward dq", ddq, dq, nq, 2 * p->attn_tol);
+  check_dev("attention_backward dk", ddk, dk, nk, 2 * p->attn_tol);
+  check_dev("attention_backward dv", ddv, dv, nk, 2 * p->attn_tol);
+}
