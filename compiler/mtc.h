@@ -675,6 +675,12 @@ int64_t plan_logits_chunk(int64_t tokens, int64_t vocab);
  * slots x 3 x experts), the bf16 router-logit copy (2 x tokens x experts) and the MoE count/table
  * scratch (cu_moe_layout). experts 0 (dense) counts as 1. */
 int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t experts);
+/* Bytes of the cuda runtime's own host scratch, as runtime/cuda/cu_scratch.h's cu_host_scratch
+ * (what ops.c's scratch_of allocates on the host) computes them, equal byte for byte
+ * (tests/test_runtime_scratch.c): pageable, the MoE scratch's mirror (m = cu_moe_layout: 4 x 2E,
+ * rounded up to 8 B with 4 x E more, + 8 x 2E + 4 x (E + 1)) and 64 offsets arrays of 4 x (E + 1);
+ * pinned, the readback buffer, 8 x 256 + 4 x 256 + m. experts 0 (dense) counts as 1. */
+int64_t plan_runtime_host_scratch(int64_t experts);
 
 /* ------------------------------------------------------------------ attn_ws.c */
 

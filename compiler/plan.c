@@ -400,6 +400,13 @@ static void build_items(Items *it, const Model *md) {
        (double)plan_runtime_scratch((int64_t)T, s->model.attention.heads, E), 0, END,
        "4 B x tokens x heads + 4 B x (2 tokens + 1) + 8 + 192 B x experts + 2 B x tokens x experts + the MoE "
        "count/table scratch (about 32 B x experts): the cuda runtime's own device buffers");
+  /* its host side (plan_runtime_host_scratch): the MoE scratch's mirror, the offsets cache and
+   * the pinned readback buffer of the step's scalars */
+  item(it, "workspace.runtime_host", CAT_WORKSPACE, TIER_HOST, (double)plan_runtime_host_scratch(E), 0, END,
+       "2 x m + 256 B x (experts + 1) + 3,072 B, m = the MoE count/table scratch (12 x experts rounded up to 8 B, + "
+       "20 x experts + 4: about 32 B x experts; experts 0 counts as 1): the cuda runtime's own host buffers (the MoE "
+       "scratch's mirror, 64 cached offsets arrays of experts + 1 int32, and the pinned readback buffer: 256 fp64 "
+       "sums of squares, 256 fp32 losses and a staging copy of the MoE scratch)");
   /* Muon's scratch as the program allocates it (MUON_WORK, fp32: plan_muon_work): the pieces
    * sent to owners (all dense groups in one exchange, each expert group in its own) and
    * received, a gathered matrix's gradient, update and Newton-Schulz scratch, or the cuda
