@@ -755,11 +755,15 @@ Placement *plan_placement_ep0(Mem *m, const Model *md, const Choice *ch);
 
 /* ------------------------------------------------------------------ muon_work.c */
 
-/* Muon's scratch on one rank, in fp32 values (elems: the program's MUON_WORK; 0 without Muon),
- * and nest: the Nesterov gradients the cuda program copies to the host for one exchange (the
- * dense groups' shards together, or one expert group's shard: the larger), beside MUON_WORK. */
+/* Muon's scratch on one rank, in fp32 values, 0 without Muon. elems: the program's MUON_WORK (in
+ * the activation arena: the most of the two steps' needs). step: what the step on the host
+ * (runtime/optim/muon.c rt_muon_groups) uses of it, the pieces sent and received, an assembled
+ * matrix, its update and Newton-Schulz scratch (the host's MUON_WORK when the plan puts the step
+ * there: MUON_STEP_ELEMS). exchange: the host scratch of the cuda step on the GPU
+ * (runtime/cuda/muon_cuda.c rt_cu_muon_groups: a call's moving groups' Nesterov gradients, one
+ * shard each, then the most one rank sends and receives; MUON_HOST_ELEMS, pinned). */
 typedef struct {
-  int64_t elems, nest;
+  int64_t elems, step, exchange;
 } PlanMuonWork;
 
 /* MUON_WORK of choice ch with the owners of placement pl (NULL or too_large: every owner 0):

@@ -407,23 +407,24 @@ static void build_items(Items *it, const Model *md) {
        "20 x experts + 4: about 32 B x experts; experts 0 counts as 1): the cuda runtime's own host buffers (the MoE "
        "scratch's mirror, 64 cached offsets arrays of experts + 1 int32, and the pinned readback buffer: 256 fp64 "
        "sums of squares, 256 fp32 losses and a staging copy of the MoE scratch)");
-  /* Muon's scratch as the program allocates it (MUON_WORK, fp32: plan_muon_work): the pieces
-   * sent to owners (all dense groups in one exchange, each expert group in its own) and
-   * received, a gathered matrix's gradient, update and Newton-Schulz scratch, or the cuda
-   * backend's largest batch of a shard's experts. In HBM it is a group of workspace.shared (the
-   * optimizer step's); with the step on the host, the host's own copy. With the step on the GPU,
-   * its exchange goes through host memory: a shard's Nesterov gradients and the same buffers again */
+  /* Muon's scratch as the program allocates it (fp32: plan_muon_work). MUON_WORK, the most
+   * either step uses, is a group of workspace.shared (the optimizer step's). With the step on
+   * the host, the host's own copy of what that step uses: the pieces sent to owners (all dense
+   * groups in one exchange, each expert group in its own) and received, a gathered matrix's
+   * gradient, update and Newton-Schulz scratch. With the step on the GPU (Newton-Schulz there,
+   * batched), only its exchange goes through host memory: the Nesterov gradients of the groups
+   * whose matrices move, and the pieces sent and received */
   if (muon) {
     PlanMuonWork w = plan_muon_summary(md, ch).work;
     if (ch->opt_on_host)
-      item(it, "workspace.newton_schulz", CAT_WORKSPACE, TIER_HOST, 4 * (double)w.elems, PHASE_OPT(L), END,
-           "4 B x max(the dense shards' sum or an expert shard + the most one rank owns of their moving matrices + "
-           "4 n + 2 r^2 of the largest; a shard + its largest Newton-Schulz batch b (2 n + 2 r^2 + 1))");
-    else
-      item(it, "workspace.muon_exchange_host", CAT_WORKSPACE, TIER_HOST, 4 * (double)(w.elems + w.nest),
-           PHASE_OPT(L), END,
-           "4 B x (workspace.newton_schulz's values + the dense shards' sum or an expert shard, the larger): the "
-           "exchange's host copy, pinned (its copies to and from the GPU asynchronous, waited for once each way)");
+      item(it, "workspace.newton_schulz", CAT_WORKSPACE, TIER_HOST, 4 * (double)w.step, PHASE_OPT(L), END,
+           "4 B x (the dense shards' sum or an expert shard + the most one rank owns of their moving matrices + "
+           "4 n + 2 r^2 of the largest matrix), the larger");
+    else if (w.exchange)
+      item(it, "workspace.muon_exchange_host", CAT_WORKSPACE, TIER_HOST, 4 * (double)w.exchange, PHASE_OPT(L), END,
+           "4 B x (the shards of the dense groups with a moving matrix, summed, or of such an expert group + the "
+           "most one rank sends and receives of their moving matrices), the larger: the exchange's host copy, pinned "
+           "(its copies to and from the GPU asynchronous, waited for once each way)");
   }
   item(it, "reserve.cuda_context", CAT_RESERVE, TIER_HBM, r->cuda_context, 0, END, "cluster.reserve.cuda_context");
   item(it, "reserve.nccl_buffers", CAT_RESERVE, TIER_HBM, r->nccl_buffers, 0, END, "cluster.reserve.nccl_buffers");
