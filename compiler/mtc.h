@@ -681,6 +681,13 @@ int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t experts);
  * rounded up to 8 B with 4 x E more, + 8 x 2E + 4 x (E + 1)) and 64 offsets arrays of 4 x (E + 1);
  * pinned, the readback buffer, 8 x 256 + 4 x 256 + m. experts 0 (dense) counts as 1. */
 int64_t plan_runtime_host_scratch(int64_t experts);
+/* Bytes of the program's small host tables (templates/train/40-start.c), equal to what it
+ * allocates (tests/test_runtime_scratch.c): the loader's token ids and targets (2 x 4 B x tokens),
+ * Muon's exchange counts (rt_muon_counts_bytes: 72 B x fsdp, allocated with any optimizer; MPI
+ * handles taken as 8 B, Open MPI's) and with ep > 1 the all-to-all's tables (rt_a2a_bytes: 4 B x
+ * ep^2 x El counts, 4 B x (ep El + 1) offsets, 32 B x ep rows, 24 B x ep El regroup blocks, 16 B x
+ * ep MPI counts), El the experts per EP rank. */
+int64_t plan_host_tables(int64_t tokens, int64_t fsdp, int64_t ep, int64_t El);
 
 /* ------------------------------------------------------------------ attn_ws.c */
 

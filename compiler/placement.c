@@ -66,6 +66,12 @@ int64_t plan_runtime_host_scratch(int64_t experts) {
   return moe + 4 * OFF_CACHE * (E + 1) + stage + moe;
 }
 
+int64_t plan_host_tables(int64_t tokens, int64_t fsdp, int64_t ep, int64_t El) {
+  int64_t muon = fsdp * (5 * 8 + 4 * 4 + 2 * 8); /* runtime/optim/muon.c rt_muon_counts_bytes */
+  int64_t a2a = ep > 1 ? 4 * ep * ep * El + 4 * (ep * El + 1) + 8 * 4 * ep + 24 * ep * El + 4 * 4 * ep : 0;
+  return 2 * 4 * tokens + muon + a2a;
+}
+
 /* A matrix that moves to an owner: a dense one (run NULL) or a run of a layer's split experts. */
 typedef struct {
   const Param *p;

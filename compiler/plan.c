@@ -407,6 +407,11 @@ static void build_items(Items *it, const Model *md) {
        "20 x experts + 4: about 32 B x experts; experts 0 counts as 1): the cuda runtime's own host buffers (the MoE "
        "scratch's mirror, 64 cached offsets arrays of experts + 1 int32, and the pinned readback buffer: 256 fp64 "
        "sums of squares, 256 fp32 losses and a staging copy of the MoE scratch)");
+  item(it, "data.host_tables", CAT_WORKSPACE, TIER_HOST, (double)plan_host_tables((int64_t)T, ch->fsdp, ch->ep, El), 0,
+       END, ch->ep > 1 ? "2 x 4 B x tokens: the loader's token ids and targets; 72 B x fsdp: Muon's exchange counts; 4 B x "
+                         "ep^2 x experts per EP rank + 28 B x ep x experts per EP rank + 48 B x ep + 4: the all-to-all's "
+                         "counts, offsets and regroup blocks"
+                       : "2 x 4 B x tokens: the loader's token ids and targets; 72 B x fsdp: Muon's exchange counts");
   /* Muon's scratch as the program allocates it (fp32: plan_muon_work). MUON_WORK, the most
    * either step uses, is a group of workspace.shared (the optimizer step's). With the step on
    * the host, the host's own copy of what that step uses: the pieces sent to owners (all dense

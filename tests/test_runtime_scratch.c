@@ -4,10 +4,13 @@
  * scratch_of allocates with, included here, not copied) for 0 (dense), 1, 8, 384 and 65,536
  * experts; the parts by hand at 8 experts; and the item in the plans of a dense and MoE specs
  * (tiny-moe, llama-3.1-8b, europa-1t, europa-1t at 65,536 experts), in the host tier, alive the
- * whole step.   usage: test_runtime_scratch SOURCE_DIR */
+ * whole step. Likewise the program's small host tables (data.host_tables: plan_host_tables against
+ * rt_muon_counts_bytes and rt_a2a_bytes).   usage: test_runtime_scratch SOURCE_DIR */
 #include "../runtime/cuda/cu_scratch.h"
 #include "check.h"
 #include "mtc.h"
+#include "mtrt_a2a.h"
+#include "mtrt_train.h"
 #include "plan_test.h"
 
 /* The runtime's figure for E experts and the plan's agree; returns the runtime's. */
@@ -40,6 +43,17 @@ static void formula(void) {
   CHECK_EQ(both(384), 2 * (4 * 2 * 384 + 4 * 384 + 8 * 2 * 384 + 4 * 385) + 4 * 64 * 385 + 3072);
 }
 
+/* The program's small host tables: the plan's figure against the runtime's functions. */
+static void tables(void) {
+  static const int64_t cases[][4] = {{512, 1, 1, 8}, {512, 2, 2, 4}, {8192, 64, 1, 0}, {65536, 4096, 64, 6},
+                                     {131072, 8, 8, 1}, {4096, 16384, 16384, 4}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    int64_t T = cases[i][0], f = cases[i][1], ep = cases[i][2], El = cases[i][3];
+    CHECK_EQ(plan_host_tables(T, f, ep, El),
+             2 * 4 * T + (int64_t)rt_muon_counts_bytes((int)f) + (ep > 1 ? (int64_t)rt_a2a_bytes((int)ep, (int)El) : 0));
+  }
+}
+
 /* spec (with sets) plans workspace.runtime_host for its experts, on the host, the whole step. */
 static void item(const char *spec, const char *const *sets, int n, int64_t experts) {
   Mem m = {0};
@@ -55,6 +69,9 @@ static void item(const char *spec, const char *const *sets, int n, int64_t exper
       CHECK_EQ(x->end, PHASE_END(p->md->nlayers));
       CHECK(x->formula && strstr(x->formula, "readback"));
     }
+    const Choice *ch = &p->best.ch;
+    CHECK_EQ(bytes(&p->best, "data.host_tables"),
+             plan_host_tables(ch->micro_batch * p->md->spec->training.seq_len, ch->fsdp, ch->ep, experts / ch->ep));
   }
   mem_free(&m);
 }
@@ -66,6 +83,7 @@ int main(int argc, char **argv) {
   }
   src_dir = argv[1];
   formula();
+  tables();
   item("specs/tiny-moe.yaml", NULL, 0, 8);
   item("specs/llama-3.1-8b.yaml", NULL, 0, 0);
   item("specs/europa-1t.yaml", NULL, 0, 384);
