@@ -115,6 +115,7 @@ typedef struct {
   bool state_host; /* the plan keeps the state (master, gradient shard, moments) in host memory */
   bool step_host;  /* and runs the optimizer step on the host CPU */
   int64_t muon_work; /* MUON_WORK elements: the most rt_muon_group_work asks of any group */
+  int64_t muon_step, muon_host; /* MUON_STEP_ELEMS, MUON_HOST_ELEMS: plan_muon_work's step and exchange */
   EmGroup *groups;
   int ngroups, g_embed, g_head;
   int *layer_dense, *layer_experts; /* group of each layer (-1: no experts) */

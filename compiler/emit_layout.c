@@ -218,11 +218,14 @@ static void add_tensor(Em *e, int g, int l, const Param *p, const MemMap *owners
 }
 
 /* MUON_WORK: plan_muon_work's figure (compiler/muon_work.c), the same the plan's
- * workspace.newton_schulz item holds: the most rt_muon_groups_work (runtime/optim/muon.c: the
- * dense groups together, each expert group alone) or the cuda backend's Newton-Schulz batches
- * ask. */
+ * workspace.shared holds: the most rt_muon_groups_work (runtime/optim/muon.c: the dense groups
+ * together, each expert group alone) or the cuda backend's Newton-Schulz batches ask. Its step
+ * figure (rt_muon_groups_work alone: the host's MUON_WORK with the step there, the plan's
+ * workspace.newton_schulz) and exchange figure (the cuda step's host scratch, the plan's
+ * workspace.muon_exchange_host) beside it. */
 static void muon_work(Em *e) {
-  e->muon_work = plan_muon_work(e->m, e->md, &e->p->best.ch, e->p->placement).elems;
+  PlanMuonWork w = plan_muon_work(e->m, e->md, &e->p->best.ch, e->p->placement);
+  e->muon_work = w.elems, e->muon_step = w.step, e->muon_host = w.exchange;
 }
 
 /* The shared workspace (the plan's workspace.shared, or moe.a2a_staging with expert

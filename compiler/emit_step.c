@@ -354,8 +354,12 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
   for (int i = 0; i < e->nbufs; i++)
     if (strcmp(e->bufs[i].name, "MUON_WORK") == 0)
       P(e, "#define MUON_WORK %lld /* [%s] Muon's scratch: fp32 values in the activation arena's bytes (in %s, "
-           "free during the optimizer step) */\n#define MUON_WORK_ELEMS %lld\n", (long long)e->bufs[i].offset,
-        e->bufs[i].item, e->bufs[i].alias, (long long)e->muon_work);
+           "free during the optimizer step) */\n#define MUON_WORK_ELEMS %lld\n"
+           "#define MUON_STEP_ELEMS %lld /* [workspace.newton_schulz] what the step on the host uses of it: its "
+           "own host copy when the step is there */\n"
+           "#define MUON_HOST_ELEMS %lld /* [workspace.muon_exchange_host] the cuda step on the GPU: its exchange's "
+           "pinned host scratch */\n", (long long)e->bufs[i].offset,
+        e->bufs[i].item, e->bufs[i].alias, (long long)e->muon_work, (long long)e->muon_step, (long long)e->muon_host);
   P(e, "#define HOST_ELEMS %lld /* the host arena (activation offload): boundaries waiting for the backward */\n",
     (long long)e->host_elems);
   P(e, "#define OFFLOAD_IDS %lld /* boundaries that go to the host and back */\n",

@@ -675,6 +675,19 @@ int64_t plan_logits_chunk(int64_t tokens, int64_t vocab);
  * slots x 3 x experts), the bf16 router-logit copy (2 x tokens x experts) and the MoE count/table
  * scratch (cu_moe_layout). experts 0 (dense) counts as 1. */
 int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t experts);
+/* Bytes of the cuda runtime's own host scratch, as runtime/cuda/cu_scratch.h's cu_host_scratch
+ * (what ops.c's scratch_of allocates on the host) computes them, equal byte for byte
+ * (tests/test_runtime_scratch.c): pageable, the MoE scratch's mirror (m = cu_moe_layout: 4 x 2E,
+ * rounded up to 8 B with 4 x E more, + 8 x 2E + 4 x (E + 1)) and 64 offsets arrays of 4 x (E + 1);
+ * pinned, the readback buffer, 8 x 256 + 4 x 256 + m. experts 0 (dense) counts as 1. */
+int64_t plan_runtime_host_scratch(int64_t experts);
+/* Bytes of the program's small host tables (templates/train/40-start.c), equal to what it
+ * allocates (tests/test_runtime_scratch.c): the loader's token ids and targets (2 x 4 B x tokens),
+ * Muon's exchange counts (rt_muon_counts_bytes: 72 B x fsdp, allocated with any optimizer; MPI
+ * handles taken as 8 B, Open MPI's) and with ep > 1 the all-to-all's tables (rt_a2a_bytes: 4 B x
+ * ep^2 x El counts, 4 B x (ep El + 1) offsets, 32 B x ep rows, 24 B x ep El regroup blocks, 16 B x
+ * ep MPI counts), El the experts per EP rank. */
+int64_t plan_host_tables(int64_t tokens, int64_t fsdp, int64_t ep, int64_t El);
 
 /* ------------------------------------------------------------------ attn_ws.c */
 
@@ -751,11 +764,15 @@ Placement *plan_placement(Mem *m, const Model *md, const Choice *ch);
 
 /* ------------------------------------------------------------------ muon_work.c */
 
-/* Muon's scratch on one rank, in fp32 values (elems: the program's MUON_WORK; 0 without Muon),
- * and nest: the Nesterov gradients the cuda program copies to the host for one exchange (the
- * dense groups' shards together, or one expert group's shard: the larger), beside MUON_WORK. */
+/* Muon's scratch on one rank, in fp32 values, 0 without Muon. elems: the program's MUON_WORK (in
+ * the activation arena: the most of the two steps' needs). step: what the step on the host
+ * (runtime/optim/muon.c rt_muon_groups) uses of it, the pieces sent and received, an assembled
+ * matrix, its update and Newton-Schulz scratch (the host's MUON_WORK when the plan puts the step
+ * there: MUON_STEP_ELEMS). exchange: the host scratch of the cuda step on the GPU
+ * (runtime/cuda/muon_cuda.c rt_cu_muon_groups: a call's moving groups' Nesterov gradients, one
+ * shard each, then the most one rank sends and receives; MUON_HOST_ELEMS, pinned). */
 typedef struct {
-  int64_t elems, nest;
+  int64_t elems, step, exchange;
 } PlanMuonWork;
 
 /* MUON_WORK of choice ch with the owners of placement pl (NULL or too_large: every owner 0):

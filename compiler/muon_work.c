@@ -12,7 +12,12 @@
  *   each group's shard S + the largest run of same-shaped matrices held whole in one shard (a
  *       shard's experts of one tensor) as one cuBLAS batch, b (2 n + 2 r² + 1) values
  *       (rt_cu_newton_schulz_work).
- * Only groups with a Muon matrix count. Owners come from the placement (DenseOwner, ExpertRun). */
+ * Only groups with a Muon matrix count. Owners come from the placement (DenseOwner, ExpertRun).
+ * Two more figures: step, the first two alone (what the step on the host, rt_muon_groups, uses:
+ * the host's MUON_WORK when the plan puts the step there, MUON_STEP_ELEMS), and exchange, the
+ * host scratch of the cuda backend's step on the GPU (rt_cu_muon_groups: the Nesterov gradients
+ * of a call's groups with a matrix that moves, one shard each, then the pieces a rank sends and
+ * receives; no assembled matrix, no update: those are on the device; MUON_HOST_ELEMS). */
 #include <stdint.h>
 #include <string.h>
 
@@ -45,7 +50,9 @@ static int group_of(const Model *md, const Op *o, const Param *p) {
 }
 
 /* Group G's part (ranks ranks): adds to owned[r] the values rank r owns of its matrices that
- * move; *ns: the most of 4 n + 2 r² over its Muon matrices (0: it has none); *batch: the cuda
+ * move and to sent[r] the values of them rank r's shard holds (the pieces it sends to their
+ * owners); *moves: whether any of its Muon matrices moves; *ns: the most of 4 n + 2 r² over its
+ * Muon matrices (0: it has none); *batch: the cuda
  * backend's largest batch of matrices held whole in one shard. The runtime walks a tensor's
  * matrices one by one (rt_expert_at: matrix k of a flat tensor at offset + k n; of whole-expert
  * shards at offset + (k / per) S + (k % per) n); this counts the same per shard boundary:
@@ -54,9 +61,11 @@ static int group_of(const Model *md, const Op *o, const Param *p) {
  *   flat (a dense tensor is one matrix): matrix k moves when a boundary lies strictly inside
  *       it, to rank (owner + k) mod ranks; a batch is the matrices whole in one shard (they
  *       are consecutive, and the runtime's batch stops at the first that ends past the shard). */
-static void group_parts(const Grp *G, const Tens *tens, int64_t ranks, int64_t *owned, int64_t *ns, int64_t *batch) {
+static void group_parts(const Grp *G, const Tens *tens, int64_t ranks, int64_t *owned, int64_t *sent, bool *moves,
+                        int64_t *ns, int64_t *batch) {
   int64_t S = G->shard;
   *ns = *batch = 0;
+  *moves = false;
   for (int i = G->first; i < G->first + G->n; i++) {
     const Tens *t = &tens[i];
     if (!t->muon) continue;
@@ -73,6 +82,9 @@ static void group_parts(const Grp *G, const Tens *tens, int64_t ranks, int64_t *
           continue;
         }
         owned[(t->owner + k) % ranks] += n;
+        for (int64_t r = a / S; r <= (a + n - 1) / S; r++) /* its pieces, one per shard it spans */
+          sent[r] += (a + n < (r + 1) * S ? a + n : (r + 1) * S) - (a > r * S ? a : r * S);
+        *moves = true;
         B = ((a + n - 1) / S + 1) * S;
       }
       for (int64_t sh = t->offset / S; n <= S && sh <= (end - 1) / S; sh++) { /* whole matrices per shard (none when n > S) */
@@ -93,18 +105,27 @@ static int64_t most_of(const int64_t *v, int64_t n) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* The most over ranks r < n of a[r] + b[r]. */
+static int64_t most_sum(const int64_t *a, const int64_t *b, int64_t n) {
+  int64_t most = 0;
+  for (int64_t i = 0; i < n; i++) most = max64(most, a[i] + b[i]);
+  return most;
+}
+
 /* The scope of layer l's matrices in a MemMap of owners (l >= -1), as emit_layout.c's. */
 static const void *layer_tag(int l) { return (const void *)(uintptr_t)(l + 2); }
 
 PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Placement *pl) {
-  PlanMuonWork w = {0, 0};
+  PlanMuonWork w = {0, 0, 0};
   if (md->spec->training.optimizer != OPT_MUON) return w;
   int ng = 2 * md->nlayers + 2, np = 0;
   for (int i = 0; i < md->nops; i++) np += md->ops[i].nparams;
   Grp *grp = mem_array(m, (size_t)ng, sizeof *grp);
   Tens *tens = mem_array(m, (size_t)np + 1, sizeof *tens);
   int64_t *owned = mem_array(m, (size_t)ch->fsdp + 1, sizeof *owned), *dense = mem_array(m, (size_t)ch->fsdp + 1, sizeof *dense);
+  int64_t *sent = mem_array(m, (size_t)ch->fsdp + 1, sizeof *sent), *dense_sent = mem_array(m, (size_t)ch->fsdp + 1, sizeof *sent);
   int64_t dense_S = 0, dense_ns = 0; /* the dense groups, exchanged together (rt_muon_groups) */
+  int64_t dense_moving_S = 0;        /* their shards whose Nesterov gradients go through the host (cuda) */
   int64_t El = md->spec->model.moe.present ? md->spec->model.moe.experts / ch->ep : 0;
   int per = (int)plan_expert_per(El, ch->efsdp);
   if (pl && pl->too_large) pl = NULL; /* no lists: every owner 0, as the emitter's */
@@ -140,16 +161,20 @@ PlanMuonWork plan_muon_work(Mem *m, const Model *md, const Choice *ch, const Pla
     int64_t ranks = G->experts ? ch->efsdp : ch->fsdp;
     G->shard = G->experts && per ? round8(G->elems) : plan_flat_shard(G->elems, ranks);
     int64_t ns, batch;
-    for (int64_t r = 0; G->experts && r < ranks; r++) owned[r] = 0; /* (a dense group adds to dense) */
-    group_parts(G, tens, ranks, G->experts ? owned : dense, &ns, &batch);
+    bool moves;
+    for (int64_t r = 0; G->experts && r < ranks; r++) owned[r] = sent[r] = 0; /* (a dense group adds to dense) */
+    group_parts(G, tens, ranks, G->experts ? owned : dense, G->experts ? sent : dense_sent, &moves, &ns, &batch);
     if (!ns) continue; /* no Muon matrix */
     w.elems = max64(w.elems, G->shard + batch);
-    if (G->experts) /* an expert group alone on its shard communicator */
-      w.elems = max64(w.elems, G->shard + most_of(owned, ranks) + ns), w.nest = max64(w.nest, G->shard);
-    else
-      dense_S += G->shard, dense_ns = max64(dense_ns, ns);
+    if (G->experts) { /* an expert group alone on its shard communicator */
+      w.step = max64(w.step, G->shard + most_of(owned, ranks) + ns);
+      if (moves) w.exchange = max64(w.exchange, G->shard + most_sum(sent, owned, ranks));
+    } else
+      dense_S += G->shard, dense_ns = max64(dense_ns, ns), dense_moving_S += moves ? G->shard : 0;
   }
-  if (dense_S) w.elems = max64(w.elems, dense_S + most_of(dense, ch->fsdp) + dense_ns), w.nest = max64(w.nest, dense_S);
+  if (dense_S) w.step = max64(w.step, dense_S + most_of(dense, ch->fsdp) + dense_ns);
+  if (dense_moving_S) w.exchange = max64(w.exchange, dense_moving_S + most_sum(dense_sent, dense, ch->fsdp));
+  w.elems = max64(w.elems, w.step);
   return w;
 }
 

@@ -61,6 +61,20 @@ int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t experts) {
   return 4 * tokens * heads + 4 * (2 * tokens + 1) + 8 + 8 * 8 * 3 * E + 2 * tokens * E + moe;
 }
 
+int64_t plan_runtime_host_scratch(int64_t experts) {
+  enum { OFF_CACHE = 64, SCALARS = 256 }; /* runtime/cuda/cu_scratch.h's CU_OFF_CACHE, CU_SCALARS */
+  int64_t E = experts > 0 ? experts : 1;
+  int64_t cnt = 4 * 2 * E, tab = (cnt + 4 * E + 7) / 8 * 8, moe = tab + 8 * 2 * E + 4 * (E + 1);
+  int64_t stage = (8 * SCALARS + 4 * SCALARS + 7) / 8 * 8;
+  return moe + 4 * OFF_CACHE * (E + 1) + stage + moe;
+}
+
+int64_t plan_host_tables(int64_t tokens, int64_t fsdp, int64_t ep, int64_t El) {
+  int64_t muon = fsdp * (5 * 8 + 4 * 4 + 2 * 8); /* runtime/optim/muon.c rt_muon_counts_bytes */
+  int64_t a2a = ep > 1 ? 4 * ep * ep * El + 4 * (ep * El + 1) + 8 * 4 * ep + 24 * ep * El + 4 * 4 * ep : 0;
+  return 2 * 4 * tokens + muon + a2a;
+}
+
 /* A matrix that moves to an owner: a dense one (run NULL) or a run of a layer's split experts. */
 typedef struct {
   const Param *p;

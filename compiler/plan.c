@@ -400,23 +400,36 @@ static void build_items(Items *it, const Model *md) {
        (double)plan_runtime_scratch((int64_t)T, s->model.attention.heads, E), 0, END,
        "4 B x tokens x heads + 4 B x (2 tokens + 1) + 8 + 192 B x experts + 2 B x tokens x experts + the MoE "
        "count/table scratch (about 32 B x experts): the cuda runtime's own device buffers");
-  /* Muon's scratch as the program allocates it (MUON_WORK, fp32: plan_muon_work): the pieces
-   * sent to owners (all dense groups in one exchange, each expert group in its own) and
-   * received, a gathered matrix's gradient, update and Newton-Schulz scratch, or the cuda
-   * backend's largest batch of a shard's experts. In HBM it is a group of workspace.shared (the
-   * optimizer step's); with the step on the host, the host's own copy. With the step on the GPU,
-   * its exchange goes through host memory: a shard's Nesterov gradients and the same buffers again */
+  /* its host side (plan_runtime_host_scratch): the MoE scratch's mirror, the offsets cache and
+   * the pinned readback buffer of the step's scalars */
+  item(it, "workspace.runtime_host", CAT_WORKSPACE, TIER_HOST, (double)plan_runtime_host_scratch(E), 0, END,
+       "2 x m + 256 B x (experts + 1) + 3,072 B, m = the MoE count/table scratch (12 x experts rounded up to 8 B, + "
+       "20 x experts + 4: about 32 B x experts; experts 0 counts as 1): the cuda runtime's own host buffers (the MoE "
+       "scratch's mirror, 64 cached offsets arrays of experts + 1 int32, and the pinned readback buffer: 256 fp64 "
+       "sums of squares, 256 fp32 losses and a staging copy of the MoE scratch)");
+  item(it, "data.host_tables", CAT_WORKSPACE, TIER_HOST, (double)plan_host_tables((int64_t)T, ch->fsdp, ch->ep, El), 0,
+       END, ch->ep > 1 ? "2 x 4 B x tokens: the loader's token ids and targets; 72 B x fsdp: Muon's exchange counts; 4 B x "
+                         "ep^2 x experts per EP rank + 28 B x ep x experts per EP rank + 48 B x ep + 4: the all-to-all's "
+                         "counts, offsets and regroup blocks"
+                       : "2 x 4 B x tokens: the loader's token ids and targets; 72 B x fsdp: Muon's exchange counts");
+  /* Muon's scratch as the program allocates it (fp32: plan_muon_work). MUON_WORK, the most
+   * either step uses, is a group of workspace.shared (the optimizer step's). With the step on
+   * the host, the host's own copy of what that step uses: the pieces sent to owners (all dense
+   * groups in one exchange, each expert group in its own) and received, a gathered matrix's
+   * gradient, update and Newton-Schulz scratch. With the step on the GPU (Newton-Schulz there,
+   * batched), only its exchange goes through host memory: the Nesterov gradients of the groups
+   * whose matrices move, and the pieces sent and received */
   if (muon) {
     PlanMuonWork w = plan_muon_summary(md, ch).work;
     if (ch->opt_on_host)
-      item(it, "workspace.newton_schulz", CAT_WORKSPACE, TIER_HOST, 4 * (double)w.elems, PHASE_OPT(L), END,
-           "4 B x max(the dense shards' sum or an expert shard + the most one rank owns of their moving matrices + "
-           "4 n + 2 r^2 of the largest; a shard + its largest Newton-Schulz batch b (2 n + 2 r^2 + 1))");
-    else
-      item(it, "workspace.muon_exchange_host", CAT_WORKSPACE, TIER_HOST, 4 * (double)(w.elems + w.nest),
-           PHASE_OPT(L), END,
-           "4 B x (workspace.newton_schulz's values + the dense shards' sum or an expert shard, the larger): the "
-           "exchange's host copy, pinned (its copies to and from the GPU asynchronous, waited for once each way)");
+      item(it, "workspace.newton_schulz", CAT_WORKSPACE, TIER_HOST, 4 * (double)w.step, PHASE_OPT(L), END,
+           "4 B x (the dense shards' sum or an expert shard + the most one rank owns of their moving matrices + "
+           "4 n + 2 r^2 of the largest matrix), the larger");
+    else if (w.exchange)
+      item(it, "workspace.muon_exchange_host", CAT_WORKSPACE, TIER_HOST, 4 * (double)w.exchange, PHASE_OPT(L), END,
+           "4 B x (the shards of the dense groups with a moving matrix, summed, or of such an expert group + the "
+           "most one rank sends and receives of their moving matrices), the larger: the exchange's host copy, pinned "
+           "(its copies to and from the GPU asynchronous, waited for once each way)");
   }
   item(it, "reserve.cuda_context", CAT_RESERVE, TIER_HBM, r->cuda_context, 0, END, "cluster.reserve.cuda_context");
   item(it, "reserve.nccl_buffers", CAT_RESERVE, TIER_HBM, r->nccl_buffers, 0, END, "cluster.reserve.nccl_buffers");

@@ -133,13 +133,17 @@ size_t rt_cu_newton_schulz_work(int batch, int rows, int cols);
  * and, for a gathered one, the matrix besides; else the job aborts). The host waits twice when
  * a matrix moves: once for every moving group's Nesterov gradients (copied down as each is
  * computed), once for every owned matrix's update (their Newton-Schulz queued back to back).
- * hwork: host (pinned, so that those copies are asynchronous; pageable works), the sum of
- * the S of the groups whose matrices move (their nests; gs[i].nest is set here) +
- * rt_muon_groups_work values; counts: rt_muon_counts_bytes(ranks) bytes. Collective over comm
+ * hwork: host (pinned, so that those copies are asynchronous; pageable works) of
+ * rt_cu_muon_host_work values; counts: rt_muon_counts_bytes(ranks) bytes. Collective over comm
  * when a matrix of the groups moves. */
 void rt_cu_muon_groups(MPI_Comm comm, int ranks, RtMuonShard *gs, int ng, const RtTensor *t, int nt,
                        float grad_scale, const RtMuon *h, float *dwork, size_t dwork_elems, float *hwork, void *counts,
                        RtMuonStats *st);
+/* The host scratch rt_cu_muon_groups uses for the ng groups gs over ranks ranks: the sum of the
+ * S of the groups whose matrices move (their nests; gs[i].nest is set there) +
+ * rt_muon_exchange_work values; 0 when no matrix moves (compiler/muon_work.c's exchange, the
+ * program's MUON_HOST_ELEMS). */
+size_t rt_cu_muon_host_work(const RtTensor *t, int nt, const RtMuonShard *gs, int ng, int ranks);
 /* buf (count fp32 values on the device) = Σ over the group's ranks, in place (NCCL). */
 void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count);
 

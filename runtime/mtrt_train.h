@@ -137,6 +137,10 @@ size_t rt_muon_group_work(const RtTensor *t, int nt, int g, int64_t S, int ranks
 /* rt_muon_groups': the sum of the shards + the most any rank owns of all the groups' moving
  * matrices + 2·n + Newton-Schulz's work of the largest (compiler/muon_work.c's figure). */
 size_t rt_muon_groups_work(const RtTensor *t, int nt, const RtMuonShard *gs, int ng, int ranks);
+/* The scratch rt_muon_exchange_start and _finish use on any rank for the ng groups gs: the most
+ * any rank sends (its pieces of the moving matrices) + receives (the pieces of those it owns);
+ * 0 when no matrix moves. No assembled matrix: the caller orthogonalizes in the pieces. */
+size_t rt_muon_exchange_work(const RtTensor *t, int nt, const RtMuonShard *gs, int ng, int ranks);
 /* Bytes of the counts scratch of rt_muon_group and rt_muon_exchange_start over ranks ranks:
  * int64 counts, offsets and fill positions (5 per rank), MPI's int ones (4) and the large
  * path's datatypes (2). */
@@ -173,7 +177,7 @@ typedef struct {
  * all-to-all, not waited for); finish waits, calls orth on each matrix this rank owns (in the
  * received pieces, in place), then done (or none: NULL) once, and returns the updates in one more all-to-all into each nest at the same indices (the pieces of
  * matrices held whole, and the values of other tensors, are left as they are). work:
- * rt_muon_groups_work values (host); counts: rt_muon_counts_bytes(ranks) bytes; gs, the nests,
+ * rt_muon_exchange_work values (host); counts: rt_muon_counts_bytes(ranks) bytes; gs, the nests,
  * work and counts stay untouched until finish. start returns false, with nothing sent and no
  * finish to call, when every Muon matrix of the groups lies whole in one shard (the same answer
  * on every rank). Collective over comm. */

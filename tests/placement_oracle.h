@@ -225,9 +225,11 @@ static int64_t w_expert_at(const w_Tens *T, int64_t k, int64_t block) {
 /* Group G's part (ranks ranks): adds to owned[r] the values rank r owns of its matrices that
  * move; *ns: the most of 4 n + 2 r² over its Muon matrices (0: it has none); *batch: the cuda
  * backend's largest batch of matrices held whole in one shard. */
-static void w_group_parts(const w_Grp *G, const w_Tens *tens, int64_t ranks, int64_t *owned, int64_t *ns, int64_t *batch) {
+static void w_group_parts(const w_Grp *G, const w_Tens *tens, int64_t ranks, int64_t *owned, int64_t *sent, bool *moves,
+                          int64_t *ns, int64_t *batch) {
   int64_t S = G->shard;
   *ns = *batch = 0;
+  *moves = false;
   for (int i = G->first; i < G->first + G->n; i++) { /* a moving matrix's pieces all go to its owner */
     const w_Tens *t = &tens[i];
     if (!t->muon) continue;
@@ -235,7 +237,12 @@ static void w_group_parts(const w_Grp *G, const w_Tens *tens, int64_t ranks, int
     if (4 * n + 2 * q * q > *ns) *ns = 4 * n + 2 * q * q;
     for (int64_t k = 0; k < (t->experts ? t->experts : 1); k++) {
       int64_t a = w_expert_at(t, k, S);
-      if (a + n > (a / S + 1) * S) owned[(t->owner + k) % ranks] += n;
+      if (a + n <= (a / S + 1) * S) continue;
+      owned[(t->owner + k) % ranks] += n, *moves = true;
+      for (int64_t r = 0; r < ranks; r++) { /* rank r's piece of it (runtime/optim/muon.c's piece) */
+        int64_t lo = r * S > a ? r * S : a, hi = (r + 1) * S < a + n ? (r + 1) * S : a + n;
+        sent[r] += hi > lo ? hi - lo : 0;
+      }
     }
   }
   for (int i = G->first; i < G->first + G->n; i++) { /* the cuda backend's batches */
@@ -267,14 +274,15 @@ static int64_t w_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static const void *w_layer_tag(int l) { return (const void *)(uintptr_t)(l + 2); }
 
 static PlanMuonWork oracle_muon_work(Mem *m, const Model *md, const Choice *ch, const Placement *pl) {
-  PlanMuonWork w = {0, 0};
+  PlanMuonWork w = {0, 0, 0};
   if (md->spec->training.optimizer != OPT_MUON) return w;
   int ng = 2 * md->nlayers + 2, np = 0;
   for (int i = 0; i < md->nops; i++) np += md->ops[i].nparams;
   w_Grp *grp = mem_array(m, (size_t)ng, sizeof *grp);
   w_Tens *tens = mem_array(m, (size_t)np + 1, sizeof *tens);
   int64_t *owned = mem_array(m, (size_t)ch->fsdp + 1, sizeof *owned), *dense = mem_array(m, (size_t)ch->fsdp + 1, sizeof *dense);
-  int64_t dense_S = 0, dense_ns = 0; /* the dense groups, exchanged together (rt_muon_groups) */
+  int64_t *sent = mem_array(m, (size_t)ch->fsdp + 1, sizeof *sent), *dsent = mem_array(m, (size_t)ch->fsdp + 1, sizeof *dsent);
+  int64_t dense_S = 0, dense_ns = 0, dense_moving = 0; /* the dense groups, exchanged together (rt_muon_groups) */
   int64_t El = md->spec->model.moe.present ? md->spec->model.moe.experts / ch->ep : 0;
   int per = (int)plan_expert_per(El, ch->efsdp);
   if (pl && pl->too_large) pl = NULL; /* no lists: every owner 0, as the emitter's */
@@ -310,16 +318,21 @@ static PlanMuonWork oracle_muon_work(Mem *m, const Model *md, const Choice *ch, 
     int64_t ranks = G->experts ? ch->efsdp : ch->fsdp;
     G->shard = G->experts && per ? w_round8(G->elems) : plan_flat_shard(G->elems, ranks);
     int64_t ns, batch;
-    for (int64_t r = 0; r < ranks; r++) owned[r] = 0;
-    w_group_parts(G, tens, ranks, G->experts ? owned : dense, &ns, &batch);
+    bool moves;
+    for (int64_t r = 0; r < ranks; r++) owned[r] = sent[r] = 0;
+    w_group_parts(G, tens, ranks, G->experts ? owned : dense, G->experts ? sent : dsent, &moves, &ns, &batch);
     if (!ns) continue; /* no Muon matrix */
     w.elems = w_max64(w.elems, G->shard + batch);
-    if (G->experts) /* an expert group alone on its shard communicator */
-      w.elems = w_max64(w.elems, G->shard + w_most_of(owned, ranks) + ns), w.nest = w_max64(w.nest, G->shard);
-    else
-      dense_S += G->shard, dense_ns = w_max64(dense_ns, ns);
+    if (G->experts) { /* an expert group alone on its shard communicator */
+      w.step = w_max64(w.step, G->shard + w_most_of(owned, ranks) + ns);
+      for (int64_t r = 0; moves && r < ranks; r++) w.exchange = w_max64(w.exchange, G->shard + sent[r] + owned[r]);
+    } else
+      dense_S += G->shard, dense_ns = w_max64(dense_ns, ns), dense_moving += moves ? G->shard : 0;
   }
-  if (dense_S) w.elems = w_max64(w.elems, dense_S + w_most_of(dense, ch->fsdp) + dense_ns), w.nest = w_max64(w.nest, dense_S);
+  if (dense_S) w.step = w_max64(w.step, dense_S + w_most_of(dense, ch->fsdp) + dense_ns);
+  for (int64_t r = 0; dense_moving && r < ch->fsdp; r++)
+    w.exchange = w_max64(w.exchange, dense_moving + dsent[r] + dense[r]);
+  w.elems = w_max64(w.elems, w.step);
   return w;
 }
 

@@ -152,6 +152,11 @@ int main(int argc, char **argv) {
     for (int step = 0; step < 2; step++) /* twice: the second step uses the momentum */
       rt_muon_groups(comm, ranks, q, ng, t, NT, 0.5f, &h, work, counts, &st[gi]);
     free(work);
+    /* the exchange's part of the scratch (the cuda backend's host scratch past the nests) is the
+     * most any rank sent and received in one exchange: what the steps moved, measured */
+    int64_t xchg = (st[gi].sent + st[gi].received) / 2, most = 0;
+    MPI_Allreduce(&xchg, &most, 1, MPI_INT64_T, MPI_MAX, comm);
+    CHECK_EQ(rt_muon_exchange_work(t, NT, q, ng, ranks), most);
     if (pass == 2) break;
   }
   for (int gi = 0; gi < 2; gi++) {

@@ -231,9 +231,12 @@ static void tiny_items_by_hand(void) {
   CHECK_EQ(bytes(c, "reserve.nccl_buffers"), 64 << 20); /* the cpu preset */
   CHECK_EQ(bytes(c, "reserve.host"), 64 << 20);
   /* static 4, gathered, unsharded grads 2, boundaries 4, forward and recompute layers, grad
-   * residual 2, shared workspace, grad norm, grad_expert_out, grad routing weights, runtime,
-   * reserves 4, final boundary, loss statistics, tokens, MoE tables */
-  int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 2 + 2 + 1 + 1 + 1 + 1 + 1 + 4 + 4;
+   * residual 2, shared workspace, grad norm, grad_expert_out, grad routing weights, runtime
+   * (device and host), the host tables, reserves 4, final boundary, loss statistics, tokens, MoE
+   * tables */
+  CHECK_EQ(bytes(c, "workspace.runtime_host"), plan_runtime_host_scratch(8));
+  CHECK_EQ(bytes(c, "data.host_tables"), 2 * 4 * T + 72 * 2); /* token ids and targets, Muon's counts (fsdp 2) */
+  int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 2 + 2 + 1 + 1 + 1 + 1 + 3 + 4 + 4;
   /* the state in HBM: the cuda program's host copy of it (master, gradient, two moments) */
   if (c->ch.opt_tier == TIER_HBM) {
     CHECK_EQ(bytes(c, "state.host_mirror"), (4 + 4 + 8) * P / 2);

@@ -193,15 +193,10 @@ static void muon_step(MPI_Comm comm, int ranks, RtMuonShard *gs, int n, float sc
 
 #if defined(MTC_BACKEND_CUDA) && defined(MUON_WORK)
 /* Muon on the GPU: the host scratch of rt_cu_muon_groups' exchange (the Nesterov gradients of
- * the groups of one call: the dense groups' shards together, or one expert group's; then the
- * all-to-all buffers as MUON_WORK sizes them: compiler/muon_work.c's nest) */
-static int64_t muon_host_elems(void) {
-  int list[N_GROUPS], n;
-  int64_t most = muon_dense(list, &n);
-  for (int g = 0; g < N_GROUPS; g++)
-    if (step_groups[g].comm != RT_GROUP_FSDP && muon_in(g) && step_groups[g].shard > most) most = step_groups[g].shard;
-  return OPT_ON_HOST ? 0 : (int64_t)MUON_WORK_ELEMS + most;
-}
+ * the moving groups of one call, the dense groups' together or one expert group's, then the
+ * pieces sent and received: rt_cu_muon_host_work, as compiler/muon_work.c's exchange sizes it;
+ * no assembled matrix, Newton-Schulz runs on the device) */
+static int64_t muon_host_elems(void) { return OPT_ON_HOST ? 0 : (int64_t)MUON_HOST_ELEMS; }
 #endif
 
 static Footprint footprint(void) {
@@ -219,7 +214,7 @@ static Footprint footprint(void) {
   f.pinned += (int64_t)scratch_pinned;
   f.host += (int64_t)(scratch_host + scratch_pinned) + (STATE_ON_HOST ? 0 : state);
 #ifdef MUON_WORK
-  if (OPT_ON_HOST) f.host += (int64_t)MUON_WORK_ELEMS * (int64_t)sizeof(real);
+  if (OPT_ON_HOST) f.host += (int64_t)MUON_STEP_ELEMS * (int64_t)sizeof(real); /* (muon_setup) */
   f.host += muon_host_elems() * (int64_t)sizeof(real); /* pinned (muon_setup) */
   f.pinned += muon_host_elems() * (int64_t)sizeof(real);
 #endif
@@ -629,12 +624,13 @@ static int alloc_arenas(Run *r) {
   return 0;
 }
 
-/* Muon's buffers (counts; scratch in the activation arena, or on the host with the step there)
- * and its dense groups, checked against the MUON_WORK the compiler sized. Returns 0 or 2. */
+/* Muon's buffers (counts; scratch in the activation arena, or on the host with the step there:
+ * MUON_STEP_ELEMS of it) and its dense groups, checked against the MUON_STEP_ELEMS (and on the
+ * cuda backend's step on the GPU the MUON_HOST_ELEMS) the compiler sized. Returns 0 or 2. */
 static int muon_setup(Run *r) {
   r->muon_counts = calloc(1, rt_muon_counts_bytes(PLAN_FSDP));
 #ifdef MUON_WORK
-  r->muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : (real *)(r->c.acts + MUON_WORK);
+  r->muon_work = OPT_ON_HOST ? malloc((size_t)MUON_STEP_ELEMS * sizeof(real)) : (real *)(r->c.acts + MUON_WORK);
 #ifdef MTC_BACKEND_CUDA
   /* pinned: its copies to and from the device are asynchronous, so that the step waits for all
    * of them once (rt_cu_muon_groups) */
@@ -657,13 +653,28 @@ static int muon_setup(Run *r) {
   for (int g = 0; g < N_GROUPS; g++) { /* the compiler sized MUON_WORK for the dense groups and each expert group */
     size_t need = step_groups[g].comm == RT_GROUP_FSDP || !muon_in(g)
                       ? 0 : rt_muon_group_work(step_tensors, N_TENSORS, g, step_groups[g].shard, PLAN_FSDP / PLAN_EP);
-    if (need > (size_t)MUON_WORK_ELEMS || dense > (size_t)MUON_WORK_ELEMS) {
+    if (need > (size_t)MUON_STEP_ELEMS || dense > (size_t)MUON_STEP_ELEMS) {
       fprintf(stderr, "error: %s needs %zu values of Muon scratch; MUON_WORK has %lld (regenerate with this mtc)\n",
               need > dense ? step_groups[g].name : "the dense groups", need > dense ? need : dense,
-              (long long)MUON_WORK_ELEMS);
+              (long long)MUON_STEP_ELEMS);
       return 2;
     }
   }
+#ifdef MTC_BACKEND_CUDA
+  /* the exchange's host scratch of the step on the GPU, likewise */
+  size_t hdense = rt_cu_muon_host_work(step_tensors, N_TENSORS, r->muon_gs, r->muon_n, PLAN_FSDP);
+  for (int g = 0; !OPT_ON_HOST && g < N_GROUPS; g++) {
+    RtMuonShard one = {.g = g, .S = step_groups[g].shard};
+    size_t need = step_groups[g].comm == RT_GROUP_FSDP || !muon_in(g)
+                      ? 0 : rt_cu_muon_host_work(step_tensors, N_TENSORS, &one, 1, PLAN_FSDP / PLAN_EP);
+    if (need > (size_t)MUON_HOST_ELEMS || hdense > (size_t)MUON_HOST_ELEMS) {
+      fprintf(stderr, "error: %s needs %zu values of Muon's host exchange scratch; MUON_HOST_ELEMS is %lld (regenerate "
+              "with this mtc)\n", need > hdense ? step_groups[g].name : "the dense groups", need > hdense ? need : hdense,
+              (long long)MUON_HOST_ELEMS);
+      return 2;
+    }
+  }
+#endif
 #endif
   return 0;
 }

@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "78e2583995380b3b"
+#define PLAN_HASH "722f2f7d21cfa5bd"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -46,7 +46,7 @@
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 89581753856 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 92158399744 /* its host (Grace) arena per GPU */
+#define PLAN_HOST_BYTES 92159095048 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
@@ -69,6 +69,8 @@
 #define STATE_STAGING_ELEMS 3306958848
 #define MUON_WORK 36359231824 /* [moe.a2a_staging] Muon's scratch: fp32 values in the activation arena's bytes (in A2A, free during the optimizer step) */
 #define MUON_WORK_ELEMS 290462016
+#define MUON_STEP_ELEMS 290462016 /* [workspace.newton_schulz] what the step on the host uses of it: its own host copy when the step is there */
+#define MUON_HOST_ELEMS 90190464 /* [workspace.muon_exchange_host] the cuda step on the GPU: its exchange's pinned host scratch */
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */
 #define N_GROUPS 150

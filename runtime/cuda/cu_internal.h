@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "cu_scratch.h"
 #include "mtrt_cuda.h"
 #include "mtrt_profile.h"
 
@@ -40,11 +41,9 @@ enum {
   K_SEQ_AUX_LOSS_SUM, K_COUNT
 };
 
-enum { CU_OFF_CACHE = 64 };     /* offsets arrays whose host copies cu_offsets keeps */
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
 enum { CU_RMS_BWD_ROWS = 16 };   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
 enum { CU_QK_BWD_ROWS = 16 };    /* rows per block of qk_norm_backward: kernels.cu's QK_BWD_ROWS */
-enum { CU_SCALARS = 256 };       /* deferred scalars the readback buffer holds (of each kind) */
 
 typedef struct {
   int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */
@@ -86,26 +85,7 @@ typedef struct {
 
 extern CuState cu;
 
-/* The MoE scratch (device cu.moe, host cu.moe_host, the same layout) for E experts: the balancing
- * loss's statistics (2E floats) and the assignments per expert (E ints) next to each other, so that
- * one copy brings both to the host; an all-to-all round's regroup table (2 × E long long, stride E)
- * and its per-expert first rows (E + 1 ints). Returns the bytes; sets the byte offsets. */
-static inline size_t cu_moe_layout(size_t E, size_t *cnt, size_t *tab, size_t *eoff) {
-  *cnt = sizeof(float) * 2 * E;
-  *tab = (*cnt + sizeof(int) * E + 7) / 8 * 8;
-  *eoff = *tab + sizeof(long long) * 2 * E;
-  return *eoff + sizeof(int) * (E + 1);
-}
-
-/* The pinned readback buffer for E experts: CU_SCALARS doubles (the groups' Σ g²), CU_SCALARS
- * floats (the micro-batches' losses) at *loss, then a staging area for a small copy down at *stage
- * (the MoE scratch's size: cu_moe_layout). Returns the bytes. */
-static inline size_t cu_rb_layout(size_t E, size_t *loss, size_t *stage) {
-  size_t a, b, c;
-  *loss = sizeof(double) * CU_SCALARS;
-  *stage = (*loss + sizeof(float) * CU_SCALARS + 7) / 8 * 8;
-  return *stage + cu_moe_layout(E, &a, &b, &c);
-}
+/* CU_OFF_CACHE, CU_SCALARS, cu_moe_layout, cu_rb_layout, cu_host_scratch: cu_scratch.h */
 /* The loss of a micro-batch (its sum over N tokens, device float at sum) copied into the readback
  * buffer, read at the step's end (train_cuda.c). */
 void cu_defer_loss(const float *sum, int N);

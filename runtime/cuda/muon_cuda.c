@@ -112,6 +112,12 @@ static bool group_moves(const RtTensor *t, int nt, int g, int64_t S) {
   return false;
 }
 
+size_t rt_cu_muon_host_work(const RtTensor *t, int nt, const RtMuonShard *gs, int ng, int ranks) {
+  size_t nests = 0;
+  for (int i = 0; i < ng; i++) nests += group_moves(t, nt, gs[i].g, gs[i].S) ? (size_t)gs[i].S : 0;
+  return nests ? nests + rt_muon_exchange_work(t, nt, gs, ng, ranks) : 0;
+}
+
 /* Group gs's matrices whole in this shard [lo, lo + S): runs of same-shaped neighbours (a
  * layer's experts of one tensor) as batches, as many as the scratch holds; orthogonalized in
  * place in N (its Nesterov gradients at shard indices) and applied to param. */
@@ -159,7 +165,7 @@ void rt_cu_muon_groups(MPI_Comm comm, int ranks, RtMuonShard *gs, int ng, const 
       (void)first;
       if (T->muon) momentum(q->mom + at, q->grad + at, N + at, len, grad_scale, mu);
     })
-    q->nest = hwork + off;
+    q->nest = hwork ? hwork + off : NULL; /* (none when no matrix of any group moves) */
     if (group_moves(t, nt, q->g, q->S)) { /* into pinned hwork: not waited for here */
       cu_check(cudaMemcpyAsync(q->nest, N, (size_t)q->S * sizeof(float), cudaMemcpyDeviceToHost, cu.stream),
                "Muon: Nesterov gradients down");

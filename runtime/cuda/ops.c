@@ -82,12 +82,13 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
 /* The runtime's own buffers for cfg, bytes: on the device cuBLAS's workspace (cfg's, as the plan sizes
  * it; 64 MiB when 0), attention's
  * delta (tokens × heads fp32), cross-entropy's sums (2 × tokens + 1 fp32), one double, the grouped GEMMs'
- * pointer arrays (CU_GROUPED_SLOTS × 3 × experts), the MoE scratch (cu_moe_layout); on the host the
- * MoE scratch's mirror and CU_OFF_CACHE offsets arrays (experts + 1 ints each), and pinned the
- * readback buffer (cu_rb_layout). rt_cuda_setup allocates exactly these; rt_cuda_scratch_bytes
- * reports them. The plan's workspace.runtime item
- * is the device part less cuBLAS's workspace, bf16 build (compiler/placement.c
- * plan_runtime_scratch): change both together. */
+ * pointer arrays (CU_GROUPED_SLOTS × 3 × experts), the MoE scratch (cu_moe_layout); on the host
+ * (cu_host_scratch) the MoE scratch's mirror and CU_OFF_CACHE offsets arrays (experts + 1 ints
+ * each), and pinned the readback buffer (cu_rb_layout). rt_cuda_setup allocates exactly these;
+ * rt_cuda_scratch_bytes reports them. The plan's workspace.runtime item is the device part less
+ * cuBLAS's workspace, bf16 build (compiler/placement.c plan_runtime_scratch): change both
+ * together; its workspace.runtime_host item is the host part (plan_runtime_host_scratch, equal to
+ * cu_host_scratch: tests/test_runtime_scratch.c). */
 typedef struct {
   size_t delta, ce, red, gptr, rl, moe, off, rb;
 } Scratch;
@@ -97,10 +98,11 @@ static size_t workspace_bytes(const RtCudaConfig *cfg) {
 }
 
 static Scratch scratch_of(const RtCudaConfig *cfg) {
-  size_t T = (size_t)cfg->tokens, E = (size_t)(cfg->experts > 0 ? cfg->experts : 1), a, b, c;
-  return (Scratch){sizeof(float) * T * (size_t)cfg->heads, sizeof(float) * (2 * T + 1), sizeof(double),
-                   sizeof(void *) * CU_GROUPED_SLOTS * 3 * E, MTRT_ACT_IS_BF16 ? sizeof(act) * T * E : 0,
-                   cu_moe_layout(E, &a, &b, &c), sizeof(int) * CU_OFF_CACHE * (E + 1), cu_rb_layout(E, &a, &b)};
+  size_t T = (size_t)cfg->tokens, E = (size_t)(cfg->experts > 0 ? cfg->experts : 1);
+  Scratch s = {sizeof(float) * T * (size_t)cfg->heads, sizeof(float) * (2 * T + 1), sizeof(double),
+               sizeof(void *) * CU_GROUPED_SLOTS * 3 * E, MTRT_ACT_IS_BF16 ? sizeof(act) * T * E : 0, 0, 0, 0};
+  cu_host_scratch(E, &s.moe, &s.off, &s.rb); /* (s.moe: the device scratch's size too) */
+  return s;
 }
 
 size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes, size_t *pinned_bytes) {

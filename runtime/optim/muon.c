@@ -240,6 +240,22 @@ size_t rt_muon_groups_work(const RtTensor *t, int nt, const RtMuonShard *gs, int
   return (size_t)(S + most + ns);
 }
 
+size_t rt_muon_exchange_work(const RtTensor *t, int nt, const RtMuonShard *gs, int ng, int ranks) {
+  int64_t most = 0, from, len;
+  for (int r = 0; r < ranks; r++) {
+    int64_t sent = 0, owned = 0; /* as plan_xchg's on rank r */
+    Mat m;
+    FOR_MATS(m) {
+      if (m.local) continue;
+      piece(r, m.S, m.a, m.n, &from, &len);
+      sent += len;
+      if (m.owner == r) owned += m.n;
+    }
+    if (sent + owned > most) most = sent + owned;
+  }
+  return (size_t)most;
+}
+
 size_t rt_muon_group_work(const RtTensor *t, int nt, int g, int64_t S, int ranks) {
   RtMuonShard one = {.g = g, .S = S};
   return rt_muon_groups_work(t, nt, &one, 1, ranks);

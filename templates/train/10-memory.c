@@ -63,15 +63,10 @@ static void muon_step(MPI_Comm comm, int ranks, RtMuonShard *gs, int n, float sc
 
 #if defined(MTC_BACKEND_CUDA) && defined(MUON_WORK)
 /* Muon on the GPU: the host scratch of rt_cu_muon_groups' exchange (the Nesterov gradients of
- * the groups of one call: the dense groups' shards together, or one expert group's; then the
- * all-to-all buffers as MUON_WORK sizes them: compiler/muon_work.c's nest) */
-static int64_t muon_host_elems(void) {
-  int list[N_GROUPS], n;
-  int64_t most = muon_dense(list, &n);
-  for (int g = 0; g < N_GROUPS; g++)
-    if (step_groups[g].comm != RT_GROUP_FSDP && muon_in(g) && step_groups[g].shard > most) most = step_groups[g].shard;
-  return OPT_ON_HOST ? 0 : (int64_t)MUON_WORK_ELEMS + most;
-}
+ * the moving groups of one call, the dense groups' together or one expert group's, then the
+ * pieces sent and received: rt_cu_muon_host_work, as compiler/muon_work.c's exchange sizes it;
+ * no assembled matrix, Newton-Schulz runs on the device) */
+static int64_t muon_host_elems(void) { return OPT_ON_HOST ? 0 : (int64_t)MUON_HOST_ELEMS; }
 #endif
 
 static Footprint footprint(void) {
@@ -89,7 +84,7 @@ static Footprint footprint(void) {
   f.pinned += (int64_t)scratch_pinned;
   f.host += (int64_t)(scratch_host + scratch_pinned) + (STATE_ON_HOST ? 0 : state);
 #ifdef MUON_WORK
-  if (OPT_ON_HOST) f.host += (int64_t)MUON_WORK_ELEMS * (int64_t)sizeof(real);
+  if (OPT_ON_HOST) f.host += (int64_t)MUON_STEP_ELEMS * (int64_t)sizeof(real); /* (muon_setup) */
   f.host += muon_host_elems() * (int64_t)sizeof(real); /* pinned (muon_setup) */
   f.pinned += muon_host_elems() * (int64_t)sizeof(real);
 #endif

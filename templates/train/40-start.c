@@ -101,12 +101,13 @@ static int alloc_arenas(Run *r) {
   return 0;
 }
 
-/* Muon's buffers (counts; scratch in the activation arena, or on the host with the step there)
- * and its dense groups, checked against the MUON_WORK the compiler sized. Returns 0 or 2. */
+/* Muon's buffers (counts; scratch in the activation arena, or on the host with the step there:
+ * MUON_STEP_ELEMS of it) and its dense groups, checked against the MUON_STEP_ELEMS (and on the
+ * cuda backend's step on the GPU the MUON_HOST_ELEMS) the compiler sized. Returns 0 or 2. */
 static int muon_setup(Run *r) {
   r->muon_counts = calloc(1, rt_muon_counts_bytes(PLAN_FSDP));
 #ifdef MUON_WORK
-  r->muon_work = OPT_ON_HOST ? malloc((size_t)MUON_WORK_ELEMS * sizeof(real)) : (real *)(r->c.acts + MUON_WORK);
+  r->muon_work = OPT_ON_HOST ? malloc((size_t)MUON_STEP_ELEMS * sizeof(real)) : (real *)(r->c.acts + MUON_WORK);
 #ifdef MTC_BACKEND_CUDA
   /* pinned: its copies to and from the device are asynchronous, so that the step waits for all
    * of them once (rt_cu_muon_groups) */
@@ -129,13 +130,28 @@ static int muon_setup(Run *r) {
   for (int g = 0; g < N_GROUPS; g++) { /* the compiler sized MUON_WORK for the dense groups and each expert group */
     size_t need = step_groups[g].comm == RT_GROUP_FSDP || !muon_in(g)
                       ? 0 : rt_muon_group_work(step_tensors, N_TENSORS, g, step_groups[g].shard, PLAN_FSDP / PLAN_EP);
-    if (need > (size_t)MUON_WORK_ELEMS || dense > (size_t)MUON_WORK_ELEMS) {
+    if (need > (size_t)MUON_STEP_ELEMS || dense > (size_t)MUON_STEP_ELEMS) {
       fprintf(stderr, "error: %s needs %zu values of Muon scratch; MUON_WORK has %lld (regenerate with this mtc)\n",
               need > dense ? step_groups[g].name : "the dense groups", need > dense ? need : dense,
-              (long long)MUON_WORK_ELEMS);
+              (long long)MUON_STEP_ELEMS);
       return 2;
     }
   }
+#ifdef MTC_BACKEND_CUDA
+  /* the exchange's host scratch of the step on the GPU, likewise */
+  size_t hdense = rt_cu_muon_host_work(step_tensors, N_TENSORS, r->muon_gs, r->muon_n, PLAN_FSDP);
+  for (int g = 0; !OPT_ON_HOST && g < N_GROUPS; g++) {
+    RtMuonShard one = {.g = g, .S = step_groups[g].shard};
+    size_t need = step_groups[g].comm == RT_GROUP_FSDP || !muon_in(g)
+                      ? 0 : rt_cu_muon_host_work(step_tensors, N_TENSORS, &one, 1, PLAN_FSDP / PLAN_EP);
+    if (need > (size_t)MUON_HOST_ELEMS || hdense > (size_t)MUON_HOST_ELEMS) {
+      fprintf(stderr, "error: %s needs %zu values of Muon's host exchange scratch; MUON_HOST_ELEMS is %lld (regenerate "
+              "with this mtc)\n", need > hdense ? step_groups[g].name : "the dense groups", need > hdense ? need : hdense,
+              (long long)MUON_HOST_ELEMS);
+      return 2;
+    }
+  }
+#endif
 #endif
   return 0;
 }
