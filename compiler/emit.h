@@ -127,6 +127,14 @@ typedef struct {
 void em_init(Em *e, Mem *m, const Plan *p);
 /* Fills e's groups, tensors and arena from its model and plan. */
 void em_layout(Em *e);
+/* Bytes buffer b takes in its plan item (plan_exact, test_plan_items): a state buffer its
+ * elements rounded up to 16 (64 B of fp32, plan_state's rule); any other its cuda bytes (act
+ * 2 B, real and int32 4 B an element; a real alias in act: 2 act elements per value) rounded
+ * up to 64 B. An alias takes none of its own (its target's bytes hold it): callers skip it. */
+int64_t em_buf_bytes(const EmBuf *b);
+/* Whether the generated program implements spec s's model (emit_step.c; else mtc compile
+ * writes no program). */
+bool em_implements(const Spec *s);
 /* The arena macro of activation `name` of layer l under the checkpoint policy: "L2_Q" when
  * saved per layer, "WS_Q" when the layer recomputes it in backward; its class is the model
  * graph's (em_saved), or for the per-layer tables OFFSETS and EOFF the class of the saves they

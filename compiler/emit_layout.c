@@ -30,6 +30,11 @@ static void add_buf(Em *e, const char *name, int64_t n, const char *what, EmAren
   e->top[a] += round_up(n, ALIGN);
 }
 
+int64_t em_buf_bytes(const EmBuf *b) {
+  if (b->arena == EM_STATE) return round_up(b->elems, ALIGN) * 4;
+  return round_up(b->elems * (b->arena == EM_ACT ? 2 : 4), 64);
+}
+
 static EmBuf *find_buf(Em *e, const char *name) {
   for (int i = 0; i < e->nbufs; i++)
     if (strcmp(e->bufs[i].name, name) == 0) return &e->bufs[i];

@@ -482,6 +482,14 @@ static bool supported(Diag *d, const Spec *s) {
                     "");
 }
 
+bool em_implements(const Spec *s) {
+  Mem m = {0};
+  Diag d = {.mem = &m};
+  bool ok = supported(&d, s);
+  mem_free(&m);
+  return ok;
+}
+
 void em_init(Em *e, Mem *m, const Plan *p) {
   const Model *md = p->md;
   const Spec *s = md->spec;

@@ -597,6 +597,9 @@ typedef struct {
   int64_t offset;
   bool stacked;        /* per-layer activations: nested lifetimes, packed as a stack */
   bool state;          /* the state block (plan_state): packed first, contiguous, in build order */
+  bool outside;        /* not in the program's arena (reserves, the cuda runtime's own scratch, the
+                          state's host copy): packed last, at the top of its tier */
+  bool exact;          /* bytes are the program's own (plan_exact), not the formula's */
 } MemItem;
 
 /* The decisions of one candidate plan. */
@@ -828,6 +831,9 @@ double plan_moe_imbalance(const Spec *s, int64_t ep);
 double plan_moe_imbalance_max(const Spec *s, int64_t ep);
 /* Builds the memory items of choice ch and packs them (plan.c). */
 void plan_memory(Mem *m, const Model *md, Candidate *c);
+/* Packs c's items (as built, their bytes maybe changed since) into each tier's arena: offsets,
+ * arena sizes, live peaks and whether it fits (plan.c). */
+void plan_pack(Mem *m, const Model *md, Candidate *c);
 /* Seconds per step to move the gradient shard (shard parameters) to host memory over A
  * micro-batches, when on_host; c2c and host_bw in bytes/s, efficiencies applied (cost.c). */
 double cost_host_grad(double shard, double A, bool on_host, double c2c, double host_bw);
@@ -868,6 +874,10 @@ Plan *plan_search(Mem *m, const Model *md);
 /* The same; with program, only choices the generated program implements (reshard
  * every_micro_batch): what `mtc compile` plans. */
 Plan *plan_search_for(Mem *m, const Model *md, bool program);
+/* Makes the items of p's chosen candidate that the generated program holds in its arenas
+ * exactly the program's bytes (the emitter's layout of it, em_init) and packs the tiers again;
+ * nothing when the program does not implement the spec's model (plan_exact.c). */
+void plan_exact(Mem *m, Plan *p);
 /* The name of a reshard policy: "auto", "every_micro_batch", "after_step". */
 const char *plan_reshard_name(ReshardPolicy r);
 /* Seconds of one MoE all-to-all (dispatch or combine) in which each rank sends `bytes` spread

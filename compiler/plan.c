@@ -191,6 +191,7 @@ static void build_items(Items *it, const Model *md) {
     item(it, "state.host_mirror", CAT_OPTIMIZER, TIER_HOST, 3 * S4 + V4, 0, END,
          "master.fp32_shard + grads.fp32_shard + the optimizer's moments: the host copy of the HBM state "
          "(initialization, resume, checkpoints)");
+  if (ot == TIER_HBM) it->c->items[it->c->nitems - 1].outside = true; /* (its own allocation) */
 
   /* per-layer working buffers: a pool of gathered layers (the computing one + prefetch) and
    * two unsharded bf16 gradient buffers (one computing, one in reduce-scatter) */
@@ -400,6 +401,7 @@ static void build_items(Items *it, const Model *md) {
        (double)plan_runtime_scratch((int64_t)T, s->model.attention.heads, E), 0, END,
        "4 B x tokens x heads + 4 B x (2 tokens + 1) + 8 + 192 B x experts + 2 B x tokens x experts + the MoE "
        "count/table scratch (about 32 B x experts): the cuda runtime's own device buffers");
+  it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own cudaMalloc) */
   /* Muon's scratch as the program allocates it (MUON_WORK, fp32: plan_muon_work): the pieces
    * sent to owners (all dense groups in one exchange, each expert group in its own) and
    * received, a gathered matrix's gradient, update and Newton-Schulz scratch, or the cuda
@@ -423,6 +425,8 @@ static void build_items(Items *it, const Model *md) {
   item(it, "reserve.cublas_workspace", CAT_RESERVE, TIER_HBM, r->cublas_workspace, 0, END,
        "cluster.reserve.cublas_workspace");
   item(it, "reserve.host", CAT_RESERVE, TIER_HOST, r->host, 0, END, "cluster.reserve.host");
+  for (int i = 0; i < it->c->nitems; i++)
+    if (it->c->items[i].cat == CAT_RESERVE) it->c->items[i].outside = true;
 }
 
 static int by_size_desc(const void *a, const void *b) {
@@ -436,14 +440,17 @@ static int by_size_desc(const void *a, const void *b) {
  * (emit_layout.c), each item at the previous one's end; then the per-layer activations as a
  * stack in layer order (their lifetimes nest: layer l lives from its forward to its backward);
  * then every other item largest first at the lowest offset that no item alive at the same time
- * overlaps (greedy interval packing, 256-byte aligned). Each block counts as one item alive
- * over the union of its items' lifetimes. placed[] is kept sorted by offset, so one scan finds
- * the gap: O(m²) for the m other items. Returns the arena size. */
+ * overlaps (greedy interval packing, 256-byte aligned); last the items outside the program's
+ * arena (MemItem.outside: reserves, the runtime's scratch, the state's host copy), back to
+ * back from the top of the rest, so the program's items span [0, that top). Each block counts
+ * as one item alive over the union of its items' lifetimes. placed[] is kept sorted by offset,
+ * so one scan finds the gap: O(m²) for the m other items. Returns the arena size. */
 static int64_t pack(Mem *m, MemItem **v, int n) {
   MemItem **rest = mem_array(m, (size_t)n + 1, sizeof *rest);
   MemItem **stack = mem_array(m, (size_t)n + 1, sizeof *stack);
+  MemItem **top = mem_array(m, (size_t)n + 1, sizeof *top);
   MemItem block = {.start = PHASE_MAX, .end = 0}, state = {.start = PHASE_MAX, .end = 0};
-  int np = 0, ns = 0, nr = 0;
+  int np = 0, ns = 0, nr = 0, nt = 0;
   for (int i = 0; i < n; i++) /* v is in build order: the state block's order, layer order for the stack */
     if (v[i]->state) {
       v[i]->offset = state.bytes;
@@ -451,6 +458,7 @@ static int64_t pack(Mem *m, MemItem **v, int n) {
       if (v[i]->start < state.start) state.start = v[i]->start;
       if (v[i]->end > state.end) state.end = v[i]->end;
     } else if (v[i]->stacked) stack[ns++] = v[i];
+    else if (v[i]->outside) top[nt++] = v[i];
     else rest[nr++] = v[i];
   qsort(rest, (size_t)nr, sizeof *rest, by_size_desc);
   MemItem **placed = mem_array(m, (size_t)nr + 3, sizeof *placed);
@@ -481,14 +489,23 @@ static int64_t pack(Mem *m, MemItem **v, int n) {
     placed[k] = x;
     if (off + x->bytes > size) size = off + x->bytes;
   }
+  for (int i = 0; i < nt; i++) { /* build order */
+    size = (size + 255) / 256 * 256;
+    top[i]->offset = size;
+    size += top[i]->bytes;
+  }
   return size;
 }
 
 void plan_memory(Mem *m, const Model *md, Candidate *c) {
-  const Spec *s = md->spec;
   Items it = {m, c, 0};
   c->nitems = 0;
   build_items(&it, md);
+  plan_pack(m, md, c);
+}
+
+void plan_pack(Mem *m, const Model *md, Candidate *c) {
+  const Spec *s = md->spec;
   c->capacity[TIER_HBM] = (int64_t)s->cluster.gpu.hbm;
   c->capacity[TIER_HOST] = (int64_t)s->cluster.host.memory;
   c->capacity[TIER_NVME] = s->cluster.nvme.present ? (int64_t)s->cluster.nvme.capacity : 0;

@@ -197,8 +197,10 @@ static void tiny_items_by_hand(void) {
   /* saved per token: boundary 256; attention core 2 (128+64+64+128) + 4x4 lse = 784; experts
    * 2 (2 (128 + 3x256 + 128) + 3x256) = 5,632; other 832 (norm rstds, xn copies, router with
    * its permutation: top-2 int32 rows); the forward's layer without its input boundary (the
-   * boundary's own item holds it) */
-  CHECK_EQ(bytes(c, "activations.forward_layer"), (784 + 5632 + 832) * T);
+   * boundary's own item holds it); the plan's bytes are the program's (plan_exact), its buffers
+   * each rounded up to 64 B: at most 64 B a buffer (about 20) more */
+  CHECK(bytes(c, "activations.forward_layer") >= (784 + 5632 + 832) * T);
+  CHECK(bytes(c, "activations.forward_layer") <= (784 + 5632 + 832) * T + 64 * 20);
   CHECK_EQ(bytes(c, "activations.recompute_layer"), (784 + 5632 + 832) * T);
   CHECK_EQ(bytes(c, "activations.grad_residual[0]"), 2 * H * T);
   /* the shared workspace, its largest group: the gradients of gate, up and act of the widest FFN,
@@ -214,7 +216,7 @@ static void tiny_items_by_hand(void) {
   CHECK_EQ(bytes(c, "activations.final_boundary"), 2 * H * T);
   CHECK_EQ(bytes(c, "activations.loss_stats"), 4 * T * 2);
   CHECK_EQ(bytes(c, "data.tokens"), 2 * 4 * T);
-  CHECK_EQ(bytes(c, "moe.tables"), 4 * 3 * 8);
+  CHECK_EQ(bytes(c, "moe.tables"), (4 * 3 * 8 + 63) / 64 * 64); /* (the program's AUX, rounded up to 64 B) */
   /* ep 1: no all-to-all; the gradient of the experts' outputs (top-2 copies per token); that of
    * their inputs lies in y_combined's bytes (dead once combined) */
   CHECK_EQ(bytes(c, "moe.grad_expert_out"), T * 2 * H * 2);
