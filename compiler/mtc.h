@@ -16,6 +16,7 @@
  *   muon_work.c   plan_    Muon's scratch (MUON_WORK): one figure for the plan's item and the program
  *   state_layout.c plan_   the state block (master, gradients, moments): the plan's items as the state arena
  *   attn_ws.c     plan_    the attention's groups of the shared workspace (MLA's too), for plan and program
+ *   plan_exact.c  plan_    the chosen plan's items the program holds: the program's own bytes, packed again
  *   cost.c        cost_    the predicted step time of a candidate (and its Chrome trace)
  *   cost_kernel.c cost_    the seconds of one op's kernels on one GPU, per stack (cluster.stack)
  *   search.c      plan_    every layout × policy the pins allow; the fastest that fits; advice
@@ -874,9 +875,11 @@ Plan *plan_search(Mem *m, const Model *md);
 /* The same; with program, only choices the generated program implements (reshard
  * every_micro_batch): what `mtc compile` plans. */
 Plan *plan_search_for(Mem *m, const Model *md, bool program);
-/* Makes the items of p's chosen candidate that the generated program holds in its arenas
- * exactly the program's bytes (the emitter's layout of it, em_init) and packs the tiers again;
- * nothing when the program does not implement the spec's model (plan_exact.c). */
+/* ---- plan_exact.c: the chosen plan's items at the program's own bytes ---- */
+/* Makes the items of p's chosen candidate (plan_search calls it on its result) that the
+ * generated program holds in its arenas exactly the program's bytes (the emitter's layout of
+ * it, em_init; MemItem.exact) and packs the tiers again (plan_pack); nothing when the program
+ * does not implement the spec's model. Items the program does not hold keep their formulas. */
 void plan_exact(Mem *m, Plan *p);
 /* The name of a reshard policy: "auto", "every_micro_batch", "after_step". */
 const char *plan_reshard_name(ReshardPolicy r);

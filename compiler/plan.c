@@ -283,17 +283,16 @@ static void build_items(Items *it, const Model *md) {
     for (int i = 0; i < 2; i++)
       item(it, mem_printf(it->m, "activations.nvme_bounce[%d]", i), CAT_ACTIVATIONS, TIER_HOST, boundary, 1,
            PHASE_OPT(L), "2 B x hidden x tokens: a boundary between HBM and NVMe");
-  if (ch->ac != AC_NONE) /* the forward's live intermediates of one layer */
-    item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, 1, PHASE_LOSS(L),
+  /* the layer workspace: what one layer does not keep, live in its forward and again in its
+   * backward's recompute (the program's WS_ buffers serve both: one item alive from the first
+   * forward to the last backward) */
+  if (ch->ac != AC_NONE)
+    item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, 1, PHASE_OPT(L),
          yp_in_send ? "saved bytes per token of the widest layer that the policy does not keep x tokens (the layer's "
-                      "workspace; what it keeps is activations.saved), less y_combined (in moe.dispatch_send)"
+                      "workspace, in its forward and its backward's recompute; what it keeps is activations.saved), "
+                      "less y_combined (in moe.dispatch_send)"
                     : "saved bytes per token of the widest layer that the policy does not keep x tokens (the layer's "
-                      "workspace; what it keeps is activations.saved)");
-  if (rebuilt > 0)
-    item(it, "activations.recompute_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, PHASE_LOSS(L) + 1,
-         PHASE_OPT(L), yp_in_send ? "recomputed bytes per token of the widest layer x tokens, less y_combined "
-                                    "(in moe.dispatch_send)"
-                                  : "recomputed bytes per token of the widest layer x tokens");
+                      "workspace, in its forward and its backward's recompute; what it keeps is activations.saved)");
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");

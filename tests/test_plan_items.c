@@ -39,7 +39,7 @@ static bool prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p
  *     per-layer tables (OFFSETS: experts + 1, EOFF, int32) and rounds the routed rows up to
  *     whole rows (4 x max(hidden, expert width) elements, as test_layout);
  *   - activations.forward_layer: the program's workspace serves the forward and the recompute
- *     (activations.recompute_layer: never larger) and holds the widest layer's saves but its
+ *     and holds the widest layer's saves but its
  *     boundary, as the item (the bytes the policy does not keep, of the widest layer); the
  *     rounding and the per-layer tables as above; with dense and MoE layers each FFN pair is as
  *     wide as its wider (emit_layout.c ffn_union), so the program may exceed the widest layer by
@@ -107,6 +107,47 @@ static void state_offsets(const char *spec, const Em *e, const Candidate *c) {
   free(at);
 }
 
+/* The program's HBM buffers at the plan's offsets (em_place): each buffer but the state's lies
+ * inside its item's bytes in the HBM tier (unit o at byte base + 2 o; its cuda bytes), the
+ * buffers of one item do not overlap, and the span ends at the top of the program's items. */
+static void placed(const char *spec, const Plan *p) {
+  Mem m = {0};
+  Em e;
+  em_init(&e, &m, p);
+  em_place(&e);
+  const Candidate *c = &p->best;
+  int64_t top = 0;
+  for (int j = 0; j < c->nitems; j++)
+    if (c->items[j].tier == TIER_HBM && !c->items[j].state && !c->items[j].outside &&
+        c->items[j].offset + c->items[j].bytes > top)
+      top = c->items[j].offset + c->items[j].bytes;
+  CHECK_EQ(e.base + 2 * e.top[EM_ACT], top > e.base ? top : e.base);
+  for (int i = 0; i < e.nbufs; i++) {
+    const EmBuf *b = &e.bufs[i];
+    if (b->arena == EM_STATE) continue;
+    int k = -1;
+    for (int j = 0; j < c->nitems; j++)
+      if (strcmp(c->items[j].name, b->item) == 0) k = j;
+    CHECK(k >= 0);
+    if (k < 0) continue;
+    const MemItem *it = &c->items[k];
+    int64_t lo = e.base + 2 * b->offset, hi = lo + b->elems * (b->arena == EM_ACT ? 2 : 4);
+    bool in = it->tier == TIER_HBM && lo >= it->offset && hi <= it->offset + it->bytes;
+    if (!in)
+      fprintf(stderr, "%s: buffer %s at bytes [%lld, %lld) of the HBM tier, outside its item %s [%lld, %lld)\n", spec,
+              b->name, (long long)lo, (long long)hi, it->name, (long long)it->offset,
+              (long long)(it->offset + it->bytes));
+    CHECK(in);
+    for (int j = 0; j < i && !b->alias; j++) { /* one item's own buffers: disjoint */
+      const EmBuf *o = &e.bufs[j];
+      if (o->arena == EM_STATE || o->alias || strcmp(o->item, b->item) != 0) continue;
+      int64_t olo = e.base + 2 * o->offset, ohi = olo + o->elems * (o->arena == EM_ACT ? 2 : 4);
+      CHECK(ohi <= lo || hi <= olo);
+    }
+  }
+  mem_free(&m);
+}
+
 /* spec with the --set options sets (nsets of them; at most 4) */
 static void check_spec(const char *spec, const char *const *sets, int nsets) {
   Mem m = {0};
@@ -148,6 +189,7 @@ static void check_spec(const char *spec, const char *const *sets, int nsets) {
   }
   if (verbose) printf("%s%s%s\n", spec, nsets ? " --set " : "", nsets ? sets[nsets - 1] : "");
   state_offsets(spec, &e, c);
+  placed(spec, p);
   Candidate f = *c; /* the search's formulas for the same choice */
   f.items = NULL, f.nitems = 0;
   plan_memory(&m, p->md, &f);

@@ -8,7 +8,7 @@
 #define MODEL_NAME "deepseek-v3"
 #define SPEC_FILE "deepseek-v3.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "88784ef8c787276c"
+#define PLAN_HASH "75536fcd4bf9f8f1"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 256
 #define PLAN_FSDP 256
@@ -56,15 +56,18 @@
 #define STATE_ELEMS 10484791296
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 1
-/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
- * micro-batch writes before reading them */
-#define ARENA_ELEMS 20861792
-#define ARENA_SCRATCH 113152
-#define ACT_ELEMS 45913781760
-#define ACT_SCRATCH 2621197824
-#define INPUTS 0 /* [data.tokens] */
-#define TARGETS 49152 /* [data.tokens] */
-#define STATE_STAGING 11775911424 /* GRAD0 (activation arena), free between steps: a state arena on the host
+/* the plan's HBM tier but its state block and the items outside the program (reserves, the
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 0 + 2 o of the tier (plan.json
+ * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
+ * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
+ * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
+#define ARENA_ELEMS 0
+#define ARENA_SCRATCH 0
+#define ACT_ELEMS 45955506432
+#define ACT_SCRATCH 45955506432
+#define INPUTS 45955267840 /* [data.tokens] */
+#define TARGETS 45955366144 /* [data.tokens] */
+#define STATE_STAGING 32297442048 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 3051571200
 #define HOST_ELEMS 20786970624 /* the host arena (activation offload): boundaries waiting for the backward */

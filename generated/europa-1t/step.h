@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "053fe8d40f22c0f6"
+#define PLAN_HASH "4e887e1f042980b6"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -56,18 +56,21 @@
 #define STATE_ELEMS 7470343488
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 0
-/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
- * micro-batch writes before reading them */
-#define ARENA_ELEMS 30803584
-#define ARENA_SCRATCH 131072
-#define ACT_ELEMS 43606989136
-#define ACT_SCRATCH 2478643536
-#define INPUTS 0 /* [data.tokens] */
-#define TARGETS 65536 /* [data.tokens] */
-#define STATE_STAGING 9092561232 /* GRAD0 (activation arena), free between steps: a state arena on the host
+/* the plan's HBM tier but its state block and the items outside the program (reserves, the
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 0 + 2 o of the tier (plan.json
+ * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
+ * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
+ * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
+#define ARENA_ELEMS 0
+#define ARENA_SCRATCH 0
+#define ACT_ELEMS 43668596352
+#define ACT_SCRATCH 43668596352
+#define INPUTS 43668331904 /* [data.tokens] */
+#define TARGETS 43668462976 /* [data.tokens] */
+#define STATE_STAGING 28937315328 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 3306958848
-#define MUON_WORK 36359231824 /* [moe.a2a_staging] Muon's scratch: fp32 values in the activation arena's bytes (in A2A, free during the optimizer step) */
+#define MUON_WORK 18296865792 /* [moe.a2a_staging] Muon's scratch: fp32 values in the activation arena's bytes (in A2A, free during the optimizer step) */
 #define MUON_WORK_ELEMS 290462016
 #define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */

@@ -54,15 +54,18 @@
 #define STATE_ELEMS 8030261248
 #define STATE_ON_HOST 0
 #define OPT_STEP_ON_HOST 0
-/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
- * micro-batch writes before reading them */
-#define ARENA_ELEMS 8945664
-#define ARENA_SCRATCH 16384
-#define ACT_ELEMS 28083763200
-#define ACT_SCRATCH 8030261248
-#define INPUTS 0 /* [data.tokens] */
-#define TARGETS 8192 /* [data.tokens] */
-#define STATE_STAGING 8292931584 /* GRAD0 (activation arena), free between steps: a state arena on the host
+/* the plan's HBM tier but its state block and the items outside the program (reserves, the
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 32121044992 + 2 o of the tier (plan.json
+ * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
+ * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
+ * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
+#define ARENA_ELEMS 0
+#define ARENA_SCRATCH 0
+#define ACT_ELEMS 28101654528
+#define ACT_SCRATCH 28101654528
+#define INPUTS 28101621760 /* [data.tokens] */
+#define TARGETS 28101638144 /* [data.tokens] */
+#define STATE_STAGING 26301698048 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 525340672
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

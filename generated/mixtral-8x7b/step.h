@@ -8,7 +8,7 @@
 #define MODEL_NAME "mixtral-8x7b"
 #define SPEC_FILE "mixtral-8x7b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "2320c90ac7c02719"
+#define PLAN_HASH "1f5f993a0bc18efb"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
@@ -54,15 +54,18 @@
 #define STATE_ELEMS 5837849088
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 1
-/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
- * micro-batch writes before reading them */
-#define ARENA_ELEMS 7077936
-#define ARENA_SCRATCH 262144
-#define ACT_ELEMS 40730030208
-#define ACT_SCRATCH 3065098368
-#define INPUTS 0 /* [data.tokens] */
-#define TARGETS 131072 /* [data.tokens] */
-#define STATE_STAGING 5883670656 /* GRAD0 (activation arena), free between steps: a state arena on the host
+/* the plan's HBM tier but its state block and the items outside the program (reserves, the
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 0 + 2 o of the tier (plan.json
+ * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
+ * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
+ * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
+#define ARENA_ELEMS 0
+#define ARENA_SCRATCH 0
+#define ACT_ELEMS 40744186176
+#define ACT_SCRATCH 40744186176
+#define INPUTS 40743137536 /* [data.tokens] */
+#define TARGETS 40743399680 /* [data.tokens] */
+#define STATE_STAGING 30726533376 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 1451270144
 #define HOST_ELEMS 16106127360 /* the host arena (activation offload): boundaries waiting for the backward */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "qwen3-30b-a3b"
 #define SPEC_FILE "qwen3-30b-a3b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "4ff1d291ad0d564f"
+#define PLAN_HASH "b7de4168ccd39486"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 16
 #define PLAN_FSDP 16
@@ -56,15 +56,18 @@
 #define STATE_ELEMS 7633030656
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 1
-/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
- * micro-batch writes before reading them */
-#define ARENA_ELEMS 15335952
-#define ARENA_SCRATCH 131072
-#define ACT_ELEMS 41437695360
-#define ACT_SCRATCH 32440380288
-#define INPUTS 0 /* [data.tokens] */
-#define TARGETS 65536 /* [data.tokens] */
-#define STATE_STAGING 32440380288 /* GRAD0 (activation arena), free between steps: a state arena on the host
+/* the plan's HBM tier but its state block and the items outside the program (reserves, the
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 0 + 2 o of the tier (plan.json
+ * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
+ * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
+ * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
+#define ARENA_ELEMS 0
+#define ARENA_SCRATCH 0
+#define ACT_ELEMS 41468368128
+#define ACT_SCRATCH 41468368128
+#define INPUTS 41468105216 /* [data.tokens] */
+#define TARGETS 41468236288 /* [data.tokens] */
+#define STATE_STAGING 39415246848 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 623120640
 #define HOST_ELEMS 6174015488 /* the host arena (activation offload): boundaries waiting for the backward */

@@ -56,15 +56,18 @@
 #define STATE_ELEMS 7612672
 #define STATE_ON_HOST 0
 #define OPT_STEP_ON_HOST 0
-/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
- * micro-batch writes before reading them */
-#define ARENA_ELEMS 44128
-#define ARENA_SCRATCH 1024
-#define ACT_ELEMS 15393664
-#define ACT_SCRATCH 3806336
-#define INPUTS 0 /* [data.tokens] */
-#define TARGETS 512 /* [data.tokens] */
-#define STATE_STAGING 4741504 /* GRAD0 (activation arena), free between steps: a state arena on the host
+/* the plan's HBM tier but its state block and the items outside the program (reserves, the
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 30450688 + 2 o of the tier (plan.json
+ * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
+ * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
+ * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
+#define ARENA_ELEMS 0
+#define ARENA_SCRATCH 0
+#define ACT_ELEMS 15416768
+#define ACT_SCRATCH 15416768
+#define INPUTS 15412608 /* [data.tokens] */
+#define TARGETS 15413632 /* [data.tokens] */
+#define STATE_STAGING 12426112 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 935168
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */
