@@ -111,6 +111,8 @@ typedef struct {
   MemMap bufnames; /* name -> its arena + 1 (EmArena): each buffer registered once */
   int64_t top[EM__ARENAS]; /* elements of each arena (em_place: the one HBM span's units) */
   int64_t base;            /* em_place: the HBM tier's byte at unit 0 (the state block's end) */
+  int nlive;                   /* bufs[0..nlive): the state and the buffers that live across
+                                  micro-batches (tokens, expert loads, shards, kept parameters) */
   int64_t scratch[EM__ARENAS]; /* first element of R and A past the buffers that live across
                                   micro-batches */
   bool state_host; /* the plan keeps the state (master, gradient shard, moments) in host memory */

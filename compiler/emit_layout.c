@@ -566,6 +566,7 @@ void em_layout(Em *e) {
            "its shard cast to the activation type, gathered from: refreshed after each optimizer step");
   kept_buffers(e);
   e->scratch[EM_REAL] = e->top[EM_REAL], e->scratch[EM_ACT] = e->top[EM_ACT];
+  e->nlive = e->nbufs;
   if (!e->state_host) {
     int64_t unit = e->groups[e->g_embed].shard > e->groups[e->g_head].shard ? e->groups[e->g_embed].shard
                                                                              : e->groups[e->g_head].shard;

@@ -351,6 +351,20 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
        "#define INPUTS %lld /* [data.tokens] */\n#define TARGETS %lld /* [data.tokens] */\n",
     (long long)e->base, (long long)e->top[EM_ACT], (long long)e->scratch[EM_ACT], (long long)buf_offset(e, "INPUTS"),
     (long long)buf_offset(e, "TARGETS"));
+  /* the HBM span's units that live across micro-batches (tests/cuda_emu/dump.c poisons the rest
+   * before each forward): each such buffer's [offset, offset + units), real and int32 values 2
+   * units each, in registration order */
+  P(e, "/* the HBM span's ranges [unit, unit + n) that live across micro-batches (tokens, expert loads,\n"
+       " * shards, kept parameters); the rest is written by each micro-batch before it is read */\n"
+       "#define STEP_LIVE_RANGES {");
+  int nl = 0;
+  for (int i = 0; i < e->nlive; i++) {
+    const EmBuf *lb = &e->bufs[i];
+    if (lb->arena == EM_STATE || lb->alias) continue;
+    P(e, "%s{%lld, %lld}", nl++ ? ", " : "", (long long)lb->offset,
+      (long long)(lb->elems * (lb->arena == EM_REAL ? 2 : 1)));
+  }
+  P(e, "%s}\n#define STEP_N_LIVE_RANGES %d\n", nl ? "" : "{0, 0}", nl);
   P(e, "#define STATE_STAGING %lld /* GRAD0 (activation arena), free between steps: a state arena on the host\n"
        "                             goes through it to NCCL in pieces of its bytes */\n#define STATE_STAGING_ELEMS %lld\n",
     (long long)staging, (long long)staging_elems);

@@ -65,6 +65,10 @@
 #define ACT_SCRATCH 28101654528
 #define INPUTS 28101621760 /* [data.tokens] */
 #define TARGETS 28101638144 /* [data.tokens] */
+/* the HBM span's ranges [unit, unit + n) that live across micro-batches (tokens, expert loads,
+ * shards, kept parameters); the rest is written by each micro-batch before it is read */
+#define STEP_LIVE_RANGES {{28101621760, 16384}, {28101638144, 16384}, {18271436800, 8030261248}}
+#define STEP_N_LIVE_RANGES 3
 #define STATE_STAGING 26301698048 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 525340672

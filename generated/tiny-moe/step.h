@@ -67,6 +67,10 @@
 #define ACT_SCRATCH 15416768
 #define INPUTS 15412608 /* [data.tokens] */
 #define TARGETS 15413632 /* [data.tokens] */
+/* the HBM span's ranges [unit, unit + n) that live across micro-batches (tokens, expert loads,
+ * shards, kept parameters); the rest is written by each micro-batch before it is read */
+#define STEP_LIVE_RANGES {{15412608, 1024}, {15413632, 1024}, {7684608, 3806336}}
+#define STEP_N_LIVE_RANGES 3
 #define STATE_STAGING 12426112 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 935168

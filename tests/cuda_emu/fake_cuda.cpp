@@ -182,7 +182,7 @@ struct ArenaMap {
   std::vector<Named> bufs; // by offset
   long elems;              // step.h's ACT_ELEMS
 };
-static ArenaMap span; // the HBM span
+static ArenaMap hbm_span; // the HBM span
 static void load_map(void) {
   static bool done;
   if (done) return;
@@ -203,21 +203,21 @@ static void load_map(void) {
     else if (strstr(line, "---- the HBM span's real and int32 buffers")) in = 0;
     else if (strstr(line, "---- the HBM span's activation buffers")) in = 1;
     else if (in >= 0 && sscanf(line, "#define %127s %ld /* %ld:", name, &off, &n) == 3)
-      span.bufs.push_back({name, off, n, in == 0});
+      hbm_span.bufs.push_back({name, off, n, in == 0});
     else if (in >= 0 && sscanf(line, "#define %127s (%127[A-Za-z0-9_] + %ld) /* %ld:", name, of, &off, &n) == 4) {
       long base;
-      if (offset_of(span, of, &base)) span.bufs.push_back({name, base + off, n, in == 0});
+      if (offset_of(hbm_span, of, &base)) hbm_span.bufs.push_back({name, base + off, n, in == 0});
     } else if (in >= 0 && sscanf(line, "#define %127s %127[A-Za-z0-9_] /* %ld:", name, of, &n) == 3) {
       long base;
-      if (offset_of(span, of, &base)) span.bufs.push_back({name, base, n, in == 0});
+      if (offset_of(hbm_span, of, &base)) hbm_span.bufs.push_back({name, base, n, in == 0});
     }
   fclose(f);
-  std::sort(span.bufs.begin(), span.bufs.end(), [](const Named &a, const Named &b) { return a.off < b.off; });
+  std::sort(hbm_span.bufs.begin(), hbm_span.bufs.end(), [](const Named &a, const Named &b) { return a.off < b.off; });
   std::string h = path; // the span's size: step.h beside step.c
   h = h.substr(0, h.find_last_of('/') + 1) + "step.h";
   if ((f = fopen(h.c_str(), "r"))) {
     while (fgets(line, sizeof line, f))
-      if (sscanf(line, "#define ACT_ELEMS %ld", &n) == 1) span.elems = n;
+      if (sscanf(line, "#define ACT_ELEMS %ld", &n) == 1) hbm_span.elems = n;
     fclose(f);
   }
 }
@@ -241,7 +241,7 @@ static void check_arena_range(uintptr_t base, const Alloc *a, const void *p, siz
   load_map();
   if (!arena_checks || a->kind != K_DEVICE) return;
   if ((uintptr_t)p == base && bytes == a->bytes) return; /* the whole arena (its zeroing at start-up) */
-  const ArenaMap &m = span;
+  const ArenaMap &m = hbm_span;
   size_t es = m.elems > 0 && a->bytes % (size_t)m.elems == 0 ? a->bytes / (size_t)m.elems : 0;
   if (m.bufs.empty() || m.elems <= 0 || (es != 2 && es != 4) || a->bytes != (size_t)m.elems * es) return;
   long first = (long)(((uintptr_t)p - base) / es), last = (long)(((uintptr_t)p + bytes - 1 - base) / es);
