@@ -37,7 +37,7 @@ static void dump(RtCtx *c, const char *pass, int *calls) {
   real *h = malloc((n + na + ns) * sizeof(real));
   act *a = malloc(na * sizeof(act) + 1);
   if (!h || !a) abort();
-  fetch(h, c->arena, n, sizeof(real)), fetch(a, c->acts, na, sizeof(act)), fetch(h + n + na, c->state, ns, sizeof(real));
+  fetch(a, c->acts, na, sizeof(act)), fetch(h + n + na, c->state, ns, sizeof(real)); /* (ARENA_ELEMS n: 0) */
   for (size_t i = 0; i < na; i++) h[n + i] = (real)mtrt_act_float(a[i]); /* activations as real */
   free(a);
   n += na + ns;
