@@ -109,7 +109,10 @@ typedef struct {
   int nbufs, capbufs;
   const char *item; /* the plan item of the buffers em_layout registers next (EmBuf.item) */
   MemMap bufnames; /* name -> its arena + 1 (EmArena): each buffer registered once */
-  int64_t top[EM__ARENAS]; /* elements of each arena */
+  int64_t top[EM__ARENAS]; /* elements of each arena (em_place: the one HBM span's units) */
+  int64_t base;            /* em_place: the HBM tier's byte at unit 0 (the state block's end) */
+  int nlive;                   /* bufs[0..nlive): the state and the buffers that live across
+                                  micro-batches (tokens, expert loads, shards, kept parameters) */
   int64_t scratch[EM__ARENAS]; /* first element of R and A past the buffers that live across
                                   micro-batches */
   bool state_host; /* the plan keeps the state (master, gradient shard, moments) in host memory */
@@ -128,6 +131,23 @@ typedef struct {
 void em_init(Em *e, Mem *m, const Plan *p);
 /* Fills e's groups, tensors and arena from its model and plan. */
 void em_layout(Em *e);
+/* Places every buffer but the state's where the plan's HBM tier has it (after em_init, on a
+ * plan from plan_search: plan_exact's bytes, packed): at its item's offset plus the bytes
+ * (em_buf_bytes) of the item's buffers registered before it; an alias at its target's offset
+ * plus its own. Offsets become units of 2 bytes of the tier (one act element on the cuda
+ * backend) from the byte after the state block (Em.base: 0 with the state on the host), for real
+ * and int32 buffers too (step.h's R(o), I(o)); alias_at likewise. top[EM_ACT] is then the span
+ * from base to the top of the program's items, top[EM_REAL] 0. An inconsistent plan is an
+ * internal error (abort). */
+void em_place(Em *e);
+/* Bytes buffer b takes in its plan item (plan_exact, test_plan_items): a state buffer its
+ * elements rounded up to 16 (64 B of fp32, plan_state's rule); any other its cuda bytes (act
+ * 2 B, real and int32 4 B an element; a real alias in act: 2 act elements per value) rounded
+ * up to 64 B. An alias takes none of its own (its target's bytes hold it): callers skip it. */
+int64_t em_buf_bytes(const EmBuf *b);
+/* Whether the generated program implements spec s's model (emit_step.c; else mtc compile
+ * writes no program). */
+bool em_implements(const Spec *s);
 /* The arena macro of activation `name` of layer l under the checkpoint policy: "L2_Q" when
  * saved per layer, "WS_Q" when the layer recomputes it in backward; its class is the model
  * graph's (em_saved), or for the per-layer tables OFFSETS and EOFF the class of the saves they

@@ -30,6 +30,11 @@ static void add_buf(Em *e, const char *name, int64_t n, const char *what, EmAren
   e->top[a] += round_up(n, ALIGN);
 }
 
+int64_t em_buf_bytes(const EmBuf *b) {
+  if (b->arena == EM_STATE) return round_up(b->elems, ALIGN) * 4;
+  return round_up(b->elems * (b->arena == EM_ACT ? 2 : 4), 64);
+}
+
 static EmBuf *find_buf(Em *e, const char *name) {
   for (int i = 0; i < e->nbufs; i++)
     if (strcmp(e->bufs[i].name, name) == 0) return &e->bufs[i];
@@ -130,8 +135,8 @@ const char *em_act(Em *e, int l, const char *name) {
 
 /* The plan item of layer l's buffers of class cls: its activations.saved[l] when kept per layer
  * (plan.c names the stacked items so), else the one layer's workspace, activations.forward_layer
- * (whose bytes activations.recompute_layer reuses in the backward: the program's WS_ buffers
- * serve the forward and the recompute alike). */
+ * (alive from the first forward to the last backward: the program's WS_ buffers serve the
+ * forward and the backward's recompute alike). */
 static const char *layer_item(Em *e, int l, SaveClass cls) {
   return per_layer(e, cls) ? mem_printf(e->m, "activations.saved[%d]", l) : "activations.forward_layer";
 }
@@ -341,7 +346,7 @@ static void shared_ws(Em *e) {
  * WS_EU, WS_EH: class expert) are never alive together (a layer is one or the other, and its
  * forward, recompute and backward run alone): with both recomputed (workspace) in a model with
  * both kinds of layers, the narrower of each pair lies in the wider's bytes, as the plan's
- * activations.forward_layer and recompute_layer hold the widest layer only. Registered before
+ * activations.forward_layer holds the widest layer only. Registered before
  * the layers (whose act() calls then find them), described as the model describes the saves G, U, H
  * and EG, EU, EH. */
 static void ffn_union(Em *e) {
@@ -564,6 +569,7 @@ void em_layout(Em *e) {
            "its shard cast to the activation type, gathered from: refreshed after each optimizer step");
   kept_buffers(e);
   e->scratch[EM_REAL] = e->top[EM_REAL], e->scratch[EM_ACT] = e->top[EM_ACT];
+  e->nlive = e->nbufs;
   if (!e->state_host) {
     int64_t unit = e->groups[e->g_embed].shard > e->groups[e->g_head].shard ? e->groups[e->g_embed].shard
                                                                              : e->groups[e->g_head].shard;
@@ -678,4 +684,47 @@ void em_layout(Em *e) {
   e->item = "activations.loss_stats";
   buf(e, "RSTDF", N * st, st == 2 ? "its rstd, then its mean, per token" : "its 1/rms per token");
   buf(e, "LSEF", N, "log-sum-exp of each token's logits");
+}
+
+void em_place(Em *e) {
+  const Candidate *c = &e->p->best;
+  MemMap at = {0};
+  int64_t base = 0, top = 0;
+  for (int j = 0; j < c->nitems; j++) {
+    const MemItem *it = &c->items[j];
+    mem_map_put(e->m, &at, NULL, it->name, (void *)(uintptr_t)(j + 1));
+    if (it->tier != TIER_HBM) continue;
+    if (it->state && it->offset + it->bytes > base) base = it->offset + it->bytes;
+    if (!it->state && !it->outside && it->offset + it->bytes > top) top = it->offset + it->bytes;
+  }
+  int64_t *inner = mem_array(e->m, (size_t)c->nitems + 1, sizeof *inner);
+  for (int i = 0; i < e->nbufs; i++) {
+    EmBuf *b = &e->bufs[i];
+    if (b->arena == EM_STATE) continue;
+    if (b->alias) { /* (its target is registered, so placed, before it) */
+      const EmBuf *t = find_buf(e, b->alias);
+      b->alias_at *= t->arena == EM_REAL ? 2 : 1;
+      b->offset = t->offset + b->alias_at;
+      continue;
+    }
+    uintptr_t k = b->item ? (uintptr_t)mem_map_get(&at, NULL, b->item) : 0;
+    const MemItem *it = k ? &c->items[k - 1] : NULL;
+    if (!it || it->tier != TIER_HBM || !it->exact) { /* (a plan without plan_exact's bytes, or a bug) */
+      fprintf(stderr, "mtc: internal error: buffer %s has no HBM item of the plan's (%s)\n", b->name,
+              b->item ? b->item : "none");
+      abort();
+    }
+    int64_t byte = it->offset + inner[k - 1];
+    inner[k - 1] += em_buf_bytes(b);
+    if (byte < base || inner[k - 1] > it->bytes || (byte - base) % 4) {
+      fprintf(stderr, "mtc: internal error: buffer %s at byte %lld outside its item %s\n", b->name, (long long)byte,
+              it->name);
+      abort();
+    }
+    b->offset = (byte - base) / 2;
+  }
+  e->base = base;
+  e->top[EM_REAL] = e->scratch[EM_REAL] = 0;
+  e->top[EM_ACT] = top > base ? (top - base) / 2 : 0;
+  e->scratch[EM_ACT] = e->top[EM_ACT];
 }

@@ -342,12 +342,29 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
     (long long)e->top[EM_STATE], e->state_host ? "host (Grace)" : "device (HBM)",
     e->step_host ? "host CPU" : e->state_host ? "GPU, over C2C" : "GPU", (long long)e->top[EM_STATE],
     e->state_host ? 1 : 0, e->step_host ? 1 : 0);
-  P(e, "/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each\n"
-       " * micro-batch writes before reading them */\n#define ARENA_ELEMS %lld\n#define ARENA_SCRATCH %lld\n"
-       "#define ACT_ELEMS %lld\n#define ACT_SCRATCH %lld\n#define INPUTS %lld /* [data.tokens] */\n"
-       "#define TARGETS %lld /* [data.tokens] */\n",
-    (long long)e->top[EM_REAL], (long long)e->scratch[EM_REAL], (long long)e->top[EM_ACT],
-    (long long)e->scratch[EM_ACT], (long long)buf_offset(e, "INPUTS"), (long long)buf_offset(e, "TARGETS"));
+  P(e, "/* the plan's HBM tier but its state block and the items outside the program (reserves, the\n"
+       " * runtime's scratch): one span of ACT_ELEMS units, unit o at byte %lld + 2 o of the tier (plan.json\n"
+       " * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;\n"
+       " * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no\n"
+       " * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */\n"
+       "#define ARENA_ELEMS 0\n#define ARENA_SCRATCH 0\n#define ACT_ELEMS %lld\n#define ACT_SCRATCH %lld\n"
+       "#define INPUTS %lld /* [data.tokens] */\n#define TARGETS %lld /* [data.tokens] */\n",
+    (long long)e->base, (long long)e->top[EM_ACT], (long long)e->scratch[EM_ACT], (long long)buf_offset(e, "INPUTS"),
+    (long long)buf_offset(e, "TARGETS"));
+  /* the HBM span's units that live across micro-batches (tests/cuda_emu/dump.c poisons the rest
+   * before each forward): each such buffer's [offset, offset + units), real and int32 values 2
+   * units each, in registration order */
+  P(e, "/* the HBM span's ranges [unit, unit + n) that live across micro-batches (tokens, expert loads,\n"
+       " * shards, kept parameters); the rest is written by each micro-batch before it is read */\n"
+       "#define STEP_LIVE_RANGES {");
+  int nl = 0;
+  for (int i = 0; i < e->nlive; i++) {
+    const EmBuf *lb = &e->bufs[i];
+    if (lb->arena == EM_STATE || lb->alias) continue;
+    P(e, "%s{%lld, %lld}", nl++ ? ", " : "", (long long)lb->offset,
+      (long long)(lb->elems * (lb->arena == EM_REAL ? 2 : 1)));
+  }
+  P(e, "%s}\n#define STEP_N_LIVE_RANGES %d\n", nl ? "" : "{0, 0}", nl);
   P(e, "#define STATE_STAGING %lld /* GRAD0 (activation arena), free between steps: a state arena on the host\n"
        "                             goes through it to NCCL in pieces of its bytes */\n#define STATE_STAGING_ELEMS %lld\n",
     (long long)staging, (long long)staging_elems);
@@ -394,16 +411,17 @@ static void body(Em *e, const char *spec_base) {
       both ? ";" : e->keep[0] ? ";\n * the routed experts are re-gathered into GATHERED<i> for each pass;"
                               : ";\n * the rest is re-gathered into GATHERED<i> for each pass;");
   }
-  P(e, " * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),\n"
-       " * each allocated once at start-up: the maps below. Tokens are B x T = %lld rows of hidden %lld.\n */\n",
+  P(e, " * Every buffer is at its plan item's bytes (plan.json memory): the state in the state arena, the\n"
+       " * rest in one span of the HBM tier, both allocated once at start-up: the maps below. Tokens are\n"
+       " * B x T = %lld rows of hidden %lld.\n */\n",
     (long long)e->N, (long long)e->C);
   (void)b;
   P(e, "#include <stdbool.h>\n#include <string.h>\n\n#include \"mtrt_comm.h\"\n#include \"mtrt_ops.h\"\n#include \"step.h\"\n\n");
   P(e, "#define S(o) (c->state + (o))                    /* state buffer at state arena offset o */\n");
-  P(e, "#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */\n");
-  P(e, "#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */\n");
-  P(e, "#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */\n");
-  P(e, "#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */\n");
+  P(e, "#define R(o) ((real *)(c->acts + (o)))          /* real buffer at unit o of the HBM span */\n");
+  P(e, "#define A(o) (c->acts + (o))                     /* activation (act) buffer at unit o */\n");
+  P(e, "#define RA(o) ((real *)(c->acts + (o)))         /* real values in an activation buffer's bytes at unit o */\n");
+  P(e, "#define I(o) ((int32_t *)(c->acts + (o)))       /* int32 buffer at unit o */\n");
   P(e, "#define W(o) (c->wd + (o))                      /* a gathered dense parameter */\n");
   P(e, "#define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */\n");
   P(e, "#define WE(o) (c->we + (o))                     /* a gathered expert parameter */\n");
@@ -412,8 +430,8 @@ static void body(Em *e, const char *spec_base) {
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
   P(e, "\n");
   static const char *const maps[EM__ARENAS] = {"the state arena map (elements of real)",
-                                               "the arena map (elements of real; int32 buffers: one per value)",
-                                               "the activation arena map (elements of act)"};
+                                               "the HBM span's real and int32 buffers (offsets in units of 2 B)",
+                                               "the HBM span's activation buffers (offsets in units of 2 B)"};
   for (int a = 0; a < EM__ARENAS; a++) {
     P(e, "%s/* ---- %s ---- */\n", a ? "\n" : "", maps[a]);
     if (a == EM_STATE) { /* the plan's state block (plan.c pack, plan_state): its items at these offsets */
@@ -486,6 +504,14 @@ static bool supported(Diag *d, const Spec *s) {
                     "");
 }
 
+bool em_implements(const Spec *s) {
+  Mem m = {0};
+  Diag d = {.mem = &m};
+  bool ok = supported(&d, s);
+  mem_free(&m);
+  return ok;
+}
+
 void em_init(Em *e, Mem *m, const Plan *p) {
   const Model *md = p->md;
   const Spec *s = md->spec;
@@ -540,6 +566,7 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
   if (!supported(d, s)) return false;
   Em e;
   em_init(&e, m, p);
+  em_place(&e); /* every buffer at its plan item's bytes */
   if (2 * (e.prefetch + 1) > EM_AG_SLOTS)
     return diag_error(d, spec_loc(s, "plan.prefetch"), "prefetch depth %d needs %d all-gathers in flight; the program "
                       "keeps at most %d (prefetch %d); expected plan.prefetch %d or less", e.prefetch,

@@ -16,6 +16,7 @@
  *   muon_work.c   plan_    Muon's scratch (MUON_WORK): one figure for the plan's item and the program
  *   state_layout.c plan_   the state block (master, gradients, moments): the plan's items as the state arena
  *   attn_ws.c     plan_    the attention's groups of the shared workspace (MLA's too), for plan and program
+ *   plan_exact.c  plan_    the chosen plan's items the program holds: the program's own bytes, packed again
  *   cost.c        cost_    the predicted step time of a candidate (and its Chrome trace)
  *   cost_kernel.c cost_    the seconds of one op's kernels on one GPU, per stack (cluster.stack)
  *   search.c      plan_    every layout × policy the pins allow; the fastest that fits; advice
@@ -597,6 +598,9 @@ typedef struct {
   int64_t offset;
   bool stacked;        /* per-layer activations: nested lifetimes, packed as a stack */
   bool state;          /* the state block (plan_state): packed first, contiguous, in build order */
+  bool outside;        /* not in the program's arena (reserves, the cuda runtime's own scratch, the
+                          state's host copy): packed last, at the top of its tier */
+  bool exact;          /* bytes are the program's own (plan_exact), not the formula's */
 } MemItem;
 
 /* The decisions of one candidate plan. */
@@ -848,6 +852,9 @@ double plan_moe_imbalance(const Spec *s, int64_t ep);
 double plan_moe_imbalance_max(const Spec *s, int64_t ep);
 /* Builds the memory items of choice ch and packs them (plan.c). */
 void plan_memory(Mem *m, const Model *md, Candidate *c);
+/* Packs c's items (as built, their bytes maybe changed since) into each tier's arena: offsets,
+ * arena sizes, live peaks and whether it fits (plan.c). */
+void plan_pack(Mem *m, const Model *md, Candidate *c);
 /* Seconds per step to move the gradient shard (shard parameters) to host memory over A
  * micro-batches, when on_host; c2c and host_bw in bytes/s, efficiencies applied (cost.c). */
 double cost_host_grad(double shard, double A, bool on_host, double c2c, double host_bw);
@@ -888,6 +895,12 @@ Plan *plan_search(Mem *m, const Model *md);
 /* The same; with program, only choices the generated program implements (reshard
  * every_micro_batch): what `mtc compile` plans. */
 Plan *plan_search_for(Mem *m, const Model *md, bool program);
+/* ---- plan_exact.c: the chosen plan's items at the program's own bytes ---- */
+/* Makes the items of p's chosen candidate (plan_search calls it on its result) that the
+ * generated program holds in its arenas exactly the program's bytes (the emitter's layout of
+ * it, em_init; MemItem.exact) and packs the tiers again (plan_pack); nothing when the program
+ * does not implement the spec's model. Items the program does not hold keep their formulas. */
+void plan_exact(Mem *m, Plan *p);
 /* The name of a reshard policy: "auto", "every_micro_batch", "after_step". */
 const char *plan_reshard_name(ReshardPolicy r);
 /* Seconds of one MoE all-to-all (dispatch or combine) in which each rank sends `bytes` spread

@@ -191,6 +191,7 @@ static void build_items(Items *it, const Model *md) {
     item(it, "state.host_mirror", CAT_OPTIMIZER, TIER_HOST, 3 * S4 + V4, 0, END,
          "master.fp32_shard + grads.fp32_shard + the optimizer's moments: the host copy of the HBM state "
          "(initialization, resume, checkpoints)");
+  if (ot == TIER_HBM) it->c->items[it->c->nitems - 1].outside = true; /* (its own allocation) */
 
   /* per-layer working buffers: a pool of gathered layers (the computing one + prefetch) and
    * two unsharded bf16 gradient buffers (one computing, one in reduce-scatter) */
@@ -282,17 +283,16 @@ static void build_items(Items *it, const Model *md) {
     for (int i = 0; i < 2; i++)
       item(it, mem_printf(it->m, "activations.nvme_bounce[%d]", i), CAT_ACTIVATIONS, TIER_HOST, boundary, 1,
            PHASE_OPT(L), "2 B x hidden x tokens: a boundary between HBM and NVMe");
-  if (ch->ac != AC_NONE) /* the forward's live intermediates of one layer */
-    item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, 1, PHASE_LOSS(L),
+  /* the layer workspace: what one layer does not keep, live in its forward and again in its
+   * backward's recompute (the program's WS_ buffers serve both: one item alive from the first
+   * forward to the last backward) */
+  if (ch->ac != AC_NONE)
+    item(it, "activations.forward_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, 1, PHASE_OPT(L),
          yp_in_send ? "saved bytes per token of the widest layer that the policy does not keep x tokens (the layer's "
-                      "workspace; what it keeps is activations.saved), less y_combined (in moe.dispatch_send)"
+                      "workspace, in its forward and its backward's recompute; what it keeps is activations.saved), "
+                      "less y_combined (in moe.dispatch_send)"
                     : "saved bytes per token of the widest layer that the policy does not keep x tokens (the layer's "
-                      "workspace; what it keeps is activations.saved)");
-  if (rebuilt > 0)
-    item(it, "activations.recompute_layer", CAT_ACTIVATIONS, TIER_HBM, rebuilt, PHASE_LOSS(L) + 1,
-         PHASE_OPT(L), yp_in_send ? "recomputed bytes per token of the widest layer x tokens, less y_combined "
-                                    "(in moe.dispatch_send)"
-                                  : "recomputed bytes per token of the widest layer x tokens");
+                      "workspace, in its forward and its backward's recompute; what it keeps is activations.saved)");
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
@@ -400,6 +400,7 @@ static void build_items(Items *it, const Model *md) {
        (double)plan_runtime_scratch((int64_t)T, s->model.attention.heads, E), 0, END,
        "4 B x tokens x heads + 4 B x (2 tokens + 1) + 8 + 192 B x experts + 2 B x tokens x experts + the MoE "
        "count/table scratch (about 32 B x experts): the cuda runtime's own device buffers");
+  it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own cudaMalloc) */
   /* its host side (plan_runtime_host_scratch): the MoE scratch's mirror, the offsets cache and
    * the pinned readback buffer of the step's scalars */
   item(it, "workspace.runtime_host", CAT_WORKSPACE, TIER_HOST, (double)plan_runtime_host_scratch(E), 0, END,
@@ -407,11 +408,13 @@ static void build_items(Items *it, const Model *md) {
        "20 x experts + 4: about 32 B x experts; experts 0 counts as 1): the cuda runtime's own host buffers (the MoE "
        "scratch's mirror, 64 cached offsets arrays of experts + 1 int32, and the pinned readback buffer: 256 fp64 "
        "sums of squares, 256 fp32 losses and a staging copy of the MoE scratch)");
+  it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own cudaMallocHost and malloc) */
   item(it, "data.host_tables", CAT_WORKSPACE, TIER_HOST, (double)plan_host_tables((int64_t)T, ch->fsdp, ch->ep, El), 0,
        END, ch->ep > 1 ? "2 x 4 B x tokens: the loader's token ids and targets; 72 B x fsdp: Muon's exchange counts; 4 B x "
                          "ep^2 x experts per EP rank + 28 B x ep x experts per EP rank + 48 B x ep + 4: the all-to-all's "
                          "counts, offsets and regroup blocks"
                        : "2 x 4 B x tokens: the loader's token ids and targets; 72 B x fsdp: Muon's exchange counts");
+  it->c->items[it->c->nitems - 1].outside = true; /* (the loader's and the runtime's own) */
   /* Muon's scratch as the program allocates it (fp32: plan_muon_work). MUON_WORK, the most
    * either step uses, is a group of workspace.shared (the optimizer step's). With the step on
    * the host, the host's own copy of what that step uses: the pieces sent to owners (all dense
@@ -436,6 +439,8 @@ static void build_items(Items *it, const Model *md) {
   item(it, "reserve.cublas_workspace", CAT_RESERVE, TIER_HBM, r->cublas_workspace, 0, END,
        "cluster.reserve.cublas_workspace");
   item(it, "reserve.host", CAT_RESERVE, TIER_HOST, r->host, 0, END, "cluster.reserve.host");
+  for (int i = 0; i < it->c->nitems; i++)
+    if (it->c->items[i].cat == CAT_RESERVE) it->c->items[i].outside = true;
 }
 
 static int by_size_desc(const void *a, const void *b) {
@@ -449,14 +454,17 @@ static int by_size_desc(const void *a, const void *b) {
  * (emit_layout.c), each item at the previous one's end; then the per-layer activations as a
  * stack in layer order (their lifetimes nest: layer l lives from its forward to its backward);
  * then every other item largest first at the lowest offset that no item alive at the same time
- * overlaps (greedy interval packing, 256-byte aligned). Each block counts as one item alive
- * over the union of its items' lifetimes. placed[] is kept sorted by offset, so one scan finds
- * the gap: O(m²) for the m other items. Returns the arena size. */
+ * overlaps (greedy interval packing, 256-byte aligned); last the items outside the program's
+ * arena (MemItem.outside: reserves, the runtime's scratch, the state's host copy), back to
+ * back from the top of the rest, so the program's items span [0, that top). Each block counts
+ * as one item alive over the union of its items' lifetimes. placed[] is kept sorted by offset,
+ * so one scan finds the gap: O(m²) for the m other items. Returns the arena size. */
 static int64_t pack(Mem *m, MemItem **v, int n) {
   MemItem **rest = mem_array(m, (size_t)n + 1, sizeof *rest);
   MemItem **stack = mem_array(m, (size_t)n + 1, sizeof *stack);
+  MemItem **top = mem_array(m, (size_t)n + 1, sizeof *top);
   MemItem block = {.start = PHASE_MAX, .end = 0}, state = {.start = PHASE_MAX, .end = 0};
-  int np = 0, ns = 0, nr = 0;
+  int np = 0, ns = 0, nr = 0, nt = 0;
   for (int i = 0; i < n; i++) /* v is in build order: the state block's order, layer order for the stack */
     if (v[i]->state) {
       v[i]->offset = state.bytes;
@@ -464,6 +472,7 @@ static int64_t pack(Mem *m, MemItem **v, int n) {
       if (v[i]->start < state.start) state.start = v[i]->start;
       if (v[i]->end > state.end) state.end = v[i]->end;
     } else if (v[i]->stacked) stack[ns++] = v[i];
+    else if (v[i]->outside) top[nt++] = v[i];
     else rest[nr++] = v[i];
   qsort(rest, (size_t)nr, sizeof *rest, by_size_desc);
   MemItem **placed = mem_array(m, (size_t)nr + 3, sizeof *placed);
@@ -494,14 +503,23 @@ static int64_t pack(Mem *m, MemItem **v, int n) {
     placed[k] = x;
     if (off + x->bytes > size) size = off + x->bytes;
   }
+  for (int i = 0; i < nt; i++) { /* build order */
+    size = (size + 255) / 256 * 256;
+    top[i]->offset = size;
+    size += top[i]->bytes;
+  }
   return size;
 }
 
 void plan_memory(Mem *m, const Model *md, Candidate *c) {
-  const Spec *s = md->spec;
   Items it = {m, c, 0};
   c->nitems = 0;
   build_items(&it, md);
+  plan_pack(m, md, c);
+}
+
+void plan_pack(Mem *m, const Model *md, Candidate *c) {
+  const Spec *s = md->spec;
   c->capacity[TIER_HBM] = (int64_t)s->cluster.gpu.hbm;
   c->capacity[TIER_HOST] = (int64_t)s->cluster.host.memory;
   c->capacity[TIER_NVME] = s->cluster.nvme.present ? (int64_t)s->cluster.nvme.capacity : 0;

@@ -399,5 +399,6 @@ Plan *plan_search_for(Mem *m, const Model *md, bool program) {
   if (!p->feasible) p->advice = advise(m, md, program);
   else p->hint = micro_batch_hint(m, md, &p->best, program);
   if (p->ncandidates) p->placement = plan_placement(m, p->md, &p->best.ch);
+  plan_exact(m, p); /* the items the program holds: its bytes */
   return p;
 }

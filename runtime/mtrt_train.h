@@ -203,13 +203,14 @@ double rt_opt_bytes(const RtTensor *t, int nt, int g, int64_t lo, int64_t hi);
 /* The element value of tensor name (expert e, or -1) at index i, for tests and checkpoints. */
 real rt_init_value(const char *name, int expert, int64_t i, float std, bool one, uint64_t seed);
 
-/* What the generated step functions work on: the comm groups, the two arenas (every buffer at
- * the offset step.c's maps give), the token exchange's counts, and per micro-batch scalars. */
+/* What the generated step functions work on: the comm groups, the state arena and the HBM span
+ * (every buffer at the offset step.c's maps give: its plan item's bytes), the token exchange's
+ * counts, and per micro-batch scalars. */
 typedef struct {
   RtComm comm;
-  real *arena;    /* activations, gathered parameters and gradients, workspace (the GPU's HBM) */
   real *state;    /* master shards, gradient shards, moments (STATE_ELEMS; HBM or pinned host) */
-  act *acts;      /* activations, gathered parameters (ACT_ELEMS of the activation type; HBM) */
+  act *acts;      /* the HBM span: every other device buffer, activations, gathered parameters and
+                     gradients, fp32 and int32 workspace (ACT_ELEMS units of the activation type) */
   act *host;      /* the host arena (activation offload; HOST_ELEMS activations), or NULL */
   act *wd, *we;  /* the gathered dense and expert parameters of the layer computing now (one of
                      two buffers each: the other receives the next layer's, prefetched) */

@@ -199,9 +199,11 @@ static void tiny_items_by_hand(void) {
   /* saved per token: boundary 256; attention core 2 (128+64+64+128) + 4x4 lse = 784; experts
    * 2 (2 (128 + 3x256 + 128) + 3x256) = 5,632; other 832 (norm rstds, xn copies, router with
    * its permutation: top-2 int32 rows); the forward's layer without its input boundary (the
-   * boundary's own item holds it) */
-  CHECK_EQ(bytes(c, "activations.forward_layer"), (784 + 5632 + 832) * T);
-  CHECK_EQ(bytes(c, "activations.recompute_layer"), (784 + 5632 + 832) * T);
+   * boundary's own item holds it); the plan's bytes are the program's (plan_exact), its buffers
+   * each rounded up to 64 B: at most 64 B a buffer (about 20) more */
+  CHECK(bytes(c, "activations.forward_layer") >= (784 + 5632 + 832) * T);
+  CHECK(bytes(c, "activations.forward_layer") <= (784 + 5632 + 832) * T + 64 * 20);
+  CHECK(!find_quiet(c, "activations.recompute_layer")); /* (the forward's workspace serves the recompute) */
   CHECK_EQ(bytes(c, "activations.grad_residual[0]"), 2 * H * T);
   /* the shared workspace, its largest group: the gradients of gate, up and act of the widest FFN,
    * top-2 x 256 routed (no imbalance at ep 1), above the attention's gradients (2 T (2 x 128 +
@@ -216,7 +218,7 @@ static void tiny_items_by_hand(void) {
   CHECK_EQ(bytes(c, "activations.final_boundary"), 2 * H * T);
   CHECK_EQ(bytes(c, "activations.loss_stats"), 4 * T * 2);
   CHECK_EQ(bytes(c, "data.tokens"), 2 * 4 * T);
-  CHECK_EQ(bytes(c, "moe.tables"), 4 * 3 * 8);
+  CHECK_EQ(bytes(c, "moe.tables"), (4 * 3 * 8 + 63) / 64 * 64); /* (the program's AUX, rounded up to 64 B) */
   /* ep 1: no all-to-all; the gradient of the experts' outputs (top-2 copies per token); that of
    * their inputs lies in y_combined's bytes (dead once combined) */
   CHECK_EQ(bytes(c, "moe.grad_expert_out"), T * 2 * H * 2);
@@ -230,13 +232,12 @@ static void tiny_items_by_hand(void) {
   CHECK_EQ(plan_logits_chunk(8192, 128256), 4096);   /* llama-3.1-8b: at most 4096 columns */
   CHECK_EQ(bytes(c, "reserve.nccl_buffers"), 64 << 20); /* the cpu preset */
   CHECK_EQ(bytes(c, "reserve.host"), 64 << 20);
-  /* static 4, gathered, unsharded grads 2, boundaries 4, forward and recompute layers, grad
-   * residual 2, shared workspace, grad norm, grad_expert_out, grad routing weights, runtime
-   * (device and host), the host tables, reserves 4, final boundary, loss statistics, tokens, MoE
-   * tables */
+  /* static 4, gathered, unsharded grads 2, boundaries 4, the layer workspace, grad residual 2,
+   * shared workspace, grad norm, grad_expert_out, grad routing weights, runtime (device and
+   * host), the host tables, reserves 4, final boundary, loss statistics, tokens, MoE tables */
   CHECK_EQ(bytes(c, "workspace.runtime_host"), plan_runtime_host_scratch(8));
   CHECK_EQ(bytes(c, "data.host_tables"), 2 * 4 * T + 72 * 2); /* token ids and targets, Muon's counts (fsdp 2) */
-  int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 2 + 2 + 1 + 1 + 1 + 1 + 3 + 4 + 4;
+  int items = 4 + (c->ch.prefetch + 1) + 2 + 4 + 1 + 2 + 1 + 1 + 1 + 1 + 3 + 4 + 4;
   /* the state in HBM: the cuda program's host copy of it (master, gradient, two moments) */
   if (c->ch.opt_tier == TIER_HBM) {
     CHECK_EQ(bytes(c, "state.host_mirror"), (4 + 4 + 8) * P / 2);

@@ -1,10 +1,14 @@
 /* test_plan_items.c — the plan is the only contract (design.md, principle 1): every buffer of
  * the generated program names the plan's memory item whose bytes hold it (EmBuf.item), that item
- * exists in the plan, and per item the program's bytes (cuda: act elements 2 B, real and int32
- * 4 B; an alias counted in its target only) equal the item's bytes, but for the differences each
- * rule below states and bounds. Over every example spec with a program, and MLA with q-LoRA and a
- * MoE model with a dense first layer under each checkpoint policy.
+ * exists in the plan, and per item the plan's bytes are exactly the program's (plan_exact:
+ * em_buf_bytes, cuda sizes, each buffer rounded up to 64 B, an alias counted in its target
+ * only). The search's formulas (plan_memory, which sized every candidate) stay within the
+ * differences each rule below states and bounds of those bytes. In each tier the items the
+ * program holds lie below the items outside its arena (reserves, the runtime's scratch). Over
+ * every example spec with a program, and MLA with q-LoRA and a MoE model with a dense first
+ * layer under each checkpoint policy.
  *   usage: test_plan_items SOURCE_DIR [-v]   (-v: the table of every item) */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,17 +18,11 @@
 static const char *src_dir;
 static bool verbose;
 
-static int64_t buf_bytes(const EmBuf *b) { return b->elems * (b->arena == EM_ACT ? 2 : 4); }
-
-/* A state buffer's bytes as the state arena lays it out: its elements rounded up to 16 (64 B),
- * the next one's offset (emit_layout.c add_buf), as plan_state counts them. */
-static int64_t state_bytes(const EmBuf *b) { return (b->elems + 15) / 16 * 16 * 4; }
-
 static bool prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
-/* The bytes by which the program may exceed (over) or fall short of (under) item it, given
- * the program's nb buffers in it, and why:
- *   - each buffer is rounded up to 16 elements (64 B of fp32): up to 64 B a buffer over;
+/* The bytes by which the program may exceed (over) or fall short of (under) the search's
+ * formula for item it, given the program's nb buffers in it, and why:
+ *   - each buffer is rounded up to 64 B: up to 64 B a buffer over;
  *   - parameter shards: each group padded to whole 16-byte vectors per rank (plan_flat_shard)
  *     and to 16 elements, while the plan divides the parameter count by fsdp: up to 64 B a
  *     buffer over;
@@ -41,7 +39,7 @@ static bool prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p
  *     per-layer tables (OFFSETS: experts + 1, EOFF, int32) and rounds the routed rows up to
  *     whole rows (4 x max(hidden, expert width) elements, as test_layout);
  *   - activations.forward_layer: the program's workspace serves the forward and the recompute
- *     (activations.recompute_layer: never larger) and holds the widest layer's saves but its
+ *     and holds the widest layer's saves but its
  *     boundary, as the item (the bytes the policy does not keep, of the widest layer); the
  *     rounding and the per-layer tables as above; with dense and MoE layers each FFN pair is as
  *     wide as its wider (emit_layout.c ffn_union), so the program may exceed the widest layer by
@@ -97,8 +95,8 @@ static void state_offsets(const char *spec, const Em *e, const Candidate *c) {
       fprintf(stderr, "%s: state buffer %s at byte %lld of the state arena, its item %s's bytes from %lld\n", spec,
               b->name, (long long)have, b->item, (long long)want);
     CHECK_EQ(have, want);
-    at[k] += state_bytes(b);
-    if (have + state_bytes(b) > top) top = have + state_bytes(b);
+    at[k] += em_buf_bytes(b);
+    if (have + em_buf_bytes(b) > top) top = have + em_buf_bytes(b);
   }
   for (int j = 0; j < c->nitems; j++)
     if (c->items[j].state) CHECK_EQ(at[j], c->items[j].bytes);
@@ -107,6 +105,47 @@ static void state_offsets(const char *spec, const Em *e, const Candidate *c) {
   if (verbose) printf("  state block: %lld B at %lld of the %s arena = the program's state arena\n", (long long)end,
                       (long long)base, plan_tier_name(tier));
   free(at);
+}
+
+/* The program's HBM buffers at the plan's offsets (em_place): each buffer but the state's lies
+ * inside its item's bytes in the HBM tier (unit o at byte base + 2 o; its cuda bytes), the
+ * buffers of one item do not overlap, and the span ends at the top of the program's items. */
+static void placed(const char *spec, const Plan *p) {
+  Mem m = {0};
+  Em e;
+  em_init(&e, &m, p);
+  em_place(&e);
+  const Candidate *c = &p->best;
+  int64_t top = 0;
+  for (int j = 0; j < c->nitems; j++)
+    if (c->items[j].tier == TIER_HBM && !c->items[j].state && !c->items[j].outside &&
+        c->items[j].offset + c->items[j].bytes > top)
+      top = c->items[j].offset + c->items[j].bytes;
+  CHECK_EQ(e.base + 2 * e.top[EM_ACT], top > e.base ? top : e.base);
+  for (int i = 0; i < e.nbufs; i++) {
+    const EmBuf *b = &e.bufs[i];
+    if (b->arena == EM_STATE) continue;
+    int k = -1;
+    for (int j = 0; j < c->nitems; j++)
+      if (strcmp(c->items[j].name, b->item) == 0) k = j;
+    CHECK(k >= 0);
+    if (k < 0) continue;
+    const MemItem *it = &c->items[k];
+    int64_t lo = e.base + 2 * b->offset, hi = lo + b->elems * (b->arena == EM_ACT ? 2 : 4);
+    bool in = it->tier == TIER_HBM && lo >= it->offset && hi <= it->offset + it->bytes;
+    if (!in)
+      fprintf(stderr, "%s: buffer %s at bytes [%lld, %lld) of the HBM tier, outside its item %s [%lld, %lld)\n", spec,
+              b->name, (long long)lo, (long long)hi, it->name, (long long)it->offset,
+              (long long)(it->offset + it->bytes));
+    CHECK(in);
+    for (int j = 0; j < i && !b->alias; j++) { /* one item's own buffers: disjoint */
+      const EmBuf *o = &e.bufs[j];
+      if (o->arena == EM_STATE || o->alias || strcmp(o->item, b->item) != 0) continue;
+      int64_t olo = e.base + 2 * o->offset, ohi = olo + o->elems * (o->arena == EM_ACT ? 2 : 4);
+      CHECK(ohi <= lo || hi <= olo);
+    }
+  }
+  mem_free(&m);
 }
 
 /* spec with the --set options sets (nsets of them; at most 4) */
@@ -145,22 +184,51 @@ static void check_spec(const char *spec, const char *const *sets, int nsets) {
       CHECK(false);
     }
     if (b->alias) continue; /* its bytes are its target's */
-    got[k] += b->arena == EM_STATE ? state_bytes(b) : buf_bytes(b);
+    got[k] += em_buf_bytes(b);
     nb[k]++;
   }
   if (verbose) printf("%s%s%s\n", spec, nsets ? " --set " : "", nsets ? sets[nsets - 1] : "");
   state_offsets(spec, &e, c);
+  placed(spec, p);
+  Candidate f = *c; /* the search's formulas for the same choice */
+  f.items = NULL, f.nitems = 0;
+  plan_memory(&m, p->md, &f);
+  CHECK_EQ(f.nitems, c->nitems);
   for (int j = 0; j < c->nitems; j++) {
     const MemItem *it = &c->items[j];
-    if (!nb[j]) continue; /* held outside the arenas: the runtime, the host copies, reserves */
-    double over, under, diff = (double)got[j] - (double)it->bytes;
-    bounds(&e, it, nb[j], &over, &under);
+    if (!nb[j]) { /* held outside the arenas: the runtime, the host copies, reserves: the formula */
+      CHECK(!it->exact);
+      if (j < f.nitems) CHECK_EQ(it->bytes, f.items[j].bytes);
+      continue;
+    }
+    if (got[j] != it->bytes)
+      fprintf(stderr, "%s: item %s: plan %lld B, program %lld B\n", spec, it->name, (long long)it->bytes,
+              (long long)got[j]);
+    CHECK_EQ(got[j], it->bytes);
+    CHECK(it->exact);
+    if (j >= f.nitems || strcmp(f.items[j].name, it->name) != 0) {
+      CHECK(false);
+      continue;
+    }
+    double over, under, diff = (double)got[j] - (double)f.items[j].bytes;
+    bounds(&e, &f.items[j], nb[j], &over, &under);
     bool ok = diff <= over + 0.5 && -diff <= under + 0.5;
     if (verbose || !ok)
-      fprintf(verbose ? stdout : stderr, "  %-36s plan %15lld  program %15lld  (%d buffers) %+.4f%%%s\n", it->name,
-              (long long)it->bytes, (long long)got[j], nb[j], 100.0 * diff / (double)(it->bytes ? it->bytes : 1),
-              ok ? "" : "  <- past its bound");
+      fprintf(verbose ? stdout : stderr, "  %-36s formula %15lld  program %15lld  (%d buffers) %+.4f%%%s\n",
+              it->name, (long long)f.items[j].bytes, (long long)got[j], nb[j],
+              100.0 * diff / (double)(f.items[j].bytes ? f.items[j].bytes : 1), ok ? "" : "  <- past its bound");
     CHECK(ok);
+  }
+  /* each tier: the program's items, then those outside its arena from the top of the rest on */
+  for (int t = 0; t < TIER__COUNT; t++) {
+    int64_t in_top = 0, out_lo = INT64_MAX;
+    for (int j = 0; j < c->nitems; j++) {
+      const MemItem *it = &c->items[j];
+      if ((int)it->tier != t) continue;
+      if (it->outside) out_lo = it->offset < out_lo ? it->offset : out_lo;
+      else if (it->offset + it->bytes > in_top) in_top = it->offset + it->bytes;
+    }
+    CHECK(in_top <= out_lo);
   }
   mem_free(&m);
 }

@@ -2,8 +2,9 @@
  *
  * The plan: 256 ranks = 1 replica(s) x 256-way FSDP, EP 4 (64 experts per rank),
  * full activation checkpointing; 5 micro-batch(es) of 12 x 4096 tokens per rank and step.
- * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
- * each allocated once at start-up: the maps below. Tokens are B x T = 49152 rows of hidden 7168.
+ * Every buffer is at its plan item's bytes (plan.json memory): the state in the state arena, the
+ * rest in one span of the HBM tier, both allocated once at start-up: the maps below. Tokens are
+ * B x T = 49152 rows of hidden 7168.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -13,10 +14,10 @@
 #include "step.h"
 
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
-#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
-#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
-#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
-#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
+#define R(o) ((real *)(c->acts + (o)))          /* real buffer at unit o of the HBM span */
+#define A(o) (c->acts + (o))                     /* activation (act) buffer at unit o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in an activation buffer's bytes at unit o */
+#define I(o) ((int32_t *)(c->acts + (o)))       /* int32 buffer at unit o */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
@@ -515,238 +516,238 @@
 #define L60_EXPERTS_ADAM_V      10437131232 /*   44040192 [optimizer.adamw_moments]: layer 60 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 #define HEAD_ADAM_V             10481171424 /*    3619872 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
-/* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define L3_LOAD                       98304 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L4_LOAD                       98560 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L5_LOAD                       98816 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L6_LOAD                       99072 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L7_LOAD                       99328 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L8_LOAD                       99584 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L9_LOAD                       99840 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L10_LOAD                     100096 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L11_LOAD                     100352 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L12_LOAD                     100608 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L13_LOAD                     100864 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L14_LOAD                     101120 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L15_LOAD                     101376 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L16_LOAD                     101632 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L17_LOAD                     101888 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L18_LOAD                     102144 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L19_LOAD                     102400 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L20_LOAD                     102656 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L21_LOAD                     102912 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L22_LOAD                     103168 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L23_LOAD                     103424 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L24_LOAD                     103680 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L25_LOAD                     103936 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L26_LOAD                     104192 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L27_LOAD                     104448 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L28_LOAD                     104704 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L29_LOAD                     104960 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L30_LOAD                     105216 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L31_LOAD                     105472 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L32_LOAD                     105728 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L33_LOAD                     105984 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L34_LOAD                     106240 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L35_LOAD                     106496 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L36_LOAD                     106752 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L37_LOAD                     107008 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L38_LOAD                     107264 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L39_LOAD                     107520 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L40_LOAD                     107776 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L41_LOAD                     108032 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L42_LOAD                     108288 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L43_LOAD                     108544 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L44_LOAD                     108800 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L45_LOAD                     109056 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L46_LOAD                     109312 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L47_LOAD                     109568 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L48_LOAD                     109824 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L49_LOAD                     110080 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L50_LOAD                     110336 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L51_LOAD                     110592 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L52_LOAD                     110848 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L53_LOAD                     111104 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L54_LOAD                     111360 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L55_LOAD                     111616 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L56_LOAD                     111872 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L57_LOAD                     112128 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L58_LOAD                     112384 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L59_LOAD                     112640 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L60_LOAD                     112896 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define WS_RSTD1                     113152 /*      49152 [activations.forward_layer]: its 1/rms per token */
-#define WS_RSTDQA                    162304 /*      49152 [activations.forward_layer]: mla: q_a_layernorm's 1/rms per token */
-#define WS_RSTDKV                    211456 /*      49152 [activations.forward_layer]: mla: kv_a_layernorm's 1/rms per token */
-#define WS_LSE                       260608 /*    6291456 [activations.forward_layer]: attention log-sum-exp per head and query */
-#define WS_RSTD2                    6552064 /*      49152 [activations.forward_layer]: its 1/rms per token */
-#define WS_LOGITS                   6601216 /*   12582912 [activations.forward_layer]: router logits */
-#define WS_IDX                     19184128 /*     393216 [activations.forward_layer]: selected experts (int32) */
-#define WS_WTS                     19577344 /*     393216 [activations.forward_layer]: their weights */
-#define WS_POS                     19970560 /*     393216 [activations.forward_layer]: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                 20363776 /*        257 [activations.forward_layer]: first row of each expert (int32) */
-#define WS_EOFF                    20364048 /*         65 [activations.forward_layer]: first row of each local expert in the round (int32) */
-#define DWTS                       20364128 /*     393216 [moe.grad_routing_weights]: gradient of the routing weights */
-#define AUX                        20757344 /*       6144 [moe.tables]: load-balancing loss scratch */
-#define RSTDF                      20763488 /*      49152 [activations.loss_stats]: its 1/rms per token */
-#define LSEF                       20812640 /*      49152 [activations.loss_stats]: log-sum-exp of each token's logits */
+/* ---- the HBM span's real and int32 buffers (offsets in units of 2 B) ---- */
+#define L3_LOAD                 45955464448 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L4_LOAD                 45955464960 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L5_LOAD                 45955465472 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L6_LOAD                 45955465984 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L7_LOAD                 45955466496 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L8_LOAD                 45955467008 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L9_LOAD                 45955467520 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L10_LOAD                45955468032 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L11_LOAD                45955468544 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L12_LOAD                45955469056 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L13_LOAD                45955469568 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L14_LOAD                45955470080 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L15_LOAD                45955470592 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L16_LOAD                45955471104 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L17_LOAD                45955471616 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L18_LOAD                45955472128 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L19_LOAD                45955472640 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L20_LOAD                45955473152 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L21_LOAD                45955473664 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L22_LOAD                45955474176 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L23_LOAD                45955474688 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L24_LOAD                45955475200 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L25_LOAD                45955475712 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L26_LOAD                45955476224 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L27_LOAD                45955476736 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L28_LOAD                45955477248 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L29_LOAD                45955477760 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L30_LOAD                45955478272 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L31_LOAD                45955478784 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L32_LOAD                45955479296 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L33_LOAD                45955479808 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L34_LOAD                45955480320 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L35_LOAD                45955480832 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L36_LOAD                45955481344 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L37_LOAD                45955481856 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L38_LOAD                45955482368 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L39_LOAD                45955482880 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L40_LOAD                45955483392 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L41_LOAD                45955483904 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L42_LOAD                45955484416 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L43_LOAD                45955484928 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L44_LOAD                45955485440 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L45_LOAD                45955485952 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L46_LOAD                45955486464 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L47_LOAD                45955486976 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L48_LOAD                45955487488 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L49_LOAD                45955488000 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L50_LOAD                45955488512 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L51_LOAD                45955489024 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L52_LOAD                45955489536 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L53_LOAD                45955490048 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L54_LOAD                45955490560 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L55_LOAD                45955491072 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L56_LOAD                45955491584 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L57_LOAD                45955492096 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L58_LOAD                45955492608 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L59_LOAD                45955493120 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L60_LOAD                45955493632 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define WS_RSTD1                 3372220416 /*      49152 [activations.forward_layer]: its 1/rms per token */
+#define WS_RSTDQA                3447816192 /*      49152 [activations.forward_layer]: mla: q_a_layernorm's 1/rms per token */
+#define WS_RSTDKV                3473080320 /*      49152 [activations.forward_layer]: mla: kv_a_layernorm's 1/rms per token */
+#define WS_LSE                   7499710464 /*    6291456 [activations.forward_layer]: attention log-sum-exp per head and query */
+#define WS_RSTD2                 8216936448 /*      49152 [activations.forward_layer]: its 1/rms per token */
+#define WS_LOGITS                8217034752 /*   12582912 [activations.forward_layer]: router logits */
+#define WS_IDX                   8242200576 /*     393216 [activations.forward_layer]: selected experts (int32) */
+#define WS_WTS                   8242987008 /*     393216 [activations.forward_layer]: their weights */
+#define WS_POS                   8243773440 /*     393216 [activations.forward_layer]: row of each assignment in expert order (int32) */
+#define WS_OFFSETS               8244559872 /*        257 [activations.forward_layer]: first row of each expert (int32) */
+#define WS_EOFF                 11767775776 /*         65 [activations.forward_layer]: first row of each local expert in the round (int32) */
+#define DWTS                    45954284800 /*     393216 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                     45955494144 /*       6144 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                   45955071232 /*      49152 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                    45955169536 /*      49152 [activations.loss_stats]: log-sum-exp of each token's logits */
 
-/* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*    3619840 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM              3619840 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM              5899072 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM              8178304 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM             10457536 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM           11367696 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM             55407888 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM           56318048 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM            100358240 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          101268400 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM            145308592 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          146218752 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM            190258944 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          191169104 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM            235209296 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          236119456 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM            280159648 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          281069808 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM           325110000 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         326020160 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM           370060352 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         370970512 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM           415010704 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         415920864 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM           459961056 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         460871216 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM           504911408 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         505821568 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM           549861760 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         550771920 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM           594812112 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         595722272 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM           639762464 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         640672624 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM           684712816 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         685622976 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM           729663168 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         730573328 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM           774613520 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         775523680 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM           819563872 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         820474032 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM           864514224 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM         865424384 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM           909464576 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM         910374736 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM           954414928 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM         955325088 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM           999365280 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM        1000275440 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM          1044315632 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM        1045225792 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM          1089265984 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM        1090176144 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM          1134216336 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM        1135126496 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM          1179166688 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM        1180076848 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1224117040 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1225027200 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1269067392 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1269977552 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_DENSE_PARAM          1314017744 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_EXPERTS_PARAM        1314927904 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_DENSE_PARAM          1358968096 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_EXPERTS_PARAM        1359878256 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_DENSE_PARAM          1403918448 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_EXPERTS_PARAM        1404828608 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_DENSE_PARAM          1448868800 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_EXPERTS_PARAM        1449778960 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_DENSE_PARAM          1493819152 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_EXPERTS_PARAM        1494729312 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_DENSE_PARAM          1538769504 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_EXPERTS_PARAM        1539679664 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_DENSE_PARAM          1583719856 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_EXPERTS_PARAM        1584630016 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_DENSE_PARAM          1628670208 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_EXPERTS_PARAM        1629580368 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_DENSE_PARAM          1673620560 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_EXPERTS_PARAM        1674530720 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_DENSE_PARAM          1718570912 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_EXPERTS_PARAM        1719481072 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_DENSE_PARAM          1763521264 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_EXPERTS_PARAM        1764431424 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_DENSE_PARAM          1808471616 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_EXPERTS_PARAM        1809381776 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_DENSE_PARAM          1853421968 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_EXPERTS_PARAM        1854332128 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_DENSE_PARAM          1898372320 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_EXPERTS_PARAM        1899282480 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_DENSE_PARAM          1943322672 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_EXPERTS_PARAM        1944232832 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_DENSE_PARAM          1988273024 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_EXPERTS_PARAM        1989183184 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L48_DENSE_PARAM          2033223376 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L48_EXPERTS_PARAM        2034133536 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L49_DENSE_PARAM          2078173728 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L49_EXPERTS_PARAM        2079083888 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L50_DENSE_PARAM          2123124080 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L50_EXPERTS_PARAM        2124034240 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L51_DENSE_PARAM          2168074432 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L51_EXPERTS_PARAM        2168984592 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L52_DENSE_PARAM          2213024784 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L52_EXPERTS_PARAM        2213934944 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L53_DENSE_PARAM          2257975136 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L53_EXPERTS_PARAM        2258885296 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L54_DENSE_PARAM          2302925488 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L54_EXPERTS_PARAM        2303835648 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L55_DENSE_PARAM          2347875840 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L55_EXPERTS_PARAM        2348786000 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L56_DENSE_PARAM          2392826192 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L56_EXPERTS_PARAM        2393736352 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L57_DENSE_PARAM          2437776544 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L57_EXPERTS_PARAM        2438686704 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L58_DENSE_PARAM          2482726896 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L58_EXPERTS_PARAM        2483637056 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L59_DENSE_PARAM          2527677248 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L59_EXPERTS_PARAM        2528587408 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L60_DENSE_PARAM          2572627600 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L60_EXPERTS_PARAM        2573537760 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM               2617577952 /*    3619872 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                2621197824 /* 3051571200 [gathered.params[0]]: units u with u % 3 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                5672769024 /* 3051571200 [gathered.params[1]]: units u with u % 3 = 1: parameters all-gathered, dense then experts */
-#define GATHERED2                8724340224 /* 3051571200 [gathered.params[2]]: units u with u % 3 = 2: parameters all-gathered, dense then experts */
-#define GRAD0                   11775911424 /* 3051571200 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                   14827482624 /* 3051571200 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                  17879053824 /*  352321536 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  18231375360 /*  352321536 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  18583696896 /*  352321536 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_EG                   18936018432 /* 1006632960 [activations.forward_layer]: routed experts' gate */
+/* ---- the HBM span's activation buffers (offsets in units of 2 B) ---- */
+#define EMBED_PARAM             41219156736 /*    3619840 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM          41222776576 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM          41225055808 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM          41227335040 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM          41229614272 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM        41230524448 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM          41274564640 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM        41275474816 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM          41319515008 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM        41320425184 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM          41364465376 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM        41365375552 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM          41409415744 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM        41410325920 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM          41454366112 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM        41455276288 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM          41499316480 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM        41500226656 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM         41544266848 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM       41545177024 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM         41589217216 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM       41590127392 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM         41634167584 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM       41635077760 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM         41679117952 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM       41680028128 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM         41724068320 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM       41724978496 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM         41769018688 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM       41769928864 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM         41813969056 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM       41814879232 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM         41858919424 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM       41859829600 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM         41903869792 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM       41904779968 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM         41948820160 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM       41949730336 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM         41993770528 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM       41994680704 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM         42038720896 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM       42039631072 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM         42083671264 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM       42084581440 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM         42128621632 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM       42129531808 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM         42173572000 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM       42174482176 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM         42218522368 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM       42219432544 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM         42263472736 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM       42264382912 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM         42308423104 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM       42309333280 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM         42353373472 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM       42354283648 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM         42398323840 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM       42399234016 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM         42443274208 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM       42444184384 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM         42488224576 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM       42489134752 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_DENSE_PARAM         42533174944 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_EXPERTS_PARAM       42534085120 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_DENSE_PARAM         42578125312 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_EXPERTS_PARAM       42579035488 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_DENSE_PARAM         42623075680 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_EXPERTS_PARAM       42623985856 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_DENSE_PARAM         42668026048 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_EXPERTS_PARAM       42668936224 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_DENSE_PARAM         42712976416 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_EXPERTS_PARAM       42713886592 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_DENSE_PARAM         42757926784 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_EXPERTS_PARAM       42758836960 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_DENSE_PARAM         42802877152 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_EXPERTS_PARAM       42803787328 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_DENSE_PARAM         42847827520 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_EXPERTS_PARAM       42848737696 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_DENSE_PARAM         42892777888 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_EXPERTS_PARAM       42893688064 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_DENSE_PARAM         42937728256 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_EXPERTS_PARAM       42938638432 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_DENSE_PARAM         42982678624 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_EXPERTS_PARAM       42983588800 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_DENSE_PARAM         43027628992 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_EXPERTS_PARAM       43028539168 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_DENSE_PARAM         43072579360 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_EXPERTS_PARAM       43073489536 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_DENSE_PARAM         43117529728 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_EXPERTS_PARAM       43118439904 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_DENSE_PARAM         43162480096 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_EXPERTS_PARAM       43163390272 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_DENSE_PARAM         43207430464 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_EXPERTS_PARAM       43208340640 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_DENSE_PARAM         43252380832 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_EXPERTS_PARAM       43253291008 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_DENSE_PARAM         43297331200 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_EXPERTS_PARAM       43298241376 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_DENSE_PARAM         43342281568 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_EXPERTS_PARAM       43343191744 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_DENSE_PARAM         43387231936 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_EXPERTS_PARAM       43388142112 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_DENSE_PARAM         43432182304 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_EXPERTS_PARAM       43433092480 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_DENSE_PARAM         43477132672 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_EXPERTS_PARAM       43478042848 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_DENSE_PARAM         43522083040 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_EXPERTS_PARAM       43522993216 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_DENSE_PARAM         43567033408 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_EXPERTS_PARAM       43567943584 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_DENSE_PARAM         43611983776 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_EXPERTS_PARAM       43612893952 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_DENSE_PARAM         43656934144 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_EXPERTS_PARAM       43657844320 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_DENSE_PARAM         43701884512 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_EXPERTS_PARAM       43702794688 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_DENSE_PARAM         43746834880 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_EXPERTS_PARAM       43747745056 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_DENSE_PARAM         43791785248 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_EXPERTS_PARAM       43792695424 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM              43836735616 /*    3619872 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define GATHERED0               23142728448 /* 3051571200 [gathered.params[0]]: units u with u % 3 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1               26194299648 /* 3051571200 [gathered.params[1]]: units u with u % 3 = 1: parameters all-gathered, dense then experts */
+#define GATHERED2               29245870848 /* 3051571200 [gathered.params[2]]: units u with u % 3 = 2: parameters all-gathered, dense then experts */
+#define GRAD0                   32297442048 /* 3051571200 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   35349013248 /* 3051571200 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                  43840355584 /*  352321536 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  44192677120 /*  352321536 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  44544998656 /*  352321536 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_EG                             0 /* 1006632960 [activations.forward_layer]: routed experts' gate */
 #define WS_G                          WS_EG /*  905969664 [activations.forward_layer]: mlp gate: in WS_EG (a dense layer's FFN and a MoE layer's experts are never alive together) */
-#define WS_EU                   19942651392 /* 1006632960 [activations.forward_layer]: routed experts' up */
+#define WS_EU                    1006632960 /* 1006632960 [activations.forward_layer]: routed experts' up */
 #define WS_U                          WS_EU /*  905969664 [activations.forward_layer]: mlp up: in WS_EU (a dense layer's FFN and a MoE layer's experts are never alive together) */
-#define WS_EH                   20949284352 /* 1006632960 [activations.forward_layer]: routed experts' activation */
+#define WS_EH                    2013265920 /* 1006632960 [activations.forward_layer]: routed experts' activation */
 #define WS_H                          WS_EH /*  905969664 [activations.forward_layer]: mlp activation: in WS_EH (a dense layer's FFN and a MoE layer's experts are never alive together) */
-#define WS_LN1                  21955917312 /*  352321536 [activations.forward_layer]: attention norm output */
-#define WS_QA                   22308238848 /*   75497472 [activations.forward_layer]: mla: q_a_proj's output (the query latent before its norm) */
-#define WS_KVL                  22383736320 /*   25165824 [activations.forward_layer]: mla: the KV latent before kv_a_layernorm */
-#define WS_Q                    22408902144 /* 1207959552 [activations.forward_layer]: queries (rotated) */
-#define WS_K                    23616861696 /* 1207959552 [activations.forward_layer]: keys (rotated) */
-#define WS_V                    24824821248 /*  805306368 [activations.forward_layer]: values */
-#define WS_ATT                  25630127616 /*  805306368 [activations.forward_layer]: attention output */
-#define WS_RES                  26435433984 /*  352321536 [activations.forward_layer]: residual stream after attention */
-#define WS_LN2                  26787755520 /*  352321536 [activations.forward_layer]: mlp norm output */
-#define DXE                     27140077056 /* 3523215360 [moe.dispatch_send]: gradient of the received rows (backward); in the forward, WS_XP */
+#define WS_LN1                   3019898880 /*  352321536 [activations.forward_layer]: attention norm output */
+#define WS_QA                    3372318720 /*   75497472 [activations.forward_layer]: mla: q_a_proj's output (the query latent before its norm) */
+#define WS_KVL                   3447914496 /*   25165824 [activations.forward_layer]: mla: the KV latent before kv_a_layernorm */
+#define WS_Q                     3473178624 /* 1207959552 [activations.forward_layer]: queries (rotated) */
+#define WS_K                     4681138176 /* 1207959552 [activations.forward_layer]: keys (rotated) */
+#define WS_V                     5889097728 /*  805306368 [activations.forward_layer]: values */
+#define WS_ATT                   6694404096 /*  805306368 [activations.forward_layer]: attention output */
+#define WS_RES                   7512293376 /*  352321536 [activations.forward_layer]: residual stream after attention */
+#define WS_LN2                   7864614912 /*  352321536 [activations.forward_layer]: mlp norm output */
+#define DXE                     16096297728 /* 3523215360 [moe.dispatch_send]: gradient of the received rows (backward); in the forward, WS_XP */
 #define WS_XP                           DXE /* 2818572288 [moe.dispatch_send]: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
 #define WS_YP                         WS_XP /* 2818572288 [moe.dispatch_send]: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
-#define WS_XE                   30663292416 /* 3523215360 [activations.forward_layer]: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   34186507776 /* 3523215360 [moe.combine_send]: their outputs, before going back */
-#define WS_SG                   37709723136 /*  100663296 [activations.forward_layer]: shared experts' gate */
-#define WS_SU                   37810386432 /*  100663296 [activations.forward_layer]: shared experts' up */
-#define WS_SH                   37911049728 /*  100663296 [activations.forward_layer]: shared experts' activation */
-#define DX_A                    38011713024 /*  352321536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
-#define DX_B                    38364034560 /*  352321536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
-#define DLN                     38716356096 /*  352321536 [activations.grad_norm]: gradient of a norm's output */
-#define A2A                     39068677632 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
+#define WS_XE                    8244560416 /* 3523215360 [activations.forward_layer]: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   19619513088 /* 3523215360 [moe.combine_send]: their outputs, before going back */
+#define WS_SG                   11767775936 /*  100663296 [activations.forward_layer]: shared experts' gate */
+#define WS_SU                   11868439232 /*  100663296 [activations.forward_layer]: shared experts' up */
+#define WS_SH                   11969102528 /*  100663296 [activations.forward_layer]: shared experts' activation */
+#define DX_A                    44897320192 /*  352321536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    45249641728 /*  352321536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     45601963264 /*  352321536 [activations.grad_norm]: gradient of a norm's output */
+#define A2A                     12069765888 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
 #define EDG                             A2A /* 1006632960 [moe.a2a_staging]: routed experts' gate gradient: in A2A (an FFN's backward) */
 #define DG                              EDG /*  905969664 [moe.a2a_staging]: gradient of the mlp gate: in EDG (one FFN's backward at a time) */
 #define DSG                             EDG /*  100663296 [moe.a2a_staging]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
@@ -777,7 +778,7 @@
 #define LNF                             A2A /*  352321536 [moe.a2a_staging]: final norm output: in A2A (the loss) */
 #define CE                     (A2A + 352321536) /*  805306368 [moe.a2a_staging]: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
 #define DLOGITS                         A2A /*   25165824 [moe.a2a_staging]: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
-#define DYP                     43095209472 /* 2818572288 [moe.grad_expert_out]: gradient of the expert outputs */
+#define DYP                     38400584448 /* 2818572288 [moe.grad_expert_out]: gradient of the expert outputs */
 #define DXP                             DYP /* 2818572288 [moe.grad_expert_out]: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
 #define DYE                           WS_YE /* 3523215360 [moe.combine_send]: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
 

@@ -2,8 +2,9 @@
  *
  * The plan: 384 ranks = 1 replica(s) x 384-way FSDP, EP 4 (96 experts per rank),
  * full activation checkpointing; 1 micro-batch(es) of 1 x 65536 tokens per rank and step.
- * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
- * each allocated once at start-up: the maps below. Tokens are B x T = 65536 rows of hidden 6144.
+ * Every buffer is at its plan item's bytes (plan.json memory): the state in the state arena, the
+ * rest in one span of the HBM tier, both allocated once at start-up: the maps below. Tokens are
+ * B x T = 65536 rows of hidden 6144.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -13,10 +14,10 @@
 #include "step.h"
 
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
-#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
-#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
-#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
-#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
+#define R(o) ((real *)(c->acts + (o)))          /* real buffer at unit o of the HBM span */
+#define A(o) (c->acts + (o))                     /* activation (act) buffer at unit o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in an activation buffer's bytes at unit o */
+#define I(o) ((int32_t *)(c->acts + (o)))       /* int32 buffer at unit o */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
@@ -558,201 +559,201 @@
 #define L73_DENSE_ADAM_V         7465893136 /*     354336 [optimizer.adamw_second_moment]: layer 73 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 #define HEAD_ADAM_V              7466247472 /*    4096016 [optimizer.adamw_second_moment]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
-/* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define WS_RSTD1                     131072 /*      65536 [activations.forward_layer]: its 1/rms per token */
-#define WS_LSE                       196608 /*    3145728 [activations.forward_layer]: attention log-sum-exp per head and query */
-#define WS_RSTD2                    3342336 /*      65536 [activations.forward_layer]: its 1/rms per token */
-#define WS_LOGITS                   3407872 /*   25165824 [activations.forward_layer]: router logits */
-#define WS_IDX                     28573696 /*     524288 [activations.forward_layer]: selected experts (int32) */
-#define WS_WTS                     29097984 /*     524288 [activations.forward_layer]: their weights */
-#define WS_POS                     29622272 /*     524288 [activations.forward_layer]: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                 30146560 /*        385 [activations.forward_layer]: first row of each expert (int32) */
-#define WS_EOFF                    30146960 /*         97 [activations.forward_layer]: first row of each local expert in the round (int32) */
-#define DWTS                       30147072 /*     524288 [moe.grad_routing_weights]: gradient of the routing weights */
-#define AUX                        30671360 /*       1152 [moe.tables]: load-balancing loss scratch */
-#define RSTDF                      30672512 /*      65536 [activations.loss_stats]: its 1/rms per token */
-#define LSEF                       30738048 /*      65536 [activations.loss_stats]: log-sum-exp of each token's logits */
+/* ---- the HBM span's real and int32 buffers (offsets in units of 2 B) ---- */
+#define WS_RSTD1                  402653184 /*      65536 [activations.forward_layer]: its 1/rms per token */
+#define WS_LSE                   1476526080 /*    3145728 [activations.forward_layer]: attention log-sum-exp per head and query */
+#define WS_RSTD2                 2288123904 /*      65536 [activations.forward_layer]: its 1/rms per token */
+#define WS_LOGITS                2288254976 /*   25165824 [activations.forward_layer]: router logits */
+#define WS_IDX                   2338586624 /*     524288 [activations.forward_layer]: selected experts (int32) */
+#define WS_WTS                   2339635200 /*     524288 [activations.forward_layer]: their weights */
+#define WS_POS                   2340683776 /*     524288 [activations.forward_layer]: row of each assignment in expert order (int32) */
+#define WS_OFFSETS               2341732352 /*        385 [activations.forward_layer]: first row of each expert (int32) */
+#define WS_EOFF                  6368264992 /*         97 [activations.forward_layer]: first row of each local expert in the round (int32) */
+#define DWTS                    43667021184 /*     524288 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                     43668594048 /*       1152 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                   43668069760 /*      65536 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                    43668200832 /*      65536 [activations.loss_stats]: log-sum-exp of each token's logits */
 
-/* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*    4096000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM              4096000 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM            4450336 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM             37480480 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM           37834816 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM             70864960 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM           71219296 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM            104249440 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM          104603776 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM            137633920 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM          137988256 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM            171018400 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          171372736 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM            204402880 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          204757216 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM            237787360 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          238141696 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM            271171840 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          271526176 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM            304556320 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          304910656 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM           337940800 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         338295136 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM           371325280 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         371679616 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM           404709760 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         405064096 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM           438094240 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         438448576 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM           471478720 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         471833056 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM           504863200 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         505217536 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM           538247680 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         538602016 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM           571632160 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         571986496 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM           605016640 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         605370976 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM           638401120 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         638755456 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM           671785600 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         672139936 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM           705170080 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         705524416 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM           738554560 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM         738908896 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM           771939040 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM         772293376 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM           805323520 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM         805677856 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM           838708000 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM         839062336 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM           872092480 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM         872446816 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM           905476960 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM         905831296 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM           938861440 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM         939215776 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM           972245920 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM         972600256 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1005630400 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1005984736 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1039014880 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1039369216 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_DENSE_PARAM          1072399360 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_EXPERTS_PARAM        1072753696 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_DENSE_PARAM          1105783840 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_EXPERTS_PARAM        1106138176 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_DENSE_PARAM          1139168320 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_EXPERTS_PARAM        1139522656 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_DENSE_PARAM          1172552800 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_EXPERTS_PARAM        1172907136 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_DENSE_PARAM          1205937280 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_EXPERTS_PARAM        1206291616 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_DENSE_PARAM          1239321760 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_EXPERTS_PARAM        1239676096 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_DENSE_PARAM          1272706240 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_EXPERTS_PARAM        1273060576 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_DENSE_PARAM          1306090720 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_EXPERTS_PARAM        1306445056 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_DENSE_PARAM          1339475200 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_EXPERTS_PARAM        1339829536 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_DENSE_PARAM          1372859680 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_EXPERTS_PARAM        1373214016 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_DENSE_PARAM          1406244160 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_EXPERTS_PARAM        1406598496 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_DENSE_PARAM          1439628640 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_EXPERTS_PARAM        1439982976 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_DENSE_PARAM          1473013120 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_EXPERTS_PARAM        1473367456 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_DENSE_PARAM          1506397600 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_EXPERTS_PARAM        1506751936 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_DENSE_PARAM          1539782080 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_EXPERTS_PARAM        1540136416 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_DENSE_PARAM          1573166560 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_EXPERTS_PARAM        1573520896 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L48_DENSE_PARAM          1606551040 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L48_EXPERTS_PARAM        1606905376 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L49_DENSE_PARAM          1639935520 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L49_EXPERTS_PARAM        1640289856 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L50_DENSE_PARAM          1673320000 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L50_EXPERTS_PARAM        1673674336 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L51_DENSE_PARAM          1706704480 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L51_EXPERTS_PARAM        1707058816 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L52_DENSE_PARAM          1740088960 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L52_EXPERTS_PARAM        1740443296 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L53_DENSE_PARAM          1773473440 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L53_EXPERTS_PARAM        1773827776 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L54_DENSE_PARAM          1806857920 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L54_EXPERTS_PARAM        1807212256 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L55_DENSE_PARAM          1840242400 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L55_EXPERTS_PARAM        1840596736 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L56_DENSE_PARAM          1873626880 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L56_EXPERTS_PARAM        1873981216 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L57_DENSE_PARAM          1907011360 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L57_EXPERTS_PARAM        1907365696 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L58_DENSE_PARAM          1940395840 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L58_EXPERTS_PARAM        1940750176 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L59_DENSE_PARAM          1973780320 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L59_EXPERTS_PARAM        1974134656 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L60_DENSE_PARAM          2007164800 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L60_EXPERTS_PARAM        2007519136 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L61_DENSE_PARAM          2040549280 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L61_EXPERTS_PARAM        2040903616 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L62_DENSE_PARAM          2073933760 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L62_EXPERTS_PARAM        2074288096 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L63_DENSE_PARAM          2107318240 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L63_EXPERTS_PARAM        2107672576 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L64_DENSE_PARAM          2140702720 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L64_EXPERTS_PARAM        2141057056 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L65_DENSE_PARAM          2174087200 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L65_EXPERTS_PARAM        2174441536 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L66_DENSE_PARAM          2207471680 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L66_EXPERTS_PARAM        2207826016 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L67_DENSE_PARAM          2240856160 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L67_EXPERTS_PARAM        2241210496 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L68_DENSE_PARAM          2274240640 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L68_EXPERTS_PARAM        2274594976 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L69_DENSE_PARAM          2307625120 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L69_EXPERTS_PARAM        2307979456 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L70_DENSE_PARAM          2341009600 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L70_EXPERTS_PARAM        2341363936 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L71_DENSE_PARAM          2374394080 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L71_EXPERTS_PARAM        2374748416 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L72_DENSE_PARAM          2407778560 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L72_EXPERTS_PARAM        2408132896 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L73_DENSE_PARAM          2441163040 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L73_EXPERTS_PARAM        2441517376 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM               2474547520 /*    4096016 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0                2478643536 /* 3306958848 [gathered.params[0]]: units u with u % 2 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1                5785602384 /* 3306958848 [gathered.params[1]]: units u with u % 2 = 1: parameters all-gathered, dense then experts */
-#define GRAD0                    9092561232 /* 3306958848 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                   12399520080 /* 3306958848 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                  15706478928 /*  402653184 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  16109132112 /*  402653184 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  16511785296 /*  402653184 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  16914438480 /*  402653184 [activations.forward_layer]: attention norm output */
-#define WS_Q                    17317091664 /*  402653184 [activations.forward_layer]: queries (rotated) */
-#define WS_K                    17719744848 /*  134217728 [activations.forward_layer]: keys (rotated) */
-#define WS_V                    17853962576 /*  134217728 [activations.forward_layer]: values */
-#define WS_ATT                  17988180304 /*  402653184 [activations.forward_layer]: attention output */
-#define WS_RES                  18390833488 /*  402653184 [activations.forward_layer]: residual stream after attention */
-#define WS_LN2                  18793486672 /*  402653184 [activations.forward_layer]: mlp norm output */
-#define DXE                     19196139856 /* 4026531840 [moe.dispatch_send]: gradient of the received rows (backward); in the forward, WS_XP */
+/* ---- the HBM span's activation buffers (offsets in units of 2 B) ---- */
+#define EMBED_PARAM             38772458496 /*    4096000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM          38776554496 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM        38776908832 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM          38809938976 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM        38810293312 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM          38843323456 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM        38843677792 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM          38876707936 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM        38877062272 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM          38910092416 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM        38910446752 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM          38943476896 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM        38943831232 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM          38976861376 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM        38977215712 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM          39010245856 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM        39010600192 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM          39043630336 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM        39043984672 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM          39077014816 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM        39077369152 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM         39110399296 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM       39110753632 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM         39143783776 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM       39144138112 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM         39177168256 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM       39177522592 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM         39210552736 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM       39210907072 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM         39243937216 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM       39244291552 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM         39277321696 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM       39277676032 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM         39310706176 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM       39311060512 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM         39344090656 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM       39344444992 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM         39377475136 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM       39377829472 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM         39410859616 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM       39411213952 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM         39444244096 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM       39444598432 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM         39477628576 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM       39477982912 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM         39511013056 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM       39511367392 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM         39544397536 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM       39544751872 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM         39577782016 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM       39578136352 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM         39611166496 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM       39611520832 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM         39644550976 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM       39644905312 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM         39677935456 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM       39678289792 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM         39711319936 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM       39711674272 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM         39744704416 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM       39745058752 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM         39778088896 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM       39778443232 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM         39811473376 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM       39811827712 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_DENSE_PARAM         39844857856 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_EXPERTS_PARAM       39845212192 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_DENSE_PARAM         39878242336 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_EXPERTS_PARAM       39878596672 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_DENSE_PARAM         39911626816 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_EXPERTS_PARAM       39911981152 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_DENSE_PARAM         39945011296 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_EXPERTS_PARAM       39945365632 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_DENSE_PARAM         39978395776 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_EXPERTS_PARAM       39978750112 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_DENSE_PARAM         40011780256 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_EXPERTS_PARAM       40012134592 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_DENSE_PARAM         40045164736 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_EXPERTS_PARAM       40045519072 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_DENSE_PARAM         40078549216 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_EXPERTS_PARAM       40078903552 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_DENSE_PARAM         40111933696 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_EXPERTS_PARAM       40112288032 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_DENSE_PARAM         40145318176 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_EXPERTS_PARAM       40145672512 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_DENSE_PARAM         40178702656 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_EXPERTS_PARAM       40179056992 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_DENSE_PARAM         40212087136 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_EXPERTS_PARAM       40212441472 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_DENSE_PARAM         40245471616 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_EXPERTS_PARAM       40245825952 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_DENSE_PARAM         40278856096 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_EXPERTS_PARAM       40279210432 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_DENSE_PARAM         40312240576 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_EXPERTS_PARAM       40312594912 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_DENSE_PARAM         40345625056 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_EXPERTS_PARAM       40345979392 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_DENSE_PARAM         40379009536 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_EXPERTS_PARAM       40379363872 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_DENSE_PARAM         40412394016 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_EXPERTS_PARAM       40412748352 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_DENSE_PARAM         40445778496 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_EXPERTS_PARAM       40446132832 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_DENSE_PARAM         40479162976 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_EXPERTS_PARAM       40479517312 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_DENSE_PARAM         40512547456 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_EXPERTS_PARAM       40512901792 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_DENSE_PARAM         40545931936 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_EXPERTS_PARAM       40546286272 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_DENSE_PARAM         40579316416 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_EXPERTS_PARAM       40579670752 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_DENSE_PARAM         40612700896 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_EXPERTS_PARAM       40613055232 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_DENSE_PARAM         40646085376 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_EXPERTS_PARAM       40646439712 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_DENSE_PARAM         40679469856 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_EXPERTS_PARAM       40679824192 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_DENSE_PARAM         40712854336 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_EXPERTS_PARAM       40713208672 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_DENSE_PARAM         40746238816 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_EXPERTS_PARAM       40746593152 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_DENSE_PARAM         40779623296 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_EXPERTS_PARAM       40779977632 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L61_DENSE_PARAM         40813007776 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L61_EXPERTS_PARAM       40813362112 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L62_DENSE_PARAM         40846392256 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L62_EXPERTS_PARAM       40846746592 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L63_DENSE_PARAM         40879776736 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L63_EXPERTS_PARAM       40880131072 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L64_DENSE_PARAM         40913161216 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L64_EXPERTS_PARAM       40913515552 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L65_DENSE_PARAM         40946545696 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L65_EXPERTS_PARAM       40946900032 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L66_DENSE_PARAM         40979930176 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L66_EXPERTS_PARAM       40980284512 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L67_DENSE_PARAM         41013314656 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L67_EXPERTS_PARAM       41013668992 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L68_DENSE_PARAM         41046699136 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L68_EXPERTS_PARAM       41047053472 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L69_DENSE_PARAM         41080083616 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L69_EXPERTS_PARAM       41080437952 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L70_DENSE_PARAM         41113468096 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L70_EXPERTS_PARAM       41113822432 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L71_DENSE_PARAM         41146852576 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L71_EXPERTS_PARAM       41147206912 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L72_DENSE_PARAM         41180237056 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L72_EXPERTS_PARAM       41180591392 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L73_DENSE_PARAM         41213621536 /*     354336 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L73_EXPERTS_PARAM       41213975872 /*   33030144 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM              41247006016 /*    4096016 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define GATHERED0               22323397632 /* 3306958848 [gathered.params[0]]: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1               25630356480 /* 3306958848 [gathered.params[1]]: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define GRAD0                   28937315328 /* 3306958848 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   32244274176 /* 3306958848 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                  41251102080 /*  402653184 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  41653755264 /*  402653184 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  42056408448 /*  402653184 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                            0 /*  402653184 [activations.forward_layer]: attention norm output */
+#define WS_Q                      402784256 /*  402653184 [activations.forward_layer]: queries (rotated) */
+#define WS_K                      805437440 /*  134217728 [activations.forward_layer]: keys (rotated) */
+#define WS_V                      939655168 /*  134217728 [activations.forward_layer]: values */
+#define WS_ATT                   1073872896 /*  402653184 [activations.forward_layer]: attention output */
+#define WS_RES                   1482817536 /*  402653184 [activations.forward_layer]: residual stream after attention */
+#define WS_LN2                   1885470720 /*  402653184 [activations.forward_layer]: mlp norm output */
+#define DXE                     10243802112 /* 4026531840 [moe.dispatch_send]: gradient of the received rows (backward); in the forward, WS_XP */
 #define WS_XP                           DXE /* 3221225472 [moe.dispatch_send]: token copies in expert order, to send (all-to-all): in DXE (dead once dispatched; the backward gathers them again for each round it rebuilds) */
 #define WS_YP                         WS_XP /* 3221225472 [moe.dispatch_send]: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
-#define WS_XE                   23222671696 /* 4026531840 [activations.forward_layer]: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
-#define WS_YE                   27249203536 /* 4026531840 [moe.combine_send]: their outputs, before going back */
-#define WS_EG                   31275735376 /* 1174405120 [activations.forward_layer]: routed experts' gate */
-#define WS_EU                   32450140496 /* 1174405120 [activations.forward_layer]: routed experts' up */
-#define WS_EH                   33624545616 /* 1174405120 [activations.forward_layer]: routed experts' activation */
-#define WS_SG                   34798950736 /*  117440512 [activations.forward_layer]: shared experts' gate */
-#define WS_SU                   34916391248 /*  117440512 [activations.forward_layer]: shared experts' up */
-#define WS_SH                   35033831760 /*  117440512 [activations.forward_layer]: shared experts' activation */
-#define DX_A                    35151272272 /*  402653184 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
-#define DX_B                    35553925456 /*  402653184 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
-#define DLN                     35956578640 /*  402653184 [activations.grad_norm]: gradient of a norm's output */
-#define A2A                     36359231824 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
+#define WS_XE                    2341733152 /* 4026531840 [activations.forward_layer]: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
+#define WS_YE                   14270333952 /* 4026531840 [moe.combine_send]: their outputs, before going back */
+#define WS_EG                    6368265216 /* 1174405120 [activations.forward_layer]: routed experts' gate */
+#define WS_EU                    7542670336 /* 1174405120 [activations.forward_layer]: routed experts' up */
+#define WS_EH                    8717075456 /* 1174405120 [activations.forward_layer]: routed experts' activation */
+#define WS_SG                    9891480576 /*  117440512 [activations.forward_layer]: shared experts' gate */
+#define WS_SU                   10008921088 /*  117440512 [activations.forward_layer]: shared experts' up */
+#define WS_SH                   10126361600 /*  117440512 [activations.forward_layer]: shared experts' activation */
+#define DX_A                    42459061632 /*  402653184 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    42861714816 /*  402653184 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     43264368000 /*  402653184 [activations.grad_norm]: gradient of a norm's output */
+#define A2A                     18296865792 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
 #define EDG                             A2A /* 1174405120 [moe.a2a_staging]: routed experts' gate gradient: in A2A (an FFN's backward) */
 #define DSG                             EDG /*  117440512 [moe.a2a_staging]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
 #define EDU                    (A2A + 1174405120) /* 1174405120 [moe.a2a_staging]: routed experts' up gradient: in A2A (an FFN's backward) */
@@ -768,7 +769,7 @@
 #define LNF                             A2A /*  402653184 [moe.a2a_staging]: final norm output: in A2A (the loss) */
 #define CE                     (A2A + 402653184) /* 1073741824 [moe.a2a_staging]: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
 #define DLOGITS                         A2A /*   50331648 [moe.a2a_staging]: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
-#define DYP                     40385763664 /* 3221225472 [moe.grad_expert_out]: gradient of the expert outputs */
+#define DYP                     35551233024 /* 3221225472 [moe.grad_expert_out]: gradient of the expert outputs */
 #define DXP                             DYP /* 3221225472 [moe.grad_expert_out]: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
 #define DYE                           WS_YE /* 4026531840 [moe.combine_send]: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
 

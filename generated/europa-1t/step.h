@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "722f2f7d21cfa5bd"
+#define PLAN_HASH "bde14a292ce306f7"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -45,8 +45,8 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 704.035 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 89581753856 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 92159095048 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 89581755904 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 92159095296 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
@@ -56,18 +56,25 @@
 #define STATE_ELEMS 7470343488
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 0
-/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
- * micro-batch writes before reading them */
-#define ARENA_ELEMS 30803584
-#define ARENA_SCRATCH 131072
-#define ACT_ELEMS 43606989136
-#define ACT_SCRATCH 2478643536
-#define INPUTS 0 /* [data.tokens] */
-#define TARGETS 65536 /* [data.tokens] */
-#define STATE_STAGING 9092561232 /* GRAD0 (activation arena), free between steps: a state arena on the host
+/* the plan's HBM tier but its state block and the items outside the program (reserves, the
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 0 + 2 o of the tier (plan.json
+ * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
+ * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
+ * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
+#define ARENA_ELEMS 0
+#define ARENA_SCRATCH 0
+#define ACT_ELEMS 43668596352
+#define ACT_SCRATCH 43668596352
+#define INPUTS 43668331904 /* [data.tokens] */
+#define TARGETS 43668462976 /* [data.tokens] */
+/* the HBM span's ranges [unit, unit + n) that live across micro-batches (tokens, expert loads,
+ * shards, kept parameters); the rest is written by each micro-batch before it is read */
+#define STEP_LIVE_RANGES {{43668331904, 131072}, {43668462976, 131072}, {38772458496, 4096000}, {38776554496, 354336}, {38776908832, 33030144}, {38809938976, 354336}, {38810293312, 33030144}, {38843323456, 354336}, {38843677792, 33030144}, {38876707936, 354336}, {38877062272, 33030144}, {38910092416, 354336}, {38910446752, 33030144}, {38943476896, 354336}, {38943831232, 33030144}, {38976861376, 354336}, {38977215712, 33030144}, {39010245856, 354336}, {39010600192, 33030144}, {39043630336, 354336}, {39043984672, 33030144}, {39077014816, 354336}, {39077369152, 33030144}, {39110399296, 354336}, {39110753632, 33030144}, {39143783776, 354336}, {39144138112, 33030144}, {39177168256, 354336}, {39177522592, 33030144}, {39210552736, 354336}, {39210907072, 33030144}, {39243937216, 354336}, {39244291552, 33030144}, {39277321696, 354336}, {39277676032, 33030144}, {39310706176, 354336}, {39311060512, 33030144}, {39344090656, 354336}, {39344444992, 33030144}, {39377475136, 354336}, {39377829472, 33030144}, {39410859616, 354336}, {39411213952, 33030144}, {39444244096, 354336}, {39444598432, 33030144}, {39477628576, 354336}, {39477982912, 33030144}, {39511013056, 354336}, {39511367392, 33030144}, {39544397536, 354336}, {39544751872, 33030144}, {39577782016, 354336}, {39578136352, 33030144}, {39611166496, 354336}, {39611520832, 33030144}, {39644550976, 354336}, {39644905312, 33030144}, {39677935456, 354336}, {39678289792, 33030144}, {39711319936, 354336}, {39711674272, 33030144}, {39744704416, 354336}, {39745058752, 33030144}, {39778088896, 354336}, {39778443232, 33030144}, {39811473376, 354336}, {39811827712, 33030144}, {39844857856, 354336}, {39845212192, 33030144}, {39878242336, 354336}, {39878596672, 33030144}, {39911626816, 354336}, {39911981152, 33030144}, {39945011296, 354336}, {39945365632, 33030144}, {39978395776, 354336}, {39978750112, 33030144}, {40011780256, 354336}, {40012134592, 33030144}, {40045164736, 354336}, {40045519072, 33030144}, {40078549216, 354336}, {40078903552, 33030144}, {40111933696, 354336}, {40112288032, 33030144}, {40145318176, 354336}, {40145672512, 33030144}, {40178702656, 354336}, {40179056992, 33030144}, {40212087136, 354336}, {40212441472, 33030144}, {40245471616, 354336}, {40245825952, 33030144}, {40278856096, 354336}, {40279210432, 33030144}, {40312240576, 354336}, {40312594912, 33030144}, {40345625056, 354336}, {40345979392, 33030144}, {40379009536, 354336}, {40379363872, 33030144}, {40412394016, 354336}, {40412748352, 33030144}, {40445778496, 354336}, {40446132832, 33030144}, {40479162976, 354336}, {40479517312, 33030144}, {40512547456, 354336}, {40512901792, 33030144}, {40545931936, 354336}, {40546286272, 33030144}, {40579316416, 354336}, {40579670752, 33030144}, {40612700896, 354336}, {40613055232, 33030144}, {40646085376, 354336}, {40646439712, 33030144}, {40679469856, 354336}, {40679824192, 33030144}, {40712854336, 354336}, {40713208672, 33030144}, {40746238816, 354336}, {40746593152, 33030144}, {40779623296, 354336}, {40779977632, 33030144}, {40813007776, 354336}, {40813362112, 33030144}, {40846392256, 354336}, {40846746592, 33030144}, {40879776736, 354336}, {40880131072, 33030144}, {40913161216, 354336}, {40913515552, 33030144}, {40946545696, 354336}, {40946900032, 33030144}, {40979930176, 354336}, {40980284512, 33030144}, {41013314656, 354336}, {41013668992, 33030144}, {41046699136, 354336}, {41047053472, 33030144}, {41080083616, 354336}, {41080437952, 33030144}, {41113468096, 354336}, {41113822432, 33030144}, {41146852576, 354336}, {41147206912, 33030144}, {41180237056, 354336}, {41180591392, 33030144}, {41213621536, 354336}, {41213975872, 33030144}, {41247006016, 4096016}}
+#define STEP_N_LIVE_RANGES 152
+#define STATE_STAGING 28937315328 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 3306958848
-#define MUON_WORK 36359231824 /* [moe.a2a_staging] Muon's scratch: fp32 values in the activation arena's bytes (in A2A, free during the optimizer step) */
+#define MUON_WORK 18296865792 /* [moe.a2a_staging] Muon's scratch: fp32 values in the activation arena's bytes (in A2A, free during the optimizer step) */
 #define MUON_WORK_ELEMS 290462016
 #define MUON_STEP_ELEMS 290462016 /* [workspace.newton_schulz] what the step on the host uses of it: its own host copy when the step is there */
 #define MUON_HOST_ELEMS 90190464 /* [workspace.muon_exchange_host] the cuda step on the GPU: its exchange's pinned host scratch */

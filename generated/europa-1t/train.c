@@ -60,8 +60,8 @@ static void to_host(RtCtx *c, int64_t off, int64_t n) {
 }
 #define TOKENS_HOST(c) host_tokens
 static void tokens_to_device(RtCtx *c) {
-  rt_cuda_upload(c->arena + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
-  rt_cuda_upload(c->arena + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
+  rt_cuda_upload(c->acts + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
+  rt_cuda_upload(c->acts + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
 }
 #define ADAMW_SHARD rt_cu_adamw_shard
 #define GRAD_ALL_REDUCE rt_cu_all_reduce
@@ -77,8 +77,8 @@ static void to_host(RtCtx *c, int64_t off, int64_t n) { (void)c, (void)off, (voi
 #define TOKENS_HOST(c) host_tokens
 static int32_t host_tokens[2 * TOKENS]; /* the loader's batch, copied into INPUTS and TARGETS */
 static void tokens_to_device(RtCtx *c) {
-  memcpy(c->arena + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
-  memcpy(c->arena + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
+  memcpy(c->acts + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
+  memcpy(c->acts + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
 }
 #define ADAMW_SHARD rt_adamw_shard
 #define SUM_SQUARES rt_sum_squares
@@ -202,7 +202,7 @@ static int64_t muon_host_elems(void) { return OPT_ON_HOST ? 0 : (int64_t)MUON_HO
 static Footprint footprint(void) {
   const int64_t R = (int64_t)sizeof(real), state = (int64_t)STATE_ELEMS * R;
   const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
-  Footprint f = {(int64_t)ARENA_ELEMS * R + acts + (STATE_ON_HOST ? 0 : state), 0,
+  Footprint f = {acts + (STATE_ON_HOST ? 0 : state), 0,
                  (int64_t)HOST_ELEMS * (int64_t)sizeof(act) + (STATE_ON_HOST ? state : 0)};
   f.host = f.pinned + (int64_t)rt_muon_counts_bytes(PLAN_FSDP) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
@@ -387,7 +387,7 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
 static double objective(RtCtx *c, const RtData *d, uint64_t seed) {
   double j = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
-    rt_data_batch(d, (int32_t *)(c->arena + INPUTS), (int32_t *)(c->arena + TARGETS), MICRO_BATCH, SEQ_LEN, 0, ACCUM,
+    rt_data_batch(d, (int32_t *)(void *)(c->acts + INPUTS), (int32_t *)(void *)(c->acts + TARGETS), MICRO_BATCH, SEQ_LEN, 0, ACCUM,
                   micro, 0, 1, seed);
     c->aux_loss = 0;
     c->gather_kept = micro == 0; /* the parameters may have moved since the last call */
@@ -562,7 +562,7 @@ static int check_ckpt_dir(const Run *r) {
   return bad ? 2 : 0;
 }
 
-/* The arenas of step.h (ARENA_ELEMS real, ACT_ELEMS act, STATE_ELEMS real, HOST_ELEMS act), the
+/* The arenas of step.h (the HBM span: ACT_ELEMS act, STATE_ELEMS real, HOST_ELEMS act), the
  * MoE all-to-all's counts and, on the cuda backend, the GPU, its kernels and NCCL first.
  * Returns 0 or 2 (this rank's failure, said on stderr). */
 static int alloc_arenas(Run *r) {
@@ -571,15 +571,14 @@ static int alloc_arenas(Run *r) {
 #ifdef MTC_BACKEND_CUDA
   if (cuda_start(c, &r->a) != 0) return 2;
   const size_t state = (size_t)STATE_ELEMS * sizeof(real);
-  c->arena = rt_cuda_alloc((size_t)ARENA_ELEMS * sizeof(real), err, sizeof err);
-  if (c->arena) c->acts = rt_cuda_alloc((size_t)ACT_ELEMS * sizeof(act), err, sizeof err);
+  c->acts = rt_cuda_alloc((size_t)ACT_ELEMS * sizeof(act), err, sizeof err);
   if (c->acts) c->state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
   if (c->state && STATE_ON_HOST) memset(c->state, 0, state); /* (pinned memory comes uninitialized) */
   if (c->state && !STATE_ON_HOST && (state_mirror = calloc(1, state))) rt_prefault(state_mirror, state);
   host_tokens = calloc(2 * TOKENS, sizeof(int32_t));
-  if (!c->arena || !c->acts || !c->state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
+  if (!c->acts || !c->state || (!STATE_ON_HOST && !state_mirror) || !host_tokens) {
     fprintf(stderr, "error: rank %d: %s; expected a plan that fits this GPU and host (mtc compile ... --set ...)\n",
-            c->comm.rank, c->arena && c->acts && c->state ? "no host memory for the state's mirror or the tokens" : err);
+            c->comm.rank, c->acts && c->state ? "no host memory for the state's mirror or the tokens" : err);
     return 2;
   }
   if (PLAN_EP > 1 && rt_a2a_init(&c->a2a, PLAN_EP, EXPERTS_PER_RANK, c->comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
@@ -597,13 +596,11 @@ static int alloc_arenas(Run *r) {
             (double)HOST_ELEMS * sizeof(act) / 1048576.0);
     return 2;
   }
-  c->arena = calloc((size_t)ARENA_ELEMS, sizeof(real));
   c->acts = calloc((size_t)ACT_ELEMS, sizeof(act));
   c->state = calloc((size_t)STATE_ELEMS, sizeof(real));
-  if (!c->arena || !c->acts || !c->state) {
-    fprintf(stderr, "error: rank %d: cannot allocate the arenas (%.1f MiB, %.1f MiB of activations, %.1f MiB of state); "
-            "expected that much free memory\n", c->comm.rank, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
-            (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0);
+  if (!c->acts || !c->state) {
+    fprintf(stderr, "error: rank %d: cannot allocate the arenas (%.1f MiB of activations and workspace, %.1f MiB of "
+            "state); expected that much free memory\n", c->comm.rank, (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0);
     return 2;
   }
   if (PLAN_EP > 1 && rt_a2a_init(&c->a2a, PLAN_EP, EXPERTS_PER_RANK, c->comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
@@ -612,7 +609,6 @@ static int alloc_arenas(Run *r) {
   }
   /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
    * not in the middle of a step, and the resident growth measures what was allocated */
-  rt_prefault(c->arena, (size_t)ARENA_ELEMS * sizeof(real));
   rt_prefault(c->acts, (size_t)ACT_ELEMS * sizeof(act));
   rt_prefault(c->state, (size_t)STATE_ELEMS * sizeof(real));
   if (c->host) rt_prefault(c->host, (size_t)HOST_ELEMS * sizeof(act));
@@ -743,11 +739,10 @@ static void report_start(const Run *r) {
            (long long)TRAIN_STEPS + 1, a->steps, LR * MIN_LR_RATIO);
   if (r->rank0)
     printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
-           "%s, gradients reduced in %s; arenas %.1f MiB (fp32) + %.1f MiB (activations) + %.1f MiB (state) per "
+           "%s, gradients reduced in %s; arenas %.1f MiB (activations and workspace) + %.1f MiB (state) per "
            "rank; data %s (%lld tokens)\n",
            MODEL_NAME, r->c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
-           SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ARENA_ELEMS * sizeof(real) / 1048576.0,
-           (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a->data,
+           SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a->data,
            (long long)r->data.ntokens);
   if (r->rank0 && HOST_ELEMS > 0)
     printf("activation offload: %d layer boundaries wait for the backward in a %.1f MiB host arena per rank (the plan's "
@@ -1049,7 +1044,6 @@ static void release(Run *r) {
   if (OPT_ON_HOST) free(r->muon_work);
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_free_host(r->muon_host);
-  rt_cuda_free(c->arena);
   rt_cuda_free(c->acts);
   rt_cuda_free_host(c->host);
   if (STATE_ON_HOST) rt_cuda_free_host(c->state);
@@ -1059,7 +1053,6 @@ static void release(Run *r) {
   rt_comm_nccl_free();
   rt_cuda_teardown();
 #else
-  free(c->arena);
   free(c->acts);
   free(c->state);
   free(c->host);

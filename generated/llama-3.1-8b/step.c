@@ -5,8 +5,9 @@
  * Reshard after_step: every parameter group is gathered once per step, by the first micro-batch's forward, into
  * KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
  * gradients are reduce-scattered after each micro-batch's backward.
- * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
- * each allocated once at start-up: the maps below. Tokens are B x T = 8192 rows of hidden 4096.
+ * Every buffer is at its plan item's bytes (plan.json memory): the state in the state arena, the
+ * rest in one span of the HBM tier, both allocated once at start-up: the maps below. Tokens are
+ * B x T = 8192 rows of hidden 4096.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -16,10 +17,10 @@
 #include "step.h"
 
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
-#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
-#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
-#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
-#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
+#define R(o) ((real *)(c->acts + (o)))          /* real buffer at unit o of the HBM span */
+#define A(o) (c->acts + (o))                     /* activation (act) buffer at unit o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in an activation buffer's bytes at unit o */
+#define I(o) ((int32_t *)(c->acts + (o)))       /* int32 buffer at unit o */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
@@ -169,469 +170,469 @@
 #define L31_DENSE_ADAM_V         7844398080 /*   54528000 [optimizer.adamw_moments]: layer 31 dense: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 #define HEAD_ADAM_V              7898926080 /*  131335168 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
-/* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define L0_RSTD1                      16384 /*       8192 [activations.saved[0]]: its 1/rms per token */
-#define L0_LSE                        24576 /*     262144 [activations.saved[0]]: attention log-sum-exp per head and query */
-#define L0_RSTD2                     286720 /*       8192 [activations.saved[0]]: its 1/rms per token */
-#define L1_RSTD1                     294912 /*       8192 [activations.saved[1]]: its 1/rms per token */
-#define L1_LSE                       303104 /*     262144 [activations.saved[1]]: attention log-sum-exp per head and query */
-#define L1_RSTD2                     565248 /*       8192 [activations.saved[1]]: its 1/rms per token */
-#define L2_RSTD1                     573440 /*       8192 [activations.saved[2]]: its 1/rms per token */
-#define L2_LSE                       581632 /*     262144 [activations.saved[2]]: attention log-sum-exp per head and query */
-#define L2_RSTD2                     843776 /*       8192 [activations.saved[2]]: its 1/rms per token */
-#define L3_RSTD1                     851968 /*       8192 [activations.saved[3]]: its 1/rms per token */
-#define L3_LSE                       860160 /*     262144 [activations.saved[3]]: attention log-sum-exp per head and query */
-#define L3_RSTD2                    1122304 /*       8192 [activations.saved[3]]: its 1/rms per token */
-#define L4_RSTD1                    1130496 /*       8192 [activations.saved[4]]: its 1/rms per token */
-#define L4_LSE                      1138688 /*     262144 [activations.saved[4]]: attention log-sum-exp per head and query */
-#define L4_RSTD2                    1400832 /*       8192 [activations.saved[4]]: its 1/rms per token */
-#define L5_RSTD1                    1409024 /*       8192 [activations.saved[5]]: its 1/rms per token */
-#define L5_LSE                      1417216 /*     262144 [activations.saved[5]]: attention log-sum-exp per head and query */
-#define L5_RSTD2                    1679360 /*       8192 [activations.saved[5]]: its 1/rms per token */
-#define L6_RSTD1                    1687552 /*       8192 [activations.saved[6]]: its 1/rms per token */
-#define L6_LSE                      1695744 /*     262144 [activations.saved[6]]: attention log-sum-exp per head and query */
-#define L6_RSTD2                    1957888 /*       8192 [activations.saved[6]]: its 1/rms per token */
-#define L7_RSTD1                    1966080 /*       8192 [activations.saved[7]]: its 1/rms per token */
-#define L7_LSE                      1974272 /*     262144 [activations.saved[7]]: attention log-sum-exp per head and query */
-#define L7_RSTD2                    2236416 /*       8192 [activations.saved[7]]: its 1/rms per token */
-#define L8_RSTD1                    2244608 /*       8192 [activations.saved[8]]: its 1/rms per token */
-#define L8_LSE                      2252800 /*     262144 [activations.saved[8]]: attention log-sum-exp per head and query */
-#define L8_RSTD2                    2514944 /*       8192 [activations.saved[8]]: its 1/rms per token */
-#define L9_RSTD1                    2523136 /*       8192 [activations.saved[9]]: its 1/rms per token */
-#define L9_LSE                      2531328 /*     262144 [activations.saved[9]]: attention log-sum-exp per head and query */
-#define L9_RSTD2                    2793472 /*       8192 [activations.saved[9]]: its 1/rms per token */
-#define L10_RSTD1                   2801664 /*       8192 [activations.saved[10]]: its 1/rms per token */
-#define L10_LSE                     2809856 /*     262144 [activations.saved[10]]: attention log-sum-exp per head and query */
-#define L10_RSTD2                   3072000 /*       8192 [activations.saved[10]]: its 1/rms per token */
-#define L11_RSTD1                   3080192 /*       8192 [activations.saved[11]]: its 1/rms per token */
-#define L11_LSE                     3088384 /*     262144 [activations.saved[11]]: attention log-sum-exp per head and query */
-#define L11_RSTD2                   3350528 /*       8192 [activations.saved[11]]: its 1/rms per token */
-#define L12_RSTD1                   3358720 /*       8192 [activations.saved[12]]: its 1/rms per token */
-#define L12_LSE                     3366912 /*     262144 [activations.saved[12]]: attention log-sum-exp per head and query */
-#define L12_RSTD2                   3629056 /*       8192 [activations.saved[12]]: its 1/rms per token */
-#define L13_RSTD1                   3637248 /*       8192 [activations.saved[13]]: its 1/rms per token */
-#define L13_LSE                     3645440 /*     262144 [activations.saved[13]]: attention log-sum-exp per head and query */
-#define L13_RSTD2                   3907584 /*       8192 [activations.saved[13]]: its 1/rms per token */
-#define L14_RSTD1                   3915776 /*       8192 [activations.saved[14]]: its 1/rms per token */
-#define L14_LSE                     3923968 /*     262144 [activations.saved[14]]: attention log-sum-exp per head and query */
-#define L14_RSTD2                   4186112 /*       8192 [activations.saved[14]]: its 1/rms per token */
-#define L15_RSTD1                   4194304 /*       8192 [activations.saved[15]]: its 1/rms per token */
-#define L15_LSE                     4202496 /*     262144 [activations.saved[15]]: attention log-sum-exp per head and query */
-#define L15_RSTD2                   4464640 /*       8192 [activations.saved[15]]: its 1/rms per token */
-#define L16_RSTD1                   4472832 /*       8192 [activations.saved[16]]: its 1/rms per token */
-#define L16_LSE                     4481024 /*     262144 [activations.saved[16]]: attention log-sum-exp per head and query */
-#define L16_RSTD2                   4743168 /*       8192 [activations.saved[16]]: its 1/rms per token */
-#define L17_RSTD1                   4751360 /*       8192 [activations.saved[17]]: its 1/rms per token */
-#define L17_LSE                     4759552 /*     262144 [activations.saved[17]]: attention log-sum-exp per head and query */
-#define L17_RSTD2                   5021696 /*       8192 [activations.saved[17]]: its 1/rms per token */
-#define L18_RSTD1                   5029888 /*       8192 [activations.saved[18]]: its 1/rms per token */
-#define L18_LSE                     5038080 /*     262144 [activations.saved[18]]: attention log-sum-exp per head and query */
-#define L18_RSTD2                   5300224 /*       8192 [activations.saved[18]]: its 1/rms per token */
-#define L19_RSTD1                   5308416 /*       8192 [activations.saved[19]]: its 1/rms per token */
-#define L19_LSE                     5316608 /*     262144 [activations.saved[19]]: attention log-sum-exp per head and query */
-#define L19_RSTD2                   5578752 /*       8192 [activations.saved[19]]: its 1/rms per token */
-#define L20_RSTD1                   5586944 /*       8192 [activations.saved[20]]: its 1/rms per token */
-#define L20_LSE                     5595136 /*     262144 [activations.saved[20]]: attention log-sum-exp per head and query */
-#define L20_RSTD2                   5857280 /*       8192 [activations.saved[20]]: its 1/rms per token */
-#define L21_RSTD1                   5865472 /*       8192 [activations.saved[21]]: its 1/rms per token */
-#define L21_LSE                     5873664 /*     262144 [activations.saved[21]]: attention log-sum-exp per head and query */
-#define L21_RSTD2                   6135808 /*       8192 [activations.saved[21]]: its 1/rms per token */
-#define L22_RSTD1                   6144000 /*       8192 [activations.saved[22]]: its 1/rms per token */
-#define L22_LSE                     6152192 /*     262144 [activations.saved[22]]: attention log-sum-exp per head and query */
-#define L22_RSTD2                   6414336 /*       8192 [activations.saved[22]]: its 1/rms per token */
-#define L23_RSTD1                   6422528 /*       8192 [activations.saved[23]]: its 1/rms per token */
-#define L23_LSE                     6430720 /*     262144 [activations.saved[23]]: attention log-sum-exp per head and query */
-#define L23_RSTD2                   6692864 /*       8192 [activations.saved[23]]: its 1/rms per token */
-#define L24_RSTD1                   6701056 /*       8192 [activations.saved[24]]: its 1/rms per token */
-#define L24_LSE                     6709248 /*     262144 [activations.saved[24]]: attention log-sum-exp per head and query */
-#define L24_RSTD2                   6971392 /*       8192 [activations.saved[24]]: its 1/rms per token */
-#define L25_RSTD1                   6979584 /*       8192 [activations.saved[25]]: its 1/rms per token */
-#define L25_LSE                     6987776 /*     262144 [activations.saved[25]]: attention log-sum-exp per head and query */
-#define L25_RSTD2                   7249920 /*       8192 [activations.saved[25]]: its 1/rms per token */
-#define L26_RSTD1                   7258112 /*       8192 [activations.saved[26]]: its 1/rms per token */
-#define L26_LSE                     7266304 /*     262144 [activations.saved[26]]: attention log-sum-exp per head and query */
-#define L26_RSTD2                   7528448 /*       8192 [activations.saved[26]]: its 1/rms per token */
-#define L27_RSTD1                   7536640 /*       8192 [activations.saved[27]]: its 1/rms per token */
-#define L27_LSE                     7544832 /*     262144 [activations.saved[27]]: attention log-sum-exp per head and query */
-#define L27_RSTD2                   7806976 /*       8192 [activations.saved[27]]: its 1/rms per token */
-#define L28_RSTD1                   7815168 /*       8192 [activations.saved[28]]: its 1/rms per token */
-#define L28_LSE                     7823360 /*     262144 [activations.saved[28]]: attention log-sum-exp per head and query */
-#define L28_RSTD2                   8085504 /*       8192 [activations.saved[28]]: its 1/rms per token */
-#define L29_RSTD1                   8093696 /*       8192 [activations.saved[29]]: its 1/rms per token */
-#define L29_LSE                     8101888 /*     262144 [activations.saved[29]]: attention log-sum-exp per head and query */
-#define L29_RSTD2                   8364032 /*       8192 [activations.saved[29]]: its 1/rms per token */
-#define L30_RSTD1                   8372224 /*       8192 [activations.saved[30]]: its 1/rms per token */
-#define L30_LSE                     8380416 /*     262144 [activations.saved[30]]: attention log-sum-exp per head and query */
-#define L30_RSTD2                   8642560 /*       8192 [activations.saved[30]]: its 1/rms per token */
-#define L31_RSTD1                   8650752 /*       8192 [activations.saved[31]]: its 1/rms per token */
-#define L31_LSE                     8658944 /*     262144 [activations.saved[31]]: attention log-sum-exp per head and query */
-#define L31_RSTD2                   8921088 /*       8192 [activations.saved[31]]: its 1/rms per token */
-#define RSTDF                       8929280 /*       8192 [activations.loss_stats]: its 1/rms per token */
-#define LSEF                        8937472 /*       8192 [activations.loss_stats]: log-sum-exp of each token's logits */
+/* ---- the HBM span's real and int32 buffers (offsets in units of 2 B) ---- */
+#define L0_RSTD1                   67108864 /*       8192 [activations.saved[0]]: its 1/rms per token */
+#define L0_LSE                    151011328 /*     262144 [activations.saved[0]]: attention log-sum-exp per head and query */
+#define L0_RSTD2                  218644480 /*       8192 [activations.saved[0]]: its 1/rms per token */
+#define L1_RSTD1                  638091264 /*       8192 [activations.saved[1]]: its 1/rms per token */
+#define L1_LSE                    721993728 /*     262144 [activations.saved[1]]: attention log-sum-exp per head and query */
+#define L1_RSTD2                  789626880 /*       8192 [activations.saved[1]]: its 1/rms per token */
+#define L2_RSTD1                 1209073664 /*       8192 [activations.saved[2]]: its 1/rms per token */
+#define L2_LSE                   1292976128 /*     262144 [activations.saved[2]]: attention log-sum-exp per head and query */
+#define L2_RSTD2                 1360609280 /*       8192 [activations.saved[2]]: its 1/rms per token */
+#define L3_RSTD1                 1780056064 /*       8192 [activations.saved[3]]: its 1/rms per token */
+#define L3_LSE                   1863958528 /*     262144 [activations.saved[3]]: attention log-sum-exp per head and query */
+#define L3_RSTD2                 1931591680 /*       8192 [activations.saved[3]]: its 1/rms per token */
+#define L4_RSTD1                 2351038464 /*       8192 [activations.saved[4]]: its 1/rms per token */
+#define L4_LSE                   2434940928 /*     262144 [activations.saved[4]]: attention log-sum-exp per head and query */
+#define L4_RSTD2                 2502574080 /*       8192 [activations.saved[4]]: its 1/rms per token */
+#define L5_RSTD1                 2922020864 /*       8192 [activations.saved[5]]: its 1/rms per token */
+#define L5_LSE                   3005923328 /*     262144 [activations.saved[5]]: attention log-sum-exp per head and query */
+#define L5_RSTD2                 3073556480 /*       8192 [activations.saved[5]]: its 1/rms per token */
+#define L6_RSTD1                 3493003264 /*       8192 [activations.saved[6]]: its 1/rms per token */
+#define L6_LSE                   3576905728 /*     262144 [activations.saved[6]]: attention log-sum-exp per head and query */
+#define L6_RSTD2                 3644538880 /*       8192 [activations.saved[6]]: its 1/rms per token */
+#define L7_RSTD1                 4063985664 /*       8192 [activations.saved[7]]: its 1/rms per token */
+#define L7_LSE                   4147888128 /*     262144 [activations.saved[7]]: attention log-sum-exp per head and query */
+#define L7_RSTD2                 4215521280 /*       8192 [activations.saved[7]]: its 1/rms per token */
+#define L8_RSTD1                 4634968064 /*       8192 [activations.saved[8]]: its 1/rms per token */
+#define L8_LSE                   4718870528 /*     262144 [activations.saved[8]]: attention log-sum-exp per head and query */
+#define L8_RSTD2                 4786503680 /*       8192 [activations.saved[8]]: its 1/rms per token */
+#define L9_RSTD1                 5205950464 /*       8192 [activations.saved[9]]: its 1/rms per token */
+#define L9_LSE                   5289852928 /*     262144 [activations.saved[9]]: attention log-sum-exp per head and query */
+#define L9_RSTD2                 5357486080 /*       8192 [activations.saved[9]]: its 1/rms per token */
+#define L10_RSTD1                5776932864 /*       8192 [activations.saved[10]]: its 1/rms per token */
+#define L10_LSE                  5860835328 /*     262144 [activations.saved[10]]: attention log-sum-exp per head and query */
+#define L10_RSTD2                5928468480 /*       8192 [activations.saved[10]]: its 1/rms per token */
+#define L11_RSTD1                6347915264 /*       8192 [activations.saved[11]]: its 1/rms per token */
+#define L11_LSE                  6431817728 /*     262144 [activations.saved[11]]: attention log-sum-exp per head and query */
+#define L11_RSTD2                6499450880 /*       8192 [activations.saved[11]]: its 1/rms per token */
+#define L12_RSTD1                6918897664 /*       8192 [activations.saved[12]]: its 1/rms per token */
+#define L12_LSE                  7002800128 /*     262144 [activations.saved[12]]: attention log-sum-exp per head and query */
+#define L12_RSTD2                7070433280 /*       8192 [activations.saved[12]]: its 1/rms per token */
+#define L13_RSTD1                7489880064 /*       8192 [activations.saved[13]]: its 1/rms per token */
+#define L13_LSE                  7573782528 /*     262144 [activations.saved[13]]: attention log-sum-exp per head and query */
+#define L13_RSTD2                7641415680 /*       8192 [activations.saved[13]]: its 1/rms per token */
+#define L14_RSTD1                8060862464 /*       8192 [activations.saved[14]]: its 1/rms per token */
+#define L14_LSE                  8144764928 /*     262144 [activations.saved[14]]: attention log-sum-exp per head and query */
+#define L14_RSTD2                8212398080 /*       8192 [activations.saved[14]]: its 1/rms per token */
+#define L15_RSTD1                8631844864 /*       8192 [activations.saved[15]]: its 1/rms per token */
+#define L15_LSE                  8715747328 /*     262144 [activations.saved[15]]: attention log-sum-exp per head and query */
+#define L15_RSTD2                8783380480 /*       8192 [activations.saved[15]]: its 1/rms per token */
+#define L16_RSTD1                9202827264 /*       8192 [activations.saved[16]]: its 1/rms per token */
+#define L16_LSE                  9286729728 /*     262144 [activations.saved[16]]: attention log-sum-exp per head and query */
+#define L16_RSTD2                9354362880 /*       8192 [activations.saved[16]]: its 1/rms per token */
+#define L17_RSTD1                9773809664 /*       8192 [activations.saved[17]]: its 1/rms per token */
+#define L17_LSE                  9857712128 /*     262144 [activations.saved[17]]: attention log-sum-exp per head and query */
+#define L17_RSTD2                9925345280 /*       8192 [activations.saved[17]]: its 1/rms per token */
+#define L18_RSTD1               10344792064 /*       8192 [activations.saved[18]]: its 1/rms per token */
+#define L18_LSE                 10428694528 /*     262144 [activations.saved[18]]: attention log-sum-exp per head and query */
+#define L18_RSTD2               10496327680 /*       8192 [activations.saved[18]]: its 1/rms per token */
+#define L19_RSTD1               10915774464 /*       8192 [activations.saved[19]]: its 1/rms per token */
+#define L19_LSE                 10999676928 /*     262144 [activations.saved[19]]: attention log-sum-exp per head and query */
+#define L19_RSTD2               11067310080 /*       8192 [activations.saved[19]]: its 1/rms per token */
+#define L20_RSTD1               11486756864 /*       8192 [activations.saved[20]]: its 1/rms per token */
+#define L20_LSE                 11570659328 /*     262144 [activations.saved[20]]: attention log-sum-exp per head and query */
+#define L20_RSTD2               11638292480 /*       8192 [activations.saved[20]]: its 1/rms per token */
+#define L21_RSTD1               12057739264 /*       8192 [activations.saved[21]]: its 1/rms per token */
+#define L21_LSE                 12141641728 /*     262144 [activations.saved[21]]: attention log-sum-exp per head and query */
+#define L21_RSTD2               12209274880 /*       8192 [activations.saved[21]]: its 1/rms per token */
+#define L22_RSTD1               12628721664 /*       8192 [activations.saved[22]]: its 1/rms per token */
+#define L22_LSE                 12712624128 /*     262144 [activations.saved[22]]: attention log-sum-exp per head and query */
+#define L22_RSTD2               12780257280 /*       8192 [activations.saved[22]]: its 1/rms per token */
+#define L23_RSTD1               13199704064 /*       8192 [activations.saved[23]]: its 1/rms per token */
+#define L23_LSE                 13283606528 /*     262144 [activations.saved[23]]: attention log-sum-exp per head and query */
+#define L23_RSTD2               13351239680 /*       8192 [activations.saved[23]]: its 1/rms per token */
+#define L24_RSTD1               13770686464 /*       8192 [activations.saved[24]]: its 1/rms per token */
+#define L24_LSE                 13854588928 /*     262144 [activations.saved[24]]: attention log-sum-exp per head and query */
+#define L24_RSTD2               13922222080 /*       8192 [activations.saved[24]]: its 1/rms per token */
+#define L25_RSTD1               14341668864 /*       8192 [activations.saved[25]]: its 1/rms per token */
+#define L25_LSE                 14425571328 /*     262144 [activations.saved[25]]: attention log-sum-exp per head and query */
+#define L25_RSTD2               14493204480 /*       8192 [activations.saved[25]]: its 1/rms per token */
+#define L26_RSTD1               14912651264 /*       8192 [activations.saved[26]]: its 1/rms per token */
+#define L26_LSE                 14996553728 /*     262144 [activations.saved[26]]: attention log-sum-exp per head and query */
+#define L26_RSTD2               15064186880 /*       8192 [activations.saved[26]]: its 1/rms per token */
+#define L27_RSTD1               15483633664 /*       8192 [activations.saved[27]]: its 1/rms per token */
+#define L27_LSE                 15567536128 /*     262144 [activations.saved[27]]: attention log-sum-exp per head and query */
+#define L27_RSTD2               15635169280 /*       8192 [activations.saved[27]]: its 1/rms per token */
+#define L28_RSTD1               16054616064 /*       8192 [activations.saved[28]]: its 1/rms per token */
+#define L28_LSE                 16138518528 /*     262144 [activations.saved[28]]: attention log-sum-exp per head and query */
+#define L28_RSTD2               16206151680 /*       8192 [activations.saved[28]]: its 1/rms per token */
+#define L29_RSTD1               16625598464 /*       8192 [activations.saved[29]]: its 1/rms per token */
+#define L29_LSE                 16709500928 /*     262144 [activations.saved[29]]: attention log-sum-exp per head and query */
+#define L29_RSTD2               16777134080 /*       8192 [activations.saved[29]]: its 1/rms per token */
+#define L30_RSTD1               17196580864 /*       8192 [activations.saved[30]]: its 1/rms per token */
+#define L30_LSE                 17280483328 /*     262144 [activations.saved[30]]: attention log-sum-exp per head and query */
+#define L30_RSTD2               17348116480 /*       8192 [activations.saved[30]]: its 1/rms per token */
+#define L31_RSTD1               17767563264 /*       8192 [activations.saved[31]]: its 1/rms per token */
+#define L31_LSE                 17851465728 /*     262144 [activations.saved[31]]: attention log-sum-exp per head and query */
+#define L31_RSTD2               17919098880 /*       8192 [activations.saved[31]]: its 1/rms per token */
+#define RSTDF                   28101588992 /*       8192 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                    28101605376 /*       8192 [activations.loss_stats]: log-sum-exp of each token's logits */
 
-/* ---- the activation arena map (elements of act) ---- */
-#define KEPT                              0 /* 8030261248 [gathered.params_kept]: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
-#define CAST0                    8030261248 /*  131335168 [params.bf16_cast]: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define CAST1                    8161596416 /*  131335168 [params.bf16_cast]: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define GRAD0                    8292931584 /*  525340672 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                    8818272256 /*  525340672 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                       9343612928 /*   33554432 [activations.saved[0]]: boundary: input of layer 0 (residual stream) */
-#define X1                       9377167360 /*   33554432 [activations.saved[1]]: boundary: input of layer 1 (residual stream) */
-#define X2                       9410721792 /*   33554432 [activations.saved[2]]: boundary: input of layer 2 (residual stream) */
-#define X3                       9444276224 /*   33554432 [activations.saved[3]]: boundary: input of layer 3 (residual stream) */
-#define X4                       9477830656 /*   33554432 [activations.saved[4]]: boundary: input of layer 4 (residual stream) */
-#define X5                       9511385088 /*   33554432 [activations.saved[5]]: boundary: input of layer 5 (residual stream) */
-#define X6                       9544939520 /*   33554432 [activations.saved[6]]: boundary: input of layer 6 (residual stream) */
-#define X7                       9578493952 /*   33554432 [activations.saved[7]]: boundary: input of layer 7 (residual stream) */
-#define X8                       9612048384 /*   33554432 [activations.saved[8]]: boundary: input of layer 8 (residual stream) */
-#define X9                       9645602816 /*   33554432 [activations.saved[9]]: boundary: input of layer 9 (residual stream) */
-#define X10                      9679157248 /*   33554432 [activations.saved[10]]: boundary: input of layer 10 (residual stream) */
-#define X11                      9712711680 /*   33554432 [activations.saved[11]]: boundary: input of layer 11 (residual stream) */
-#define X12                      9746266112 /*   33554432 [activations.saved[12]]: boundary: input of layer 12 (residual stream) */
-#define X13                      9779820544 /*   33554432 [activations.saved[13]]: boundary: input of layer 13 (residual stream) */
-#define X14                      9813374976 /*   33554432 [activations.saved[14]]: boundary: input of layer 14 (residual stream) */
-#define X15                      9846929408 /*   33554432 [activations.saved[15]]: boundary: input of layer 15 (residual stream) */
-#define X16                      9880483840 /*   33554432 [activations.saved[16]]: boundary: input of layer 16 (residual stream) */
-#define X17                      9914038272 /*   33554432 [activations.saved[17]]: boundary: input of layer 17 (residual stream) */
-#define X18                      9947592704 /*   33554432 [activations.saved[18]]: boundary: input of layer 18 (residual stream) */
-#define X19                      9981147136 /*   33554432 [activations.saved[19]]: boundary: input of layer 19 (residual stream) */
-#define X20                     10014701568 /*   33554432 [activations.saved[20]]: boundary: input of layer 20 (residual stream) */
-#define X21                     10048256000 /*   33554432 [activations.saved[21]]: boundary: input of layer 21 (residual stream) */
-#define X22                     10081810432 /*   33554432 [activations.saved[22]]: boundary: input of layer 22 (residual stream) */
-#define X23                     10115364864 /*   33554432 [activations.saved[23]]: boundary: input of layer 23 (residual stream) */
-#define X24                     10148919296 /*   33554432 [activations.saved[24]]: boundary: input of layer 24 (residual stream) */
-#define X25                     10182473728 /*   33554432 [activations.saved[25]]: boundary: input of layer 25 (residual stream) */
-#define X26                     10216028160 /*   33554432 [activations.saved[26]]: boundary: input of layer 26 (residual stream) */
-#define X27                     10249582592 /*   33554432 [activations.saved[27]]: boundary: input of layer 27 (residual stream) */
-#define X28                     10283137024 /*   33554432 [activations.saved[28]]: boundary: input of layer 28 (residual stream) */
-#define X29                     10316691456 /*   33554432 [activations.saved[29]]: boundary: input of layer 29 (residual stream) */
-#define X30                     10350245888 /*   33554432 [activations.saved[30]]: boundary: input of layer 30 (residual stream) */
-#define X31                     10383800320 /*   33554432 [activations.saved[31]]: boundary: input of layer 31 (residual stream) */
-#define X32                     10417354752 /*   33554432 [activations.final_boundary]: output of the last layer */
-#define L0_LN1                  10450909184 /*   33554432 [activations.saved[0]]: attention norm output */
-#define L0_Q                    10484463616 /*   33554432 [activations.saved[0]]: queries (rotated) */
-#define L0_K                    10518018048 /*    8388608 [activations.saved[0]]: keys (rotated) */
-#define L0_V                    10526406656 /*    8388608 [activations.saved[0]]: values */
-#define L0_ATT                  10534795264 /*   33554432 [activations.saved[0]]: attention output */
-#define L0_RES                  10568349696 /*   33554432 [activations.saved[0]]: residual stream after attention */
-#define L0_LN2                  10601904128 /*   33554432 [activations.saved[0]]: mlp norm output */
-#define L0_G                    10635458560 /*  117440512 [activations.saved[0]]: mlp gate */
-#define L0_U                    10752899072 /*  117440512 [activations.saved[0]]: mlp up */
-#define L0_H                    10870339584 /*  117440512 [activations.saved[0]]: mlp activation */
-#define L1_LN1                  10987780096 /*   33554432 [activations.saved[1]]: attention norm output */
-#define L1_Q                    11021334528 /*   33554432 [activations.saved[1]]: queries (rotated) */
-#define L1_K                    11054888960 /*    8388608 [activations.saved[1]]: keys (rotated) */
-#define L1_V                    11063277568 /*    8388608 [activations.saved[1]]: values */
-#define L1_ATT                  11071666176 /*   33554432 [activations.saved[1]]: attention output */
-#define L1_RES                  11105220608 /*   33554432 [activations.saved[1]]: residual stream after attention */
-#define L1_LN2                  11138775040 /*   33554432 [activations.saved[1]]: mlp norm output */
-#define L1_G                    11172329472 /*  117440512 [activations.saved[1]]: mlp gate */
-#define L1_U                    11289769984 /*  117440512 [activations.saved[1]]: mlp up */
-#define L1_H                    11407210496 /*  117440512 [activations.saved[1]]: mlp activation */
-#define L2_LN1                  11524651008 /*   33554432 [activations.saved[2]]: attention norm output */
-#define L2_Q                    11558205440 /*   33554432 [activations.saved[2]]: queries (rotated) */
-#define L2_K                    11591759872 /*    8388608 [activations.saved[2]]: keys (rotated) */
-#define L2_V                    11600148480 /*    8388608 [activations.saved[2]]: values */
-#define L2_ATT                  11608537088 /*   33554432 [activations.saved[2]]: attention output */
-#define L2_RES                  11642091520 /*   33554432 [activations.saved[2]]: residual stream after attention */
-#define L2_LN2                  11675645952 /*   33554432 [activations.saved[2]]: mlp norm output */
-#define L2_G                    11709200384 /*  117440512 [activations.saved[2]]: mlp gate */
-#define L2_U                    11826640896 /*  117440512 [activations.saved[2]]: mlp up */
-#define L2_H                    11944081408 /*  117440512 [activations.saved[2]]: mlp activation */
-#define L3_LN1                  12061521920 /*   33554432 [activations.saved[3]]: attention norm output */
-#define L3_Q                    12095076352 /*   33554432 [activations.saved[3]]: queries (rotated) */
-#define L3_K                    12128630784 /*    8388608 [activations.saved[3]]: keys (rotated) */
-#define L3_V                    12137019392 /*    8388608 [activations.saved[3]]: values */
-#define L3_ATT                  12145408000 /*   33554432 [activations.saved[3]]: attention output */
-#define L3_RES                  12178962432 /*   33554432 [activations.saved[3]]: residual stream after attention */
-#define L3_LN2                  12212516864 /*   33554432 [activations.saved[3]]: mlp norm output */
-#define L3_G                    12246071296 /*  117440512 [activations.saved[3]]: mlp gate */
-#define L3_U                    12363511808 /*  117440512 [activations.saved[3]]: mlp up */
-#define L3_H                    12480952320 /*  117440512 [activations.saved[3]]: mlp activation */
-#define L4_LN1                  12598392832 /*   33554432 [activations.saved[4]]: attention norm output */
-#define L4_Q                    12631947264 /*   33554432 [activations.saved[4]]: queries (rotated) */
-#define L4_K                    12665501696 /*    8388608 [activations.saved[4]]: keys (rotated) */
-#define L4_V                    12673890304 /*    8388608 [activations.saved[4]]: values */
-#define L4_ATT                  12682278912 /*   33554432 [activations.saved[4]]: attention output */
-#define L4_RES                  12715833344 /*   33554432 [activations.saved[4]]: residual stream after attention */
-#define L4_LN2                  12749387776 /*   33554432 [activations.saved[4]]: mlp norm output */
-#define L4_G                    12782942208 /*  117440512 [activations.saved[4]]: mlp gate */
-#define L4_U                    12900382720 /*  117440512 [activations.saved[4]]: mlp up */
-#define L4_H                    13017823232 /*  117440512 [activations.saved[4]]: mlp activation */
-#define L5_LN1                  13135263744 /*   33554432 [activations.saved[5]]: attention norm output */
-#define L5_Q                    13168818176 /*   33554432 [activations.saved[5]]: queries (rotated) */
-#define L5_K                    13202372608 /*    8388608 [activations.saved[5]]: keys (rotated) */
-#define L5_V                    13210761216 /*    8388608 [activations.saved[5]]: values */
-#define L5_ATT                  13219149824 /*   33554432 [activations.saved[5]]: attention output */
-#define L5_RES                  13252704256 /*   33554432 [activations.saved[5]]: residual stream after attention */
-#define L5_LN2                  13286258688 /*   33554432 [activations.saved[5]]: mlp norm output */
-#define L5_G                    13319813120 /*  117440512 [activations.saved[5]]: mlp gate */
-#define L5_U                    13437253632 /*  117440512 [activations.saved[5]]: mlp up */
-#define L5_H                    13554694144 /*  117440512 [activations.saved[5]]: mlp activation */
-#define L6_LN1                  13672134656 /*   33554432 [activations.saved[6]]: attention norm output */
-#define L6_Q                    13705689088 /*   33554432 [activations.saved[6]]: queries (rotated) */
-#define L6_K                    13739243520 /*    8388608 [activations.saved[6]]: keys (rotated) */
-#define L6_V                    13747632128 /*    8388608 [activations.saved[6]]: values */
-#define L6_ATT                  13756020736 /*   33554432 [activations.saved[6]]: attention output */
-#define L6_RES                  13789575168 /*   33554432 [activations.saved[6]]: residual stream after attention */
-#define L6_LN2                  13823129600 /*   33554432 [activations.saved[6]]: mlp norm output */
-#define L6_G                    13856684032 /*  117440512 [activations.saved[6]]: mlp gate */
-#define L6_U                    13974124544 /*  117440512 [activations.saved[6]]: mlp up */
-#define L6_H                    14091565056 /*  117440512 [activations.saved[6]]: mlp activation */
-#define L7_LN1                  14209005568 /*   33554432 [activations.saved[7]]: attention norm output */
-#define L7_Q                    14242560000 /*   33554432 [activations.saved[7]]: queries (rotated) */
-#define L7_K                    14276114432 /*    8388608 [activations.saved[7]]: keys (rotated) */
-#define L7_V                    14284503040 /*    8388608 [activations.saved[7]]: values */
-#define L7_ATT                  14292891648 /*   33554432 [activations.saved[7]]: attention output */
-#define L7_RES                  14326446080 /*   33554432 [activations.saved[7]]: residual stream after attention */
-#define L7_LN2                  14360000512 /*   33554432 [activations.saved[7]]: mlp norm output */
-#define L7_G                    14393554944 /*  117440512 [activations.saved[7]]: mlp gate */
-#define L7_U                    14510995456 /*  117440512 [activations.saved[7]]: mlp up */
-#define L7_H                    14628435968 /*  117440512 [activations.saved[7]]: mlp activation */
-#define L8_LN1                  14745876480 /*   33554432 [activations.saved[8]]: attention norm output */
-#define L8_Q                    14779430912 /*   33554432 [activations.saved[8]]: queries (rotated) */
-#define L8_K                    14812985344 /*    8388608 [activations.saved[8]]: keys (rotated) */
-#define L8_V                    14821373952 /*    8388608 [activations.saved[8]]: values */
-#define L8_ATT                  14829762560 /*   33554432 [activations.saved[8]]: attention output */
-#define L8_RES                  14863316992 /*   33554432 [activations.saved[8]]: residual stream after attention */
-#define L8_LN2                  14896871424 /*   33554432 [activations.saved[8]]: mlp norm output */
-#define L8_G                    14930425856 /*  117440512 [activations.saved[8]]: mlp gate */
-#define L8_U                    15047866368 /*  117440512 [activations.saved[8]]: mlp up */
-#define L8_H                    15165306880 /*  117440512 [activations.saved[8]]: mlp activation */
-#define L9_LN1                  15282747392 /*   33554432 [activations.saved[9]]: attention norm output */
-#define L9_Q                    15316301824 /*   33554432 [activations.saved[9]]: queries (rotated) */
-#define L9_K                    15349856256 /*    8388608 [activations.saved[9]]: keys (rotated) */
-#define L9_V                    15358244864 /*    8388608 [activations.saved[9]]: values */
-#define L9_ATT                  15366633472 /*   33554432 [activations.saved[9]]: attention output */
-#define L9_RES                  15400187904 /*   33554432 [activations.saved[9]]: residual stream after attention */
-#define L9_LN2                  15433742336 /*   33554432 [activations.saved[9]]: mlp norm output */
-#define L9_G                    15467296768 /*  117440512 [activations.saved[9]]: mlp gate */
-#define L9_U                    15584737280 /*  117440512 [activations.saved[9]]: mlp up */
-#define L9_H                    15702177792 /*  117440512 [activations.saved[9]]: mlp activation */
-#define L10_LN1                 15819618304 /*   33554432 [activations.saved[10]]: attention norm output */
-#define L10_Q                   15853172736 /*   33554432 [activations.saved[10]]: queries (rotated) */
-#define L10_K                   15886727168 /*    8388608 [activations.saved[10]]: keys (rotated) */
-#define L10_V                   15895115776 /*    8388608 [activations.saved[10]]: values */
-#define L10_ATT                 15903504384 /*   33554432 [activations.saved[10]]: attention output */
-#define L10_RES                 15937058816 /*   33554432 [activations.saved[10]]: residual stream after attention */
-#define L10_LN2                 15970613248 /*   33554432 [activations.saved[10]]: mlp norm output */
-#define L10_G                   16004167680 /*  117440512 [activations.saved[10]]: mlp gate */
-#define L10_U                   16121608192 /*  117440512 [activations.saved[10]]: mlp up */
-#define L10_H                   16239048704 /*  117440512 [activations.saved[10]]: mlp activation */
-#define L11_LN1                 16356489216 /*   33554432 [activations.saved[11]]: attention norm output */
-#define L11_Q                   16390043648 /*   33554432 [activations.saved[11]]: queries (rotated) */
-#define L11_K                   16423598080 /*    8388608 [activations.saved[11]]: keys (rotated) */
-#define L11_V                   16431986688 /*    8388608 [activations.saved[11]]: values */
-#define L11_ATT                 16440375296 /*   33554432 [activations.saved[11]]: attention output */
-#define L11_RES                 16473929728 /*   33554432 [activations.saved[11]]: residual stream after attention */
-#define L11_LN2                 16507484160 /*   33554432 [activations.saved[11]]: mlp norm output */
-#define L11_G                   16541038592 /*  117440512 [activations.saved[11]]: mlp gate */
-#define L11_U                   16658479104 /*  117440512 [activations.saved[11]]: mlp up */
-#define L11_H                   16775919616 /*  117440512 [activations.saved[11]]: mlp activation */
-#define L12_LN1                 16893360128 /*   33554432 [activations.saved[12]]: attention norm output */
-#define L12_Q                   16926914560 /*   33554432 [activations.saved[12]]: queries (rotated) */
-#define L12_K                   16960468992 /*    8388608 [activations.saved[12]]: keys (rotated) */
-#define L12_V                   16968857600 /*    8388608 [activations.saved[12]]: values */
-#define L12_ATT                 16977246208 /*   33554432 [activations.saved[12]]: attention output */
-#define L12_RES                 17010800640 /*   33554432 [activations.saved[12]]: residual stream after attention */
-#define L12_LN2                 17044355072 /*   33554432 [activations.saved[12]]: mlp norm output */
-#define L12_G                   17077909504 /*  117440512 [activations.saved[12]]: mlp gate */
-#define L12_U                   17195350016 /*  117440512 [activations.saved[12]]: mlp up */
-#define L12_H                   17312790528 /*  117440512 [activations.saved[12]]: mlp activation */
-#define L13_LN1                 17430231040 /*   33554432 [activations.saved[13]]: attention norm output */
-#define L13_Q                   17463785472 /*   33554432 [activations.saved[13]]: queries (rotated) */
-#define L13_K                   17497339904 /*    8388608 [activations.saved[13]]: keys (rotated) */
-#define L13_V                   17505728512 /*    8388608 [activations.saved[13]]: values */
-#define L13_ATT                 17514117120 /*   33554432 [activations.saved[13]]: attention output */
-#define L13_RES                 17547671552 /*   33554432 [activations.saved[13]]: residual stream after attention */
-#define L13_LN2                 17581225984 /*   33554432 [activations.saved[13]]: mlp norm output */
-#define L13_G                   17614780416 /*  117440512 [activations.saved[13]]: mlp gate */
-#define L13_U                   17732220928 /*  117440512 [activations.saved[13]]: mlp up */
-#define L13_H                   17849661440 /*  117440512 [activations.saved[13]]: mlp activation */
-#define L14_LN1                 17967101952 /*   33554432 [activations.saved[14]]: attention norm output */
-#define L14_Q                   18000656384 /*   33554432 [activations.saved[14]]: queries (rotated) */
-#define L14_K                   18034210816 /*    8388608 [activations.saved[14]]: keys (rotated) */
-#define L14_V                   18042599424 /*    8388608 [activations.saved[14]]: values */
-#define L14_ATT                 18050988032 /*   33554432 [activations.saved[14]]: attention output */
-#define L14_RES                 18084542464 /*   33554432 [activations.saved[14]]: residual stream after attention */
-#define L14_LN2                 18118096896 /*   33554432 [activations.saved[14]]: mlp norm output */
-#define L14_G                   18151651328 /*  117440512 [activations.saved[14]]: mlp gate */
-#define L14_U                   18269091840 /*  117440512 [activations.saved[14]]: mlp up */
-#define L14_H                   18386532352 /*  117440512 [activations.saved[14]]: mlp activation */
-#define L15_LN1                 18503972864 /*   33554432 [activations.saved[15]]: attention norm output */
-#define L15_Q                   18537527296 /*   33554432 [activations.saved[15]]: queries (rotated) */
-#define L15_K                   18571081728 /*    8388608 [activations.saved[15]]: keys (rotated) */
-#define L15_V                   18579470336 /*    8388608 [activations.saved[15]]: values */
-#define L15_ATT                 18587858944 /*   33554432 [activations.saved[15]]: attention output */
-#define L15_RES                 18621413376 /*   33554432 [activations.saved[15]]: residual stream after attention */
-#define L15_LN2                 18654967808 /*   33554432 [activations.saved[15]]: mlp norm output */
-#define L15_G                   18688522240 /*  117440512 [activations.saved[15]]: mlp gate */
-#define L15_U                   18805962752 /*  117440512 [activations.saved[15]]: mlp up */
-#define L15_H                   18923403264 /*  117440512 [activations.saved[15]]: mlp activation */
-#define L16_LN1                 19040843776 /*   33554432 [activations.saved[16]]: attention norm output */
-#define L16_Q                   19074398208 /*   33554432 [activations.saved[16]]: queries (rotated) */
-#define L16_K                   19107952640 /*    8388608 [activations.saved[16]]: keys (rotated) */
-#define L16_V                   19116341248 /*    8388608 [activations.saved[16]]: values */
-#define L16_ATT                 19124729856 /*   33554432 [activations.saved[16]]: attention output */
-#define L16_RES                 19158284288 /*   33554432 [activations.saved[16]]: residual stream after attention */
-#define L16_LN2                 19191838720 /*   33554432 [activations.saved[16]]: mlp norm output */
-#define L16_G                   19225393152 /*  117440512 [activations.saved[16]]: mlp gate */
-#define L16_U                   19342833664 /*  117440512 [activations.saved[16]]: mlp up */
-#define L16_H                   19460274176 /*  117440512 [activations.saved[16]]: mlp activation */
-#define L17_LN1                 19577714688 /*   33554432 [activations.saved[17]]: attention norm output */
-#define L17_Q                   19611269120 /*   33554432 [activations.saved[17]]: queries (rotated) */
-#define L17_K                   19644823552 /*    8388608 [activations.saved[17]]: keys (rotated) */
-#define L17_V                   19653212160 /*    8388608 [activations.saved[17]]: values */
-#define L17_ATT                 19661600768 /*   33554432 [activations.saved[17]]: attention output */
-#define L17_RES                 19695155200 /*   33554432 [activations.saved[17]]: residual stream after attention */
-#define L17_LN2                 19728709632 /*   33554432 [activations.saved[17]]: mlp norm output */
-#define L17_G                   19762264064 /*  117440512 [activations.saved[17]]: mlp gate */
-#define L17_U                   19879704576 /*  117440512 [activations.saved[17]]: mlp up */
-#define L17_H                   19997145088 /*  117440512 [activations.saved[17]]: mlp activation */
-#define L18_LN1                 20114585600 /*   33554432 [activations.saved[18]]: attention norm output */
-#define L18_Q                   20148140032 /*   33554432 [activations.saved[18]]: queries (rotated) */
-#define L18_K                   20181694464 /*    8388608 [activations.saved[18]]: keys (rotated) */
-#define L18_V                   20190083072 /*    8388608 [activations.saved[18]]: values */
-#define L18_ATT                 20198471680 /*   33554432 [activations.saved[18]]: attention output */
-#define L18_RES                 20232026112 /*   33554432 [activations.saved[18]]: residual stream after attention */
-#define L18_LN2                 20265580544 /*   33554432 [activations.saved[18]]: mlp norm output */
-#define L18_G                   20299134976 /*  117440512 [activations.saved[18]]: mlp gate */
-#define L18_U                   20416575488 /*  117440512 [activations.saved[18]]: mlp up */
-#define L18_H                   20534016000 /*  117440512 [activations.saved[18]]: mlp activation */
-#define L19_LN1                 20651456512 /*   33554432 [activations.saved[19]]: attention norm output */
-#define L19_Q                   20685010944 /*   33554432 [activations.saved[19]]: queries (rotated) */
-#define L19_K                   20718565376 /*    8388608 [activations.saved[19]]: keys (rotated) */
-#define L19_V                   20726953984 /*    8388608 [activations.saved[19]]: values */
-#define L19_ATT                 20735342592 /*   33554432 [activations.saved[19]]: attention output */
-#define L19_RES                 20768897024 /*   33554432 [activations.saved[19]]: residual stream after attention */
-#define L19_LN2                 20802451456 /*   33554432 [activations.saved[19]]: mlp norm output */
-#define L19_G                   20836005888 /*  117440512 [activations.saved[19]]: mlp gate */
-#define L19_U                   20953446400 /*  117440512 [activations.saved[19]]: mlp up */
-#define L19_H                   21070886912 /*  117440512 [activations.saved[19]]: mlp activation */
-#define L20_LN1                 21188327424 /*   33554432 [activations.saved[20]]: attention norm output */
-#define L20_Q                   21221881856 /*   33554432 [activations.saved[20]]: queries (rotated) */
-#define L20_K                   21255436288 /*    8388608 [activations.saved[20]]: keys (rotated) */
-#define L20_V                   21263824896 /*    8388608 [activations.saved[20]]: values */
-#define L20_ATT                 21272213504 /*   33554432 [activations.saved[20]]: attention output */
-#define L20_RES                 21305767936 /*   33554432 [activations.saved[20]]: residual stream after attention */
-#define L20_LN2                 21339322368 /*   33554432 [activations.saved[20]]: mlp norm output */
-#define L20_G                   21372876800 /*  117440512 [activations.saved[20]]: mlp gate */
-#define L20_U                   21490317312 /*  117440512 [activations.saved[20]]: mlp up */
-#define L20_H                   21607757824 /*  117440512 [activations.saved[20]]: mlp activation */
-#define L21_LN1                 21725198336 /*   33554432 [activations.saved[21]]: attention norm output */
-#define L21_Q                   21758752768 /*   33554432 [activations.saved[21]]: queries (rotated) */
-#define L21_K                   21792307200 /*    8388608 [activations.saved[21]]: keys (rotated) */
-#define L21_V                   21800695808 /*    8388608 [activations.saved[21]]: values */
-#define L21_ATT                 21809084416 /*   33554432 [activations.saved[21]]: attention output */
-#define L21_RES                 21842638848 /*   33554432 [activations.saved[21]]: residual stream after attention */
-#define L21_LN2                 21876193280 /*   33554432 [activations.saved[21]]: mlp norm output */
-#define L21_G                   21909747712 /*  117440512 [activations.saved[21]]: mlp gate */
-#define L21_U                   22027188224 /*  117440512 [activations.saved[21]]: mlp up */
-#define L21_H                   22144628736 /*  117440512 [activations.saved[21]]: mlp activation */
-#define L22_LN1                 22262069248 /*   33554432 [activations.saved[22]]: attention norm output */
-#define L22_Q                   22295623680 /*   33554432 [activations.saved[22]]: queries (rotated) */
-#define L22_K                   22329178112 /*    8388608 [activations.saved[22]]: keys (rotated) */
-#define L22_V                   22337566720 /*    8388608 [activations.saved[22]]: values */
-#define L22_ATT                 22345955328 /*   33554432 [activations.saved[22]]: attention output */
-#define L22_RES                 22379509760 /*   33554432 [activations.saved[22]]: residual stream after attention */
-#define L22_LN2                 22413064192 /*   33554432 [activations.saved[22]]: mlp norm output */
-#define L22_G                   22446618624 /*  117440512 [activations.saved[22]]: mlp gate */
-#define L22_U                   22564059136 /*  117440512 [activations.saved[22]]: mlp up */
-#define L22_H                   22681499648 /*  117440512 [activations.saved[22]]: mlp activation */
-#define L23_LN1                 22798940160 /*   33554432 [activations.saved[23]]: attention norm output */
-#define L23_Q                   22832494592 /*   33554432 [activations.saved[23]]: queries (rotated) */
-#define L23_K                   22866049024 /*    8388608 [activations.saved[23]]: keys (rotated) */
-#define L23_V                   22874437632 /*    8388608 [activations.saved[23]]: values */
-#define L23_ATT                 22882826240 /*   33554432 [activations.saved[23]]: attention output */
-#define L23_RES                 22916380672 /*   33554432 [activations.saved[23]]: residual stream after attention */
-#define L23_LN2                 22949935104 /*   33554432 [activations.saved[23]]: mlp norm output */
-#define L23_G                   22983489536 /*  117440512 [activations.saved[23]]: mlp gate */
-#define L23_U                   23100930048 /*  117440512 [activations.saved[23]]: mlp up */
-#define L23_H                   23218370560 /*  117440512 [activations.saved[23]]: mlp activation */
-#define L24_LN1                 23335811072 /*   33554432 [activations.saved[24]]: attention norm output */
-#define L24_Q                   23369365504 /*   33554432 [activations.saved[24]]: queries (rotated) */
-#define L24_K                   23402919936 /*    8388608 [activations.saved[24]]: keys (rotated) */
-#define L24_V                   23411308544 /*    8388608 [activations.saved[24]]: values */
-#define L24_ATT                 23419697152 /*   33554432 [activations.saved[24]]: attention output */
-#define L24_RES                 23453251584 /*   33554432 [activations.saved[24]]: residual stream after attention */
-#define L24_LN2                 23486806016 /*   33554432 [activations.saved[24]]: mlp norm output */
-#define L24_G                   23520360448 /*  117440512 [activations.saved[24]]: mlp gate */
-#define L24_U                   23637800960 /*  117440512 [activations.saved[24]]: mlp up */
-#define L24_H                   23755241472 /*  117440512 [activations.saved[24]]: mlp activation */
-#define L25_LN1                 23872681984 /*   33554432 [activations.saved[25]]: attention norm output */
-#define L25_Q                   23906236416 /*   33554432 [activations.saved[25]]: queries (rotated) */
-#define L25_K                   23939790848 /*    8388608 [activations.saved[25]]: keys (rotated) */
-#define L25_V                   23948179456 /*    8388608 [activations.saved[25]]: values */
-#define L25_ATT                 23956568064 /*   33554432 [activations.saved[25]]: attention output */
-#define L25_RES                 23990122496 /*   33554432 [activations.saved[25]]: residual stream after attention */
-#define L25_LN2                 24023676928 /*   33554432 [activations.saved[25]]: mlp norm output */
-#define L25_G                   24057231360 /*  117440512 [activations.saved[25]]: mlp gate */
-#define L25_U                   24174671872 /*  117440512 [activations.saved[25]]: mlp up */
-#define L25_H                   24292112384 /*  117440512 [activations.saved[25]]: mlp activation */
-#define L26_LN1                 24409552896 /*   33554432 [activations.saved[26]]: attention norm output */
-#define L26_Q                   24443107328 /*   33554432 [activations.saved[26]]: queries (rotated) */
-#define L26_K                   24476661760 /*    8388608 [activations.saved[26]]: keys (rotated) */
-#define L26_V                   24485050368 /*    8388608 [activations.saved[26]]: values */
-#define L26_ATT                 24493438976 /*   33554432 [activations.saved[26]]: attention output */
-#define L26_RES                 24526993408 /*   33554432 [activations.saved[26]]: residual stream after attention */
-#define L26_LN2                 24560547840 /*   33554432 [activations.saved[26]]: mlp norm output */
-#define L26_G                   24594102272 /*  117440512 [activations.saved[26]]: mlp gate */
-#define L26_U                   24711542784 /*  117440512 [activations.saved[26]]: mlp up */
-#define L26_H                   24828983296 /*  117440512 [activations.saved[26]]: mlp activation */
-#define L27_LN1                 24946423808 /*   33554432 [activations.saved[27]]: attention norm output */
-#define L27_Q                   24979978240 /*   33554432 [activations.saved[27]]: queries (rotated) */
-#define L27_K                   25013532672 /*    8388608 [activations.saved[27]]: keys (rotated) */
-#define L27_V                   25021921280 /*    8388608 [activations.saved[27]]: values */
-#define L27_ATT                 25030309888 /*   33554432 [activations.saved[27]]: attention output */
-#define L27_RES                 25063864320 /*   33554432 [activations.saved[27]]: residual stream after attention */
-#define L27_LN2                 25097418752 /*   33554432 [activations.saved[27]]: mlp norm output */
-#define L27_G                   25130973184 /*  117440512 [activations.saved[27]]: mlp gate */
-#define L27_U                   25248413696 /*  117440512 [activations.saved[27]]: mlp up */
-#define L27_H                   25365854208 /*  117440512 [activations.saved[27]]: mlp activation */
-#define L28_LN1                 25483294720 /*   33554432 [activations.saved[28]]: attention norm output */
-#define L28_Q                   25516849152 /*   33554432 [activations.saved[28]]: queries (rotated) */
-#define L28_K                   25550403584 /*    8388608 [activations.saved[28]]: keys (rotated) */
-#define L28_V                   25558792192 /*    8388608 [activations.saved[28]]: values */
-#define L28_ATT                 25567180800 /*   33554432 [activations.saved[28]]: attention output */
-#define L28_RES                 25600735232 /*   33554432 [activations.saved[28]]: residual stream after attention */
-#define L28_LN2                 25634289664 /*   33554432 [activations.saved[28]]: mlp norm output */
-#define L28_G                   25667844096 /*  117440512 [activations.saved[28]]: mlp gate */
-#define L28_U                   25785284608 /*  117440512 [activations.saved[28]]: mlp up */
-#define L28_H                   25902725120 /*  117440512 [activations.saved[28]]: mlp activation */
-#define L29_LN1                 26020165632 /*   33554432 [activations.saved[29]]: attention norm output */
-#define L29_Q                   26053720064 /*   33554432 [activations.saved[29]]: queries (rotated) */
-#define L29_K                   26087274496 /*    8388608 [activations.saved[29]]: keys (rotated) */
-#define L29_V                   26095663104 /*    8388608 [activations.saved[29]]: values */
-#define L29_ATT                 26104051712 /*   33554432 [activations.saved[29]]: attention output */
-#define L29_RES                 26137606144 /*   33554432 [activations.saved[29]]: residual stream after attention */
-#define L29_LN2                 26171160576 /*   33554432 [activations.saved[29]]: mlp norm output */
-#define L29_G                   26204715008 /*  117440512 [activations.saved[29]]: mlp gate */
-#define L29_U                   26322155520 /*  117440512 [activations.saved[29]]: mlp up */
-#define L29_H                   26439596032 /*  117440512 [activations.saved[29]]: mlp activation */
-#define L30_LN1                 26557036544 /*   33554432 [activations.saved[30]]: attention norm output */
-#define L30_Q                   26590590976 /*   33554432 [activations.saved[30]]: queries (rotated) */
-#define L30_K                   26624145408 /*    8388608 [activations.saved[30]]: keys (rotated) */
-#define L30_V                   26632534016 /*    8388608 [activations.saved[30]]: values */
-#define L30_ATT                 26640922624 /*   33554432 [activations.saved[30]]: attention output */
-#define L30_RES                 26674477056 /*   33554432 [activations.saved[30]]: residual stream after attention */
-#define L30_LN2                 26708031488 /*   33554432 [activations.saved[30]]: mlp norm output */
-#define L30_G                   26741585920 /*  117440512 [activations.saved[30]]: mlp gate */
-#define L30_U                   26859026432 /*  117440512 [activations.saved[30]]: mlp up */
-#define L30_H                   26976466944 /*  117440512 [activations.saved[30]]: mlp activation */
-#define L31_LN1                 27093907456 /*   33554432 [activations.saved[31]]: attention norm output */
-#define L31_Q                   27127461888 /*   33554432 [activations.saved[31]]: queries (rotated) */
-#define L31_K                   27161016320 /*    8388608 [activations.saved[31]]: keys (rotated) */
-#define L31_V                   27169404928 /*    8388608 [activations.saved[31]]: values */
-#define L31_ATT                 27177793536 /*   33554432 [activations.saved[31]]: attention output */
-#define L31_RES                 27211347968 /*   33554432 [activations.saved[31]]: residual stream after attention */
-#define L31_LN2                 27244902400 /*   33554432 [activations.saved[31]]: mlp norm output */
-#define L31_G                   27278456832 /*  117440512 [activations.saved[31]]: mlp gate */
-#define L31_U                   27395897344 /*  117440512 [activations.saved[31]]: mlp up */
-#define L31_H                   27513337856 /*  117440512 [activations.saved[31]]: mlp activation */
-#define DX_A                    27630778368 /*   33554432 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
-#define DX_B                    27664332800 /*   33554432 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
-#define DLN                     27697887232 /*   33554432 [activations.grad_norm]: gradient of a norm's output */
-#define LWS                     27731441664 /*  352321536 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+/* ---- the HBM span's activation buffers (offsets in units of 2 B) ---- */
+#define KEPT                    18271436800 /* 8030261248 [gathered.params_kept]: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
+#define CAST0                   27704700928 /*  131335168 [params.bf16_cast]: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define CAST1                   27836036096 /*  131335168 [params.bf16_cast]: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define GRAD0                   26301698048 /*  525340672 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   26827038720 /*  525340672 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                                0 /*   33554432 [activations.saved[0]]: boundary: input of layer 0 (residual stream) */
+#define X1                        570982400 /*   33554432 [activations.saved[1]]: boundary: input of layer 1 (residual stream) */
+#define X2                       1141964800 /*   33554432 [activations.saved[2]]: boundary: input of layer 2 (residual stream) */
+#define X3                       1712947200 /*   33554432 [activations.saved[3]]: boundary: input of layer 3 (residual stream) */
+#define X4                       2283929600 /*   33554432 [activations.saved[4]]: boundary: input of layer 4 (residual stream) */
+#define X5                       2854912000 /*   33554432 [activations.saved[5]]: boundary: input of layer 5 (residual stream) */
+#define X6                       3425894400 /*   33554432 [activations.saved[6]]: boundary: input of layer 6 (residual stream) */
+#define X7                       3996876800 /*   33554432 [activations.saved[7]]: boundary: input of layer 7 (residual stream) */
+#define X8                       4567859200 /*   33554432 [activations.saved[8]]: boundary: input of layer 8 (residual stream) */
+#define X9                       5138841600 /*   33554432 [activations.saved[9]]: boundary: input of layer 9 (residual stream) */
+#define X10                      5709824000 /*   33554432 [activations.saved[10]]: boundary: input of layer 10 (residual stream) */
+#define X11                      6280806400 /*   33554432 [activations.saved[11]]: boundary: input of layer 11 (residual stream) */
+#define X12                      6851788800 /*   33554432 [activations.saved[12]]: boundary: input of layer 12 (residual stream) */
+#define X13                      7422771200 /*   33554432 [activations.saved[13]]: boundary: input of layer 13 (residual stream) */
+#define X14                      7993753600 /*   33554432 [activations.saved[14]]: boundary: input of layer 14 (residual stream) */
+#define X15                      8564736000 /*   33554432 [activations.saved[15]]: boundary: input of layer 15 (residual stream) */
+#define X16                      9135718400 /*   33554432 [activations.saved[16]]: boundary: input of layer 16 (residual stream) */
+#define X17                      9706700800 /*   33554432 [activations.saved[17]]: boundary: input of layer 17 (residual stream) */
+#define X18                     10277683200 /*   33554432 [activations.saved[18]]: boundary: input of layer 18 (residual stream) */
+#define X19                     10848665600 /*   33554432 [activations.saved[19]]: boundary: input of layer 19 (residual stream) */
+#define X20                     11419648000 /*   33554432 [activations.saved[20]]: boundary: input of layer 20 (residual stream) */
+#define X21                     11990630400 /*   33554432 [activations.saved[21]]: boundary: input of layer 21 (residual stream) */
+#define X22                     12561612800 /*   33554432 [activations.saved[22]]: boundary: input of layer 22 (residual stream) */
+#define X23                     13132595200 /*   33554432 [activations.saved[23]]: boundary: input of layer 23 (residual stream) */
+#define X24                     13703577600 /*   33554432 [activations.saved[24]]: boundary: input of layer 24 (residual stream) */
+#define X25                     14274560000 /*   33554432 [activations.saved[25]]: boundary: input of layer 25 (residual stream) */
+#define X26                     14845542400 /*   33554432 [activations.saved[26]]: boundary: input of layer 26 (residual stream) */
+#define X27                     15416524800 /*   33554432 [activations.saved[27]]: boundary: input of layer 27 (residual stream) */
+#define X28                     15987507200 /*   33554432 [activations.saved[28]]: boundary: input of layer 28 (residual stream) */
+#define X29                     16558489600 /*   33554432 [activations.saved[29]]: boundary: input of layer 29 (residual stream) */
+#define X30                     17129472000 /*   33554432 [activations.saved[30]]: boundary: input of layer 30 (residual stream) */
+#define X31                     17700454400 /*   33554432 [activations.saved[31]]: boundary: input of layer 31 (residual stream) */
+#define X32                     27967371264 /*   33554432 [activations.final_boundary]: output of the last layer */
+#define L0_LN1                     33554432 /*   33554432 [activations.saved[0]]: attention norm output */
+#define L0_Q                       67125248 /*   33554432 [activations.saved[0]]: queries (rotated) */
+#define L0_K                      100679680 /*    8388608 [activations.saved[0]]: keys (rotated) */
+#define L0_V                      109068288 /*    8388608 [activations.saved[0]]: values */
+#define L0_ATT                    117456896 /*   33554432 [activations.saved[0]]: attention output */
+#define L0_RES                    151535616 /*   33554432 [activations.saved[0]]: residual stream after attention */
+#define L0_LN2                    185090048 /*   33554432 [activations.saved[0]]: mlp norm output */
+#define L0_G                      218660864 /*  117440512 [activations.saved[0]]: mlp gate */
+#define L0_U                      336101376 /*  117440512 [activations.saved[0]]: mlp up */
+#define L0_H                      453541888 /*  117440512 [activations.saved[0]]: mlp activation */
+#define L1_LN1                    604536832 /*   33554432 [activations.saved[1]]: attention norm output */
+#define L1_Q                      638107648 /*   33554432 [activations.saved[1]]: queries (rotated) */
+#define L1_K                      671662080 /*    8388608 [activations.saved[1]]: keys (rotated) */
+#define L1_V                      680050688 /*    8388608 [activations.saved[1]]: values */
+#define L1_ATT                    688439296 /*   33554432 [activations.saved[1]]: attention output */
+#define L1_RES                    722518016 /*   33554432 [activations.saved[1]]: residual stream after attention */
+#define L1_LN2                    756072448 /*   33554432 [activations.saved[1]]: mlp norm output */
+#define L1_G                      789643264 /*  117440512 [activations.saved[1]]: mlp gate */
+#define L1_U                      907083776 /*  117440512 [activations.saved[1]]: mlp up */
+#define L1_H                     1024524288 /*  117440512 [activations.saved[1]]: mlp activation */
+#define L2_LN1                   1175519232 /*   33554432 [activations.saved[2]]: attention norm output */
+#define L2_Q                     1209090048 /*   33554432 [activations.saved[2]]: queries (rotated) */
+#define L2_K                     1242644480 /*    8388608 [activations.saved[2]]: keys (rotated) */
+#define L2_V                     1251033088 /*    8388608 [activations.saved[2]]: values */
+#define L2_ATT                   1259421696 /*   33554432 [activations.saved[2]]: attention output */
+#define L2_RES                   1293500416 /*   33554432 [activations.saved[2]]: residual stream after attention */
+#define L2_LN2                   1327054848 /*   33554432 [activations.saved[2]]: mlp norm output */
+#define L2_G                     1360625664 /*  117440512 [activations.saved[2]]: mlp gate */
+#define L2_U                     1478066176 /*  117440512 [activations.saved[2]]: mlp up */
+#define L2_H                     1595506688 /*  117440512 [activations.saved[2]]: mlp activation */
+#define L3_LN1                   1746501632 /*   33554432 [activations.saved[3]]: attention norm output */
+#define L3_Q                     1780072448 /*   33554432 [activations.saved[3]]: queries (rotated) */
+#define L3_K                     1813626880 /*    8388608 [activations.saved[3]]: keys (rotated) */
+#define L3_V                     1822015488 /*    8388608 [activations.saved[3]]: values */
+#define L3_ATT                   1830404096 /*   33554432 [activations.saved[3]]: attention output */
+#define L3_RES                   1864482816 /*   33554432 [activations.saved[3]]: residual stream after attention */
+#define L3_LN2                   1898037248 /*   33554432 [activations.saved[3]]: mlp norm output */
+#define L3_G                     1931608064 /*  117440512 [activations.saved[3]]: mlp gate */
+#define L3_U                     2049048576 /*  117440512 [activations.saved[3]]: mlp up */
+#define L3_H                     2166489088 /*  117440512 [activations.saved[3]]: mlp activation */
+#define L4_LN1                   2317484032 /*   33554432 [activations.saved[4]]: attention norm output */
+#define L4_Q                     2351054848 /*   33554432 [activations.saved[4]]: queries (rotated) */
+#define L4_K                     2384609280 /*    8388608 [activations.saved[4]]: keys (rotated) */
+#define L4_V                     2392997888 /*    8388608 [activations.saved[4]]: values */
+#define L4_ATT                   2401386496 /*   33554432 [activations.saved[4]]: attention output */
+#define L4_RES                   2435465216 /*   33554432 [activations.saved[4]]: residual stream after attention */
+#define L4_LN2                   2469019648 /*   33554432 [activations.saved[4]]: mlp norm output */
+#define L4_G                     2502590464 /*  117440512 [activations.saved[4]]: mlp gate */
+#define L4_U                     2620030976 /*  117440512 [activations.saved[4]]: mlp up */
+#define L4_H                     2737471488 /*  117440512 [activations.saved[4]]: mlp activation */
+#define L5_LN1                   2888466432 /*   33554432 [activations.saved[5]]: attention norm output */
+#define L5_Q                     2922037248 /*   33554432 [activations.saved[5]]: queries (rotated) */
+#define L5_K                     2955591680 /*    8388608 [activations.saved[5]]: keys (rotated) */
+#define L5_V                     2963980288 /*    8388608 [activations.saved[5]]: values */
+#define L5_ATT                   2972368896 /*   33554432 [activations.saved[5]]: attention output */
+#define L5_RES                   3006447616 /*   33554432 [activations.saved[5]]: residual stream after attention */
+#define L5_LN2                   3040002048 /*   33554432 [activations.saved[5]]: mlp norm output */
+#define L5_G                     3073572864 /*  117440512 [activations.saved[5]]: mlp gate */
+#define L5_U                     3191013376 /*  117440512 [activations.saved[5]]: mlp up */
+#define L5_H                     3308453888 /*  117440512 [activations.saved[5]]: mlp activation */
+#define L6_LN1                   3459448832 /*   33554432 [activations.saved[6]]: attention norm output */
+#define L6_Q                     3493019648 /*   33554432 [activations.saved[6]]: queries (rotated) */
+#define L6_K                     3526574080 /*    8388608 [activations.saved[6]]: keys (rotated) */
+#define L6_V                     3534962688 /*    8388608 [activations.saved[6]]: values */
+#define L6_ATT                   3543351296 /*   33554432 [activations.saved[6]]: attention output */
+#define L6_RES                   3577430016 /*   33554432 [activations.saved[6]]: residual stream after attention */
+#define L6_LN2                   3610984448 /*   33554432 [activations.saved[6]]: mlp norm output */
+#define L6_G                     3644555264 /*  117440512 [activations.saved[6]]: mlp gate */
+#define L6_U                     3761995776 /*  117440512 [activations.saved[6]]: mlp up */
+#define L6_H                     3879436288 /*  117440512 [activations.saved[6]]: mlp activation */
+#define L7_LN1                   4030431232 /*   33554432 [activations.saved[7]]: attention norm output */
+#define L7_Q                     4064002048 /*   33554432 [activations.saved[7]]: queries (rotated) */
+#define L7_K                     4097556480 /*    8388608 [activations.saved[7]]: keys (rotated) */
+#define L7_V                     4105945088 /*    8388608 [activations.saved[7]]: values */
+#define L7_ATT                   4114333696 /*   33554432 [activations.saved[7]]: attention output */
+#define L7_RES                   4148412416 /*   33554432 [activations.saved[7]]: residual stream after attention */
+#define L7_LN2                   4181966848 /*   33554432 [activations.saved[7]]: mlp norm output */
+#define L7_G                     4215537664 /*  117440512 [activations.saved[7]]: mlp gate */
+#define L7_U                     4332978176 /*  117440512 [activations.saved[7]]: mlp up */
+#define L7_H                     4450418688 /*  117440512 [activations.saved[7]]: mlp activation */
+#define L8_LN1                   4601413632 /*   33554432 [activations.saved[8]]: attention norm output */
+#define L8_Q                     4634984448 /*   33554432 [activations.saved[8]]: queries (rotated) */
+#define L8_K                     4668538880 /*    8388608 [activations.saved[8]]: keys (rotated) */
+#define L8_V                     4676927488 /*    8388608 [activations.saved[8]]: values */
+#define L8_ATT                   4685316096 /*   33554432 [activations.saved[8]]: attention output */
+#define L8_RES                   4719394816 /*   33554432 [activations.saved[8]]: residual stream after attention */
+#define L8_LN2                   4752949248 /*   33554432 [activations.saved[8]]: mlp norm output */
+#define L8_G                     4786520064 /*  117440512 [activations.saved[8]]: mlp gate */
+#define L8_U                     4903960576 /*  117440512 [activations.saved[8]]: mlp up */
+#define L8_H                     5021401088 /*  117440512 [activations.saved[8]]: mlp activation */
+#define L9_LN1                   5172396032 /*   33554432 [activations.saved[9]]: attention norm output */
+#define L9_Q                     5205966848 /*   33554432 [activations.saved[9]]: queries (rotated) */
+#define L9_K                     5239521280 /*    8388608 [activations.saved[9]]: keys (rotated) */
+#define L9_V                     5247909888 /*    8388608 [activations.saved[9]]: values */
+#define L9_ATT                   5256298496 /*   33554432 [activations.saved[9]]: attention output */
+#define L9_RES                   5290377216 /*   33554432 [activations.saved[9]]: residual stream after attention */
+#define L9_LN2                   5323931648 /*   33554432 [activations.saved[9]]: mlp norm output */
+#define L9_G                     5357502464 /*  117440512 [activations.saved[9]]: mlp gate */
+#define L9_U                     5474942976 /*  117440512 [activations.saved[9]]: mlp up */
+#define L9_H                     5592383488 /*  117440512 [activations.saved[9]]: mlp activation */
+#define L10_LN1                  5743378432 /*   33554432 [activations.saved[10]]: attention norm output */
+#define L10_Q                    5776949248 /*   33554432 [activations.saved[10]]: queries (rotated) */
+#define L10_K                    5810503680 /*    8388608 [activations.saved[10]]: keys (rotated) */
+#define L10_V                    5818892288 /*    8388608 [activations.saved[10]]: values */
+#define L10_ATT                  5827280896 /*   33554432 [activations.saved[10]]: attention output */
+#define L10_RES                  5861359616 /*   33554432 [activations.saved[10]]: residual stream after attention */
+#define L10_LN2                  5894914048 /*   33554432 [activations.saved[10]]: mlp norm output */
+#define L10_G                    5928484864 /*  117440512 [activations.saved[10]]: mlp gate */
+#define L10_U                    6045925376 /*  117440512 [activations.saved[10]]: mlp up */
+#define L10_H                    6163365888 /*  117440512 [activations.saved[10]]: mlp activation */
+#define L11_LN1                  6314360832 /*   33554432 [activations.saved[11]]: attention norm output */
+#define L11_Q                    6347931648 /*   33554432 [activations.saved[11]]: queries (rotated) */
+#define L11_K                    6381486080 /*    8388608 [activations.saved[11]]: keys (rotated) */
+#define L11_V                    6389874688 /*    8388608 [activations.saved[11]]: values */
+#define L11_ATT                  6398263296 /*   33554432 [activations.saved[11]]: attention output */
+#define L11_RES                  6432342016 /*   33554432 [activations.saved[11]]: residual stream after attention */
+#define L11_LN2                  6465896448 /*   33554432 [activations.saved[11]]: mlp norm output */
+#define L11_G                    6499467264 /*  117440512 [activations.saved[11]]: mlp gate */
+#define L11_U                    6616907776 /*  117440512 [activations.saved[11]]: mlp up */
+#define L11_H                    6734348288 /*  117440512 [activations.saved[11]]: mlp activation */
+#define L12_LN1                  6885343232 /*   33554432 [activations.saved[12]]: attention norm output */
+#define L12_Q                    6918914048 /*   33554432 [activations.saved[12]]: queries (rotated) */
+#define L12_K                    6952468480 /*    8388608 [activations.saved[12]]: keys (rotated) */
+#define L12_V                    6960857088 /*    8388608 [activations.saved[12]]: values */
+#define L12_ATT                  6969245696 /*   33554432 [activations.saved[12]]: attention output */
+#define L12_RES                  7003324416 /*   33554432 [activations.saved[12]]: residual stream after attention */
+#define L12_LN2                  7036878848 /*   33554432 [activations.saved[12]]: mlp norm output */
+#define L12_G                    7070449664 /*  117440512 [activations.saved[12]]: mlp gate */
+#define L12_U                    7187890176 /*  117440512 [activations.saved[12]]: mlp up */
+#define L12_H                    7305330688 /*  117440512 [activations.saved[12]]: mlp activation */
+#define L13_LN1                  7456325632 /*   33554432 [activations.saved[13]]: attention norm output */
+#define L13_Q                    7489896448 /*   33554432 [activations.saved[13]]: queries (rotated) */
+#define L13_K                    7523450880 /*    8388608 [activations.saved[13]]: keys (rotated) */
+#define L13_V                    7531839488 /*    8388608 [activations.saved[13]]: values */
+#define L13_ATT                  7540228096 /*   33554432 [activations.saved[13]]: attention output */
+#define L13_RES                  7574306816 /*   33554432 [activations.saved[13]]: residual stream after attention */
+#define L13_LN2                  7607861248 /*   33554432 [activations.saved[13]]: mlp norm output */
+#define L13_G                    7641432064 /*  117440512 [activations.saved[13]]: mlp gate */
+#define L13_U                    7758872576 /*  117440512 [activations.saved[13]]: mlp up */
+#define L13_H                    7876313088 /*  117440512 [activations.saved[13]]: mlp activation */
+#define L14_LN1                  8027308032 /*   33554432 [activations.saved[14]]: attention norm output */
+#define L14_Q                    8060878848 /*   33554432 [activations.saved[14]]: queries (rotated) */
+#define L14_K                    8094433280 /*    8388608 [activations.saved[14]]: keys (rotated) */
+#define L14_V                    8102821888 /*    8388608 [activations.saved[14]]: values */
+#define L14_ATT                  8111210496 /*   33554432 [activations.saved[14]]: attention output */
+#define L14_RES                  8145289216 /*   33554432 [activations.saved[14]]: residual stream after attention */
+#define L14_LN2                  8178843648 /*   33554432 [activations.saved[14]]: mlp norm output */
+#define L14_G                    8212414464 /*  117440512 [activations.saved[14]]: mlp gate */
+#define L14_U                    8329854976 /*  117440512 [activations.saved[14]]: mlp up */
+#define L14_H                    8447295488 /*  117440512 [activations.saved[14]]: mlp activation */
+#define L15_LN1                  8598290432 /*   33554432 [activations.saved[15]]: attention norm output */
+#define L15_Q                    8631861248 /*   33554432 [activations.saved[15]]: queries (rotated) */
+#define L15_K                    8665415680 /*    8388608 [activations.saved[15]]: keys (rotated) */
+#define L15_V                    8673804288 /*    8388608 [activations.saved[15]]: values */
+#define L15_ATT                  8682192896 /*   33554432 [activations.saved[15]]: attention output */
+#define L15_RES                  8716271616 /*   33554432 [activations.saved[15]]: residual stream after attention */
+#define L15_LN2                  8749826048 /*   33554432 [activations.saved[15]]: mlp norm output */
+#define L15_G                    8783396864 /*  117440512 [activations.saved[15]]: mlp gate */
+#define L15_U                    8900837376 /*  117440512 [activations.saved[15]]: mlp up */
+#define L15_H                    9018277888 /*  117440512 [activations.saved[15]]: mlp activation */
+#define L16_LN1                  9169272832 /*   33554432 [activations.saved[16]]: attention norm output */
+#define L16_Q                    9202843648 /*   33554432 [activations.saved[16]]: queries (rotated) */
+#define L16_K                    9236398080 /*    8388608 [activations.saved[16]]: keys (rotated) */
+#define L16_V                    9244786688 /*    8388608 [activations.saved[16]]: values */
+#define L16_ATT                  9253175296 /*   33554432 [activations.saved[16]]: attention output */
+#define L16_RES                  9287254016 /*   33554432 [activations.saved[16]]: residual stream after attention */
+#define L16_LN2                  9320808448 /*   33554432 [activations.saved[16]]: mlp norm output */
+#define L16_G                    9354379264 /*  117440512 [activations.saved[16]]: mlp gate */
+#define L16_U                    9471819776 /*  117440512 [activations.saved[16]]: mlp up */
+#define L16_H                    9589260288 /*  117440512 [activations.saved[16]]: mlp activation */
+#define L17_LN1                  9740255232 /*   33554432 [activations.saved[17]]: attention norm output */
+#define L17_Q                    9773826048 /*   33554432 [activations.saved[17]]: queries (rotated) */
+#define L17_K                    9807380480 /*    8388608 [activations.saved[17]]: keys (rotated) */
+#define L17_V                    9815769088 /*    8388608 [activations.saved[17]]: values */
+#define L17_ATT                  9824157696 /*   33554432 [activations.saved[17]]: attention output */
+#define L17_RES                  9858236416 /*   33554432 [activations.saved[17]]: residual stream after attention */
+#define L17_LN2                  9891790848 /*   33554432 [activations.saved[17]]: mlp norm output */
+#define L17_G                    9925361664 /*  117440512 [activations.saved[17]]: mlp gate */
+#define L17_U                   10042802176 /*  117440512 [activations.saved[17]]: mlp up */
+#define L17_H                   10160242688 /*  117440512 [activations.saved[17]]: mlp activation */
+#define L18_LN1                 10311237632 /*   33554432 [activations.saved[18]]: attention norm output */
+#define L18_Q                   10344808448 /*   33554432 [activations.saved[18]]: queries (rotated) */
+#define L18_K                   10378362880 /*    8388608 [activations.saved[18]]: keys (rotated) */
+#define L18_V                   10386751488 /*    8388608 [activations.saved[18]]: values */
+#define L18_ATT                 10395140096 /*   33554432 [activations.saved[18]]: attention output */
+#define L18_RES                 10429218816 /*   33554432 [activations.saved[18]]: residual stream after attention */
+#define L18_LN2                 10462773248 /*   33554432 [activations.saved[18]]: mlp norm output */
+#define L18_G                   10496344064 /*  117440512 [activations.saved[18]]: mlp gate */
+#define L18_U                   10613784576 /*  117440512 [activations.saved[18]]: mlp up */
+#define L18_H                   10731225088 /*  117440512 [activations.saved[18]]: mlp activation */
+#define L19_LN1                 10882220032 /*   33554432 [activations.saved[19]]: attention norm output */
+#define L19_Q                   10915790848 /*   33554432 [activations.saved[19]]: queries (rotated) */
+#define L19_K                   10949345280 /*    8388608 [activations.saved[19]]: keys (rotated) */
+#define L19_V                   10957733888 /*    8388608 [activations.saved[19]]: values */
+#define L19_ATT                 10966122496 /*   33554432 [activations.saved[19]]: attention output */
+#define L19_RES                 11000201216 /*   33554432 [activations.saved[19]]: residual stream after attention */
+#define L19_LN2                 11033755648 /*   33554432 [activations.saved[19]]: mlp norm output */
+#define L19_G                   11067326464 /*  117440512 [activations.saved[19]]: mlp gate */
+#define L19_U                   11184766976 /*  117440512 [activations.saved[19]]: mlp up */
+#define L19_H                   11302207488 /*  117440512 [activations.saved[19]]: mlp activation */
+#define L20_LN1                 11453202432 /*   33554432 [activations.saved[20]]: attention norm output */
+#define L20_Q                   11486773248 /*   33554432 [activations.saved[20]]: queries (rotated) */
+#define L20_K                   11520327680 /*    8388608 [activations.saved[20]]: keys (rotated) */
+#define L20_V                   11528716288 /*    8388608 [activations.saved[20]]: values */
+#define L20_ATT                 11537104896 /*   33554432 [activations.saved[20]]: attention output */
+#define L20_RES                 11571183616 /*   33554432 [activations.saved[20]]: residual stream after attention */
+#define L20_LN2                 11604738048 /*   33554432 [activations.saved[20]]: mlp norm output */
+#define L20_G                   11638308864 /*  117440512 [activations.saved[20]]: mlp gate */
+#define L20_U                   11755749376 /*  117440512 [activations.saved[20]]: mlp up */
+#define L20_H                   11873189888 /*  117440512 [activations.saved[20]]: mlp activation */
+#define L21_LN1                 12024184832 /*   33554432 [activations.saved[21]]: attention norm output */
+#define L21_Q                   12057755648 /*   33554432 [activations.saved[21]]: queries (rotated) */
+#define L21_K                   12091310080 /*    8388608 [activations.saved[21]]: keys (rotated) */
+#define L21_V                   12099698688 /*    8388608 [activations.saved[21]]: values */
+#define L21_ATT                 12108087296 /*   33554432 [activations.saved[21]]: attention output */
+#define L21_RES                 12142166016 /*   33554432 [activations.saved[21]]: residual stream after attention */
+#define L21_LN2                 12175720448 /*   33554432 [activations.saved[21]]: mlp norm output */
+#define L21_G                   12209291264 /*  117440512 [activations.saved[21]]: mlp gate */
+#define L21_U                   12326731776 /*  117440512 [activations.saved[21]]: mlp up */
+#define L21_H                   12444172288 /*  117440512 [activations.saved[21]]: mlp activation */
+#define L22_LN1                 12595167232 /*   33554432 [activations.saved[22]]: attention norm output */
+#define L22_Q                   12628738048 /*   33554432 [activations.saved[22]]: queries (rotated) */
+#define L22_K                   12662292480 /*    8388608 [activations.saved[22]]: keys (rotated) */
+#define L22_V                   12670681088 /*    8388608 [activations.saved[22]]: values */
+#define L22_ATT                 12679069696 /*   33554432 [activations.saved[22]]: attention output */
+#define L22_RES                 12713148416 /*   33554432 [activations.saved[22]]: residual stream after attention */
+#define L22_LN2                 12746702848 /*   33554432 [activations.saved[22]]: mlp norm output */
+#define L22_G                   12780273664 /*  117440512 [activations.saved[22]]: mlp gate */
+#define L22_U                   12897714176 /*  117440512 [activations.saved[22]]: mlp up */
+#define L22_H                   13015154688 /*  117440512 [activations.saved[22]]: mlp activation */
+#define L23_LN1                 13166149632 /*   33554432 [activations.saved[23]]: attention norm output */
+#define L23_Q                   13199720448 /*   33554432 [activations.saved[23]]: queries (rotated) */
+#define L23_K                   13233274880 /*    8388608 [activations.saved[23]]: keys (rotated) */
+#define L23_V                   13241663488 /*    8388608 [activations.saved[23]]: values */
+#define L23_ATT                 13250052096 /*   33554432 [activations.saved[23]]: attention output */
+#define L23_RES                 13284130816 /*   33554432 [activations.saved[23]]: residual stream after attention */
+#define L23_LN2                 13317685248 /*   33554432 [activations.saved[23]]: mlp norm output */
+#define L23_G                   13351256064 /*  117440512 [activations.saved[23]]: mlp gate */
+#define L23_U                   13468696576 /*  117440512 [activations.saved[23]]: mlp up */
+#define L23_H                   13586137088 /*  117440512 [activations.saved[23]]: mlp activation */
+#define L24_LN1                 13737132032 /*   33554432 [activations.saved[24]]: attention norm output */
+#define L24_Q                   13770702848 /*   33554432 [activations.saved[24]]: queries (rotated) */
+#define L24_K                   13804257280 /*    8388608 [activations.saved[24]]: keys (rotated) */
+#define L24_V                   13812645888 /*    8388608 [activations.saved[24]]: values */
+#define L24_ATT                 13821034496 /*   33554432 [activations.saved[24]]: attention output */
+#define L24_RES                 13855113216 /*   33554432 [activations.saved[24]]: residual stream after attention */
+#define L24_LN2                 13888667648 /*   33554432 [activations.saved[24]]: mlp norm output */
+#define L24_G                   13922238464 /*  117440512 [activations.saved[24]]: mlp gate */
+#define L24_U                   14039678976 /*  117440512 [activations.saved[24]]: mlp up */
+#define L24_H                   14157119488 /*  117440512 [activations.saved[24]]: mlp activation */
+#define L25_LN1                 14308114432 /*   33554432 [activations.saved[25]]: attention norm output */
+#define L25_Q                   14341685248 /*   33554432 [activations.saved[25]]: queries (rotated) */
+#define L25_K                   14375239680 /*    8388608 [activations.saved[25]]: keys (rotated) */
+#define L25_V                   14383628288 /*    8388608 [activations.saved[25]]: values */
+#define L25_ATT                 14392016896 /*   33554432 [activations.saved[25]]: attention output */
+#define L25_RES                 14426095616 /*   33554432 [activations.saved[25]]: residual stream after attention */
+#define L25_LN2                 14459650048 /*   33554432 [activations.saved[25]]: mlp norm output */
+#define L25_G                   14493220864 /*  117440512 [activations.saved[25]]: mlp gate */
+#define L25_U                   14610661376 /*  117440512 [activations.saved[25]]: mlp up */
+#define L25_H                   14728101888 /*  117440512 [activations.saved[25]]: mlp activation */
+#define L26_LN1                 14879096832 /*   33554432 [activations.saved[26]]: attention norm output */
+#define L26_Q                   14912667648 /*   33554432 [activations.saved[26]]: queries (rotated) */
+#define L26_K                   14946222080 /*    8388608 [activations.saved[26]]: keys (rotated) */
+#define L26_V                   14954610688 /*    8388608 [activations.saved[26]]: values */
+#define L26_ATT                 14962999296 /*   33554432 [activations.saved[26]]: attention output */
+#define L26_RES                 14997078016 /*   33554432 [activations.saved[26]]: residual stream after attention */
+#define L26_LN2                 15030632448 /*   33554432 [activations.saved[26]]: mlp norm output */
+#define L26_G                   15064203264 /*  117440512 [activations.saved[26]]: mlp gate */
+#define L26_U                   15181643776 /*  117440512 [activations.saved[26]]: mlp up */
+#define L26_H                   15299084288 /*  117440512 [activations.saved[26]]: mlp activation */
+#define L27_LN1                 15450079232 /*   33554432 [activations.saved[27]]: attention norm output */
+#define L27_Q                   15483650048 /*   33554432 [activations.saved[27]]: queries (rotated) */
+#define L27_K                   15517204480 /*    8388608 [activations.saved[27]]: keys (rotated) */
+#define L27_V                   15525593088 /*    8388608 [activations.saved[27]]: values */
+#define L27_ATT                 15533981696 /*   33554432 [activations.saved[27]]: attention output */
+#define L27_RES                 15568060416 /*   33554432 [activations.saved[27]]: residual stream after attention */
+#define L27_LN2                 15601614848 /*   33554432 [activations.saved[27]]: mlp norm output */
+#define L27_G                   15635185664 /*  117440512 [activations.saved[27]]: mlp gate */
+#define L27_U                   15752626176 /*  117440512 [activations.saved[27]]: mlp up */
+#define L27_H                   15870066688 /*  117440512 [activations.saved[27]]: mlp activation */
+#define L28_LN1                 16021061632 /*   33554432 [activations.saved[28]]: attention norm output */
+#define L28_Q                   16054632448 /*   33554432 [activations.saved[28]]: queries (rotated) */
+#define L28_K                   16088186880 /*    8388608 [activations.saved[28]]: keys (rotated) */
+#define L28_V                   16096575488 /*    8388608 [activations.saved[28]]: values */
+#define L28_ATT                 16104964096 /*   33554432 [activations.saved[28]]: attention output */
+#define L28_RES                 16139042816 /*   33554432 [activations.saved[28]]: residual stream after attention */
+#define L28_LN2                 16172597248 /*   33554432 [activations.saved[28]]: mlp norm output */
+#define L28_G                   16206168064 /*  117440512 [activations.saved[28]]: mlp gate */
+#define L28_U                   16323608576 /*  117440512 [activations.saved[28]]: mlp up */
+#define L28_H                   16441049088 /*  117440512 [activations.saved[28]]: mlp activation */
+#define L29_LN1                 16592044032 /*   33554432 [activations.saved[29]]: attention norm output */
+#define L29_Q                   16625614848 /*   33554432 [activations.saved[29]]: queries (rotated) */
+#define L29_K                   16659169280 /*    8388608 [activations.saved[29]]: keys (rotated) */
+#define L29_V                   16667557888 /*    8388608 [activations.saved[29]]: values */
+#define L29_ATT                 16675946496 /*   33554432 [activations.saved[29]]: attention output */
+#define L29_RES                 16710025216 /*   33554432 [activations.saved[29]]: residual stream after attention */
+#define L29_LN2                 16743579648 /*   33554432 [activations.saved[29]]: mlp norm output */
+#define L29_G                   16777150464 /*  117440512 [activations.saved[29]]: mlp gate */
+#define L29_U                   16894590976 /*  117440512 [activations.saved[29]]: mlp up */
+#define L29_H                   17012031488 /*  117440512 [activations.saved[29]]: mlp activation */
+#define L30_LN1                 17163026432 /*   33554432 [activations.saved[30]]: attention norm output */
+#define L30_Q                   17196597248 /*   33554432 [activations.saved[30]]: queries (rotated) */
+#define L30_K                   17230151680 /*    8388608 [activations.saved[30]]: keys (rotated) */
+#define L30_V                   17238540288 /*    8388608 [activations.saved[30]]: values */
+#define L30_ATT                 17246928896 /*   33554432 [activations.saved[30]]: attention output */
+#define L30_RES                 17281007616 /*   33554432 [activations.saved[30]]: residual stream after attention */
+#define L30_LN2                 17314562048 /*   33554432 [activations.saved[30]]: mlp norm output */
+#define L30_G                   17348132864 /*  117440512 [activations.saved[30]]: mlp gate */
+#define L30_U                   17465573376 /*  117440512 [activations.saved[30]]: mlp up */
+#define L30_H                   17583013888 /*  117440512 [activations.saved[30]]: mlp activation */
+#define L31_LN1                 17734008832 /*   33554432 [activations.saved[31]]: attention norm output */
+#define L31_Q                   17767579648 /*   33554432 [activations.saved[31]]: queries (rotated) */
+#define L31_K                   17801134080 /*    8388608 [activations.saved[31]]: keys (rotated) */
+#define L31_V                   17809522688 /*    8388608 [activations.saved[31]]: values */
+#define L31_ATT                 17817911296 /*   33554432 [activations.saved[31]]: attention output */
+#define L31_RES                 17851990016 /*   33554432 [activations.saved[31]]: residual stream after attention */
+#define L31_LN2                 17885544448 /*   33554432 [activations.saved[31]]: mlp norm output */
+#define L31_G                   17919115264 /*  117440512 [activations.saved[31]]: mlp gate */
+#define L31_U                   18036555776 /*  117440512 [activations.saved[31]]: mlp up */
+#define L31_H                   18153996288 /*  117440512 [activations.saved[31]]: mlp activation */
+#define DX_A                    28000925696 /*   33554432 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    28034480128 /*   33554432 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     28068034560 /*   33554432 [activations.grad_norm]: gradient of a norm's output */
+#define LWS                     27352379392 /*  352321536 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
 #define DG                              LWS /*  117440512 [workspace.shared]: gradient of the mlp gate: in LWS (an FFN's backward) */
 #define DU                     (LWS + 117440512) /*  117440512 [workspace.shared]: gradient of the mlp up: in LWS (an FFN's backward) */
 #define DH                     (LWS + 234881024) /*  117440512 [workspace.shared]: gradient of the mlp activation: in LWS (an FFN's backward) */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "llama-3.1-8b"
 #define SPEC_FILE "llama-3.1-8b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "946b66d19de70719"
+#define PLAN_HASH "e3e89a8515fc4199"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 8
 #define PLAN_FSDP 4
@@ -44,7 +44,7 @@
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 90506522880 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 36416082000 /* its host (Grace) arena per GPU */
+#define PLAN_HOST_BYTES 36416082176 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
@@ -54,15 +54,22 @@
 #define STATE_ELEMS 8030261248
 #define STATE_ON_HOST 0
 #define OPT_STEP_ON_HOST 0
-/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
- * micro-batch writes before reading them */
-#define ARENA_ELEMS 8945664
-#define ARENA_SCRATCH 16384
-#define ACT_ELEMS 28083763200
-#define ACT_SCRATCH 8030261248
-#define INPUTS 0 /* [data.tokens] */
-#define TARGETS 8192 /* [data.tokens] */
-#define STATE_STAGING 8292931584 /* GRAD0 (activation arena), free between steps: a state arena on the host
+/* the plan's HBM tier but its state block and the items outside the program (reserves, the
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 32121044992 + 2 o of the tier (plan.json
+ * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
+ * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
+ * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
+#define ARENA_ELEMS 0
+#define ARENA_SCRATCH 0
+#define ACT_ELEMS 28101654528
+#define ACT_SCRATCH 28101654528
+#define INPUTS 28101621760 /* [data.tokens] */
+#define TARGETS 28101638144 /* [data.tokens] */
+/* the HBM span's ranges [unit, unit + n) that live across micro-batches (tokens, expert loads,
+ * shards, kept parameters); the rest is written by each micro-batch before it is read */
+#define STEP_LIVE_RANGES {{28101621760, 16384}, {28101638144, 16384}, {18271436800, 8030261248}}
+#define STEP_N_LIVE_RANGES 3
+#define STATE_STAGING 26301698048 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 525340672
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

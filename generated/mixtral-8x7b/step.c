@@ -6,8 +6,9 @@
  * DENSE_KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
  * the routed experts are re-gathered into GATHERED<i> for each pass;
  * gradients are reduce-scattered after each micro-batch's backward.
- * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
- * each allocated once at start-up: the maps below. Tokens are B x T = 131072 rows of hidden 4096.
+ * Every buffer is at its plan item's bytes (plan.json memory): the state in the state arena, the
+ * rest in one span of the HBM tier, both allocated once at start-up: the maps below. Tokens are
+ * B x T = 131072 rows of hidden 4096.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -17,10 +18,10 @@
 #include "step.h"
 
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
-#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
-#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
-#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
-#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
+#define R(o) ((real *)(c->acts + (o)))          /* real buffer at unit o of the HBM span */
+#define A(o) (c->acts + (o))                     /* activation (act) buffer at unit o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in an activation buffer's bytes at unit o */
+#define I(o) ((int32_t *)(c->acts + (o)))       /* int32 buffer at unit o */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
@@ -299,111 +300,111 @@
 #define L31_EXPERTS_ADAM_V       5789712768 /*   44040192 [optimizer.adamw_moments]: layer 31 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 #define HEAD_ADAM_V              5833752960 /*    4096128 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
-/* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define WS_RSTD1                     262144 /*     131072 [activations.forward_layer]: its 1/rms per token */
-#define WS_LSE                       393216 /*    4194304 [activations.forward_layer]: attention log-sum-exp per head and query */
-#define WS_RSTD2                    4587520 /*     131072 [activations.forward_layer]: its 1/rms per token */
-#define WS_LOGITS                   4718592 /*    1048576 [activations.forward_layer]: router logits */
-#define WS_IDX                      5767168 /*     262144 [activations.forward_layer]: selected experts (int32) */
-#define WS_WTS                      6029312 /*     262144 [activations.forward_layer]: their weights */
-#define WS_POS                      6291456 /*     262144 [activations.forward_layer]: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                  6553600 /*          9 [activations.forward_layer]: first row of each expert (int32) */
-#define DWTS                        6553616 /*     262144 [moe.grad_routing_weights]: gradient of the routing weights */
-#define AUX                         6815760 /*         24 [moe.tables]: load-balancing loss scratch */
-#define RSTDF                       6815792 /*     131072 [activations.loss_stats]: its 1/rms per token */
-#define LSEF                        6946864 /*     131072 [activations.loss_stats]: log-sum-exp of each token's logits */
+/* ---- the HBM span's real and int32 buffers (offsets in units of 2 B) ---- */
+#define WS_RSTD1                  536870912 /*     131072 [activations.forward_layer]: its 1/rms per token */
+#define WS_LSE                   1879310336 /*    4194304 [activations.forward_layer]: attention log-sum-exp per head and query */
+#define WS_RSTD2                 2961440768 /*     131072 [activations.forward_layer]: its 1/rms per token */
+#define WS_LOGITS                2961702912 /*    1048576 [activations.forward_layer]: router logits */
+#define WS_IDX                   2963800064 /*     262144 [activations.forward_layer]: selected experts (int32) */
+#define WS_WTS                   2964324352 /*     262144 [activations.forward_layer]: their weights */
+#define WS_POS                   2964848640 /*     262144 [activations.forward_layer]: row of each assignment in expert order (int32) */
+#define WS_OFFSETS               2965372928 /*          9 [activations.forward_layer]: first row of each expert (int32) */
+#define DWTS                    40743661824 /*     262144 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                     40744186112 /*         24 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                   40742613248 /*     131072 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                    40742875392 /*     131072 [activations.loss_stats]: log-sum-exp of each token's logits */
 
-/* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*    4096000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM              4096000 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM            5408000 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM             49448192 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM           50760192 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM             94800384 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM           96112384 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM            140152576 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM          141464576 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM            185504768 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM          186816768 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM            230856960 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          232168960 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM            276209152 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          277521152 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM            321561344 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          322873344 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM            366913536 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          368225536 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM            412265728 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          413577728 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM           457617920 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         458929920 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM           502970112 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         504282112 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM           548322304 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         549634304 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM           593674496 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         594986496 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM           639026688 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         640338688 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM           684378880 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         685690880 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM           729731072 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         731043072 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM           775083264 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         776395264 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM           820435456 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         821747456 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM           865787648 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         867099648 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM           911139840 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         912451840 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM           956492032 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         957804032 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM          1001844224 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM        1003156224 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM          1047196416 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM        1048508416 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM          1092548608 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM        1093860608 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM          1137900800 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM        1139212800 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM          1183252992 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM        1184564992 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM          1228605184 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM        1229917184 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM          1273957376 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM        1275269376 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM          1319309568 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM        1320621568 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1364661760 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1365973760 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1410013952 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1411325952 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM               1455366144 /*    4096128 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define DENSE_KEPT               1459462272 /* 1605636096 [gathered.dense_kept]: reshard after_step: all but the routed experts, gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.dense_kept) */
-#define GATHERED0                3065098368 /* 1409286144 [gathered.params[0]]: units u with u % 2 = 0: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
-#define GATHERED1                4474384512 /* 1409286144 [gathered.params[1]]: units u with u % 2 = 1: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
-#define GRAD0                    5883670656 /* 1451270144 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                    7334940800 /* 1451270144 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                   8786210944 /*  536870912 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                   9323081856 /*  536870912 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                   9859952768 /*  536870912 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  10396823680 /*  536870912 [activations.forward_layer]: attention norm output */
-#define WS_Q                    10933694592 /*  536870912 [activations.forward_layer]: queries (rotated) */
-#define WS_K                    11470565504 /*  134217728 [activations.forward_layer]: keys (rotated) */
-#define WS_V                    11604783232 /*  134217728 [activations.forward_layer]: values */
-#define WS_ATT                  11739000960 /*  536870912 [activations.forward_layer]: attention output */
-#define WS_RES                  12275871872 /*  536870912 [activations.forward_layer]: residual stream after attention */
-#define WS_LN2                  12812742784 /*  536870912 [activations.forward_layer]: mlp norm output */
-#define WS_XP                   13349613696 /* 1073741824 [activations.forward_layer]: token copies in expert order: the experts' input */
-#define WS_YP                   14423355520 /* 1073741824 [activations.forward_layer]: expert outputs in that order */
-#define WS_EG                   15497097344 /* 3758096384 [activations.forward_layer]: routed experts' gate */
-#define WS_EU                   19255193728 /* 3758096384 [activations.forward_layer]: routed experts' up */
-#define WS_EH                   23013290112 /* 3758096384 [activations.forward_layer]: routed experts' activation */
-#define DX_A                    26771386496 /*  536870912 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
-#define DX_B                    27308257408 /*  536870912 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
-#define DLN                     27845128320 /*  536870912 [activations.grad_norm]: gradient of a norm's output */
-#define LWS                     28381999232 /* 11274289152 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+/* ---- the HBM span's activation buffers (offsets in units of 2 B) ---- */
+#define EMBED_PARAM             29267071104 /*    4096000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM          29271167104 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM        29272479104 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM          29316519296 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM        29317831296 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM          29361871488 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM        29363183488 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM          29407223680 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM        29408535680 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM          29452575872 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM        29453887872 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM          29497928064 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM        29499240064 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM          29543280256 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM        29544592256 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM          29588632448 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM        29589944448 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM          29633984640 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM        29635296640 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM          29679336832 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM        29680648832 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM         29724689024 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM       29726001024 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM         29770041216 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM       29771353216 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM         29815393408 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM       29816705408 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM         29860745600 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM       29862057600 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM         29906097792 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM       29907409792 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM         29951449984 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM       29952761984 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM         29996802176 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM       29998114176 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM         30042154368 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM       30043466368 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM         30087506560 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM       30088818560 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM         30132858752 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM       30134170752 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM         30178210944 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM       30179522944 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM         30223563136 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM       30224875136 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM         30268915328 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM       30270227328 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM         30314267520 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM       30315579520 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM         30359619712 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM       30360931712 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM         30404971904 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM       30406283904 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM         30450324096 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM       30451636096 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM         30495676288 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM       30496988288 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM         30541028480 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM       30542340480 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM         30586380672 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM       30587692672 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM         30631732864 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM       30633044864 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM         30677085056 /*    1312000 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM       30678397056 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM              30722437248 /*    4096128 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define DENSE_KEPT              27661435008 /* 1605636096 [gathered.dense_kept]: reshard after_step: all but the routed experts, gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.dense_kept) */
+#define GATHERED0               33629073664 /* 1409286144 [gathered.params[0]]: units u with u % 2 = 0: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
+#define GATHERED1               35038359808 /* 1409286144 [gathered.params[1]]: units u with u % 2 = 1: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
+#define GRAD0                   30726533376 /* 1451270144 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   32177803520 /* 1451270144 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                  37521387776 /*  536870912 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  38058258688 /*  536870912 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  38595129600 /*  536870912 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                            0 /*  536870912 [activations.forward_layer]: attention norm output */
+#define WS_Q                      537133056 /*  536870912 [activations.forward_layer]: queries (rotated) */
+#define WS_K                     1074003968 /*  134217728 [activations.forward_layer]: keys (rotated) */
+#define WS_V                     1208221696 /*  134217728 [activations.forward_layer]: values */
+#define WS_ATT                   1342439424 /*  536870912 [activations.forward_layer]: attention output */
+#define WS_RES                   1887698944 /*  536870912 [activations.forward_layer]: residual stream after attention */
+#define WS_LN2                   2424569856 /*  536870912 [activations.forward_layer]: mlp norm output */
+#define WS_XP                    2965372960 /* 1073741824 [activations.forward_layer]: token copies in expert order: the experts' input */
+#define WS_YP                    4039114784 /* 1073741824 [activations.forward_layer]: expert outputs in that order */
+#define WS_EG                    5112856608 /* 3758096384 [activations.forward_layer]: routed experts' gate */
+#define WS_EU                    8870952992 /* 3758096384 [activations.forward_layer]: routed experts' up */
+#define WS_EH                   12629049376 /* 3758096384 [activations.forward_layer]: routed experts' activation */
+#define DX_A                    39132000512 /*  536870912 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    39668871424 /*  536870912 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     40205742336 /*  536870912 [activations.grad_norm]: gradient of a norm's output */
+#define LWS                     16387145856 /* 11274289152 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
 #define EDG                             LWS /* 3758096384 [workspace.shared]: routed experts' gate gradient: in LWS (an FFN's backward) */
 #define EDU                    (LWS + 3758096384) /* 3758096384 [workspace.shared]: routed experts' up gradient: in LWS (an FFN's backward) */
 #define EDH                    (LWS + 7516192768) /* 3758096384 [workspace.shared]: routed experts' activation gradient: in LWS (an FFN's backward) */
@@ -415,7 +416,7 @@
 #define LNF                             LWS /*  536870912 [workspace.shared]: final norm output: in LWS (the loss) */
 #define CE                     (LWS + 536870912) /* 1073741824 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
 #define DLOGITS                         LWS /*    2097152 [workspace.shared]: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
-#define DYP                     39656288384 /* 1073741824 [moe.grad_expert_out]: gradient of the expert outputs */
+#define DYP                     36447645952 /* 1073741824 [moe.grad_expert_out]: gradient of the expert outputs */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-29 go to the
  * host arena after their layer's forward and come back two layers before their backward. */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "mixtral-8x7b"
 #define SPEC_FILE "mixtral-8x7b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "d43e1cf95afd7e1d"
+#define PLAN_HASH "1e900b1eb3438142"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
@@ -43,8 +43,8 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 3104.13 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 83689335136 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 59859675144 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 83689335552 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 59859675392 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
@@ -54,15 +54,22 @@
 #define STATE_ELEMS 5837849088
 #define STATE_ON_HOST 1
 #define OPT_STEP_ON_HOST 1
-/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
- * micro-batch writes before reading them */
-#define ARENA_ELEMS 7077936
-#define ARENA_SCRATCH 262144
-#define ACT_ELEMS 40730030208
-#define ACT_SCRATCH 3065098368
-#define INPUTS 0 /* [data.tokens] */
-#define TARGETS 131072 /* [data.tokens] */
-#define STATE_STAGING 5883670656 /* GRAD0 (activation arena), free between steps: a state arena on the host
+/* the plan's HBM tier but its state block and the items outside the program (reserves, the
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 0 + 2 o of the tier (plan.json
+ * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
+ * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
+ * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
+#define ARENA_ELEMS 0
+#define ARENA_SCRATCH 0
+#define ACT_ELEMS 40744186176
+#define ACT_SCRATCH 40744186176
+#define INPUTS 40743137536 /* [data.tokens] */
+#define TARGETS 40743399680 /* [data.tokens] */
+/* the HBM span's ranges [unit, unit + n) that live across micro-batches (tokens, expert loads,
+ * shards, kept parameters); the rest is written by each micro-batch before it is read */
+#define STEP_LIVE_RANGES {{40743137536, 262144}, {40743399680, 262144}, {29267071104, 4096000}, {29271167104, 1312000}, {29272479104, 44040192}, {29316519296, 1312000}, {29317831296, 44040192}, {29361871488, 1312000}, {29363183488, 44040192}, {29407223680, 1312000}, {29408535680, 44040192}, {29452575872, 1312000}, {29453887872, 44040192}, {29497928064, 1312000}, {29499240064, 44040192}, {29543280256, 1312000}, {29544592256, 44040192}, {29588632448, 1312000}, {29589944448, 44040192}, {29633984640, 1312000}, {29635296640, 44040192}, {29679336832, 1312000}, {29680648832, 44040192}, {29724689024, 1312000}, {29726001024, 44040192}, {29770041216, 1312000}, {29771353216, 44040192}, {29815393408, 1312000}, {29816705408, 44040192}, {29860745600, 1312000}, {29862057600, 44040192}, {29906097792, 1312000}, {29907409792, 44040192}, {29951449984, 1312000}, {29952761984, 44040192}, {29996802176, 1312000}, {29998114176, 44040192}, {30042154368, 1312000}, {30043466368, 44040192}, {30087506560, 1312000}, {30088818560, 44040192}, {30132858752, 1312000}, {30134170752, 44040192}, {30178210944, 1312000}, {30179522944, 44040192}, {30223563136, 1312000}, {30224875136, 44040192}, {30268915328, 1312000}, {30270227328, 44040192}, {30314267520, 1312000}, {30315579520, 44040192}, {30359619712, 1312000}, {30360931712, 44040192}, {30404971904, 1312000}, {30406283904, 44040192}, {30450324096, 1312000}, {30451636096, 44040192}, {30495676288, 1312000}, {30496988288, 44040192}, {30541028480, 1312000}, {30542340480, 44040192}, {30586380672, 1312000}, {30587692672, 44040192}, {30631732864, 1312000}, {30633044864, 44040192}, {30677085056, 1312000}, {30678397056, 44040192}, {30722437248, 4096128}, {27661435008, 1605636096}}
+#define STEP_N_LIVE_RANGES 69
+#define STATE_STAGING 30726533376 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 1451270144
 #define HOST_ELEMS 16106127360 /* the host arena (activation offload): boundaries waiting for the backward */

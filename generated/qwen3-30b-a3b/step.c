@@ -5,8 +5,9 @@
  * Reshard after_step: every parameter group is gathered once per step, by the first micro-batch's forward, into
  * KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
  * gradients are reduce-scattered after each micro-batch's backward.
- * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
- * each allocated once at start-up: the maps below. Tokens are B x T = 65536 rows of hidden 2048.
+ * Every buffer is at its plan item's bytes (plan.json memory): the state in the state arena, the
+ * rest in one span of the HBM tier, both allocated once at start-up: the maps below. Tokens are
+ * B x T = 65536 rows of hidden 2048.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -16,10 +17,10 @@
 #include "step.h"
 
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
-#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
-#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
-#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
-#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
+#define R(o) ((real *)(c->acts + (o)))          /* real buffer at unit o of the HBM span */
+#define A(o) (c->acts + (o))                     /* activation (act) buffer at unit o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in an activation buffer's bytes at unit o */
+#define I(o) ((int32_t *)(c->acts + (o)))       /* int32 buffer at unit o */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
@@ -426,145 +427,145 @@
 #define L47_EXPERTS_ADAM_V       7575833984 /*   37748736 [optimizer.adamw_moments]: layer 47 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 #define HEAD_ADAM_V              7613582720 /*   19447936 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
-/* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define WS_RSTD1                     131072 /*      65536 [activations.forward_layer]: its 1/rms per token */
-#define WS_RSTDQ                     196608 /*    2097152 [activations.forward_layer]: qk-norm: 1/rms per token (full) or per token and head */
-#define WS_RSTDK                    2293760 /*     262144 [activations.forward_layer]: the same for the keys */
-#define WS_LSE                      2555904 /*    2097152 [activations.forward_layer]: attention log-sum-exp per head and query */
-#define WS_RSTD2                    4653056 /*      65536 [activations.forward_layer]: its 1/rms per token */
-#define WS_LOGITS                   4718592 /*    8388608 [activations.forward_layer]: router logits */
-#define WS_IDX                     13107200 /*     524288 [activations.forward_layer]: selected experts (int32) */
-#define WS_WTS                     13631488 /*     524288 [activations.forward_layer]: their weights */
-#define WS_POS                     14155776 /*     524288 [activations.forward_layer]: row of each assignment in expert order (int32) */
-#define WS_OFFSETS                 14680064 /*        129 [activations.forward_layer]: first row of each expert (int32) */
-#define DWTS                       14680208 /*     524288 [moe.grad_routing_weights]: gradient of the routing weights */
-#define AUX                        15204496 /*        384 [moe.tables]: load-balancing loss scratch */
-#define RSTDF                      15204880 /*      65536 [activations.loss_stats]: its 1/rms per token */
-#define LSEF                       15270416 /*      65536 [activations.loss_stats]: log-sum-exp of each token's logits */
+/* ---- the HBM span's real and int32 buffers (offsets in units of 2 B) ---- */
+#define WS_RSTD1                30666340352 /*      65536 [activations.forward_layer]: its 1/rms per token */
+#define WS_RSTDQ                30968461312 /*    2097152 [activations.forward_layer]: qk-norm: 1/rms per token (full) or per token and head */
+#define WS_RSTDK                30972655616 /*     262144 [activations.forward_layer]: the same for the keys */
+#define WS_LSE                  31577159680 /*    2097152 [activations.forward_layer]: attention log-sum-exp per head and query */
+#define WS_RSTD2                31849789440 /*      65536 [activations.forward_layer]: its 1/rms per token */
+#define WS_LOGITS               31849920512 /*    8388608 [activations.forward_layer]: router logits */
+#define WS_IDX                  31866697728 /*     524288 [activations.forward_layer]: selected experts (int32) */
+#define WS_WTS                  31867746304 /*     524288 [activations.forward_layer]: their weights */
+#define WS_POS                  31868794880 /*     524288 [activations.forward_layer]: row of each assignment in expert order (int32) */
+#define WS_OFFSETS              31869843456 /*        129 [activations.forward_layer]: first row of each expert (int32) */
+#define DWTS                    41466794496 /*     524288 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                     41468367360 /*        384 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                   41467843072 /*      65536 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                    41467974144 /*      65536 [activations.loss_stats]: log-sum-exp of each token's logits */
 
-/* ---- the activation arena map (elements of act) ---- */
-#define EMBED_PARAM                       0 /*   19447808 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM             19447808 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM           20644112 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM             58392848 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM           59589152 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM             97337888 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM           98534192 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM            136282928 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM          137479232 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM            175227968 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM          176424272 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM            214173008 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM          215369312 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM            253118048 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM          254314352 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM            292063088 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM          293259392 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM            331008128 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM          332204432 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM            369953168 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM          371149472 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM           408898208 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM         410094512 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM           447843248 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM         449039552 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM           486788288 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM         487984592 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM           525733328 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM         526929632 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM           564678368 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM         565874672 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM           603623408 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM         604819712 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM           642568448 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM         643764752 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM           681513488 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM         682709792 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM           720458528 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM         721654832 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM           759403568 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM         760599872 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM           798348608 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM         799544912 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM           837293648 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM         838489952 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM           876238688 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM         877434992 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM           915183728 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM         916380032 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM           954128768 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM         955325072 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM           993073808 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM         994270112 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM          1032018848 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM        1033215152 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM          1070963888 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM        1072160192 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM          1109908928 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM        1111105232 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM          1148853968 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM        1150050272 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM          1187799008 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM        1188995312 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM          1226744048 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM        1227940352 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_DENSE_PARAM          1265689088 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_EXPERTS_PARAM        1266885392 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_DENSE_PARAM          1304634128 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_EXPERTS_PARAM        1305830432 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_DENSE_PARAM          1343579168 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_EXPERTS_PARAM        1344775472 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_DENSE_PARAM          1382524208 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_EXPERTS_PARAM        1383720512 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_DENSE_PARAM          1421469248 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_EXPERTS_PARAM        1422665552 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_DENSE_PARAM          1460414288 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_EXPERTS_PARAM        1461610592 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_DENSE_PARAM          1499359328 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_EXPERTS_PARAM        1500555632 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_DENSE_PARAM          1538304368 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_EXPERTS_PARAM        1539500672 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_DENSE_PARAM          1577249408 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_EXPERTS_PARAM        1578445712 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_DENSE_PARAM          1616194448 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_EXPERTS_PARAM        1617390752 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_DENSE_PARAM          1655139488 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_EXPERTS_PARAM        1656335792 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_DENSE_PARAM          1694084528 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_EXPERTS_PARAM        1695280832 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_DENSE_PARAM          1733029568 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_EXPERTS_PARAM        1734225872 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_DENSE_PARAM          1771974608 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_EXPERTS_PARAM        1773170912 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_DENSE_PARAM          1810919648 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_EXPERTS_PARAM        1812115952 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_DENSE_PARAM          1849864688 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_EXPERTS_PARAM        1851060992 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM               1888809728 /*   19447936 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define KEPT                     1908257664 /* 30532122624 [gathered.params_kept]: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
-#define GRAD0                   32440380288 /*  623120640 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                   33063500928 /*  623120640 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                  33686621568 /*  134217728 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  33820839296 /*  134217728 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  33955057024 /*  134217728 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  34089274752 /*  134217728 [activations.forward_layer]: attention norm output */
-#define WS_QR                   34223492480 /*  268435456 [activations.forward_layer]: queries before qk-norm */
-#define WS_KR                   34491927936 /*   33554432 [activations.forward_layer]: keys before qk-norm */
-#define WS_Q                    34525482368 /*  268435456 [activations.forward_layer]: queries (rotated) */
-#define WS_K                    34793917824 /*   33554432 [activations.forward_layer]: keys (rotated) */
-#define WS_V                    34827472256 /*   33554432 [activations.forward_layer]: values */
-#define WS_ATT                  34861026688 /*  268435456 [activations.forward_layer]: attention output */
-#define WS_RES                  35129462144 /*  134217728 [activations.forward_layer]: residual stream after attention */
-#define WS_LN2                  35263679872 /*  134217728 [activations.forward_layer]: mlp norm output */
-#define WS_XP                   35397897600 /* 1073741824 [activations.forward_layer]: token copies in expert order: the experts' input */
-#define WS_YP                   36471639424 /* 1073741824 [activations.forward_layer]: expert outputs in that order */
-#define WS_EG                   37545381248 /*  402653184 [activations.forward_layer]: routed experts' gate */
-#define WS_EU                   37948034432 /*  402653184 [activations.forward_layer]: routed experts' up */
-#define WS_EH                   38350687616 /*  402653184 [activations.forward_layer]: routed experts' activation */
-#define DX_A                    38753340800 /*  134217728 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
-#define DX_B                    38887558528 /*  134217728 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
-#define DLN                     39021776256 /*  134217728 [activations.grad_norm]: gradient of a norm's output */
-#define LWS                     39155993984 /* 1207959552 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+/* ---- the HBM span's activation buffers (offsets in units of 2 B) ---- */
+#define EMBED_PARAM             35225287040 /*   19447808 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM          35244734848 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_EXPERTS_PARAM        35245931168 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM          35283679904 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_EXPERTS_PARAM        35284876224 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM          35322624960 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_EXPERTS_PARAM        35323821280 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM          35361570016 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM        35362766336 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM          35400515072 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM        35401711392 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM          35439460128 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM        35440656448 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM          35478405184 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM        35479601504 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM          35517350240 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM        35518546560 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM          35556295296 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM        35557491616 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM          35595240352 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM        35596436672 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM         35634185408 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM       35635381728 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM         35673130464 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM       35674326784 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM         35712075520 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM       35713271840 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM         35751020576 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM       35752216896 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM         35789965632 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM       35791161952 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM         35828910688 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM       35830107008 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM         35867855744 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM       35869052064 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM         35906800800 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM       35907997120 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM         35945745856 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM       35946942176 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM         35984690912 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM       35985887232 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM         36023635968 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM       36024832288 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM         36062581024 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM       36063777344 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM         36101526080 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM       36102722400 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM         36140471136 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM       36141667456 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM         36179416192 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM       36180612512 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM         36218361248 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM       36219557568 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM         36257306304 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM       36258502624 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM         36296251360 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM       36297447680 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM         36335196416 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM       36336392736 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM         36374141472 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM       36375337792 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM         36413086528 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM       36414282848 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM         36452031584 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM       36453227904 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_DENSE_PARAM         36490976640 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_EXPERTS_PARAM       36492172960 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_DENSE_PARAM         36529921696 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_EXPERTS_PARAM       36531118016 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_DENSE_PARAM         36568866752 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_EXPERTS_PARAM       36570063072 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_DENSE_PARAM         36607811808 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_EXPERTS_PARAM       36609008128 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_DENSE_PARAM         36646756864 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_EXPERTS_PARAM       36647953184 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_DENSE_PARAM         36685701920 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_EXPERTS_PARAM       36686898240 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_DENSE_PARAM         36724646976 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_EXPERTS_PARAM       36725843296 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_DENSE_PARAM         36763592032 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_EXPERTS_PARAM       36764788352 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_DENSE_PARAM         36802537088 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_EXPERTS_PARAM       36803733408 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_DENSE_PARAM         36841482144 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_EXPERTS_PARAM       36842678464 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_DENSE_PARAM         36880427200 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_EXPERTS_PARAM       36881623520 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_DENSE_PARAM         36919372256 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_EXPERTS_PARAM       36920568576 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_DENSE_PARAM         36958317312 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_EXPERTS_PARAM       36959513632 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_DENSE_PARAM         36997262368 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_EXPERTS_PARAM       36998458688 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_DENSE_PARAM         37036207424 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_EXPERTS_PARAM       37037403744 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_DENSE_PARAM         37075152480 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_EXPERTS_PARAM       37076348800 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM              37114097536 /*   19447936 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define KEPT                              0 /* 30532122624 [gathered.params_kept]: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
+#define GRAD0                   39415246848 /*  623120640 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   40038367488 /*  623120640 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                  40661488128 /*  134217728 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  40795705856 /*  134217728 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  40929923584 /*  134217728 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
+#define WS_LN1                  30532122624 /*  134217728 [activations.forward_layer]: attention norm output */
+#define WS_QR                   30666471424 /*  268435456 [activations.forward_layer]: queries before qk-norm */
+#define WS_KR                   30934906880 /*   33554432 [activations.forward_layer]: keys before qk-norm */
+#define WS_Q                    30973179904 /*  268435456 [activations.forward_layer]: queries (rotated) */
+#define WS_K                    31241615360 /*   33554432 [activations.forward_layer]: keys (rotated) */
+#define WS_V                    31275169792 /*   33554432 [activations.forward_layer]: values */
+#define WS_ATT                  31308724224 /*  268435456 [activations.forward_layer]: attention output */
+#define WS_RES                  31581353984 /*  134217728 [activations.forward_layer]: residual stream after attention */
+#define WS_LN2                  31715571712 /*  134217728 [activations.forward_layer]: mlp norm output */
+#define WS_XP                   31869843744 /* 1073741824 [activations.forward_layer]: token copies in expert order: the experts' input */
+#define WS_YP                   32943585568 /* 1073741824 [activations.forward_layer]: expert outputs in that order */
+#define WS_EG                   34017327392 /*  402653184 [activations.forward_layer]: routed experts' gate */
+#define WS_EU                   34419980576 /*  402653184 [activations.forward_layer]: routed experts' up */
+#define WS_EH                   34822633760 /*  402653184 [activations.forward_layer]: routed experts' activation */
+#define DX_A                    41064141312 /*  134217728 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    41198359040 /*  134217728 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     41332576768 /*  134217728 [activations.grad_norm]: gradient of a norm's output */
+#define LWS                     37133545472 /* 1207959552 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
 #define EDG                             LWS /*  402653184 [workspace.shared]: routed experts' gate gradient: in LWS (an FFN's backward) */
 #define EDU                    (LWS + 402653184) /*  402653184 [workspace.shared]: routed experts' up gradient: in LWS (an FFN's backward) */
 #define EDH                    (LWS + 805306368) /*  402653184 [workspace.shared]: routed experts' activation gradient: in LWS (an FFN's backward) */
@@ -578,7 +579,7 @@
 #define LNF                             LWS /*  134217728 [workspace.shared]: final norm output: in LWS (the loss) */
 #define CE                     (LWS + 134217728) /* 1073741824 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
 #define DLOGITS                         LWS /*   16777216 [workspace.shared]: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
-#define DYP                     40363953536 /* 1073741824 [moe.grad_expert_out]: gradient of the expert outputs */
+#define DYP                     38341505024 /* 1073741824 [moe.grad_expert_out]: gradient of the expert outputs */
 
 /* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-45 go to the
  * host arena after their layer's forward and come back two layers before their backward. */

@@ -5,8 +5,9 @@
  * Reshard after_step: every parameter group is gathered once per step, by the first micro-batch's forward, into
  * KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
  * gradients are reduce-scattered after each micro-batch's backward.
- * Every buffer is an offset into one of two arenas of `real` (float; double with -DMTC_REAL=double),
- * each allocated once at start-up: the maps below. Tokens are B x T = 512 rows of hidden 128.
+ * Every buffer is at its plan item's bytes (plan.json memory): the state in the state arena, the
+ * rest in one span of the HBM tier, both allocated once at start-up: the maps below. Tokens are
+ * B x T = 512 rows of hidden 128.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -16,10 +17,10 @@
 #include "step.h"
 
 #define S(o) (c->state + (o))                    /* state buffer at state arena offset o */
-#define R(o) (c->arena + (o))                    /* real buffer at arena offset o */
-#define A(o) (c->acts + (o))                     /* activation (act) buffer at activation arena offset o */
-#define RA(o) ((real *)(c->acts + (o)))         /* real values in the activation arena's bytes at its offset o */
-#define I(o) ((int32_t *)(c->arena + (o)))       /* int32 buffer (one element per value) */
+#define R(o) ((real *)(c->acts + (o)))          /* real buffer at unit o of the HBM span */
+#define A(o) (c->acts + (o))                     /* activation (act) buffer at unit o */
+#define RA(o) ((real *)(c->acts + (o)))         /* real values in an activation buffer's bytes at unit o */
+#define I(o) ((int32_t *)(c->acts + (o)))       /* int32 buffer at unit o */
 #define W(o) (c->wd + (o))                      /* a gathered dense parameter */
 #define DW(o) (c->dwd + (o))                    /* its gradient (in GRAD0 or 1) */
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
@@ -73,119 +74,119 @@
 #define L3_EXPERTS_ADAM_V           7203008 /*     393216 [optimizer.adamw_moments]: layer 3 experts: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 #define HEAD_ADAM_V                 7596224 /*      16448 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
-/* ---- the arena map (elements of real; int32 buffers: one per value) ---- */
-#define L0_RSTD1                       1024 /*        512 [activations.saved[0]]: its 1/rms per token */
-#define L0_LSE                         1536 /*       2048 [activations.saved[0]]: attention log-sum-exp per head and query */
-#define L0_RSTD2                       3584 /*        512 [activations.saved[0]]: its 1/rms per token */
-#define L0_LOGITS                      4096 /*       4096 [activations.saved[0]]: router logits */
-#define L0_IDX                         8192 /*       1024 [activations.saved[0]]: selected experts (int32) */
-#define L0_WTS                         9216 /*       1024 [activations.saved[0]]: their weights */
-#define L0_POS                        10240 /*       1024 [activations.saved[0]]: row of each assignment in expert order (int32) */
-#define L0_OFFSETS                    11264 /*          9 [activations.saved[0]]: first row of each expert (int32) */
-#define L1_RSTD1                      11280 /*        512 [activations.saved[1]]: its 1/rms per token */
-#define L1_LSE                        11792 /*       2048 [activations.saved[1]]: attention log-sum-exp per head and query */
-#define L1_RSTD2                      13840 /*        512 [activations.saved[1]]: its 1/rms per token */
-#define L1_LOGITS                     14352 /*       4096 [activations.saved[1]]: router logits */
-#define L1_IDX                        18448 /*       1024 [activations.saved[1]]: selected experts (int32) */
-#define L1_WTS                        19472 /*       1024 [activations.saved[1]]: their weights */
-#define L1_POS                        20496 /*       1024 [activations.saved[1]]: row of each assignment in expert order (int32) */
-#define L1_OFFSETS                    21520 /*          9 [activations.saved[1]]: first row of each expert (int32) */
-#define L2_RSTD1                      21536 /*        512 [activations.saved[2]]: its 1/rms per token */
-#define L2_LSE                        22048 /*       2048 [activations.saved[2]]: attention log-sum-exp per head and query */
-#define L2_RSTD2                      24096 /*        512 [activations.saved[2]]: its 1/rms per token */
-#define L2_LOGITS                     24608 /*       4096 [activations.saved[2]]: router logits */
-#define L2_IDX                        28704 /*       1024 [activations.saved[2]]: selected experts (int32) */
-#define L2_WTS                        29728 /*       1024 [activations.saved[2]]: their weights */
-#define L2_POS                        30752 /*       1024 [activations.saved[2]]: row of each assignment in expert order (int32) */
-#define L2_OFFSETS                    31776 /*          9 [activations.saved[2]]: first row of each expert (int32) */
-#define L3_RSTD1                      31792 /*        512 [activations.saved[3]]: its 1/rms per token */
-#define L3_LSE                        32304 /*       2048 [activations.saved[3]]: attention log-sum-exp per head and query */
-#define L3_RSTD2                      34352 /*        512 [activations.saved[3]]: its 1/rms per token */
-#define L3_LOGITS                     34864 /*       4096 [activations.saved[3]]: router logits */
-#define L3_IDX                        38960 /*       1024 [activations.saved[3]]: selected experts (int32) */
-#define L3_WTS                        39984 /*       1024 [activations.saved[3]]: their weights */
-#define L3_POS                        41008 /*       1024 [activations.saved[3]]: row of each assignment in expert order (int32) */
-#define L3_OFFSETS                    42032 /*          9 [activations.saved[3]]: first row of each expert (int32) */
-#define DWTS                          42048 /*       1024 [moe.grad_routing_weights]: gradient of the routing weights */
-#define AUX                           43072 /*         24 [moe.tables]: load-balancing loss scratch */
-#define RSTDF                         43104 /*        512 [activations.loss_stats]: its 1/rms per token */
-#define LSEF                          43616 /*        512 [activations.loss_stats]: log-sum-exp of each token's logits */
+/* ---- the HBM span's real and int32 buffers (offsets in units of 2 B) ---- */
+#define L0_RSTD1                     131072 /*        512 [activations.saved[0]]: its 1/rms per token */
+#define L0_LSE                       328704 /*       2048 [activations.saved[0]]: attention log-sum-exp per head and query */
+#define L0_RSTD2                     463872 /*        512 [activations.saved[0]]: its 1/rms per token */
+#define L0_LOGITS                    464896 /*       4096 [activations.saved[0]]: router logits */
+#define L0_IDX                       473088 /*       1024 [activations.saved[0]]: selected experts (int32) */
+#define L0_WTS                       475136 /*       1024 [activations.saved[0]]: their weights */
+#define L0_POS                       477184 /*       1024 [activations.saved[0]]: row of each assignment in expert order (int32) */
+#define L0_OFFSETS                   479232 /*          9 [activations.saved[0]]: first row of each expert (int32) */
+#define L1_RSTD1                    2052224 /*        512 [activations.saved[1]]: its 1/rms per token */
+#define L1_LSE                      2249856 /*       2048 [activations.saved[1]]: attention log-sum-exp per head and query */
+#define L1_RSTD2                    2385024 /*        512 [activations.saved[1]]: its 1/rms per token */
+#define L1_LOGITS                   2386048 /*       4096 [activations.saved[1]]: router logits */
+#define L1_IDX                      2394240 /*       1024 [activations.saved[1]]: selected experts (int32) */
+#define L1_WTS                      2396288 /*       1024 [activations.saved[1]]: their weights */
+#define L1_POS                      2398336 /*       1024 [activations.saved[1]]: row of each assignment in expert order (int32) */
+#define L1_OFFSETS                  2400384 /*          9 [activations.saved[1]]: first row of each expert (int32) */
+#define L2_RSTD1                    3973376 /*        512 [activations.saved[2]]: its 1/rms per token */
+#define L2_LSE                      4171008 /*       2048 [activations.saved[2]]: attention log-sum-exp per head and query */
+#define L2_RSTD2                    4306176 /*        512 [activations.saved[2]]: its 1/rms per token */
+#define L2_LOGITS                   4307200 /*       4096 [activations.saved[2]]: router logits */
+#define L2_IDX                      4315392 /*       1024 [activations.saved[2]]: selected experts (int32) */
+#define L2_WTS                      4317440 /*       1024 [activations.saved[2]]: their weights */
+#define L2_POS                      4319488 /*       1024 [activations.saved[2]]: row of each assignment in expert order (int32) */
+#define L2_OFFSETS                  4321536 /*          9 [activations.saved[2]]: first row of each expert (int32) */
+#define L3_RSTD1                    5894528 /*        512 [activations.saved[3]]: its 1/rms per token */
+#define L3_LSE                      6092160 /*       2048 [activations.saved[3]]: attention log-sum-exp per head and query */
+#define L3_RSTD2                    6227328 /*        512 [activations.saved[3]]: its 1/rms per token */
+#define L3_LOGITS                   6228352 /*       4096 [activations.saved[3]]: router logits */
+#define L3_IDX                      6236544 /*       1024 [activations.saved[3]]: selected experts (int32) */
+#define L3_WTS                      6238592 /*       1024 [activations.saved[3]]: their weights */
+#define L3_POS                      6240640 /*       1024 [activations.saved[3]]: row of each assignment in expert order (int32) */
+#define L3_OFFSETS                  6242688 /*          9 [activations.saved[3]]: first row of each expert (int32) */
+#define DWTS                       15414656 /*       1024 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                        15416704 /*         24 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                      15410560 /*        512 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                       15411584 /*        512 [activations.loss_stats]: log-sum-exp of each token's logits */
 
-/* ---- the activation arena map (elements of act) ---- */
-#define KEPT                              0 /*    3806336 [gathered.params_kept]: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
-#define CAST0                       3806336 /*     467584 [params.bf16_cast]: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define CAST1                       4273920 /*     467584 [params.bf16_cast]: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
-#define GRAD0                       4741504 /*     935168 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                       5676672 /*     935168 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
-#define X0                          6611840 /*      65536 [activations.saved[0]]: boundary: input of layer 0 (residual stream) */
-#define X1                          6677376 /*      65536 [activations.saved[1]]: boundary: input of layer 1 (residual stream) */
-#define X2                          6742912 /*      65536 [activations.saved[2]]: boundary: input of layer 2 (residual stream) */
-#define X3                          6808448 /*      65536 [activations.saved[3]]: boundary: input of layer 3 (residual stream) */
-#define X4                          6873984 /*      65536 [activations.final_boundary]: output of the last layer */
-#define L0_LN1                      6939520 /*      65536 [activations.saved[0]]: attention norm output */
-#define L0_Q                        7005056 /*      65536 [activations.saved[0]]: queries (rotated) */
-#define L0_K                        7070592 /*      32768 [activations.saved[0]]: keys (rotated) */
-#define L0_V                        7103360 /*      32768 [activations.saved[0]]: values */
-#define L0_ATT                      7136128 /*      65536 [activations.saved[0]]: attention output */
-#define L0_RES                      7201664 /*      65536 [activations.saved[0]]: residual stream after attention */
-#define L0_LN2                      7267200 /*      65536 [activations.saved[0]]: mlp norm output */
-#define L0_XP                       7332736 /*     131072 [activations.saved[0]]: token copies in expert order: the experts' input */
-#define L0_YP                       7463808 /*     131072 [activations.saved[0]]: expert outputs in that order */
-#define L0_EG                       7594880 /*     262144 [activations.saved[0]]: routed experts' gate */
-#define L0_EU                       7857024 /*     262144 [activations.saved[0]]: routed experts' up */
-#define L0_EH                       8119168 /*     262144 [activations.saved[0]]: routed experts' activation */
-#define L0_SG                       8381312 /*     131072 [activations.saved[0]]: shared experts' gate */
-#define L0_SU                       8512384 /*     131072 [activations.saved[0]]: shared experts' up */
-#define L0_SH                       8643456 /*     131072 [activations.saved[0]]: shared experts' activation */
-#define L1_LN1                      8774528 /*      65536 [activations.saved[1]]: attention norm output */
-#define L1_Q                        8840064 /*      65536 [activations.saved[1]]: queries (rotated) */
-#define L1_K                        8905600 /*      32768 [activations.saved[1]]: keys (rotated) */
-#define L1_V                        8938368 /*      32768 [activations.saved[1]]: values */
-#define L1_ATT                      8971136 /*      65536 [activations.saved[1]]: attention output */
-#define L1_RES                      9036672 /*      65536 [activations.saved[1]]: residual stream after attention */
-#define L1_LN2                      9102208 /*      65536 [activations.saved[1]]: mlp norm output */
-#define L1_XP                       9167744 /*     131072 [activations.saved[1]]: token copies in expert order: the experts' input */
-#define L1_YP                       9298816 /*     131072 [activations.saved[1]]: expert outputs in that order */
-#define L1_EG                       9429888 /*     262144 [activations.saved[1]]: routed experts' gate */
-#define L1_EU                       9692032 /*     262144 [activations.saved[1]]: routed experts' up */
-#define L1_EH                       9954176 /*     262144 [activations.saved[1]]: routed experts' activation */
-#define L1_SG                      10216320 /*     131072 [activations.saved[1]]: shared experts' gate */
-#define L1_SU                      10347392 /*     131072 [activations.saved[1]]: shared experts' up */
-#define L1_SH                      10478464 /*     131072 [activations.saved[1]]: shared experts' activation */
-#define L2_LN1                     10609536 /*      65536 [activations.saved[2]]: attention norm output */
-#define L2_Q                       10675072 /*      65536 [activations.saved[2]]: queries (rotated) */
-#define L2_K                       10740608 /*      32768 [activations.saved[2]]: keys (rotated) */
-#define L2_V                       10773376 /*      32768 [activations.saved[2]]: values */
-#define L2_ATT                     10806144 /*      65536 [activations.saved[2]]: attention output */
-#define L2_RES                     10871680 /*      65536 [activations.saved[2]]: residual stream after attention */
-#define L2_LN2                     10937216 /*      65536 [activations.saved[2]]: mlp norm output */
-#define L2_XP                      11002752 /*     131072 [activations.saved[2]]: token copies in expert order: the experts' input */
-#define L2_YP                      11133824 /*     131072 [activations.saved[2]]: expert outputs in that order */
-#define L2_EG                      11264896 /*     262144 [activations.saved[2]]: routed experts' gate */
-#define L2_EU                      11527040 /*     262144 [activations.saved[2]]: routed experts' up */
-#define L2_EH                      11789184 /*     262144 [activations.saved[2]]: routed experts' activation */
-#define L2_SG                      12051328 /*     131072 [activations.saved[2]]: shared experts' gate */
-#define L2_SU                      12182400 /*     131072 [activations.saved[2]]: shared experts' up */
-#define L2_SH                      12313472 /*     131072 [activations.saved[2]]: shared experts' activation */
-#define L3_LN1                     12444544 /*      65536 [activations.saved[3]]: attention norm output */
-#define L3_Q                       12510080 /*      65536 [activations.saved[3]]: queries (rotated) */
-#define L3_K                       12575616 /*      32768 [activations.saved[3]]: keys (rotated) */
-#define L3_V                       12608384 /*      32768 [activations.saved[3]]: values */
-#define L3_ATT                     12641152 /*      65536 [activations.saved[3]]: attention output */
-#define L3_RES                     12706688 /*      65536 [activations.saved[3]]: residual stream after attention */
-#define L3_LN2                     12772224 /*      65536 [activations.saved[3]]: mlp norm output */
-#define L3_XP                      12837760 /*     131072 [activations.saved[3]]: token copies in expert order: the experts' input */
-#define L3_YP                      12968832 /*     131072 [activations.saved[3]]: expert outputs in that order */
-#define L3_EG                      13099904 /*     262144 [activations.saved[3]]: routed experts' gate */
-#define L3_EU                      13362048 /*     262144 [activations.saved[3]]: routed experts' up */
-#define L3_EH                      13624192 /*     262144 [activations.saved[3]]: routed experts' activation */
-#define L3_SG                      13886336 /*     131072 [activations.saved[3]]: shared experts' gate */
-#define L3_SU                      14017408 /*     131072 [activations.saved[3]]: shared experts' up */
-#define L3_SH                      14148480 /*     131072 [activations.saved[3]]: shared experts' activation */
-#define DX_A                       14279552 /*      65536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
-#define DX_B                       14345088 /*      65536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
-#define DLN                        14410624 /*      65536 [activations.grad_norm]: gradient of a norm's output */
-#define LWS                        14476160 /*     786432 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+/* ---- the HBM span's activation buffers (offsets in units of 2 B) ---- */
+#define KEPT                        7684608 /*    3806336 [gathered.params_kept]: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
+#define CAST0                      11490944 /*     467584 [params.bf16_cast]: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define CAST1                      11958528 /*     467584 [params.bf16_cast]: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define GRAD0                      12426112 /*     935168 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                      13361280 /*     935168 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                                0 /*      65536 [activations.saved[0]]: boundary: input of layer 0 (residual stream) */
+#define X1                          1921152 /*      65536 [activations.saved[1]]: boundary: input of layer 1 (residual stream) */
+#define X2                          3842304 /*      65536 [activations.saved[2]]: boundary: input of layer 2 (residual stream) */
+#define X3                          5763456 /*      65536 [activations.saved[3]]: boundary: input of layer 3 (residual stream) */
+#define X4                         15082880 /*      65536 [activations.final_boundary]: output of the last layer */
+#define L0_LN1                        65536 /*      65536 [activations.saved[0]]: attention norm output */
+#define L0_Q                         132096 /*      65536 [activations.saved[0]]: queries (rotated) */
+#define L0_K                         197632 /*      32768 [activations.saved[0]]: keys (rotated) */
+#define L0_V                         230400 /*      32768 [activations.saved[0]]: values */
+#define L0_ATT                       263168 /*      65536 [activations.saved[0]]: attention output */
+#define L0_RES                       332800 /*      65536 [activations.saved[0]]: residual stream after attention */
+#define L0_LN2                       398336 /*      65536 [activations.saved[0]]: mlp norm output */
+#define L0_XP                        479264 /*     131072 [activations.saved[0]]: token copies in expert order: the experts' input */
+#define L0_YP                        610336 /*     131072 [activations.saved[0]]: expert outputs in that order */
+#define L0_EG                        741408 /*     262144 [activations.saved[0]]: routed experts' gate */
+#define L0_EU                       1003552 /*     262144 [activations.saved[0]]: routed experts' up */
+#define L0_EH                       1265696 /*     262144 [activations.saved[0]]: routed experts' activation */
+#define L0_SG                       1527840 /*     131072 [activations.saved[0]]: shared experts' gate */
+#define L0_SU                       1658912 /*     131072 [activations.saved[0]]: shared experts' up */
+#define L0_SH                       1789984 /*     131072 [activations.saved[0]]: shared experts' activation */
+#define L1_LN1                      1986688 /*      65536 [activations.saved[1]]: attention norm output */
+#define L1_Q                        2053248 /*      65536 [activations.saved[1]]: queries (rotated) */
+#define L1_K                        2118784 /*      32768 [activations.saved[1]]: keys (rotated) */
+#define L1_V                        2151552 /*      32768 [activations.saved[1]]: values */
+#define L1_ATT                      2184320 /*      65536 [activations.saved[1]]: attention output */
+#define L1_RES                      2253952 /*      65536 [activations.saved[1]]: residual stream after attention */
+#define L1_LN2                      2319488 /*      65536 [activations.saved[1]]: mlp norm output */
+#define L1_XP                       2400416 /*     131072 [activations.saved[1]]: token copies in expert order: the experts' input */
+#define L1_YP                       2531488 /*     131072 [activations.saved[1]]: expert outputs in that order */
+#define L1_EG                       2662560 /*     262144 [activations.saved[1]]: routed experts' gate */
+#define L1_EU                       2924704 /*     262144 [activations.saved[1]]: routed experts' up */
+#define L1_EH                       3186848 /*     262144 [activations.saved[1]]: routed experts' activation */
+#define L1_SG                       3448992 /*     131072 [activations.saved[1]]: shared experts' gate */
+#define L1_SU                       3580064 /*     131072 [activations.saved[1]]: shared experts' up */
+#define L1_SH                       3711136 /*     131072 [activations.saved[1]]: shared experts' activation */
+#define L2_LN1                      3907840 /*      65536 [activations.saved[2]]: attention norm output */
+#define L2_Q                        3974400 /*      65536 [activations.saved[2]]: queries (rotated) */
+#define L2_K                        4039936 /*      32768 [activations.saved[2]]: keys (rotated) */
+#define L2_V                        4072704 /*      32768 [activations.saved[2]]: values */
+#define L2_ATT                      4105472 /*      65536 [activations.saved[2]]: attention output */
+#define L2_RES                      4175104 /*      65536 [activations.saved[2]]: residual stream after attention */
+#define L2_LN2                      4240640 /*      65536 [activations.saved[2]]: mlp norm output */
+#define L2_XP                       4321568 /*     131072 [activations.saved[2]]: token copies in expert order: the experts' input */
+#define L2_YP                       4452640 /*     131072 [activations.saved[2]]: expert outputs in that order */
+#define L2_EG                       4583712 /*     262144 [activations.saved[2]]: routed experts' gate */
+#define L2_EU                       4845856 /*     262144 [activations.saved[2]]: routed experts' up */
+#define L2_EH                       5108000 /*     262144 [activations.saved[2]]: routed experts' activation */
+#define L2_SG                       5370144 /*     131072 [activations.saved[2]]: shared experts' gate */
+#define L2_SU                       5501216 /*     131072 [activations.saved[2]]: shared experts' up */
+#define L2_SH                       5632288 /*     131072 [activations.saved[2]]: shared experts' activation */
+#define L3_LN1                      5828992 /*      65536 [activations.saved[3]]: attention norm output */
+#define L3_Q                        5895552 /*      65536 [activations.saved[3]]: queries (rotated) */
+#define L3_K                        5961088 /*      32768 [activations.saved[3]]: keys (rotated) */
+#define L3_V                        5993856 /*      32768 [activations.saved[3]]: values */
+#define L3_ATT                      6026624 /*      65536 [activations.saved[3]]: attention output */
+#define L3_RES                      6096256 /*      65536 [activations.saved[3]]: residual stream after attention */
+#define L3_LN2                      6161792 /*      65536 [activations.saved[3]]: mlp norm output */
+#define L3_XP                       6242720 /*     131072 [activations.saved[3]]: token copies in expert order: the experts' input */
+#define L3_YP                       6373792 /*     131072 [activations.saved[3]]: expert outputs in that order */
+#define L3_EG                       6504864 /*     262144 [activations.saved[3]]: routed experts' gate */
+#define L3_EU                       6767008 /*     262144 [activations.saved[3]]: routed experts' up */
+#define L3_EH                       7029152 /*     262144 [activations.saved[3]]: routed experts' activation */
+#define L3_SG                       7291296 /*     131072 [activations.saved[3]]: shared experts' gate */
+#define L3_SU                       7422368 /*     131072 [activations.saved[3]]: shared experts' up */
+#define L3_SH                       7553440 /*     131072 [activations.saved[3]]: shared experts' activation */
+#define DX_A                       15213952 /*      65536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                       15279488 /*      65536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                        15345024 /*      65536 [activations.grad_norm]: gradient of a norm's output */
+#define LWS                        14296448 /*     786432 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
 #define EDG                             LWS /*     262144 [workspace.shared]: routed experts' gate gradient: in LWS (an FFN's backward) */
 #define DSG                             EDG /*     131072 [workspace.shared]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
 #define EDU                    (LWS + 262144) /*     262144 [workspace.shared]: routed experts' up gradient: in LWS (an FFN's backward) */
@@ -201,7 +202,7 @@
 #define LNF                             LWS /*      65536 [workspace.shared]: final norm output: in LWS (the loss) */
 #define CE                     (LWS + 65536) /*     524288 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
 #define DLOGITS                         LWS /*       8192 [workspace.shared]: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
-#define DYP                        15262592 /*     131072 [moe.grad_expert_out]: gradient of the expert outputs */
+#define DYP                        15082880 /*     131072 [moe.grad_expert_out]: gradient of the expert outputs */
 
 /* Parameter groups: sharded over the FSDP group (2 ranks) or, for experts, over the
  * 2 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the

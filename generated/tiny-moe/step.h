@@ -8,7 +8,7 @@
 #define MODEL_NAME "tiny-moe"
 #define SPEC_FILE "tiny-moe.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "6e274d3082af26a8"
+#define PLAN_HASH "89fd46dc23a778c9"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 2
 #define PLAN_FSDP 2
@@ -45,8 +45,8 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 2006.72 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 5.000000e+10 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 2 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 130511712 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 97569936 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 130512896 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 97570048 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 68157440 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 67108864 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 1048576 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
@@ -56,15 +56,22 @@
 #define STATE_ELEMS 7612672
 #define STATE_ON_HOST 0
 #define OPT_STEP_ON_HOST 0
-/* the arena (fp32 and int32) and the activation arena (act): from *_SCRATCH on, buffers each
- * micro-batch writes before reading them */
-#define ARENA_ELEMS 44128
-#define ARENA_SCRATCH 1024
-#define ACT_ELEMS 15393664
-#define ACT_SCRATCH 3806336
-#define INPUTS 0 /* [data.tokens] */
-#define TARGETS 512 /* [data.tokens] */
-#define STATE_STAGING 4741504 /* GRAD0 (activation arena), free between steps: a state arena on the host
+/* the plan's HBM tier but its state block and the items outside the program (reserves, the
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 30450688 + 2 o of the tier (plan.json
+ * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
+ * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
+ * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
+#define ARENA_ELEMS 0
+#define ARENA_SCRATCH 0
+#define ACT_ELEMS 15416768
+#define ACT_SCRATCH 15416768
+#define INPUTS 15412608 /* [data.tokens] */
+#define TARGETS 15413632 /* [data.tokens] */
+/* the HBM span's ranges [unit, unit + n) that live across micro-batches (tokens, expert loads,
+ * shards, kept parameters); the rest is written by each micro-batch before it is read */
+#define STEP_LIVE_RANGES {{15412608, 1024}, {15413632, 1024}, {7684608, 3806336}}
+#define STEP_N_LIVE_RANGES 3
+#define STATE_STAGING 12426112 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 935168
 #define HOST_ELEMS 0 /* the host arena (activation offload): boundaries waiting for the backward */

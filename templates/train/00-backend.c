@@ -60,8 +60,8 @@ static void to_host(RtCtx *c, int64_t off, int64_t n) {
 }
 #define TOKENS_HOST(c) host_tokens
 static void tokens_to_device(RtCtx *c) {
-  rt_cuda_upload(c->arena + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
-  rt_cuda_upload(c->arena + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
+  rt_cuda_upload(c->acts + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
+  rt_cuda_upload(c->acts + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
 }
 #define ADAMW_SHARD rt_cu_adamw_shard
 #define GRAD_ALL_REDUCE rt_cu_all_reduce
@@ -77,8 +77,8 @@ static void to_host(RtCtx *c, int64_t off, int64_t n) { (void)c, (void)off, (voi
 #define TOKENS_HOST(c) host_tokens
 static int32_t host_tokens[2 * TOKENS]; /* the loader's batch, copied into INPUTS and TARGETS */
 static void tokens_to_device(RtCtx *c) {
-  memcpy(c->arena + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
-  memcpy(c->arena + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
+  memcpy(c->acts + INPUTS, host_tokens, TOKENS * sizeof(int32_t));
+  memcpy(c->acts + TARGETS, host_tokens + TOKENS, TOKENS * sizeof(int32_t));
 }
 #define ADAMW_SHARD rt_adamw_shard
 #define SUM_SQUARES rt_sum_squares

@@ -72,7 +72,7 @@ static int64_t muon_host_elems(void) { return OPT_ON_HOST ? 0 : (int64_t)MUON_HO
 static Footprint footprint(void) {
   const int64_t R = (int64_t)sizeof(real), state = (int64_t)STATE_ELEMS * R;
   const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
-  Footprint f = {(int64_t)ARENA_ELEMS * R + acts + (STATE_ON_HOST ? 0 : state), 0,
+  Footprint f = {acts + (STATE_ON_HOST ? 0 : state), 0,
                  (int64_t)HOST_ELEMS * (int64_t)sizeof(act) + (STATE_ON_HOST ? state : 0)};
   f.host = f.pinned + (int64_t)rt_muon_counts_bytes(PLAN_FSDP) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */

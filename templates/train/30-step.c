@@ -31,7 +31,7 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
 static double objective(RtCtx *c, const RtData *d, uint64_t seed) {
   double j = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
-    rt_data_batch(d, (int32_t *)(c->arena + INPUTS), (int32_t *)(c->arena + TARGETS), MICRO_BATCH, SEQ_LEN, 0, ACCUM,
+    rt_data_batch(d, (int32_t *)(void *)(c->acts + INPUTS), (int32_t *)(void *)(c->acts + TARGETS), MICRO_BATCH, SEQ_LEN, 0, ACCUM,
                   micro, 0, 1, seed);
     c->aux_loss = 0;
     c->gather_kept = micro == 0; /* the parameters may have moved since the last call */

@@ -255,7 +255,6 @@ static void release(Run *r) {
   if (OPT_ON_HOST) free(r->muon_work);
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_free_host(r->muon_host);
-  rt_cuda_free(c->arena);
   rt_cuda_free(c->acts);
   rt_cuda_free_host(c->host);
   if (STATE_ON_HOST) rt_cuda_free_host(c->state);
@@ -265,7 +264,6 @@ static void release(Run *r) {
   rt_comm_nccl_free();
   rt_cuda_teardown();
 #else
-  free(c->arena);
   free(c->acts);
   free(c->state);
   free(c->host);

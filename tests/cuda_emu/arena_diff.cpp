@@ -45,13 +45,17 @@ int main(int argc, char **argv) {
   }
   if (arena_elems < 0 || act_elems < 0)
     return fprintf(stderr, "arena_diff: no ARENA_ELEMS or ACT_ELEMS in the step.h beside %s\n", argv[1]), 2;
-  long base = 0; // of the map being read: step.c's state, arena and activation maps
+  // of the map being read: step.c's state map and the HBM span's activation map; the span's real
+  // and int32 buffers (-1) are not compared: the dump holds the span as activations converted
+  // to real (dump.c), which a real value's bytes are not
+  long base = 0;
   for (std::string line; std::getline(in, line);) {
     std::smatch m;
     if (line.find("---- the state arena map") != std::string::npos) base = arena_elems + act_elems;
-    else if (line.find("---- the arena map") != std::string::npos) base = 0;
-    else if (line.find("---- the activation arena map") != std::string::npos) base = arena_elems;
-    else if (std::regex_search(line, m, re)) bufs.push_back({m[1], m[4], std::stol(m[2]) + base, std::stol(m[3])});
+    else if (line.find("---- the HBM span's real and int32 buffers") != std::string::npos) base = -1;
+    else if (line.find("---- the HBM span's activation buffers") != std::string::npos) base = arena_elems;
+    else if (base >= 0 && std::regex_search(line, m, re) && m[4].str().find("fp32") == std::string::npos)
+      bufs.push_back({m[1], m[4], std::stol(m[2]) + base, std::stol(m[3])});
   }
   std::vector<float> a = load(argv[2]), b = load(argv[3]);
   if (a.size() != b.size()) return fprintf(stderr, "arena_diff: sizes differ\n"), 2;

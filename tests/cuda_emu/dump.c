@@ -3,8 +3,8 @@
  * after each of the first $EMU_DUMP_CALLS (default 1) forward and backward passes of every rank, as
  * DIR/rankR-fwdK.bin and -bwdK.bin (ARENA_ELEMS + ACT_ELEMS + STATE_ELEMS floats), so arena_diff can compare
  * the cpu and the cuda backend buffer by buffer (both run the same step.c, so the maps are the
- * same). With $EMU_POISON_ARENA=1 the arenas from ARENA_SCRATCH and ACT_SCRATCH on (past the
- * tokens and what else lives across micro-batches) are set to NaN before each forward: an op that reads a buffer the step has not written in this micro-batch (an op
+ * same). With $EMU_POISON_ARENA=1 the HBM span but what lives across micro-batches (step.h's
+ * STEP_LIVE_RANGES: the tokens, expert loads, shards, kept parameters) is set to NaN before each forward: an op that reads a buffer the step has not written in this micro-batch (an op
  * that adds where the other backend overwrites) turns the loss into NaN. */
 #include <mpi.h>
 #include <stdio.h>
@@ -37,7 +37,7 @@ static void dump(RtCtx *c, const char *pass, int *calls) {
   real *h = malloc((n + na + ns) * sizeof(real));
   act *a = malloc(na * sizeof(act) + 1);
   if (!h || !a) abort();
-  fetch(h, c->arena, n, sizeof(real)), fetch(a, c->acts, na, sizeof(act)), fetch(h + n + na, c->state, ns, sizeof(real));
+  fetch(a, c->acts, na, sizeof(act)), fetch(h + n + na, c->state, ns, sizeof(real)); /* (ARENA_ELEMS n: 0) */
   for (size_t i = 0; i < na; i++) h[n + i] = (real)mtrt_act_float(a[i]); /* activations as real */
   free(a);
   n += na + ns;
@@ -49,19 +49,35 @@ static void dump(RtCtx *c, const char *pass, int *calls) {
   (*calls)++;
 }
 
-/* From ARENA_SCRATCH and ACT_SCRATCH on, the arenas hold what each micro-batch writes before
- * reading it. */
+/* The HBM span but its ranges that live across micro-batches (step.h's STEP_LIVE_RANGES) holds
+ * what each micro-batch writes before reading it: set to NaN (all bits set), gap by gap. */
 static void poison(RtCtx *c) {
   if (!getenv("EMU_POISON_ARENA") || atoi(getenv("EMU_POISON_ARENA")) == 0) return;
-  size_t lo = (size_t)ARENA_SCRATCH, n = (size_t)ARENA_ELEMS - lo, alo = (size_t)ACT_SCRATCH, an = (size_t)ACT_ELEMS - alo;
+  static const int64_t live[][2] = STEP_LIVE_RANGES;
+  char *lo = (char *)(void *)c->acts, *end = lo + (size_t)ACT_ELEMS * sizeof(act);
+  char *p = lo;
 #ifdef MTC_BACKEND_CUDA
   emu_arena_checks(0); /* one memset over many buffers, on purpose */
-  if (cudaMemset(c->arena + lo, 0xff, n * sizeof(real)) != cudaSuccess) abort();
-  if (cudaMemset(c->acts + alo, 0xff, an * sizeof(act)) != cudaSuccess) abort();
-  emu_arena_checks(1);
+#endif
+  /* each gap between the live ranges (listed in any order), lowest first */
+  for (;;) {
+    char *next = end, *next_end = end;
+    for (int i = 0; i < STEP_N_LIVE_RANGES; i++) {
+      char *a = lo + live[i][0] * (int64_t)sizeof(act), *b = a + live[i][1] * (int64_t)sizeof(act);
+      if (b > p && a < next) next = a < p ? p : a, next_end = b;
+    }
+    if (next > p) {
+#ifdef MTC_BACKEND_CUDA
+      if (cudaMemset(p, 0xff, (size_t)(next - p)) != cudaSuccess) abort();
 #else
-  memset(c->arena + lo, 0xff, n * sizeof(real));
-  memset(c->acts + alo, 0xff, an * sizeof(act));
+      memset(p, 0xff, (size_t)(next - p));
+#endif
+    }
+    if (next >= end) break;
+    p = next_end > p ? next_end : p;
+  }
+#ifdef MTC_BACKEND_CUDA
+  emu_arena_checks(1);
 #endif
 }
 

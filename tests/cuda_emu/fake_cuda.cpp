@@ -166,21 +166,23 @@ static const char *where_name(const void *p) {
   return !p ? "NULL" : !a ? "pageable host" : a->kind == K_DEVICE ? "device" : "pinned host";
 }
 // [p, p + bytes) must lie in one allocation the device can read (device or pinned host).
-// EMU_ARENA_MAP=DIR/step.c: the buffers of the arena and of the activation arena (step.c's maps:
+// EMU_ARENA_MAP=DIR/step.c: the buffers of the HBM span (step.c's maps of its real and int32
+// buffers and of its activation buffers, offsets in units of 2 bytes of the plan's tier:
 // `#define NAME offset /* count: what */`, and aliases in another buffer's bytes, `#define NAME
 // OTHER /* count: ... */` or `#define NAME (OTHER + k) /* count: ... */`), so that a device range
-// must also stay inside one buffer or alias of either (the allocations of step.h's ARENA_ELEMS
-// reals and ACT_ELEMS activations, 2 or 4 bytes each): a GEMM, copy, memset or collective that
-// runs into the next buffer is reported.
+// must also stay inside one buffer or alias (the allocation of step.h's ACT_ELEMS activations,
+// 2 or 4 bytes each: a unit is one act element; a real or int32 value takes 4 bytes): a GEMM,
+// copy, memset or collective that runs into the next buffer is reported.
 struct Named {
   std::string name;
   long off, n;
+  bool real; // n counts 4-byte values (the real and int32 map), else act elements
 };
 struct ArenaMap {
   std::vector<Named> bufs; // by offset
-  long elems;              // step.h's ARENA_ELEMS or ACT_ELEMS
+  long elems;              // step.h's ACT_ELEMS
 };
-static ArenaMap maps[2]; // 0 the arena (fp32, int32), 1 the activation arena
+static ArenaMap hbm_span; // the HBM span
 static void load_map(void) {
   static bool done;
   if (done) return;
@@ -190,7 +192,7 @@ static void load_map(void) {
   if (!f) return;
   char line[1024], name[128], of[128];
   long off, n;
-  int in = -1; // the map being read: step.c's state arena map is no device arena's
+  int in = -1; // the map being read (0 real and int32, 1 act): step.c's state arena map is no device arena's
   auto offset_of = [](const ArenaMap &m, const char *nm, long *o) { // an alias's buffer (listed before it)
     for (const Named &b : m.bufs)
       if (b.name == nm) return *o = b.off, true;
@@ -198,59 +200,55 @@ static void load_map(void) {
   };
   while (fgets(line, sizeof line, f))
     if (strstr(line, "---- the state arena map")) in = -1;
-    else if (strstr(line, "---- the arena map")) in = 0;
-    else if (strstr(line, "---- the activation arena map")) in = 1;
+    else if (strstr(line, "---- the HBM span's real and int32 buffers")) in = 0;
+    else if (strstr(line, "---- the HBM span's activation buffers")) in = 1;
     else if (in >= 0 && sscanf(line, "#define %127s %ld /* %ld:", name, &off, &n) == 3)
-      maps[in].bufs.push_back({name, off, n});
+      hbm_span.bufs.push_back({name, off, n, in == 0});
     else if (in >= 0 && sscanf(line, "#define %127s (%127[A-Za-z0-9_] + %ld) /* %ld:", name, of, &off, &n) == 4) {
       long base;
-      if (offset_of(maps[in], of, &base)) maps[in].bufs.push_back({name, base + off, n});
+      if (offset_of(hbm_span, of, &base)) hbm_span.bufs.push_back({name, base + off, n, in == 0});
     } else if (in >= 0 && sscanf(line, "#define %127s %127[A-Za-z0-9_] /* %ld:", name, of, &n) == 3) {
       long base;
-      if (offset_of(maps[in], of, &base)) maps[in].bufs.push_back({name, base, n});
+      if (offset_of(hbm_span, of, &base)) hbm_span.bufs.push_back({name, base, n, in == 0});
     }
   fclose(f);
-  for (ArenaMap &m : maps)
-    std::sort(m.bufs.begin(), m.bufs.end(), [](const Named &a, const Named &b) { return a.off < b.off; });
-  std::string h = path; // the arenas' sizes: step.h beside step.c
+  std::sort(hbm_span.bufs.begin(), hbm_span.bufs.end(), [](const Named &a, const Named &b) { return a.off < b.off; });
+  std::string h = path; // the span's size: step.h beside step.c
   h = h.substr(0, h.find_last_of('/') + 1) + "step.h";
   if ((f = fopen(h.c_str(), "r"))) {
-    while (fgets(line, sizeof line, f)) {
-      if (sscanf(line, "#define ARENA_ELEMS %ld", &n) == 1) maps[0].elems = n;
-      if (sscanf(line, "#define ACT_ELEMS %ld", &n) == 1) maps[1].elems = n;
-    }
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "#define ACT_ELEMS %ld", &n) == 1) hbm_span.elems = n;
     fclose(f);
   }
 }
 static int arena_checks = 1;
 extern "C" void emu_arena_checks(int on) { arena_checks = on; } // dump.c's poison spans buffers
-static const Named *buffer_at(const ArenaMap &m, long e) {
+// Units of buffer b when a unit (an act element) is es bytes.
+static long units(const Named &b, size_t es) { return b.real ? b.n * 4 / (long)es : b.n; }
+static const Named *buffer_at(const ArenaMap &m, long e, size_t es) {
   const Named *best = nullptr;
   for (const Named &b : m.bufs)
-    if (b.off <= e && e < b.off + b.n) best = &b;
+    if (b.off <= e && e < b.off + units(b, es)) best = &b;
   return best;
 }
 // Whether [first, last] lies inside one buffer or alias.
-static bool inside_one(const ArenaMap &m, long first, long last) {
+static bool inside_one(const ArenaMap &m, long first, long last, size_t es) {
   for (const Named &b : m.bufs)
-    if (b.off <= first && last < b.off + b.n) return true;
+    if (b.off <= first && last < b.off + units(b, es)) return true;
   return false;
 }
 static void check_arena_range(uintptr_t base, const Alloc *a, const void *p, size_t bytes, const char *what) {
   load_map();
   if (!arena_checks || a->kind != K_DEVICE) return;
   if ((uintptr_t)p == base && bytes == a->bytes) return; /* the whole arena (its zeroing at start-up) */
-  for (int k = 0; k < 2; k++) {
-    const ArenaMap &m = maps[k];
-    size_t es = k == 0 ? 4 : m.elems > 0 && a->bytes % (size_t)m.elems == 0 ? a->bytes / (size_t)m.elems : 0;
-    if (m.bufs.empty() || m.elems <= 0 || (es != 2 && es != 4) || a->bytes != (size_t)m.elems * es) continue;
-    long first = (long)(((uintptr_t)p - base) / es), last = (long)(((uintptr_t)p + bytes - 1 - base) / es);
-    const Named *b = buffer_at(m, first), *e = buffer_at(m, last);
-    if (b && e && b != e && !inside_one(m, first, last))
-      emu_warn("%s: elements [%ld, %ld] of the %s run from %s (%ld + %ld) into %s", what, first, last,
-               k ? "activation arena" : "arena", b->name.c_str(), b->off, b->n, e->name.c_str());
-    return;
-  }
+  const ArenaMap &m = hbm_span;
+  size_t es = m.elems > 0 && a->bytes % (size_t)m.elems == 0 ? a->bytes / (size_t)m.elems : 0;
+  if (m.bufs.empty() || m.elems <= 0 || (es != 2 && es != 4) || a->bytes != (size_t)m.elems * es) return;
+  long first = (long)(((uintptr_t)p - base) / es), last = (long)(((uintptr_t)p + bytes - 1 - base) / es);
+  const Named *b = buffer_at(m, first, es), *e = buffer_at(m, last, es);
+  if (b && e && b != e && !inside_one(m, first, last, es))
+    emu_warn("%s: units [%ld, %ld] of the HBM span run from %s (%ld + %ld) into %s", what, first, last,
+             b->name.c_str(), b->off, units(*b, es), e->name.c_str());
 }
 static void check_dev_range(const void *p, size_t bytes, const char *what) {
   if (!bytes) return;
