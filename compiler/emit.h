@@ -105,6 +105,13 @@ typedef struct {
    * arena (HX0..): host_elems elements of it */
   bool offload;
   int64_t host_elems;
+  /* em_place, the host tier: the program's one host allocation (HOST_ELEMS: units of 2 bytes of
+   * the tier, one act element on the cuda backend) spans the plan's host items the program holds,
+   * from byte 0 (the state block, when the plan keeps it there) to the top of the last of them;
+   * hx[l] is boundary l's offset in it (the plan's activations.boundary[l]; with NVMe, past the
+   * plan's items), muon_host_at and muon_step_at those of workspace.muon_exchange_host and
+   * workspace.newton_schulz (0: no such item), all in the same units */
+  int64_t host_span, *hx, muon_host_at, muon_step_at;
   EmBuf *bufs;
   int nbufs, capbufs;
   const char *item; /* the plan item of the buffers em_layout registers next (EmBuf.item) */
@@ -137,8 +144,9 @@ void em_layout(Em *e);
  * plus its own. Offsets become units of 2 bytes of the tier (one act element on the cuda
  * backend) from the byte after the state block (Em.base: 0 with the state on the host), for real
  * and int32 buffers too (step.h's R(o), I(o)); alias_at likewise. top[EM_ACT] is then the span
- * from base to the top of the program's items, top[EM_REAL] 0. An inconsistent plan is an
- * internal error (abort). */
+ * from base to the top of the program's items, top[EM_REAL] 0. The host tier likewise
+ * (Em.host_span, hx, muon_host_at, muon_step_at): each host buffer at its item's offset, in one
+ * allocation from the tier's byte 0. An inconsistent plan is an internal error (abort). */
 void em_place(Em *e);
 /* Bytes buffer b takes in its plan item (plan_exact, test_plan_items): a state buffer its
  * elements rounded up to 16 (64 B of fp32, plan_state's rule); any other its cuda bytes (act

@@ -377,8 +377,12 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
            "#define MUON_HOST_ELEMS %lld /* [workspace.muon_exchange_host] the cuda step on the GPU: its exchange's "
            "pinned host scratch */\n", (long long)e->bufs[i].offset,
         e->bufs[i].item, e->bufs[i].alias, (long long)e->muon_work, (long long)e->muon_step, (long long)e->muon_host);
-  P(e, "#define HOST_ELEMS %lld /* the host arena (activation offload): boundaries waiting for the backward */\n",
-    (long long)e->host_elems);
+  P(e, "#define HOST_ELEMS %lld /* the host arena, units of 2 B of the plan's host tier (HOST_ELEMS x sizeof(act) "
+       "bytes, one allocation: pinned on cuda): the state when the plan keeps it there (from 0), the boundaries "
+       "waiting for the backward (HX<l>), Muon's host scratch (MUON_HOST_AT, MUON_STEP_AT), each at its plan "
+       "item's offset */\n#define MUON_HOST_AT %lld /* [workspace.muon_exchange_host] in the host arena (0: none) */\n"
+       "#define MUON_STEP_AT %lld /* [workspace.newton_schulz] in the host arena (0: none) */\n",
+    (long long)e->host_span, (long long)e->muon_host_at, (long long)e->muon_step_at);
   P(e, "#define OFFLOAD_IDS %lld /* boundaries that go to the host and back */\n",
     (long long)(e->host_elems ? e->L - 2 : 0));
   if (e->host_elems && e->p->best.ch.offload == OFF_NVME)
@@ -469,7 +473,7 @@ static void body(Em *e, const char *spec_base) {
       (long long)e->L - 3);
     for (int l = 0; l <= e->L; l++) P(e, "#define X%-3d XSLOT%d\n", l, l % 3);
     for (int l = 0; l + 3 <= e->L; l++)
-      P(e, "#define HX%-3d %12lld /* host: boundary %d */\n", l, (long long)(l * e->N * e->C), l);
+      P(e, "#define HX%-3d %12lld /* host: boundary %d (activations.boundary[%d]) */\n", l, (long long)e->hx[l], l, l);
   }
   tables(e);
   if (e->aux_free)

@@ -148,6 +148,68 @@ static void placed(const char *spec, const Plan *p) {
   mem_free(&m);
 }
 
+/* The index of c's item named name, or -1. */
+static int item_at(const Candidate *c, const char *name) {
+  for (int j = 0; j < c->nitems; j++)
+    if (strcmp(c->items[j].name, name) == 0) return j;
+  return -1;
+}
+
+/* Whether [lo, hi) of host item k is inside it; said on stderr when not. */
+static bool host_in(const char *spec, const Candidate *c, int k, const char *what, int64_t lo, int64_t hi) {
+  const MemItem *it = k >= 0 ? &c->items[k] : NULL;
+  bool in = it && it->tier == TIER_HOST && it->exact && lo >= it->offset && hi <= it->offset + it->bytes;
+  if (!in)
+    fprintf(stderr, "%s: %s at bytes [%lld, %lld) of the host tier, outside its item %s\n", spec, what, (long long)lo,
+            (long long)hi, it ? it->name : "(none)");
+  return in;
+}
+
+/* The program's host arena at the plan's host offsets (em_place's host tier): one allocation of
+ * Em.host_span units of 2 B from the tier's byte 0 to the top of the program's host items; the
+ * state block, when on the host, at byte 0; each offloaded boundary HX<l> and Muon's host
+ * scratch inside its exact item (the program's bytes: 2 B x tokens x hidden, 4 B x
+ * MUON_HOST_ELEMS or MUON_STEP_ELEMS), and those items (*held, per item index) the only exact
+ * host items besides the state's. */
+static void placed_host(const char *spec, const Plan *p, bool *held) {
+  Mem m = {0};
+  Em e;
+  em_init(&e, &m, p);
+  em_place(&e);
+  const Candidate *c = &p->best;
+  int64_t top = 0, state_lo = INT64_MAX;
+  for (int j = 0; j < c->nitems; j++) {
+    const MemItem *it = &c->items[j];
+    if (it->tier != TIER_HOST || it->outside) continue;
+    if (it->offset + it->bytes > top) top = it->offset + it->bytes;
+    if (it->state && it->offset < state_lo) state_lo = it->offset;
+  }
+  if (c->ch.offload != OFF_NVME) CHECK_EQ(2 * e.host_span, (top + 1) / 2 * 2);
+  if (e.state_host) CHECK_EQ(state_lo, 0);
+  int64_t nb = e.offload && e.L >= 3 ? e.L - 2 : 0;
+  for (int64_t l = 0; l < nb && c->ch.offload != OFF_NVME; l++) {
+    char name[64];
+    snprintf(name, sizeof name, "activations.boundary[%lld]", (long long)l);
+    int k = item_at(c, name);
+    CHECK(host_in(spec, c, k, name, 2 * e.hx[l], 2 * e.hx[l] + 2 * e.N * e.C));
+    if (k < 0) continue;
+    CHECK_EQ(c->items[k].bytes, 2 * e.N * e.C);
+    held[k] = true;
+  }
+  static const char *const muon[2] = {"workspace.muon_exchange_host", "workspace.newton_schulz"};
+  for (int i = 0; i < 2; i++) {
+    int k = item_at(c, muon[i]);
+    if (k < 0 || c->items[k].tier != TIER_HOST) continue;
+    int64_t at = i ? e.muon_step_at : e.muon_host_at, bytes = 4 * (i ? e.muon_step : e.muon_host);
+    CHECK(host_in(spec, c, k, muon[i], 2 * at, 2 * at + bytes));
+    CHECK_EQ(c->items[k].bytes, bytes);
+    CHECK(2 * at + bytes <= 2 * e.host_span);
+    held[k] = true;
+  }
+  if (verbose) printf("  host arena: %lld B (%lld offloaded boundaries)\n", (long long)(2 * e.host_span), (long long)nb);
+  mem_free(&m);
+}
+
 /* spec with the --set options sets (nsets of them; at most 4) */
 static void check_spec(const char *spec, const char *const *sets, int nsets) {
   Mem m = {0};
@@ -190,12 +252,15 @@ static void check_spec(const char *spec, const char *const *sets, int nsets) {
   if (verbose) printf("%s%s%s\n", spec, nsets ? " --set " : "", nsets ? sets[nsets - 1] : "");
   state_offsets(spec, &e, c);
   placed(spec, p);
+  bool *host_held = mem_array(&m, (size_t)c->nitems + 1, sizeof *host_held);
+  placed_host(spec, p, host_held);
   Candidate f = *c; /* the search's formulas for the same choice */
   f.items = NULL, f.nitems = 0;
   plan_memory(&m, p->md, &f);
   CHECK_EQ(f.nitems, c->nitems);
   for (int j = 0; j < c->nitems; j++) {
     const MemItem *it = &c->items[j];
+    if (host_held[j]) continue; /* (placed_host) */
     if (!nb[j]) { /* held outside the arenas: the runtime, the host copies, reserves: the formula */
       CHECK(!it->exact);
       if (j < f.nitems) CHECK_EQ(it->bytes, f.items[j].bytes);
@@ -258,5 +323,16 @@ int main(int argc, char **argv) {
     const char *dense[] = {"model.moe.first_dense_layers=1", "model.mlp.intermediate=256", "plan.ep=2", policies[a]};
     check_spec("specs/tiny-moe.yaml", dense, 4);
   }
+  /* the host arena: offloaded boundaries with the state on the host and Muon's step on the GPU
+   * (its exchange's pinned scratch) or on the host (its step's scratch), and with the state in HBM */
+  const char *off_gpu[] = {"plan.activation_checkpoint=full", "plan.offload_activations=host",
+                           "training.optimizer=muon", "plan.optimizer_tier=host"};
+  check_spec("specs/tiny-moe.yaml", off_gpu, 4);
+  const char *off_host[] = {"plan.offload_activations=host", "training.optimizer=muon", "plan.optimizer_tier=host",
+                            "plan.optimizer_step=host"};
+  check_spec("specs/tiny-moe.yaml", off_host, 4);
+  const char *off_hbm[] = {"plan.activation_checkpoint=full", "plan.offload_activations=host",
+                           "training.optimizer=muon", "plan.optimizer_tier=hbm"};
+  check_spec("specs/tiny-moe.yaml", off_hbm, 4);
   return CHECK_DONE("test_plan_items");
 }

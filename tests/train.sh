@@ -573,7 +573,7 @@ import json, sys
 j = json.loads(sys.argv[1]); arena, host, state, on_host, acts = (int(x) for x in sys.argv[2:7])
 arena, host, state = (arena + acts) * 4, host * 4, state * 4   # the cpu build's act is its real
 hbm = arena + (0 if on_host else state)                    # the cpu build: its memory stands in for HBM
-pinned = host + (state if on_host else 0)                  # and for pinned host memory
+pinned = host                                              # and for pinned host memory (the host arena: the state in it when on the host)
 assert set(j) == {'hbm', 'host', 'host_pinned'}, j
 assert j['hbm'] == hbm, (j, hbm)
 assert j['host_pinned'] == pinned and j['host'] >= pinned, (j, pinned)

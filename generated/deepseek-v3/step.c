@@ -846,65 +846,65 @@
 #define X59  XSLOT2
 #define X60  XSLOT0
 #define X61  XSLOT1
-#define HX0              0 /* host: boundary 0 */
-#define HX1      352321536 /* host: boundary 1 */
-#define HX2      704643072 /* host: boundary 2 */
-#define HX3     1056964608 /* host: boundary 3 */
-#define HX4     1409286144 /* host: boundary 4 */
-#define HX5     1761607680 /* host: boundary 5 */
-#define HX6     2113929216 /* host: boundary 6 */
-#define HX7     2466250752 /* host: boundary 7 */
-#define HX8     2818572288 /* host: boundary 8 */
-#define HX9     3170893824 /* host: boundary 9 */
-#define HX10    3523215360 /* host: boundary 10 */
-#define HX11    3875536896 /* host: boundary 11 */
-#define HX12    4227858432 /* host: boundary 12 */
-#define HX13    4580179968 /* host: boundary 13 */
-#define HX14    4932501504 /* host: boundary 14 */
-#define HX15    5284823040 /* host: boundary 15 */
-#define HX16    5637144576 /* host: boundary 16 */
-#define HX17    5989466112 /* host: boundary 17 */
-#define HX18    6341787648 /* host: boundary 18 */
-#define HX19    6694109184 /* host: boundary 19 */
-#define HX20    7046430720 /* host: boundary 20 */
-#define HX21    7398752256 /* host: boundary 21 */
-#define HX22    7751073792 /* host: boundary 22 */
-#define HX23    8103395328 /* host: boundary 23 */
-#define HX24    8455716864 /* host: boundary 24 */
-#define HX25    8808038400 /* host: boundary 25 */
-#define HX26    9160359936 /* host: boundary 26 */
-#define HX27    9512681472 /* host: boundary 27 */
-#define HX28    9865003008 /* host: boundary 28 */
-#define HX29   10217324544 /* host: boundary 29 */
-#define HX30   10569646080 /* host: boundary 30 */
-#define HX31   10921967616 /* host: boundary 31 */
-#define HX32   11274289152 /* host: boundary 32 */
-#define HX33   11626610688 /* host: boundary 33 */
-#define HX34   11978932224 /* host: boundary 34 */
-#define HX35   12331253760 /* host: boundary 35 */
-#define HX36   12683575296 /* host: boundary 36 */
-#define HX37   13035896832 /* host: boundary 37 */
-#define HX38   13388218368 /* host: boundary 38 */
-#define HX39   13740539904 /* host: boundary 39 */
-#define HX40   14092861440 /* host: boundary 40 */
-#define HX41   14445182976 /* host: boundary 41 */
-#define HX42   14797504512 /* host: boundary 42 */
-#define HX43   15149826048 /* host: boundary 43 */
-#define HX44   15502147584 /* host: boundary 44 */
-#define HX45   15854469120 /* host: boundary 45 */
-#define HX46   16206790656 /* host: boundary 46 */
-#define HX47   16559112192 /* host: boundary 47 */
-#define HX48   16911433728 /* host: boundary 48 */
-#define HX49   17263755264 /* host: boundary 49 */
-#define HX50   17616076800 /* host: boundary 50 */
-#define HX51   17968398336 /* host: boundary 51 */
-#define HX52   18320719872 /* host: boundary 52 */
-#define HX53   18673041408 /* host: boundary 53 */
-#define HX54   19025362944 /* host: boundary 54 */
-#define HX55   19377684480 /* host: boundary 55 */
-#define HX56   19730006016 /* host: boundary 56 */
-#define HX57   20082327552 /* host: boundary 57 */
-#define HX58   20434649088 /* host: boundary 58 */
+#define HX0    20969582592 /* host: boundary 0 (activations.boundary[0]) */
+#define HX1    21321904128 /* host: boundary 1 (activations.boundary[1]) */
+#define HX2    21674225664 /* host: boundary 2 (activations.boundary[2]) */
+#define HX3    22026547200 /* host: boundary 3 (activations.boundary[3]) */
+#define HX4    22378868736 /* host: boundary 4 (activations.boundary[4]) */
+#define HX5    22731190272 /* host: boundary 5 (activations.boundary[5]) */
+#define HX6    23083511808 /* host: boundary 6 (activations.boundary[6]) */
+#define HX7    23435833344 /* host: boundary 7 (activations.boundary[7]) */
+#define HX8    23788154880 /* host: boundary 8 (activations.boundary[8]) */
+#define HX9    24140476416 /* host: boundary 9 (activations.boundary[9]) */
+#define HX10   24492797952 /* host: boundary 10 (activations.boundary[10]) */
+#define HX11   24845119488 /* host: boundary 11 (activations.boundary[11]) */
+#define HX12   25197441024 /* host: boundary 12 (activations.boundary[12]) */
+#define HX13   25549762560 /* host: boundary 13 (activations.boundary[13]) */
+#define HX14   25902084096 /* host: boundary 14 (activations.boundary[14]) */
+#define HX15   26254405632 /* host: boundary 15 (activations.boundary[15]) */
+#define HX16   26606727168 /* host: boundary 16 (activations.boundary[16]) */
+#define HX17   26959048704 /* host: boundary 17 (activations.boundary[17]) */
+#define HX18   27311370240 /* host: boundary 18 (activations.boundary[18]) */
+#define HX19   27663691776 /* host: boundary 19 (activations.boundary[19]) */
+#define HX20   28016013312 /* host: boundary 20 (activations.boundary[20]) */
+#define HX21   28368334848 /* host: boundary 21 (activations.boundary[21]) */
+#define HX22   28720656384 /* host: boundary 22 (activations.boundary[22]) */
+#define HX23   29072977920 /* host: boundary 23 (activations.boundary[23]) */
+#define HX24   29425299456 /* host: boundary 24 (activations.boundary[24]) */
+#define HX25   29777620992 /* host: boundary 25 (activations.boundary[25]) */
+#define HX26   30129942528 /* host: boundary 26 (activations.boundary[26]) */
+#define HX27   30482264064 /* host: boundary 27 (activations.boundary[27]) */
+#define HX28   30834585600 /* host: boundary 28 (activations.boundary[28]) */
+#define HX29   31186907136 /* host: boundary 29 (activations.boundary[29]) */
+#define HX30   31539228672 /* host: boundary 30 (activations.boundary[30]) */
+#define HX31   31891550208 /* host: boundary 31 (activations.boundary[31]) */
+#define HX32   32243871744 /* host: boundary 32 (activations.boundary[32]) */
+#define HX33   32596193280 /* host: boundary 33 (activations.boundary[33]) */
+#define HX34   32948514816 /* host: boundary 34 (activations.boundary[34]) */
+#define HX35   33300836352 /* host: boundary 35 (activations.boundary[35]) */
+#define HX36   33653157888 /* host: boundary 36 (activations.boundary[36]) */
+#define HX37   34005479424 /* host: boundary 37 (activations.boundary[37]) */
+#define HX38   34357800960 /* host: boundary 38 (activations.boundary[38]) */
+#define HX39   34710122496 /* host: boundary 39 (activations.boundary[39]) */
+#define HX40   35062444032 /* host: boundary 40 (activations.boundary[40]) */
+#define HX41   35414765568 /* host: boundary 41 (activations.boundary[41]) */
+#define HX42   35767087104 /* host: boundary 42 (activations.boundary[42]) */
+#define HX43   36119408640 /* host: boundary 43 (activations.boundary[43]) */
+#define HX44   36471730176 /* host: boundary 44 (activations.boundary[44]) */
+#define HX45   36824051712 /* host: boundary 45 (activations.boundary[45]) */
+#define HX46   37176373248 /* host: boundary 46 (activations.boundary[46]) */
+#define HX47   37528694784 /* host: boundary 47 (activations.boundary[47]) */
+#define HX48   37881016320 /* host: boundary 48 (activations.boundary[48]) */
+#define HX49   38233337856 /* host: boundary 49 (activations.boundary[49]) */
+#define HX50   38585659392 /* host: boundary 50 (activations.boundary[50]) */
+#define HX51   38937980928 /* host: boundary 51 (activations.boundary[51]) */
+#define HX52   39290302464 /* host: boundary 52 (activations.boundary[52]) */
+#define HX53   39642624000 /* host: boundary 53 (activations.boundary[53]) */
+#define HX54   39994945536 /* host: boundary 54 (activations.boundary[54]) */
+#define HX55   40347267072 /* host: boundary 55 (activations.boundary[55]) */
+#define HX56   40699588608 /* host: boundary 56 (activations.boundary[56]) */
+#define HX57   41051910144 /* host: boundary 57 (activations.boundary[57]) */
+#define HX58   41404231680 /* host: boundary 58 (activations.boundary[58]) */
 
 /* Parameter groups: sharded over the FSDP group (256 ranks) or, for experts, over the
  * 64 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the

@@ -850,78 +850,78 @@
 #define X72  XSLOT0
 #define X73  XSLOT1
 #define X74  XSLOT2
-#define HX0              0 /* host: boundary 0 */
-#define HX1      402653184 /* host: boundary 1 */
-#define HX2      805306368 /* host: boundary 2 */
-#define HX3     1207959552 /* host: boundary 3 */
-#define HX4     1610612736 /* host: boundary 4 */
-#define HX5     2013265920 /* host: boundary 5 */
-#define HX6     2415919104 /* host: boundary 6 */
-#define HX7     2818572288 /* host: boundary 7 */
-#define HX8     3221225472 /* host: boundary 8 */
-#define HX9     3623878656 /* host: boundary 9 */
-#define HX10    4026531840 /* host: boundary 10 */
-#define HX11    4429185024 /* host: boundary 11 */
-#define HX12    4831838208 /* host: boundary 12 */
-#define HX13    5234491392 /* host: boundary 13 */
-#define HX14    5637144576 /* host: boundary 14 */
-#define HX15    6039797760 /* host: boundary 15 */
-#define HX16    6442450944 /* host: boundary 16 */
-#define HX17    6845104128 /* host: boundary 17 */
-#define HX18    7247757312 /* host: boundary 18 */
-#define HX19    7650410496 /* host: boundary 19 */
-#define HX20    8053063680 /* host: boundary 20 */
-#define HX21    8455716864 /* host: boundary 21 */
-#define HX22    8858370048 /* host: boundary 22 */
-#define HX23    9261023232 /* host: boundary 23 */
-#define HX24    9663676416 /* host: boundary 24 */
-#define HX25   10066329600 /* host: boundary 25 */
-#define HX26   10468982784 /* host: boundary 26 */
-#define HX27   10871635968 /* host: boundary 27 */
-#define HX28   11274289152 /* host: boundary 28 */
-#define HX29   11676942336 /* host: boundary 29 */
-#define HX30   12079595520 /* host: boundary 30 */
-#define HX31   12482248704 /* host: boundary 31 */
-#define HX32   12884901888 /* host: boundary 32 */
-#define HX33   13287555072 /* host: boundary 33 */
-#define HX34   13690208256 /* host: boundary 34 */
-#define HX35   14092861440 /* host: boundary 35 */
-#define HX36   14495514624 /* host: boundary 36 */
-#define HX37   14898167808 /* host: boundary 37 */
-#define HX38   15300820992 /* host: boundary 38 */
-#define HX39   15703474176 /* host: boundary 39 */
-#define HX40   16106127360 /* host: boundary 40 */
-#define HX41   16508780544 /* host: boundary 41 */
-#define HX42   16911433728 /* host: boundary 42 */
-#define HX43   17314086912 /* host: boundary 43 */
-#define HX44   17716740096 /* host: boundary 44 */
-#define HX45   18119393280 /* host: boundary 45 */
-#define HX46   18522046464 /* host: boundary 46 */
-#define HX47   18924699648 /* host: boundary 47 */
-#define HX48   19327352832 /* host: boundary 48 */
-#define HX49   19730006016 /* host: boundary 49 */
-#define HX50   20132659200 /* host: boundary 50 */
-#define HX51   20535312384 /* host: boundary 51 */
-#define HX52   20937965568 /* host: boundary 52 */
-#define HX53   21340618752 /* host: boundary 53 */
-#define HX54   21743271936 /* host: boundary 54 */
-#define HX55   22145925120 /* host: boundary 55 */
-#define HX56   22548578304 /* host: boundary 56 */
-#define HX57   22951231488 /* host: boundary 57 */
-#define HX58   23353884672 /* host: boundary 58 */
-#define HX59   23756537856 /* host: boundary 59 */
-#define HX60   24159191040 /* host: boundary 60 */
-#define HX61   24561844224 /* host: boundary 61 */
-#define HX62   24964497408 /* host: boundary 62 */
-#define HX63   25367150592 /* host: boundary 63 */
-#define HX64   25769803776 /* host: boundary 64 */
-#define HX65   26172456960 /* host: boundary 65 */
-#define HX66   26575110144 /* host: boundary 66 */
-#define HX67   26977763328 /* host: boundary 67 */
-#define HX68   27380416512 /* host: boundary 68 */
-#define HX69   27783069696 /* host: boundary 69 */
-#define HX70   28185722880 /* host: boundary 70 */
-#define HX71   28588376064 /* host: boundary 71 */
+#define HX0    14940686976 /* host: boundary 0 (activations.boundary[0]) */
+#define HX1    15343340160 /* host: boundary 1 (activations.boundary[1]) */
+#define HX2    15745993344 /* host: boundary 2 (activations.boundary[2]) */
+#define HX3    16148646528 /* host: boundary 3 (activations.boundary[3]) */
+#define HX4    16551299712 /* host: boundary 4 (activations.boundary[4]) */
+#define HX5    16953952896 /* host: boundary 5 (activations.boundary[5]) */
+#define HX6    17356606080 /* host: boundary 6 (activations.boundary[6]) */
+#define HX7    17759259264 /* host: boundary 7 (activations.boundary[7]) */
+#define HX8    18161912448 /* host: boundary 8 (activations.boundary[8]) */
+#define HX9    18564565632 /* host: boundary 9 (activations.boundary[9]) */
+#define HX10   18967218816 /* host: boundary 10 (activations.boundary[10]) */
+#define HX11   19369872000 /* host: boundary 11 (activations.boundary[11]) */
+#define HX12   19772525184 /* host: boundary 12 (activations.boundary[12]) */
+#define HX13   20175178368 /* host: boundary 13 (activations.boundary[13]) */
+#define HX14   20577831552 /* host: boundary 14 (activations.boundary[14]) */
+#define HX15   20980484736 /* host: boundary 15 (activations.boundary[15]) */
+#define HX16   21383137920 /* host: boundary 16 (activations.boundary[16]) */
+#define HX17   21785791104 /* host: boundary 17 (activations.boundary[17]) */
+#define HX18   22188444288 /* host: boundary 18 (activations.boundary[18]) */
+#define HX19   22591097472 /* host: boundary 19 (activations.boundary[19]) */
+#define HX20   22993750656 /* host: boundary 20 (activations.boundary[20]) */
+#define HX21   23396403840 /* host: boundary 21 (activations.boundary[21]) */
+#define HX22   23799057024 /* host: boundary 22 (activations.boundary[22]) */
+#define HX23   24201710208 /* host: boundary 23 (activations.boundary[23]) */
+#define HX24   24604363392 /* host: boundary 24 (activations.boundary[24]) */
+#define HX25   25007016576 /* host: boundary 25 (activations.boundary[25]) */
+#define HX26   25409669760 /* host: boundary 26 (activations.boundary[26]) */
+#define HX27   25812322944 /* host: boundary 27 (activations.boundary[27]) */
+#define HX28   26214976128 /* host: boundary 28 (activations.boundary[28]) */
+#define HX29   26617629312 /* host: boundary 29 (activations.boundary[29]) */
+#define HX30   27020282496 /* host: boundary 30 (activations.boundary[30]) */
+#define HX31   27422935680 /* host: boundary 31 (activations.boundary[31]) */
+#define HX32   27825588864 /* host: boundary 32 (activations.boundary[32]) */
+#define HX33   28228242048 /* host: boundary 33 (activations.boundary[33]) */
+#define HX34   28630895232 /* host: boundary 34 (activations.boundary[34]) */
+#define HX35   29033548416 /* host: boundary 35 (activations.boundary[35]) */
+#define HX36   29436201600 /* host: boundary 36 (activations.boundary[36]) */
+#define HX37   29838854784 /* host: boundary 37 (activations.boundary[37]) */
+#define HX38   30241507968 /* host: boundary 38 (activations.boundary[38]) */
+#define HX39   30644161152 /* host: boundary 39 (activations.boundary[39]) */
+#define HX40   31046814336 /* host: boundary 40 (activations.boundary[40]) */
+#define HX41   31449467520 /* host: boundary 41 (activations.boundary[41]) */
+#define HX42   31852120704 /* host: boundary 42 (activations.boundary[42]) */
+#define HX43   32254773888 /* host: boundary 43 (activations.boundary[43]) */
+#define HX44   32657427072 /* host: boundary 44 (activations.boundary[44]) */
+#define HX45   33060080256 /* host: boundary 45 (activations.boundary[45]) */
+#define HX46   33462733440 /* host: boundary 46 (activations.boundary[46]) */
+#define HX47   33865386624 /* host: boundary 47 (activations.boundary[47]) */
+#define HX48   34268039808 /* host: boundary 48 (activations.boundary[48]) */
+#define HX49   34670692992 /* host: boundary 49 (activations.boundary[49]) */
+#define HX50   35073346176 /* host: boundary 50 (activations.boundary[50]) */
+#define HX51   35475999360 /* host: boundary 51 (activations.boundary[51]) */
+#define HX52   35878652544 /* host: boundary 52 (activations.boundary[52]) */
+#define HX53   36281305728 /* host: boundary 53 (activations.boundary[53]) */
+#define HX54   36683958912 /* host: boundary 54 (activations.boundary[54]) */
+#define HX55   37086612096 /* host: boundary 55 (activations.boundary[55]) */
+#define HX56   37489265280 /* host: boundary 56 (activations.boundary[56]) */
+#define HX57   37891918464 /* host: boundary 57 (activations.boundary[57]) */
+#define HX58   38294571648 /* host: boundary 58 (activations.boundary[58]) */
+#define HX59   38697224832 /* host: boundary 59 (activations.boundary[59]) */
+#define HX60   39099878016 /* host: boundary 60 (activations.boundary[60]) */
+#define HX61   39502531200 /* host: boundary 61 (activations.boundary[61]) */
+#define HX62   39905184384 /* host: boundary 62 (activations.boundary[62]) */
+#define HX63   40307837568 /* host: boundary 63 (activations.boundary[63]) */
+#define HX64   40710490752 /* host: boundary 64 (activations.boundary[64]) */
+#define HX65   41113143936 /* host: boundary 65 (activations.boundary[65]) */
+#define HX66   41515797120 /* host: boundary 66 (activations.boundary[66]) */
+#define HX67   41918450304 /* host: boundary 67 (activations.boundary[67]) */
+#define HX68   42321103488 /* host: boundary 68 (activations.boundary[68]) */
+#define HX69   42723756672 /* host: boundary 69 (activations.boundary[69]) */
+#define HX70   43126409856 /* host: boundary 70 (activations.boundary[70]) */
+#define HX71   43529063040 /* host: boundary 71 (activations.boundary[71]) */
 
 /* Parameter groups: sharded over the FSDP group (384 ranks) or, for experts, over the
  * 96 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the

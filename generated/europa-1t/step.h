@@ -78,7 +78,9 @@
 #define MUON_WORK_ELEMS 290462016
 #define MUON_STEP_ELEMS 290462016 /* [workspace.newton_schulz] what the step on the host uses of it: its own host copy when the step is there */
 #define MUON_HOST_ELEMS 90190464 /* [workspace.muon_exchange_host] the cuda step on the GPU: its exchange's pinned host scratch */
-#define HOST_ELEMS 28991029248 /* the host arena (activation offload): boundaries waiting for the backward */
+#define HOST_ELEMS 43931716224 /* the host arena, units of 2 B of the plan's host tier (HOST_ELEMS x sizeof(act) bytes, one allocation: pinned on cuda): the state when the plan keeps it there (from 0), the boundaries waiting for the backward (HX<l>), Muon's host scratch (MUON_HOST_AT, MUON_STEP_AT), each at its plan item's offset */
+#define MUON_HOST_AT 14940686976 /* [workspace.muon_exchange_host] in the host arena (0: none) */
+#define MUON_STEP_AT 0 /* [workspace.newton_schulz] in the host arena (0: none) */
 #define OFFLOAD_IDS 72 /* boundaries that go to the host and back */
 #define N_GROUPS 150
 #define N_TENSORS 965

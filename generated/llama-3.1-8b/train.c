@@ -134,10 +134,11 @@ static void grads_all_reduce(RtCtx *c) {
  * hbm: the device arena and the state arena when the plan keeps the state in HBM (on the cpu
  * backend, the memory that stands in for them) and the runtime's device buffers (cuBLAS's
  * workspace, the ops' scratch); host: everything else the program allocates at start-up, pinned
- * (the activation-offload arena, the state arena when the plan keeps it on the host, the cuda
- * runtime's readback buffer) and pageable
- * (the cuda build's mirror of a state arena on the GPU, its token buffer, Muon's host scratch,
- * the runtime's host scratch, count arrays). Not in
+ * (the host arena: the activation-offload boundaries, the state arena when the plan keeps it on
+ * the host and Muon's host scratch, each at its plan item's offset; the cuda runtime's readback
+ * buffer) and pageable
+ * (the cuda build's mirror of a state arena on the GPU, its token buffer, the runtime's host
+ * scratch, count arrays). Not in
  * it: the CUDA context, NCCL's buffers, MPI's and the libraries' own memory, and the data file
  * (mapped read-only, never copied) — the plan's reserve items stand for the first two. */
 typedef struct {
@@ -202,8 +203,8 @@ static int64_t muon_host_elems(void) { return OPT_ON_HOST ? 0 : (int64_t)MUON_HO
 static Footprint footprint(void) {
   const int64_t R = (int64_t)sizeof(real), state = (int64_t)STATE_ELEMS * R;
   const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
-  Footprint f = {acts + (STATE_ON_HOST ? 0 : state), 0,
-                 (int64_t)HOST_ELEMS * (int64_t)sizeof(act) + (STATE_ON_HOST ? state : 0)};
+  Footprint f = {acts + (STATE_ON_HOST ? 0 : state), 0, (int64_t)HOST_ELEMS * (int64_t)sizeof(act)}; /* (the host
+                 arena holds the state when on the host, and Muon's host scratch) */
   f.host = f.pinned + (int64_t)rt_muon_counts_bytes(PLAN_FSDP) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
@@ -213,11 +214,6 @@ static Footprint footprint(void) {
   f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host, &scratch_pinned);
   f.pinned += (int64_t)scratch_pinned;
   f.host += (int64_t)(scratch_host + scratch_pinned) + (STATE_ON_HOST ? 0 : state);
-#ifdef MUON_WORK
-  if (OPT_ON_HOST) f.host += (int64_t)MUON_STEP_ELEMS * (int64_t)sizeof(real); /* (muon_setup) */
-  f.host += muon_host_elems() * (int64_t)sizeof(real); /* pinned (muon_setup) */
-  f.pinned += muon_host_elems() * (int64_t)sizeof(real);
-#endif
 #endif
   return f;
 }
@@ -562,7 +558,8 @@ static int check_ckpt_dir(const Run *r) {
   return bad ? 2 : 0;
 }
 
-/* The arenas of step.h (the HBM span: ACT_ELEMS act, STATE_ELEMS real, HOST_ELEMS act), the
+/* The arenas of step.h (the HBM span: ACT_ELEMS act, STATE_ELEMS real; the host arena: HOST_ELEMS
+ * act, with the state at its start when the plan keeps it on the host), the
  * MoE all-to-all's counts and, on the cuda backend, the GPU, its kernels and NCCL first.
  * Returns 0 or 2 (this rank's failure, said on stderr). */
 static int alloc_arenas(Run *r) {
@@ -572,7 +569,12 @@ static int alloc_arenas(Run *r) {
   if (cuda_start(c, &r->a) != 0) return 2;
   const size_t state = (size_t)STATE_ELEMS * sizeof(real);
   c->acts = rt_cuda_alloc((size_t)ACT_ELEMS * sizeof(act), err, sizeof err);
-  if (c->acts) c->state = STATE_ON_HOST ? rt_cuda_alloc_host(state, err, sizeof err) : rt_cuda_alloc(state, err, sizeof err);
+  /* the host arena: one pinned allocation, each buffer at its plan item's offset (step.h) */
+  if (c->acts && HOST_ELEMS > 0 && !(c->host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(act), err, sizeof err))) {
+    fprintf(stderr, "error: rank %d: the host arena: %s\n", c->comm.rank, err);
+    return 2;
+  }
+  if (c->acts) c->state = STATE_ON_HOST ? (real *)c->host : rt_cuda_alloc(state, err, sizeof err);
   if (c->state && STATE_ON_HOST) memset(c->state, 0, state); /* (pinned memory comes uninitialized) */
   if (c->state && !STATE_ON_HOST && (state_mirror = calloc(1, state))) rt_prefault(state_mirror, state);
   host_tokens = calloc(2 * TOKENS, sizeof(int32_t));
@@ -585,19 +587,17 @@ static int alloc_arenas(Run *r) {
     fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c->comm.rank);
     return 2;
   }
-  if (HOST_ELEMS > 0 && !(c->host = rt_cuda_alloc_host((size_t)HOST_ELEMS * sizeof(act), err, sizeof err))) {
-    fprintf(stderr, "error: rank %d: activation offload: %s\n", c->comm.rank, err);
-    return 2;
-  }
 #else
   (void)err;
+  /* the host arena as the cuda build lays it out, in units of one act (real) each: the plan's
+   * bytes x sizeof(act) / 2, so that every buffer, fp32 state included, fits at its offset */
   if (HOST_ELEMS > 0 && !(c->host = calloc((size_t)HOST_ELEMS, sizeof(act)))) {
-    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB host arena of activation offload\n", c->comm.rank,
+    fprintf(stderr, "error: rank %d: cannot allocate the %.1f MiB host arena\n", c->comm.rank,
             (double)HOST_ELEMS * sizeof(act) / 1048576.0);
     return 2;
   }
   c->acts = calloc((size_t)ACT_ELEMS, sizeof(act));
-  c->state = calloc((size_t)STATE_ELEMS, sizeof(real));
+  c->state = STATE_ON_HOST ? (real *)c->host : calloc((size_t)STATE_ELEMS, sizeof(real));
   if (!c->acts || !c->state) {
     fprintf(stderr, "error: rank %d: cannot allocate the arenas (%.1f MiB of activations and workspace, %.1f MiB of "
             "state); expected that much free memory\n", c->comm.rank, (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0);
@@ -610,7 +610,7 @@ static int alloc_arenas(Run *r) {
   /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
    * not in the middle of a step, and the resident growth measures what was allocated */
   rt_prefault(c->acts, (size_t)ACT_ELEMS * sizeof(act));
-  rt_prefault(c->state, (size_t)STATE_ELEMS * sizeof(real));
+  if (!STATE_ON_HOST) rt_prefault(c->state, (size_t)STATE_ELEMS * sizeof(real));
   if (c->host) rt_prefault(c->host, (size_t)HOST_ELEMS * sizeof(act));
 #endif
   if (rt_offload_init(OFFLOAD_IDS) != 0) {
@@ -626,17 +626,14 @@ static int alloc_arenas(Run *r) {
 static int muon_setup(Run *r) {
   r->muon_counts = calloc(1, rt_muon_counts_bytes(PLAN_FSDP));
 #ifdef MUON_WORK
-  r->muon_work = OPT_ON_HOST ? malloc((size_t)MUON_STEP_ELEMS * sizeof(real)) : (real *)(r->c.acts + MUON_WORK);
+  /* with the step on the host: its scratch (workspace.newton_schulz) in the host arena */
+  r->muon_work = OPT_ON_HOST ? (r->c.host ? (real *)(r->c.host + MUON_STEP_AT) : NULL) : (real *)(r->c.acts + MUON_WORK);
 #ifdef MTC_BACKEND_CUDA
-  /* pinned: its copies to and from the device are asynchronous, so that the step waits for all
-   * of them once (rt_cu_muon_groups) */
-  char perr[160] = "";
-  r->muon_host = muon_host_elems() ? rt_cuda_alloc_host((size_t)muon_host_elems() * sizeof(real), perr, sizeof perr)
-                                   : NULL;
-  if (muon_host_elems() && !r->muon_host) {
-    fprintf(stderr, "error: rank %d: Muon's exchange: %s\n", r->c.comm.rank, perr);
-    r->muon_work = NULL;
-  }
+  /* the exchange's scratch of the step on the GPU (workspace.muon_exchange_host) there too:
+   * pinned, as its copies to and from the device are asynchronous, so that the step waits for
+   * all of them once (rt_cu_muon_groups) */
+  r->muon_host = muon_host_elems() && r->c.host ? (real *)(r->c.host + MUON_HOST_AT) : NULL;
+  if (muon_host_elems() && !r->muon_host) r->muon_work = NULL;
 #endif
   if (!r->muon_work || !r->muon_counts) {
     fprintf(stderr, "error: rank %d: no host memory for Muon's scratch\n", r->c.comm.rank);
@@ -744,16 +741,16 @@ static void report_start(const Run *r) {
            MODEL_NAME, r->c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
            SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a->data,
            (long long)r->data.ntokens);
-  if (r->rank0 && HOST_ELEMS > 0)
-    printf("activation offload: %d layer boundaries wait for the backward in a %.1f MiB host arena per rank (the plan's "
-           "host arena: %.1f MiB)\n", OFFLOAD_IDS, (double)HOST_ELEMS * sizeof(act) / 1048576.0,
-           PLAN_HOST_BYTES / 1048576.0);
+  if (r->rank0 && HOST_ELEMS > 0 && OFFLOAD_IDS > 0)
+    printf("host arena: %.1f MiB per rank (%d layer boundaries waiting for the backward%s; the plan's host tier: "
+           "%.1f MiB)\n", (double)HOST_ELEMS * sizeof(act) / 1048576.0, OFFLOAD_IDS,
+           STATE_ON_HOST ? ", the optimizer state" : "", PLAN_HOST_BYTES / 1048576.0);
 #ifdef PLAN_OFFLOAD_NVME
   if (r->rank0)
     fprintf(stderr, "warning: the plan puts the layer boundaries on NVMe, but this program keeps them in host memory: "
                     "%.1f MiB per rank that the plan's host memory does not count; expected that much free host memory "
                     "(or mtc compile ... --set plan.offload_activations=host for a plan that counts it)\n",
-            (double)HOST_ELEMS * sizeof(real) / 1048576.0);
+            (double)OFFLOAD_IDS * TOKENS * HIDDEN * sizeof(act) / 1048576.0);
 #endif
 #ifdef MTC_BACKEND_CUDA
   size_t free_b = 0, total_b = 0;
@@ -1041,20 +1038,17 @@ static void release(Run *r) {
   RtCtx *c = &r->c;
   if (PLAN_EP > 1) rt_a2a_free(&c->a2a);
   free(r->muon_counts);
-  if (OPT_ON_HOST) free(r->muon_work);
 #ifdef MTC_BACKEND_CUDA
-  rt_cuda_free_host(r->muon_host);
   rt_cuda_free(c->acts);
-  rt_cuda_free_host(c->host);
-  if (STATE_ON_HOST) rt_cuda_free_host(c->state);
-  else rt_cuda_free(c->state);
+  rt_cuda_free_host(c->host); /* (the state, when on the host, and Muon's host scratch are in it) */
+  if (!STATE_ON_HOST) rt_cuda_free(c->state);
   free(state_mirror);
   free(host_tokens);
   rt_comm_nccl_free();
   rt_cuda_teardown();
 #else
   free(c->acts);
-  free(c->state);
+  if (!STATE_ON_HOST) free(c->state);
   free(c->host);
 #endif
   rt_comm_finalize(&c->comm);

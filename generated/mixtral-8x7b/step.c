@@ -453,36 +453,36 @@
 #define X30  XSLOT0
 #define X31  XSLOT1
 #define X32  XSLOT2
-#define HX0              0 /* host: boundary 0 */
-#define HX1      536870912 /* host: boundary 1 */
-#define HX2     1073741824 /* host: boundary 2 */
-#define HX3     1610612736 /* host: boundary 3 */
-#define HX4     2147483648 /* host: boundary 4 */
-#define HX5     2684354560 /* host: boundary 5 */
-#define HX6     3221225472 /* host: boundary 6 */
-#define HX7     3758096384 /* host: boundary 7 */
-#define HX8     4294967296 /* host: boundary 8 */
-#define HX9     4831838208 /* host: boundary 9 */
-#define HX10    5368709120 /* host: boundary 10 */
-#define HX11    5905580032 /* host: boundary 11 */
-#define HX12    6442450944 /* host: boundary 12 */
-#define HX13    6979321856 /* host: boundary 13 */
-#define HX14    7516192768 /* host: boundary 14 */
-#define HX15    8053063680 /* host: boundary 15 */
-#define HX16    8589934592 /* host: boundary 16 */
-#define HX17    9126805504 /* host: boundary 17 */
-#define HX18    9663676416 /* host: boundary 18 */
-#define HX19   10200547328 /* host: boundary 19 */
-#define HX20   10737418240 /* host: boundary 20 */
-#define HX21   11274289152 /* host: boundary 21 */
-#define HX22   11811160064 /* host: boundary 22 */
-#define HX23   12348030976 /* host: boundary 23 */
-#define HX24   12884901888 /* host: boundary 24 */
-#define HX25   13421772800 /* host: boundary 25 */
-#define HX26   13958643712 /* host: boundary 26 */
-#define HX27   14495514624 /* host: boundary 27 */
-#define HX28   15032385536 /* host: boundary 28 */
-#define HX29   15569256448 /* host: boundary 29 */
+#define HX0    11675698176 /* host: boundary 0 (activations.boundary[0]) */
+#define HX1    12212569088 /* host: boundary 1 (activations.boundary[1]) */
+#define HX2    12749440000 /* host: boundary 2 (activations.boundary[2]) */
+#define HX3    13286310912 /* host: boundary 3 (activations.boundary[3]) */
+#define HX4    13823181824 /* host: boundary 4 (activations.boundary[4]) */
+#define HX5    14360052736 /* host: boundary 5 (activations.boundary[5]) */
+#define HX6    14896923648 /* host: boundary 6 (activations.boundary[6]) */
+#define HX7    15433794560 /* host: boundary 7 (activations.boundary[7]) */
+#define HX8    15970665472 /* host: boundary 8 (activations.boundary[8]) */
+#define HX9    16507536384 /* host: boundary 9 (activations.boundary[9]) */
+#define HX10   17044407296 /* host: boundary 10 (activations.boundary[10]) */
+#define HX11   17581278208 /* host: boundary 11 (activations.boundary[11]) */
+#define HX12   18118149120 /* host: boundary 12 (activations.boundary[12]) */
+#define HX13   18655020032 /* host: boundary 13 (activations.boundary[13]) */
+#define HX14   19191890944 /* host: boundary 14 (activations.boundary[14]) */
+#define HX15   19728761856 /* host: boundary 15 (activations.boundary[15]) */
+#define HX16   20265632768 /* host: boundary 16 (activations.boundary[16]) */
+#define HX17   20802503680 /* host: boundary 17 (activations.boundary[17]) */
+#define HX18   21339374592 /* host: boundary 18 (activations.boundary[18]) */
+#define HX19   21876245504 /* host: boundary 19 (activations.boundary[19]) */
+#define HX20   22413116416 /* host: boundary 20 (activations.boundary[20]) */
+#define HX21   22949987328 /* host: boundary 21 (activations.boundary[21]) */
+#define HX22   23486858240 /* host: boundary 22 (activations.boundary[22]) */
+#define HX23   24023729152 /* host: boundary 23 (activations.boundary[23]) */
+#define HX24   24560600064 /* host: boundary 24 (activations.boundary[24]) */
+#define HX25   25097470976 /* host: boundary 25 (activations.boundary[25]) */
+#define HX26   25634341888 /* host: boundary 26 (activations.boundary[26]) */
+#define HX27   26171212800 /* host: boundary 27 (activations.boundary[27]) */
+#define HX28   26708083712 /* host: boundary 28 (activations.boundary[28]) */
+#define HX29   27244954624 /* host: boundary 29 (activations.boundary[29]) */
 
 /* Parameter groups: sharded over the FSDP group (32 ranks) or, for experts, over the
  * 32 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the

@@ -632,52 +632,52 @@
 #define X46  XSLOT1
 #define X47  XSLOT2
 #define X48  XSLOT0
-#define HX0              0 /* host: boundary 0 */
-#define HX1      134217728 /* host: boundary 1 */
-#define HX2      268435456 /* host: boundary 2 */
-#define HX3      402653184 /* host: boundary 3 */
-#define HX4      536870912 /* host: boundary 4 */
-#define HX5      671088640 /* host: boundary 5 */
-#define HX6      805306368 /* host: boundary 6 */
-#define HX7      939524096 /* host: boundary 7 */
-#define HX8     1073741824 /* host: boundary 8 */
-#define HX9     1207959552 /* host: boundary 9 */
-#define HX10    1342177280 /* host: boundary 10 */
-#define HX11    1476395008 /* host: boundary 11 */
-#define HX12    1610612736 /* host: boundary 12 */
-#define HX13    1744830464 /* host: boundary 13 */
-#define HX14    1879048192 /* host: boundary 14 */
-#define HX15    2013265920 /* host: boundary 15 */
-#define HX16    2147483648 /* host: boundary 16 */
-#define HX17    2281701376 /* host: boundary 17 */
-#define HX18    2415919104 /* host: boundary 18 */
-#define HX19    2550136832 /* host: boundary 19 */
-#define HX20    2684354560 /* host: boundary 20 */
-#define HX21    2818572288 /* host: boundary 21 */
-#define HX22    2952790016 /* host: boundary 22 */
-#define HX23    3087007744 /* host: boundary 23 */
-#define HX24    3221225472 /* host: boundary 24 */
-#define HX25    3355443200 /* host: boundary 25 */
-#define HX26    3489660928 /* host: boundary 26 */
-#define HX27    3623878656 /* host: boundary 27 */
-#define HX28    3758096384 /* host: boundary 28 */
-#define HX29    3892314112 /* host: boundary 29 */
-#define HX30    4026531840 /* host: boundary 30 */
-#define HX31    4160749568 /* host: boundary 31 */
-#define HX32    4294967296 /* host: boundary 32 */
-#define HX33    4429185024 /* host: boundary 33 */
-#define HX34    4563402752 /* host: boundary 34 */
-#define HX35    4697620480 /* host: boundary 35 */
-#define HX36    4831838208 /* host: boundary 36 */
-#define HX37    4966055936 /* host: boundary 37 */
-#define HX38    5100273664 /* host: boundary 38 */
-#define HX39    5234491392 /* host: boundary 39 */
-#define HX40    5368709120 /* host: boundary 40 */
-#define HX41    5502926848 /* host: boundary 41 */
-#define HX42    5637144576 /* host: boundary 42 */
-#define HX43    5771362304 /* host: boundary 43 */
-#define HX44    5905580032 /* host: boundary 44 */
-#define HX45    6039797760 /* host: boundary 45 */
+#define HX0    15266061312 /* host: boundary 0 (activations.boundary[0]) */
+#define HX1    15400279040 /* host: boundary 1 (activations.boundary[1]) */
+#define HX2    15534496768 /* host: boundary 2 (activations.boundary[2]) */
+#define HX3    15668714496 /* host: boundary 3 (activations.boundary[3]) */
+#define HX4    15802932224 /* host: boundary 4 (activations.boundary[4]) */
+#define HX5    15937149952 /* host: boundary 5 (activations.boundary[5]) */
+#define HX6    16071367680 /* host: boundary 6 (activations.boundary[6]) */
+#define HX7    16205585408 /* host: boundary 7 (activations.boundary[7]) */
+#define HX8    16339803136 /* host: boundary 8 (activations.boundary[8]) */
+#define HX9    16474020864 /* host: boundary 9 (activations.boundary[9]) */
+#define HX10   16608238592 /* host: boundary 10 (activations.boundary[10]) */
+#define HX11   16742456320 /* host: boundary 11 (activations.boundary[11]) */
+#define HX12   16876674048 /* host: boundary 12 (activations.boundary[12]) */
+#define HX13   17010891776 /* host: boundary 13 (activations.boundary[13]) */
+#define HX14   17145109504 /* host: boundary 14 (activations.boundary[14]) */
+#define HX15   17279327232 /* host: boundary 15 (activations.boundary[15]) */
+#define HX16   17413544960 /* host: boundary 16 (activations.boundary[16]) */
+#define HX17   17547762688 /* host: boundary 17 (activations.boundary[17]) */
+#define HX18   17681980416 /* host: boundary 18 (activations.boundary[18]) */
+#define HX19   17816198144 /* host: boundary 19 (activations.boundary[19]) */
+#define HX20   17950415872 /* host: boundary 20 (activations.boundary[20]) */
+#define HX21   18084633600 /* host: boundary 21 (activations.boundary[21]) */
+#define HX22   18218851328 /* host: boundary 22 (activations.boundary[22]) */
+#define HX23   18353069056 /* host: boundary 23 (activations.boundary[23]) */
+#define HX24   18487286784 /* host: boundary 24 (activations.boundary[24]) */
+#define HX25   18621504512 /* host: boundary 25 (activations.boundary[25]) */
+#define HX26   18755722240 /* host: boundary 26 (activations.boundary[26]) */
+#define HX27   18889939968 /* host: boundary 27 (activations.boundary[27]) */
+#define HX28   19024157696 /* host: boundary 28 (activations.boundary[28]) */
+#define HX29   19158375424 /* host: boundary 29 (activations.boundary[29]) */
+#define HX30   19292593152 /* host: boundary 30 (activations.boundary[30]) */
+#define HX31   19426810880 /* host: boundary 31 (activations.boundary[31]) */
+#define HX32   19561028608 /* host: boundary 32 (activations.boundary[32]) */
+#define HX33   19695246336 /* host: boundary 33 (activations.boundary[33]) */
+#define HX34   19829464064 /* host: boundary 34 (activations.boundary[34]) */
+#define HX35   19963681792 /* host: boundary 35 (activations.boundary[35]) */
+#define HX36   20097899520 /* host: boundary 36 (activations.boundary[36]) */
+#define HX37   20232117248 /* host: boundary 37 (activations.boundary[37]) */
+#define HX38   20366334976 /* host: boundary 38 (activations.boundary[38]) */
+#define HX39   20500552704 /* host: boundary 39 (activations.boundary[39]) */
+#define HX40   20634770432 /* host: boundary 40 (activations.boundary[40]) */
+#define HX41   20768988160 /* host: boundary 41 (activations.boundary[41]) */
+#define HX42   20903205888 /* host: boundary 42 (activations.boundary[42]) */
+#define HX43   21037423616 /* host: boundary 43 (activations.boundary[43]) */
+#define HX44   21171641344 /* host: boundary 44 (activations.boundary[44]) */
+#define HX45   21305859072 /* host: boundary 45 (activations.boundary[45]) */
 
 /* Parameter groups: sharded over the FSDP group (16 ranks) or, for experts, over the
  * 16 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the

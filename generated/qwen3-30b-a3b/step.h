@@ -74,7 +74,9 @@
 #define STATE_STAGING 39415246848 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 623120640
-#define HOST_ELEMS 6174015488 /* the host arena (activation offload): boundaries waiting for the backward */
+#define HOST_ELEMS 21440076800 /* the host arena, units of 2 B of the plan's host tier (HOST_ELEMS x sizeof(act) bytes, one allocation: pinned on cuda): the state when the plan keeps it there (from 0), the boundaries waiting for the backward (HX<l>), Muon's host scratch (MUON_HOST_AT, MUON_STEP_AT), each at its plan item's offset */
+#define MUON_HOST_AT 0 /* [workspace.muon_exchange_host] in the host arena (0: none) */
+#define MUON_STEP_AT 0 /* [workspace.newton_schulz] in the host arena (0: none) */
 #define OFFLOAD_IDS 46 /* boundaries that go to the host and back */
 #define N_GROUPS 98
 #define N_TENSORS 579

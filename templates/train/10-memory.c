@@ -4,10 +4,11 @@
  * hbm: the device arena and the state arena when the plan keeps the state in HBM (on the cpu
  * backend, the memory that stands in for them) and the runtime's device buffers (cuBLAS's
  * workspace, the ops' scratch); host: everything else the program allocates at start-up, pinned
- * (the activation-offload arena, the state arena when the plan keeps it on the host, the cuda
- * runtime's readback buffer) and pageable
- * (the cuda build's mirror of a state arena on the GPU, its token buffer, Muon's host scratch,
- * the runtime's host scratch, count arrays). Not in
+ * (the host arena: the activation-offload boundaries, the state arena when the plan keeps it on
+ * the host and Muon's host scratch, each at its plan item's offset; the cuda runtime's readback
+ * buffer) and pageable
+ * (the cuda build's mirror of a state arena on the GPU, its token buffer, the runtime's host
+ * scratch, count arrays). Not in
  * it: the CUDA context, NCCL's buffers, MPI's and the libraries' own memory, and the data file
  * (mapped read-only, never copied) — the plan's reserve items stand for the first two. */
 typedef struct {
@@ -72,8 +73,8 @@ static int64_t muon_host_elems(void) { return OPT_ON_HOST ? 0 : (int64_t)MUON_HO
 static Footprint footprint(void) {
   const int64_t R = (int64_t)sizeof(real), state = (int64_t)STATE_ELEMS * R;
   const int64_t acts = (int64_t)ACT_ELEMS * (int64_t)sizeof(act);
-  Footprint f = {acts + (STATE_ON_HOST ? 0 : state), 0,
-                 (int64_t)HOST_ELEMS * (int64_t)sizeof(act) + (STATE_ON_HOST ? state : 0)};
+  Footprint f = {acts + (STATE_ON_HOST ? 0 : state), 0, (int64_t)HOST_ELEMS * (int64_t)sizeof(act)}; /* (the host
+                 arena holds the state when on the host, and Muon's host scratch) */
   f.host = f.pinned + (int64_t)rt_muon_counts_bytes(PLAN_FSDP) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
@@ -83,11 +84,6 @@ static Footprint footprint(void) {
   f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host, &scratch_pinned);
   f.pinned += (int64_t)scratch_pinned;
   f.host += (int64_t)(scratch_host + scratch_pinned) + (STATE_ON_HOST ? 0 : state);
-#ifdef MUON_WORK
-  if (OPT_ON_HOST) f.host += (int64_t)MUON_STEP_ELEMS * (int64_t)sizeof(real); /* (muon_setup) */
-  f.host += muon_host_elems() * (int64_t)sizeof(real); /* pinned (muon_setup) */
-  f.pinned += muon_host_elems() * (int64_t)sizeof(real);
-#endif
 #endif
   return f;
 }

@@ -252,20 +252,17 @@ static void release(Run *r) {
   RtCtx *c = &r->c;
   if (PLAN_EP > 1) rt_a2a_free(&c->a2a);
   free(r->muon_counts);
-  if (OPT_ON_HOST) free(r->muon_work);
 #ifdef MTC_BACKEND_CUDA
-  rt_cuda_free_host(r->muon_host);
   rt_cuda_free(c->acts);
-  rt_cuda_free_host(c->host);
-  if (STATE_ON_HOST) rt_cuda_free_host(c->state);
-  else rt_cuda_free(c->state);
+  rt_cuda_free_host(c->host); /* (the state, when on the host, and Muon's host scratch are in it) */
+  if (!STATE_ON_HOST) rt_cuda_free(c->state);
   free(state_mirror);
   free(host_tokens);
   rt_comm_nccl_free();
   rt_cuda_teardown();
 #else
   free(c->acts);
-  free(c->state);
+  if (!STATE_ON_HOST) free(c->state);
   free(c->host);
 #endif
   rt_comm_finalize(&c->comm);
