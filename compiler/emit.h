@@ -147,6 +147,8 @@ void em_layout(Em *e);
  * from base to the top of the program's items, top[EM_REAL] 0. The host tier likewise
  * (Em.host_span, hx, muon_host_at, muon_step_at): each host buffer at its item's offset, in one
  * allocation from the tier's byte 0. An inconsistent plan is an internal error (abort). */
+/* The registered buffer named name (an alias included), or NULL. */
+EmBuf *em_find_buf(Em *e, const char *name);
 void em_place(Em *e);
 /* Bytes buffer b takes in its plan item (plan_exact, test_plan_items): a state buffer its
  * elements rounded up to 16 (64 B of fp32, plan_state's rule); any other its cuda bytes (act

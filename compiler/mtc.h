@@ -26,6 +26,7 @@
  *   emit_trace.c  emit_    timeline.json (the predicted step as a Chrome trace)
  *   emit_html.c   emit_    report.html
  *   emit_layout.c em_      the program's parameter groups, tensors and arena (emit.h)
+ *   emit_place.c  em_      where the buffers are: each at its plan item's offset, per tier (emit.h)
  *   emit_step.c   emit_    step.h and step.c: the schedule, tables and files around the layers
  *   emit_layer.c  em_      a dense layer's forward and backward in step.c (emit.h)
  *   emit_moe.c    em_      the MoE part of a layer in step.c (emit.h)
