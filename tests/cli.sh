@@ -200,7 +200,7 @@ expect 2 'building .*/host/build-cuda failed' env MTC_ROOT="$tmp/no-runtime" "$m
 grep -q '^  ./build-cuda/train --data' generated/europa-1t/launch.sbatch &&
   grep -q '^  ./build/train --data' generated/tiny-moe/launch.sbatch || { echo "FAIL: launch.sbatch runs the wrong build"; fail=1; }
 # mtc calibrate: usage, and each bad profile named with its file, field and what was expected
-# (the round trip from a real profile: tests/train.sh calibrate)
+# (the round trip from a real profile: tests/train/calibrate.sh)
 tmpc=$(mktemp -d)
 cat >"$tmpc/p.json" <<'JSON'
 {"format": "mtc-profile-1", "model": "hand", "backend": "cpu", "world": 1, "steps": 2,
