@@ -81,6 +81,7 @@ typedef struct {
    * Q = nh·hd, KV = nkv·hd, E experts (El per EP rank), K top_k, Fe expert width, Fs shared
    * width (all shared experts), R rows an EP rank's experts may receive, chunk of the vocab */
   int64_t B, T, N, C, V, nh, nkv, hd, Q, KV, E, El, K, Fe, Fs, R, chunk, L;
+  int64_t cp;             /* context-parallel ranks a sequence is split over (N = B T / cp) */
   /* values: vd per head (hd; MLA's v_head_dim), VW = nkv·vd per token, AO = nh·vd the attention
    * output. MLA (mla true; nkv = nh, hd = nope + rope): q_lora_rank qr (0: none), kv_lora_rank
    * kvr, qk_nope_head_dim nope, qk_rope_head_dim rope */

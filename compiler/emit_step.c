@@ -522,7 +522,10 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   *e = (Em){0};
   e->m = m, e->s = s, e->md = md, e->p = p;
   const Choice *ch = &p->best.ch;
-  e->B = s->training.micro_batch, e->T = s->training.seq_len, e->N = e->B * e->T;
+  /* per rank: B sequences of T tokens, or with context parallelism B x T / cp tokens, two chunks
+   * of T / (2 cp) of each sequence (rank r's chunks r and 2 cp - 1 - r) */
+  e->cp = plan_cp(ch);
+  e->B = s->training.micro_batch, e->T = s->training.seq_len, e->N = e->B * e->T / e->cp;
   e->C = s->model.hidden, e->V = s->model.vocab, e->L = s->model.layers;
   e->nh = s->model.attention.heads, e->nkv = s->model.attention.kv_heads, e->hd = s->model.attention.head_dim;
   const AttentionSpec *at = &s->model.attention;
