@@ -198,6 +198,9 @@ void em_norm_forward(Em *e, int g, const char *out, const char *stats, const cha
 void em_norm_backward(Em *e, int g, const char *dx, const char *x, const char *stats, const char *name);
 /* The functions layer<l>_forward and layer<l>_backward of step.c (dy, dx: the arena names of
  * the incoming and outgoing boundary gradients). */
+/* Context parallelism: RoPE at this rank's positions (rt_rope_span_<dir>, CP_LO and CP_HI of step.c)
+ * on x (an expression of the step code: "A(Q)") of heads heads `stride` apart, rd channels each. */
+void em_rope_span(Em *e, const char *ind, const char *dir, const char *x, int64_t heads, int64_t stride, int64_t rd);
 void em_layer_forward(Em *e, int l);
 void em_layer_backward(Em *e, int l, const char *dy, const char *dx);
 /* The MoE part of layer l, called inside the layer's functions. */

@@ -1059,6 +1059,9 @@ void out_text(char *dst, size_t n, const char *s, bool ascii);
  * spec's file name) is escaped where it appears; plan_hash (out_hash_file of plan.json) becomes
  * step.h's PLAN_HASH, which mtc build checks against DIR/plan.json. */
 bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base, const char *plan_hash);
+/* What the generated program does not implement with context parallelism (cp > 1) for spec s, as a
+ * phrase; NULL when it does (compile's search tries cp > 1 only then). */
+const char *em_cp_unsupported(const Spec *s);
 /* Writes DIR/train.c (templates/train/NN-*.c, embedded in mtc), DIR/kernels.cu (the plan's shapes
  * as #defines, then templates/kernels.cu), DIR/CMakeLists.txt and DIR/launch.sbatch. */
 bool emit_program(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);

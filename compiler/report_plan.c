@@ -213,6 +213,9 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   if (ch->dispatch == DISPATCH_HIERARCHICAL)
     fprintf(out, "note       the hierarchical all-to-all is planned but `mtc compile` does not emit it yet: compile "
                  "plans with the flat one\n");
+  if (plan_cp(ch) > 1 && em_cp_unsupported(s))
+    fprintf(out, "note       context parallelism is planned but the program does not implement %s yet: `mtc compile` "
+                 "plans with cp 1\n", em_cp_unsupported(s));
   print_placement(out, p);
   for (int t = 0; t < TIER__COUNT; t++) {
     if (!c->capacity[t] && !c->arena[t]) continue;

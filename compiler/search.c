@@ -208,6 +208,7 @@ static void search_once(const Model *md, Found *f) {
     if (fit_at && cp > 2 * fit_at) break;
     if (!cp_allowed(s, cp, fsdp, W)) continue;
     if (f->cp_ends && cp > 1 && cp_allowed(s, 2 * cp, fsdp, W)) continue;
+    if (f->program && cp > 1 && em_cp_unsupported(s)) continue; /* not emitted: compile plans cp 1 */
     /* W / cp data ranks: each reads G / (W / cp) sequences a step, in micro-batches */
     if (micro_batch_pinned(s)) mbs[0] = s->training.micro_batch;
     else nmb = divisors(G / (W / cp), mbs, 4096);

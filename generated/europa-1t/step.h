@@ -14,6 +14,8 @@
 #define PLAN_FSDP 384
 #define PLAN_EP 4
 #define PLAN_DP_REPLICATE 1
+/* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */
+#define PLAN_CP 1
 #define EXPERTS_PER_RANK 96
 #define CHECKPOINT_POLICY "full"
 #define SHARD_EXPERTS 1 /* whole experts per rank of an EP rank's shard group */

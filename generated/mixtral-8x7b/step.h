@@ -14,6 +14,8 @@
 #define PLAN_FSDP 32
 #define PLAN_EP 1
 #define PLAN_DP_REPLICATE 1
+/* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */
+#define PLAN_CP 1
 #define EXPERTS_PER_RANK 8
 #define CHECKPOINT_POLICY "full"
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */

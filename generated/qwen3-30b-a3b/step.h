@@ -14,6 +14,8 @@
 #define PLAN_FSDP 16
 #define PLAN_EP 1
 #define PLAN_DP_REPLICATE 1
+/* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */
+#define PLAN_CP 1
 #define EXPERTS_PER_RANK 128
 #define CHECKPOINT_POLICY "full"
 #define SHARD_EXPERTS 8 /* whole experts per rank of an EP rank's shard group */
