@@ -103,9 +103,9 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   const Layer *ly = &md->layers[l];
   const int64_t cp = plan_cp(ch);
   /* per rank: micro_batch x seq_len / cp tokens; the attention's causal work is the mean rank's
-   * (cost_op prices T queries against seq keys at half density: with the load-balanced chunks,
-   * rank r's chunks r and 2 cp - 1 - r together attend to 2 cp + 1 - 1 = 2 cp chunk-halves,
-   * every rank the same) */
+   * (cost_op prices T queries against seq keys at half density): with the load-balanced chunks of
+   * c tokens, rank r's chunks r and 2 cp - 1 - r see (r + 1/2) c + (2 cp - 1 - r + 1/2) c = 2 cp c
+   * keys per query pair, every rank the same */
   double seq = (double)s->training.seq_len, T = (double)ch->micro_batch * seq / (double)cp;
   *t = (LayerTime){0};
   double attn_fwd = 0, attn_bwd = 0;
