@@ -224,9 +224,9 @@ static bool check_cluster(Diag *d, Spec *s) {
 static bool check_plan(Diag *d, Spec *s) {
   PlanSpec *p = &s->plan;
   const ClusterSpec *c = &s->cluster;
-  static const char *const unsupported[] = {"plan.tp", "plan.pp", "plan.cp"};
-  const int64_t vals[] = {p->tp, p->pp, p->cp};
-  for (int i = 0; i < 3; i++)
+  static const char *const unsupported[] = {"plan.tp", "plan.pp"};
+  const int64_t vals[] = {p->tp, p->pp};
+  for (int i = 0; i < 2; i++)
     if (vals[i] != 1)
       FAIL(unsupported[i], "%s = %lld is not supported yet; expected 1 (mtc lays runs out "
            "with FSDP, EP and data parallelism)", unsupported[i], (long long)vals[i]);
@@ -258,6 +258,21 @@ static bool check_plan(Diag *d, Spec *s) {
   if (p->fsdp && p->dp_replicate && p->fsdp * p->dp_replicate != world)
     FAIL("plan.dp_replicate", "fsdp %lld x dp_replicate %lld is not the %lld GPUs; expected "
          "world = dp_replicate x fsdp", (long long)p->fsdp, (long long)p->dp_replicate, (long long)world);
+  /* context parallelism: cp consecutive ranks of an FSDP group, each sequence in 2 cp chunks */
+  if (p->cp > 1) {
+    int64_t fsdp = p->fsdp ? p->fsdp : p->dp_replicate ? world / p->dp_replicate : world;
+    if (fsdp % p->cp != 0)
+      FAIL("plan.cp", "cp %lld does not divide the FSDP group of %lld ranks; expected a divisor of fsdp (the cp "
+           "ranks of a sequence are consecutive ranks of one FSDP group)", (long long)p->cp, (long long)fsdp);
+    if (s->training.seq_len % (2 * p->cp) != 0)
+      FAIL("plan.cp", "cp %lld splits each sequence in %lld chunks, but seq_len %lld is not a multiple of %lld; "
+           "expected a cp with seq_len a multiple of 2 x cp", (long long)p->cp, (long long)(2 * p->cp),
+           (long long)s->training.seq_len, (long long)(2 * p->cp));
+    if (s->training.global_batch % (world / p->cp) != 0)
+      FAIL("plan.cp", "with cp %lld the %lld GPUs read %lld sequences at a time, which does not divide global_batch "
+           "%lld; expected a global_batch that is a multiple of GPUs / cp", (long long)p->cp, (long long)world,
+           (long long)(world / p->cp), (long long)s->training.global_batch);
+  }
   if (p->reshard_experts != RESHARD_AUTO && !s->model.moe.present)
     FAIL("plan.reshard_experts", "reshard_experts is %s but the model has no routed experts; expected auto, or "
          "plan.reshard for every parameter", p->reshard_experts == RESHARD_AFTER_STEP ? "after_step" : "every_micro_batch");

@@ -101,12 +101,19 @@ double cost_all_to_all_hier(const Spec *s, double bytes, int64_t ep, int64_t top
 void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   const Spec *s = md->spec;
   const Layer *ly = &md->layers[l];
-  double seq = (double)s->training.seq_len, T = (double)ch->micro_batch * seq;
+  const int64_t cp = plan_cp(ch);
+  /* per rank: micro_batch x seq_len / cp tokens; the attention's causal work is the mean rank's
+   * (cost_op prices T queries against seq keys at half density): with the load-balanced chunks of
+   * c tokens, rank r's chunks r and 2 cp - 1 - r see (r + 1/2) c + (2 cp - 1 - r + 1/2) c = 2 cp c
+   * keys per query pair, every rank the same */
+  double seq = (double)s->training.seq_len, T = (double)ch->micro_batch * seq / (double)cp;
   *t = (LayerTime){0};
+  double attn_fwd = 0, attn_bwd = 0;
   /* the routed experts' GEMMs run on the busiest EP rank's rows: moe_imbalance x the mean */
   double imbalance = plan_moe_imbalance(s, ch->ep);
   for (int i = ly->first_op; i < ly->first_op + ly->nops; i++) {
     OpTime o = cost_op(s, md, &md->ops[i], T, seq, ch->ep, imbalance);
+    if (md->ops[i].kind == OP_ATTN_CORE) attn_fwd += o.fwd, attn_bwd += o.bwd;
     t->fwd += o.fwd;
     t->bwd += o.bwd;
     if (plan_recomputes(ch->ac, md->ops[i].kind)) t->recompute += o.fwd;
@@ -119,9 +126,26 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
     t->a2a_fwd = 2 * one;
     t->a2a_bwd = 2 * one + (ch->ac == AC_NONE ? 0 : 2 * one); /* recompute re-dispatches */
   }
+  double wire = s->training.grad_reduce_dtype == WIRE_BF16 ? 1.0 : 2.0; /* vs bf16 */
+  if (cp > 1) {
+    /* K/V over the cp group (cp consecutive ranks: NVLink inside a node, InfiniBand when the
+     * group spans nodes): each rank all-gathers cp x its bf16 keys and values, in the forward
+     * and again in the backward (one layer's gathered at a time), and reduce-scatters their
+     * gradient (on the wire as the gradients are). The gather overlaps the part of the
+     * attention that needs only the rank's own keys: its chunks' diagonal blocks and the late
+     * chunk against the early one, 2 of the 2 cp chunk-halves of its work, 1 / cp of it (the
+     * Llama 3 paper's all-gather CP, arXiv:2407.21783 §3.3.2, with that overlap); the dK/dV
+     * reduce-scatter overlaps the layer's backward after the attention's (the projections'
+     * weight and input gradients) */
+    double kv = 2.0 * T * plan_cp_kv_elems(s, md) * (double)cp, bw = group_bw(s, cp, 1);
+    t->kv_ag = ring(kv, cp, bw);
+    t->kv_rs = wire * t->kv_ag;
+    t->kv_fwd = fmax(0, t->kv_ag - attn_fwd / (double)cp);
+    t->kv_bwd = fmax(0, t->kv_ag - attn_bwd / (double)cp) + fmax(0, t->kv_rs - (t->bwd - attn_bwd));
+    /* (a recomputed forward's attention reads the backward's one gather) */
+  }
   double dense = 2.0 * (double)(ly->params - ly->routed_params);
   double experts = 2.0 * (double)ly->routed_params / (double)ch->ep;
-  double wire = s->training.grad_reduce_dtype == WIRE_BF16 ? 1.0 : 2.0; /* vs bf16 */
   t->ag_experts = ring(experts, ch->efsdp, group_bw(s, ch->efsdp, ch->ep));
   t->ag = ring(dense, ch->fsdp, group_bw(s, ch->fsdp, 1)) + t->ag_experts;
   t->rs = wire * t->ag;
@@ -134,13 +158,14 @@ typedef struct {
   const char *what;
   const int *layer; /* layer of each position of the pass */
   const double *a2a;/* the all-to-all part of each compute (own track) */
+  const double *kv; /* the exposed K/V exchange part of each compute (own track; NULL: none) */
   int *flows;       /* arrows drawn so far (their ids) */
 } Sink;
 
-enum { TR_COMPUTE, TR_COMM, TR_A2A, TR_D2H, TR_H2D, TR_OPT, TR__COUNT };
+enum { TR_COMPUTE, TR_COMM, TR_A2A, TR_D2H, TR_H2D, TR_OPT, TR_CP, TR__COUNT };
 static const char *const track_names[TR__COUNT] = {
     "compute", "communication (FSDP)", "MoE all-to-all (compute stream)", "offload D2H", "offload H2D",
-    "optimizer"};
+    "optimizer", "context-parallel K/V exchange (exposed, compute stream)"};
 
 static void event(json_t *events, int track, const char *name, double start, double dur, int layer) {
   if (!events || dur <= 0) return;
@@ -182,10 +207,11 @@ static double simulate(const double *ag, const double *rs, const double *compute
     if (rs) comm_free = rs_start + rs[i];
     if (sk && sk->events) {
       int l = sk->layer[i];
-      double a = sk->a2a[i];
+      double a = sk->a2a[i], kv = sk->kv ? sk->kv[i] : 0;
       if (waited && ag[i] > 0) flow(sk->events, ++*sk->flows, sk->t0 + ready[i], sk->t0 + start);
       event(sk->events, TR_COMM, "all-gather", sk->t0 + issued[i], ag[i], l);
-      event(sk->events, TR_COMPUTE, sk->what, sk->t0 + start, compute[i] - a, l);
+      event(sk->events, TR_COMPUTE, sk->what, sk->t0 + start, compute[i] - a - kv, l);
+      event(sk->events, TR_CP, "K/V exchange", sk->t0 + end - a - kv, kv, l);
       event(sk->events, TR_A2A, "all-to-all", sk->t0 + end - a, a, l);
       if (rs) event(sk->events, TR_COMM, "reduce-scatter", sk->t0 + rs_start, rs[i], l);
     }
@@ -271,19 +297,20 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   const ClusterSpec *cl = &s->cluster;
   const EfficiencySpec *e = &cl->efficiency;
   const int L = md->nlayers;
-  const double seq = (double)s->training.seq_len, T = (double)ch->micro_batch * seq;
+  const double seq = (double)s->training.seq_len, T = (double)ch->micro_batch * seq / (double)plan_cp(ch);
   Mem m = {0};
   double *comm_f = mem_array(&m, (size_t)L, sizeof(double)), *comp_f = mem_array(&m, (size_t)L, sizeof(double));
   double *comm_b = mem_array(&m, (size_t)L, sizeof(double)), *comp_b = mem_array(&m, (size_t)L, sizeof(double));
   double *rs_b = mem_array(&m, (size_t)L, sizeof(double));
   double *a2a_f = mem_array(&m, (size_t)L, sizeof(double)), *a2a_b = mem_array(&m, (size_t)L, sizeof(double));
   double *copy_f = mem_array(&m, (size_t)L, sizeof(double));
+  double *kv_f = mem_array(&m, (size_t)L, sizeof(double)), *kv_b = mem_array(&m, (size_t)L, sizeof(double));
   /* reshard per group: what a micro-batch after the first gathers (forward, and backward of
    * every micro-batch), the groups kept gathered left out */
   const bool keep_d = ch->reshard == RESHARD_AFTER_STEP, keep_e = ch->reshard_experts == RESHARD_AFTER_STEP;
   double *again_f = mem_array(&m, (size_t)L, sizeof(double)), *again_b = mem_array(&m, (size_t)L, sizeof(double));
   int *order_f = mem_array(&m, (size_t)L, sizeof(int)), *order_b = mem_array(&m, (size_t)L, sizeof(int));
-  double compute = 0, recompute = 0, a2a = 0, comm_total = 0, offload = 0;
+  double compute = 0, recompute = 0, a2a = 0, comm_total = 0, offload = 0, kvx = 0;
   double c2c = cl->links.c2c * e->c2c, boundary = 2.0 * (double)s->model.hidden * T;
   /* offloaded boundaries travel over NVLink-C2C to host memory, or to NVMe at its bandwidth
    * (through host memory: the slower of the two) */
@@ -302,11 +329,12 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
     else times[l] = times[rep[l]];
     LayerTime t = times[l];
     comm_f[l] = t.ag;
-    comp_f[l] = t.fwd + t.a2a_fwd;
+    comp_f[l] = t.fwd + t.a2a_fwd + t.kv_fwd;
     comm_b[L - 1 - l] = t.ag; /* FSDP re-gathers for backward, then reduce-scatters */
     again_f[l] = again_b[L - 1 - l] = (keep_d ? 0 : t.ag - t.ag_experts) + (keep_e ? 0 : t.ag_experts);
     rs_b[L - 1 - l] = t.rs;
-    comp_b[L - 1 - l] = t.bwd + t.recompute + t.a2a_bwd;
+    comp_b[L - 1 - l] = t.bwd + t.recompute + t.a2a_bwd + t.kv_bwd;
+    kv_f[l] = t.kv_fwd, kv_b[L - 1 - l] = t.kv_bwd, kvx += t.kv_fwd + t.kv_bwd;
     a2a_f[l] = t.a2a_fwd, a2a_b[L - 1 - l] = t.a2a_bwd, order_f[l] = l, order_b[L - 1 - l] = l;
     copy_f[l] = ch->offload != OFF_NONE ? boundary / off_bw : 0;
     compute += t.fwd + t.bwd + t.recompute;
@@ -341,9 +369,9 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
     for (int l = 0; l < L; l++) comm_total -= comm_b[l] - again_b[l];
   /* one micro-batch: embedding/head gathers, forward pass, head and loss, backward pass */
   int flows = 0;
-  Sink fwd = {events, emb_ag, "forward", order_f, a2a_f, &flows};
+  Sink fwd = {events, emb_ag, "forward", order_f, a2a_f, kv_f, &flows};
   double pass_f = simulate(comm_f, NULL, comp_f, L, ch->prefetch, &m, &fwd);
-  Sink bwd = {events, emb_ag + pass_f + edge, "backward", order_b, a2a_b, &flows};
+  Sink bwd = {events, emb_ag + pass_f + edge, "backward", order_b, a2a_b, kv_b, &flows};
   double pass = pass_f + simulate(keep ? again_b : comm_b, rs_b, comp_b, L, ch->prefetch, &m, &bwd);
   /* the later micro-batches: the same, or gathering only the groups not kept */
   double pass_rest = keep ? simulate(again_f, NULL, comp_f, L, ch->prefetch, &m, NULL) +
@@ -364,9 +392,10 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   k->compute = A * compute;
   k->recompute = A * recompute;
   k->a2a = A * a2a;
+  k->cp_exchange = A * kvx;
   k->exposed_offload = A * offload;
   k->host_grad = cost_host_grad(shard, A, ch->opt_tier == TIER_HOST, c2c, host_bw);
-  k->exposed_comm = per_micro + (A - 1) * per_rest - A * (offload + compute + a2a);
+  k->exposed_comm = per_micro + (A - 1) * per_rest - A * (offload + compute + a2a + kvx);
   if (k->exposed_comm < 0) k->exposed_comm = 0;
   /* every_micro_batch: each micro-batch gathers twice and reduce-scatters once (comm_total);
    * after_step: the kept groups' gathers once per step, the rest per micro-batch */
@@ -404,13 +433,14 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   if (ch->opt_on_host) opt += 2 * shard / c2c; /* updated bf16 parameters back to HBM */
   k->optimizer = opt;
 
-  k->step = k->compute + k->exposed_comm + k->a2a + k->exposed_offload + k->host_grad + k->optimizer +
-            k->dp_allreduce;
+  k->step = k->compute + k->exposed_comm + k->a2a + k->cp_exchange + k->exposed_offload + k->host_grad +
+            k->optimizer + k->dp_allreduce;
   if (events) { /* the other micro-batches as one event per track, then the step's tail */
     double t = per_micro;
     if (A > 1) {
       event(events, TR_COMPUTE, "micro-batches 2..N: compute", t, (A - 1) * compute, -1);
       event(events, TR_A2A, "micro-batches 2..N: all-to-all", t, (A - 1) * a2a, -1);
+      event(events, TR_CP, "micro-batches 2..N: K/V exchange", t, (A - 1) * kvx, -1);
       event(events, TR_COMM, "micro-batches 2..N: FSDP collectives", t,
             (A - 1) * (keep ? comm_total - ag_once + emb_rest : comm_total + emb_ag), -1);
       t += (A - 1) * per_rest;
@@ -426,7 +456,8 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   k->mfu = md->flops_per_token * k->tokens_per_s_per_gpu / cl->gpu.bf16_flops;
   struct { const char *name; double v; } parts[] = {
       {"compute", k->compute}, {"exposed FSDP communication", k->exposed_comm},
-      {"MoE all-to-all", k->a2a}, {"activation offload", k->exposed_offload},
+      {"MoE all-to-all", k->a2a}, {"context-parallel K/V exchange", k->cp_exchange},
+      {"activation offload", k->exposed_offload},
       {"host gradient accumulation", k->host_grad},
       {"optimizer step", k->optimizer}, {"data-parallel all-reduce", k->dp_allreduce}};
   k->bottleneck = parts[0].name;

@@ -81,6 +81,7 @@ typedef struct {
    * Q = nh·hd, KV = nkv·hd, E experts (El per EP rank), K top_k, Fe expert width, Fs shared
    * width (all shared experts), R rows an EP rank's experts may receive, chunk of the vocab */
   int64_t B, T, N, C, V, nh, nkv, hd, Q, KV, E, El, K, Fe, Fs, R, chunk, L;
+  int64_t cp;             /* context-parallel ranks a sequence is split over (N = B T / cp) */
   /* values: vd per head (hd; MLA's v_head_dim), VW = nkv·vd per token, AO = nh·vd the attention
    * output. MLA (mla true; nkv = nh, hd = nope + rope): q_lora_rank qr (0: none), kv_lora_rank
    * kvr, qk_nope_head_dim nope, qk_rope_head_dim rope */
@@ -197,6 +198,9 @@ void em_norm_forward(Em *e, int g, const char *out, const char *stats, const cha
 void em_norm_backward(Em *e, int g, const char *dx, const char *x, const char *stats, const char *name);
 /* The functions layer<l>_forward and layer<l>_backward of step.c (dy, dx: the arena names of
  * the incoming and outgoing boundary gradients). */
+/* Context parallelism: RoPE at this rank's positions (rt_rope_span_<dir>, CP_LO and CP_HI of step.c)
+ * on x (an expression of the step code: "A(Q)") of heads heads `stride` apart, rd channels each. */
+void em_rope_span(Em *e, const char *ind, const char *dir, const char *x, int64_t heads, int64_t stride, int64_t rd);
 void em_layer_forward(Em *e, int l);
 void em_layer_backward(Em *e, int l, const char *dy, const char *dx);
 /* The MoE part of layer l, called inside the layer's functions. */

@@ -170,6 +170,22 @@ static void qk_norm_backward(Em *e, int l) {
 
 static void attention_qkv(Em *e, int l, const char *ind);
 
+void em_rope_span(Em *e, const char *ind, const char *dir, const char *x, int64_t heads, int64_t stride, int64_t rd) {
+  P(e, "%srt_rope_span_%s(%s, %lld, %lld, %lld, %lld, %lld, %.17g, CP_LO, CP_HI); /* B, T / cp, heads, stride, rope "
+       "dims, theta, this rank's chunks' first positions */\n", ind, dir, x, (long long)e->B, (long long)(e->T / e->cp),
+    (long long)heads, (long long)stride, (long long)rd, e->s->model.attention.rope_theta);
+}
+
+/* Context parallelism: the keys and values of the whole sequences (every rank's chunks, in
+ * position order) all-gathered over the cp group into KVG: K (B, T, kv_heads x head_dim), then V. */
+static void cp_gather(Em *e, const char *ind, const char *k, const char *v) {
+  long long B = e->B, Tl = e->T / e->cp;
+  P(e, "%srt_comm_cp_gather(c->comm.cp_comm, PLAN_CP, A(KVG), A(%s), %lld, %lld, %lld); /* keys of the whole sequences */\n",
+    ind, k, B, Tl, (long long)e->KV);
+  P(e, "%srt_comm_cp_gather(c->comm.cp_comm, PLAN_CP, A(KVG + %lld), A(%s), %lld, %lld, %lld); /* and values */\n", ind,
+    (long long)(e->B * e->T * e->KV), v, B, Tl, (long long)e->VW);
+}
+
 static void attention_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   const char *ln1 = A(e, l, "LN1"), *q = A(e, l, "Q"), *k = A(e, l, "K"),
@@ -178,6 +194,13 @@ static void attention_forward(Em *e, int l) {
   const char *ind = e->ac == AC_SELECTIVE ? "    " : "  ";
   if (e->mla) em_mla_forward(e, l); /* opens the selective block itself */
   else attention_qkv(e, l, ind);
+  if (e->cp > 1) {
+    cp_gather(e, ind, k, v);
+    P(e, "%srt_attention_span_forward(R(%s), R(%s), R(%s), R(KVG), R(KVG + %lld), %lld, %lld, %lld, CP_LO, CP_HI, %lld, "
+         "%lld, %lld, %lld); /* B, T / cp, T, this rank's chunks' first positions, heads, kv_heads, head_dim, "
+         "v_head_dim */\n", ind, att, lse, q, (long long)(e->B * e->T * e->KV), (long long)e->B,
+      (long long)(e->T / e->cp), (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd, (long long)e->vd);
+  } else
   P(e, "%srt_attention_forward(R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld, %lld); /* B, T, heads, "
        "kv_heads, head_dim, v_head_dim */\n", ind, att,
     lse, q, k, v, (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd, (long long)e->vd);
@@ -206,6 +229,9 @@ static void attention_qkv(Em *e, int l, const char *ind) {
   if (e->rope && llama3(e)) {
     rope_llama3(e, ind, q, e->nh, "forward");
     rope_llama3(e, ind, k, e->nkv, "forward");
+  } else if (e->rope && e->cp > 1) {
+    em_rope_span(e, ind, "forward", mem_printf(e->m, "A(%s)", q), e->nh, e->hd, e->hd);
+    em_rope_span(e, ind, "forward", mem_printf(e->m, "A(%s)", k), e->nkv, e->hd, e->hd);
   } else if (e->rope) {
     P(e, "%srt_rope_forward(R(%s), %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, head_dim, theta */\n", ind, q, (long long)e->B, (long long)e->T,
       (long long)e->nh, (long long)e->hd, theta);
@@ -293,6 +319,19 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
   P(e, "  rt_matmul_backward(R(DATT), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
     (long long)o, bias_arg(e, g, "attn.o_proj.weight", "DW"), dx, A(e, l, "ATT"), (long long)o, N, AO, C);
   P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * (long long)e->VW);
+  if (e->cp > 1) { /* the keys' and values' gradient over the whole sequences, then each rank's chunks of it */
+    long long kvn = e->B * e->T * e->KV;
+    cp_gather(e, "  ", A(e, l, "K"), A(e, l, "V"));
+    P(e, "  rt_zero(R(DKVG), %lld);\n", kvn + e->B * e->T * e->VW);
+    P(e, "  rt_attention_span_backward(R(DQ), R(DKVG), R(DKVG + %lld), R(DATT), R(%s), R(KVG), R(KVG + %lld), R(%s), "
+         "R(%s), %lld, %lld, %lld, CP_LO, CP_HI, %lld, %lld, %lld, %lld);\n", kvn, A(e, l, "Q"), kvn, A(e, l, "ATT"),
+      A(e, l, "LSE"), (long long)e->B, (long long)(e->T / e->cp), (long long)e->T, (long long)e->nh, (long long)e->nkv,
+      (long long)e->hd, (long long)e->vd);
+    P(e, "  rt_comm_cp_reduce_scatter(c->comm.cp_comm, PLAN_CP, A(DK), A(DKVG), %lld, %lld, %lld);\n", (long long)e->B,
+      (long long)(e->T / e->cp), (long long)e->KV);
+    P(e, "  rt_comm_cp_reduce_scatter(c->comm.cp_comm, PLAN_CP, A(DV), A(DKVG + %lld), %lld, %lld, %lld);\n", kvn,
+      (long long)e->B, (long long)(e->T / e->cp), (long long)e->VW);
+  } else
   P(e, "  rt_attention_backward(R(DQ), R(DK), R(DV), R(DATT), R(%s), R(%s), R(%s), R(%s), R(%s), %lld, %lld, %lld, "
        "%lld, %lld, %lld);\n",
     A(e, l, "Q"), A(e, l, "K"), A(e, l, "V"), A(e, l, "ATT"), A(e, l, "LSE"),
@@ -307,6 +346,9 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
   if (e->rope && llama3(e)) {
     rope_llama3(e, "  ", "DQ", e->nh, "backward");
     rope_llama3(e, "  ", "DK", e->nkv, "backward");
+  } else if (e->rope && e->cp > 1) {
+    em_rope_span(e, "  ", "backward", "A(DQ)", e->nh, e->hd, e->hd);
+    em_rope_span(e, "  ", "backward", "A(DK)", e->nkv, e->hd, e->hd);
   } else if (e->rope) {
     P(e, "  rt_rope_backward(R(DQ), %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
       (long long)e->nh, (long long)e->hd, theta);

@@ -652,6 +652,14 @@ void em_layout(Em *e) {
   abuf(e, "DX_B", N * C, "gradient of the residual stream (odd layers' output)");
   e->item = "activations.grad_norm";
   abuf(e, "DLN", N * C, "gradient of a norm's output");
+  if (e->cp > 1) { /* context parallelism: one layer's keys and values of the whole sequences, and their gradient */
+    e->item = "attention.kv_gathered";
+    abuf(e, "KVG", e->B * e->T * (e->KV + e->VW), "keys (B, T, kv_heads x head_dim) then values of the whole sequences, "
+         "all-gathered over the cp group");
+    e->item = "attention.dkv_gathered";
+    abuf(e, "DKVG", e->B * e->T * (e->KV + e->VW), "their gradient over the whole sequences, reduce-scattered over the "
+         "cp group");
+  }
   shared_ws(e);
   if (md->n_moe_layers) {
     e->item = "moe.grad_routing_weights";

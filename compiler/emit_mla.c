@@ -86,11 +86,16 @@ void em_mla_forward(Em *e, int l) {
     ll(off(e, g, "attn.kv_b_proj.weight")), N, ll(e->kvr), ll(e->nh * (e->nope + e->vd)));
   double theta = e->s->model.attention.rope_theta;
   const char *ra = rope_args(e);
+  if (e->cp > 1) { /* (no YaRN with context parallelism: em_cp_unsupported) */
+    em_rope_span(e, ind, "forward", "A(WS_KRP)", 1, e->rope_dim, e->rope_dim);
+    em_rope_span(e, ind, "forward", mem_printf(e->m, "A(%s + %lld)", q, ll(e->nope)), e->nh, e->hd, e->rope_dim);
+  } else {
   P(e, "%srt_rope_strided_forward(R(WS_KRP), %lld, %lld, 1, %lld, %lld, %.17g, %s); /* B, T, heads, stride, rope dims, "
        "theta, yarn factor, original_max_position, beta_fast, beta_slow, attention factor (factor 1: none) */\n", ind,
     ll(e->B), ll(e->T), ll(e->rope_dim), ll(e->rope_dim), theta, ra);
   P(e, "%srt_rope_strided_forward(A(%s + %lld), %lld, %lld, %lld, %lld, %lld, %.17g, %s); /* q's rope part */\n", ind, q,
     ll(e->nope), ll(e->B), ll(e->T), ll(e->nh), ll(e->hd), ll(e->rope_dim), theta, ra);
+  }
   P(e, "%srt_mla_kv_forward(R(%s), R(%s), R(WS_KVB), R(WS_KRP), %lld, %lld, %lld, %lld, %lld, %.17g); /* N, heads, nope, "
        "rope, v_head_dim, softmax scale factor */\n", ind, k, v, N, ll(e->nh), ll(e->nope), ll(e->rope_dim), ll(e->vd),
     kscale(e));
@@ -109,6 +114,8 @@ void em_mla_backward(Em *e, int l) {
   int64_t wkvb = off(e, g, "attn.kv_b_proj.weight"), wkva = off(e, g, "attn.kv_a_proj_with_mqa.weight");
   int64_t wkvn = off(e, g, "attn.kv_a_layernorm.weight");
   const char *ra = rope_args(e);
+  if (e->cp > 1) em_rope_span(e, "  ", "backward", mem_printf(e->m, "A(DQ + %lld)", ll(e->nope)), e->nh, e->hd, rd);
+  else
   P(e, "  rt_rope_strided_backward(A(DQ + %lld), %lld, %lld, %lld, %lld, %lld, %.17g, %s); /* q's rope part */\n",
     ll(e->nope), ll(e->B), ll(e->T), ll(e->nh), ll(e->hd), rd, theta, ra);
   P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
@@ -134,6 +141,8 @@ void em_mla_backward(Em *e, int l) {
   P(e, "  rt_zero(R(DKVB), %lld);\n  rt_zero(R(DKRP), %lld);\n", N * e->nh * (e->nope + e->vd), N * rd);
   P(e, "  rt_mla_kv_backward(R(DKVB), R(DKRP), R(DK), R(DV), %lld, %lld, %lld, %lld, %lld, %.17g);\n", N, ll(e->nh),
     ll(e->nope), rd, ll(e->vd), kscale(e));
+  if (e->cp > 1) em_rope_span(e, "  ", "backward", "A(DKRP)", 1, rd, rd);
+  else
   P(e, "  rt_rope_strided_backward(R(DKRP), %lld, %lld, 1, %lld, %lld, %.17g, %s);\n", ll(e->B), ll(e->T), rd, rd, theta,
     ra);
   /* kv_b_proj and kv_a_layernorm, the normalized latent recomputed (same values, same 1/rms) */

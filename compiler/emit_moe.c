@@ -49,6 +49,11 @@ void em_moe_forward(Em *e, int l) {
       e->s->model.moe.norm_topk_prob ? "true" : "false", e->s->model.moe.routed_scaling_factor);
   if (e->aux_free)
     P(e, "  if (!recompute) rt_moe_count(R(L%d_LOAD), I(%s), %lld); /* aux_free: tokens per expert */\n", l, idx, N * K);
+  else if (e->cp > 1) /* the loss of the whole sequences: f and P averaged over the cp group */
+    P(e, "  if (!recompute) {\n    rt_aux_loss_stats(R(%s), I(%s), %lld, %lld, %lld, R(AUX));\n"
+         "    rt_comm_cp_mean(c->comm.cp_comm, PLAN_CP, R(AUX) + %lld, %lld);\n"
+         "    c->aux_loss += rt_aux_loss_value(R(AUX), %lld, %.9g);\n  }\n", lg, idx, N, E, K, E, 2 * E, E,
+      e->s->model.moe.aux_loss_coef);
   else
     P(e, "  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(%s), I(%s), %lld, %lld, %lld, %.9g, R(AUX));\n", lg,
       idx, N, E, K, e->s->model.moe.aux_loss_coef);
@@ -193,7 +198,12 @@ void em_moe_backward(Em *e, int l, const char *dy) {
   else
     P(e, "  rt_router_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s);\n", lg, idx, wts, N,
       E, K, e->sigmoid ? "true" : "false");
-  if (!e->aux_free)
+  if (!e->aux_free && e->cp > 1)
+    P(e, "  rt_aux_loss_stats(R(%s), I(%s), %lld, %lld, %lld, R(AUX));\n"
+         "  rt_comm_cp_mean(c->comm.cp_comm, PLAN_CP, R(AUX) + %lld, %lld);\n"
+         "  rt_aux_loss_backward_stats(R(DLOGITS), R(%s), %lld, %lld, %.9g, c->dloss, R(AUX));\n", lg, idx, N, E, K,
+      E, 2 * E, lg, N, E, e->s->model.moe.aux_loss_coef);
+  else if (!e->aux_free)
     P(e, "  rt_aux_loss_backward(R(DLOGITS), R(%s), I(%s), %lld, %lld, %lld, %.9g, c->dloss, R(AUX));\n", lg, idx, N,
       E, K, e->s->model.moe.aux_loss_coef);
   if (e->s->model.moe.seq_aux_loss_coef > 0)

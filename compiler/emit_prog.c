@@ -251,6 +251,13 @@ int build_run(const char *dir, const char *backend, const char *real, bool allow
             "backend builds any)\n", path, hidden, CUDA_HIDDEN_MULTIPLE, CUDA_HIDDEN_MULTIPLE);
     return 2;
   }
+  long long cp = 1; /* context parallelism: the cpu backend runs it; the cuda backend's collectives do not yet */
+  if (strcmp(backend, "cuda") == 0 && out_define_int(path, "PLAN_CP", &cp) && cp > 1) {
+    fprintf(stderr, "error: %s: PLAN_CP is %lld: the cuda backend does not run context parallelism yet (its K/V "
+            "all-gather and the attention over a key range are the cpu backend's only); expected --backend cpu, or "
+            "a plan with plan.cp: 1 for --backend cuda (mtc compile SPEC --set plan.cp=1)\n", path, cp);
+    return 2;
+  }
   if (strcmp(real, "float") != 0 && strcmp(real, "double") != 0) {
     fprintf(stderr, "error: --real %s; expected float or double\n", real);
     return 2;

@@ -285,6 +285,8 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
   P(e, "/* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */\n");
   P(e, "#define PLAN_WORLD %lld\n#define PLAN_FSDP %lld\n#define PLAN_EP %lld\n#define PLAN_DP_REPLICATE %lld\n",
     (long long)e->world, (long long)e->fsdp, (long long)e->ep, (long long)e->dpr);
+  P(e, "/* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */\n"
+       "#define PLAN_CP %lld\n", (long long)e->cp);
   P(e, "#define EXPERTS_PER_RANK %lld\n#define CHECKPOINT_POLICY \"%s\"\n", (long long)e->El, plan_ac_name(e->ac));
   if (plan_expert_per(e->El, e->efsdp) > 0 && e->md->n_moe_layers) { /* the expert groups' shard: every MoE layer's is the same */
     int64_t shard = 0;
@@ -432,6 +434,10 @@ static void body(Em *e, const char *spec_base) {
   P(e, "#define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */\n");
   P(e, "#define EPS ((real)%.9g)                        /* the norms' epsilon (model.norm_eps) */\n", e->s->model.norm_eps);
   if (e->offload) P(e, "#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */\n");
+  if (e->cp > 1) /* each sequence in 2 cp chunks of T / (2 cp): this rank holds chunks cp_rank and 2 cp - 1 - cp_rank */
+    P(e, "#define CP_LO ((int64_t)c->comm.cp_rank * %lld) /* first position of this rank's first chunk */\n"
+         "#define CP_HI ((int64_t)(2 * PLAN_CP - 1 - c->comm.cp_rank) * %lld) /* and of its second */\n",
+      (long long)(e->T / (2 * e->cp)), (long long)(e->T / (2 * e->cp)));
   P(e, "\n");
   static const char *const maps[EM__ARENAS] = {"the state arena map (elements of real)",
                                                "the HBM span's real and int32 buffers (offsets in units of 2 B)",
@@ -508,6 +514,15 @@ static bool supported(Diag *d, const Spec *s) {
                     "");
 }
 
+const char *em_cp_unsupported(const Spec *s) {
+  const ModelSpec *m = &s->model;
+  if (m->rope_scaling.present && m->rope_scaling.type != ROPE_SCALING_NONE)
+    return "RoPE with rope_scaling (llama3 or yarn) under context parallelism";
+  if (m->position == POS_LEARNED) return "learned positions under context parallelism";
+  if (m->moe.present && m->moe.seq_aux_loss_coef > 0) return "the sequence-wise balance loss under context parallelism";
+  return NULL;
+}
+
 bool em_implements(const Spec *s) {
   Mem m = {0};
   Diag d = {.mem = &m};
@@ -522,7 +537,10 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   *e = (Em){0};
   e->m = m, e->s = s, e->md = md, e->p = p;
   const Choice *ch = &p->best.ch;
-  e->B = s->training.micro_batch, e->T = s->training.seq_len, e->N = e->B * e->T;
+  /* per rank: B sequences of T tokens, or with context parallelism B x T / cp tokens, two chunks
+   * of T / (2 cp) of each sequence (rank r's chunks r and 2 cp - 1 - r) */
+  e->cp = plan_cp(ch);
+  e->B = s->training.micro_batch, e->T = s->training.seq_len, e->N = e->B * e->T / e->cp;
   e->C = s->model.hidden, e->V = s->model.vocab, e->L = s->model.layers;
   e->nh = s->model.attention.heads, e->nkv = s->model.attention.kv_heads, e->hd = s->model.attention.head_dim;
   const AttentionSpec *at = &s->model.attention;
@@ -568,6 +586,10 @@ bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec
   const Model *md = p->md;
   const Spec *s = md->spec;
   if (!supported(d, s)) return false;
+  if (plan_cp(&p->best.ch) > 1 && em_cp_unsupported(s))
+    return diag_error(d, spec_loc(s, "plan.cp"), "the generated training program does not implement %s yet, so no "
+                      "program was written (plan.json, plan.txt and the reports were); expected plan.cp: 1 for a "
+                      "program, or mtc plan for the plan alone", em_cp_unsupported(s));
   Em e;
   em_init(&e, m, p);
   em_place(&e); /* every buffer at its plan item's bytes */

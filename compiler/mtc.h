@@ -380,7 +380,8 @@ typedef struct {
 typedef struct {
   bool present;
   int64_t fsdp, ep, dp_replicate; /* 0 = auto */
-  int64_t tp, pp, cp;             /* only 1 is supported */
+  int64_t tp, pp;                 /* only 1 is supported */
+  int64_t cp;                     /* context-parallel ranks a sequence is split over; 0 = auto */
   CheckpointPolicy activation_checkpoint;
   OffloadPolicy offload_activations;
   ReshardPolicy reshard;          /* when gathered parameters are freed (auto: searched) */
@@ -618,7 +619,18 @@ typedef struct {
   Tier opt_tier;            /* fp32 master weights, gradients and optimizer state */
   bool opt_on_host;         /* optimizer step on the Grace cores (else on the GPU) */
   int prefetch;             /* all-gathers in flight ahead of the computing layer */
+  int64_t cp;               /* context parallelism: cp consecutive ranks of the FSDP group split each
+                               sequence in 2 cp chunks, rank r holding chunks r and 2 cp - 1 - r
+                               (0 reads as 1: plan_cp) */
 } Choice;
+
+/* ch's context-parallel degree, at least 1. Tokens per rank and micro-batch: micro_batch x
+ * seq_len / cp; sequences per step over the world: W / cp data ranks (the cp ranks of a group
+ * read chunks of the same sequences). */
+int64_t plan_cp(const Choice *ch);
+/* Elements per token of one layer's keys and values as context parallelism all-gathers them:
+ * kv_heads x (qk_head_dim + v_head_dim) (MLA: heads, its expanded keys and values) (plan.c). */
+double plan_cp_kv_elems(const Spec *s, const Model *md);
 
 /* Predicted times of one step, seconds. */
 typedef struct {
@@ -630,6 +642,8 @@ typedef struct {
   double host_grad;         /* gradient shards to host memory, accumulated there in fp32 */
   double optimizer;         /* optimizer step incl. Muon gathers and host streaming */
   double dp_allreduce;      /* gradient all-reduce across replicas */
+  double cp_exchange;       /* context parallelism: the K/V all-gathers and the dK/dV reduce-scatters
+                               not hidden behind the attention (on the compute stream) */
   double step;
   double tokens_per_s_per_gpu, mfu;
   double comm_total;        /* all FSDP collective time, hidden or not */
@@ -830,6 +844,9 @@ typedef struct {
   Candidate in_node; /* the fastest fitting plan with ep <= gpus_per_node (its EP group in a node) */
   Candidate across;  /* the fastest fitting plan with ep > gpus_per_node (EP groups span nodes) */
   bool has_in_node, has_across;
+  Candidate *by_cp;  /* per context-parallel degree tried, ascending: the fastest fitting, else the
+                        closest to fitting (mtc explain sets them side by side) */
+  int nby_cp;
   bool program;      /* searched for `mtc compile`: only what the program implements */
   const char *advice;/* when infeasible: what would make it fit, computed */
   const char *hint;  /* when feasible but communication-bound: a faster setting, computed */
@@ -878,6 +895,9 @@ typedef struct {
   double a2a_fwd, a2a_bwd;    /* MoE all-to-all, on the compute stream */
   double ag, rs;              /* FSDP all-gather and reduce-scatter, on the comm stream */
   double ag_experts;          /* the routed experts' part of ag */
+  double kv_ag, kv_rs;        /* cp > 1: the K/V all-gather and the dK/dV reduce-scatter over the cp
+                                 group (forward gathers once, backward again) */
+  double kv_fwd, kv_bwd;      /* their exposed parts, on the compute stream */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
 
@@ -1039,6 +1059,9 @@ void out_text(char *dst, size_t n, const char *s, bool ascii);
  * spec's file name) is escaped where it appears; plan_hash (out_hash_file of plan.json) becomes
  * step.h's PLAN_HASH, which mtc build checks against DIR/plan.json. */
 bool emit_step(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base, const char *plan_hash);
+/* What the generated program does not implement with context parallelism (cp > 1) for spec s, as a
+ * phrase; NULL when it does (compile's search tries cp > 1 only then). */
+const char *em_cp_unsupported(const Spec *s);
 /* Writes DIR/train.c (templates/train/NN-*.c, embedded in mtc), DIR/kernels.cu (the plan's shapes
  * as #defines, then templates/kernels.cu), DIR/CMakeLists.txt and DIR/launch.sbatch. */
 bool emit_program(Mem *m, Diag *d, const Plan *p, const char *dir, const char *spec_base);

@@ -1,7 +1,8 @@
 /* plan.c — memory items of a candidate plan, their tiers and lifetimes, and the static
  * arena of each tier packed from them.
  *
- * Everything is per GPU. T = micro_batch × seq_len tokens per micro-batch; P = parameters;
+ * Everything is per GPU. T = micro_batch × seq_len / cp tokens per micro-batch (cp: the
+ * context-parallel ranks a sequence is split over); P = parameters;
  * L = layers. Lifetimes are in phases of one step (PHASE_* in mtc.h). */
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +24,8 @@ const char *plan_cat_name(ItemCategory c) { return cat_names[c]; }
 const char *plan_ac_name(CheckpointPolicy p) { return ac_names[p]; }
 const char *plan_ac_words(CheckpointPolicy p) { return p == AC_NONE ? "no" : ac_names[p]; }
 const char *plan_offload_name(OffloadPolicy p) { return offload_names[p]; }
+
+int64_t plan_cp(const Choice *ch) { return ch->cp > 1 ? ch->cp : 1; }
 
 typedef struct {
   Mem *m;
@@ -132,7 +135,8 @@ static void build_items(Items *it, const Model *md) {
   const Spec *s = md->spec;
   const Choice *ch = &it->c->ch;
   const int L = md->nlayers, END = PHASE_END(L);
-  const double T = (double)ch->micro_batch * (double)s->training.seq_len;
+  const int64_t cp = plan_cp(ch);
+  const double T = (double)ch->micro_batch * (double)s->training.seq_len / (double)cp;
   const double P = (double)md->params_total, H = (double)s->model.hidden;
   /* experts' shards (plan_expert_per): whole experts, per of them on each rank of an EP rank's
    * shard group, only where efsdp divides E / ep, else flat; so no shard is padded to a largest
@@ -296,6 +300,18 @@ static void build_items(Items *it, const Model *md) {
   for (int i = 0; i < 2; i++)
     item(it, mem_printf(it->m, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
+  /* context parallelism: a layer's attention all-gathers the keys and values of the whole
+   * sequences over the cp group (cp x the rank's own, in position order), and its backward
+   * computes their gradient for that whole range before reduce-scattering it back to the cp
+   * ranks; one layer's at a time (the backward gathers again) */
+  if (cp > 1) {
+    const double kv = plan_cp_kv_elems(s, md) * T * (double)cp;
+    item(it, "attention.kv_gathered", CAT_ACTIVATIONS, TIER_HBM, 2 * kv, 1, PHASE_OPT(L),
+         "2 B x micro_batch x seq_len x (kv_heads x (qk_head_dim + v_head_dim)): one layer's keys and values of the "
+         "whole sequences, all-gathered over the cp group");
+    item(it, "attention.dkv_gathered", CAT_ACTIVATIONS, TIER_HBM, 2 * kv, PHASE_LOSS(L), PHASE_OPT(L),
+         "as attention.kv_gathered: their gradient over the whole sequences, reduce-scattered over the cp group");
+  }
   /* the shared workspace (the program's LWS, or A2A with ep > 1): buffers of which at most one
    * group is live at a time, each group at its start: the FFN gradients of gate, up and act (one
    * FFN's backward at a time), the attention's gradients with MLA's backward buffers (its
@@ -551,4 +567,10 @@ void plan_pack(Mem *m, const Model *md, Candidate *c) {
       c->over_bytes = over;
     }
   }
+}
+
+double plan_cp_kv_elems(const Spec *s, const Model *md) {
+  const AttentionSpec *a = &s->model.attention;
+  double nkv = (double)(a->kind == ATTN_MLA ? a->heads : a->kv_heads);
+  return nkv * (double)(md->qk_head_dim + md->v_head_dim);
 }

@@ -26,10 +26,11 @@ static const char *lifetime(Mem *m, int L, const MemItem *x, bool per_layer) {
 }
 
 static const char *choice_text(Mem *m, const Choice *ch) {
-  return mem_printf(m, "fsdp %lld x dp %lld, ep %lld%s, micro_batch %lld, %s checkpointing%s, optimizer state in %s%s, "
+  return mem_printf(m, "fsdp %lld x dp %lld, ep %lld%s%s, micro_batch %lld, %s checkpointing%s, optimizer state in %s%s, "
                     "%s",
                     (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep,
-                    ch->dispatch == DISPATCH_HIERARCHICAL ? " (hierarchical all-to-all)" : "", (long long)ch->micro_batch,
+                    ch->dispatch == DISPATCH_HIERARCHICAL ? " (hierarchical all-to-all)" : "",
+                    plan_cp(ch) > 1 ? mem_printf(m, ", cp %lld", (long long)ch->cp) : "", (long long)ch->micro_batch,
                     plan_ac_words(ch->ac),
                     ch->offload == OFF_HOST ? " + boundaries on host" : ch->offload == OFF_NVME ? " + boundaries on NVMe" : "",
                     plan_tier_name(ch->opt_tier), ch->opt_on_host ? " (step on host CPU)" : "",
@@ -142,6 +143,14 @@ static void print_schedule(FILE *out, const Plan *p) {
     fprintf(out, "  %-12s %9.1f %9.1f %9.1f %9.1f | %9.1f %9.1f\n", name, 1e3 * t.fwd, 1e3 * t.bwd,
             1e3 * t.recompute, 1e3 * (t.a2a_fwd + t.a2a_bwd), 1e3 * 2 * t.ag, 1e3 * t.rs);
   }
+  if (plan_cp(ch) > 1) {
+    LayerTime t;
+    cost_layer(md, ch, 0, &t);
+    fprintf(out, "  K/V exchange over the cp group of %lld, per layer: all-gather %.1f ms (forward, and again in the "
+                 "backward), dK/dV reduce-scatter %.1f ms; exposed %.1f ms forward, %.1f ms backward (the rest hidden "
+                 "behind the attention on the rank's own keys, the reduce-scatter behind the layer's other backward)\n",
+            (long long)ch->cp, 1e3 * t.kv_ag, 1e3 * t.kv_rs, 1e3 * t.kv_fwd, 1e3 * t.kv_bwd);
+  }
   if (ch->reshard != ch->reshard_experts)
     fprintf(out, "  order: the first micro-batch's forward gathers layer l+%d while layer l computes and keeps %s "
                  "gathered until the optimizer step; the %s are re-gathered for every micro-batch's forward and "
@@ -190,12 +199,23 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
                 ? mem_printf(&m, "across %lld nodes", (long long)(ch->ep / s->cluster.gpus_per_node))
                 : "inside a node",
             (long long)(s->model.moe.experts / ch->ep), (long long)ch->efsdp);
-  fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
-          (long long)s->training.micro_batch);
+  if (plan_cp(ch) > 1)
+    fprintf(out, "; CP %lld: each sequence split over %lld consecutive ranks of an FSDP group (%lld chunks of %lld "
+                 "tokens, rank r holding chunks r and %lld - r; keys and values all-gathered per layer); %lld "
+                 "micro-batch(es) of %lld sequence(s) per CP group per step, %lld tokens per GPU each\n",
+            (long long)ch->cp, (long long)ch->cp, (long long)(2 * ch->cp),
+            (long long)(s->training.seq_len / (2 * ch->cp)), (long long)(2 * ch->cp - 1), (long long)ch->accum,
+            (long long)s->training.micro_batch, (long long)(s->training.micro_batch * s->training.seq_len / ch->cp));
+  else
+    fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
+            (long long)s->training.micro_batch);
   fprintf(out, "policy     %s\n", choice_text(&m, ch));
   if (ch->dispatch == DISPATCH_HIERARCHICAL)
     fprintf(out, "note       the hierarchical all-to-all is planned but `mtc compile` does not emit it yet: compile "
                  "plans with the flat one\n");
+  if (plan_cp(ch) > 1 && em_cp_unsupported(s))
+    fprintf(out, "note       context parallelism is planned but the program does not implement %s yet: `mtc compile` "
+                 "plans with cp 1\n", em_cp_unsupported(s));
   print_placement(out, p);
   for (int t = 0; t < TIER__COUNT; t++) {
     if (!c->capacity[t] && !c->arena[t]) continue;
@@ -219,6 +239,8 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
     fprintf(out, "  exposed FSDP communication %9.3f  (of %.3f all-gather + reduce-scatter)\n",
             k->exposed_comm, k->comm_total);
     fprintf(out, "  MoE all-to-all             %9.3f\n", k->a2a);
+    if (plan_cp(ch) > 1)
+      fprintf(out, "  exposed K/V exchange (cp)  %9.3f\n", k->cp_exchange);
     fprintf(out, "  exposed activation offload %9.3f\n", k->exposed_offload);
     fprintf(out, "  host gradient accumulation %9.3f\n", k->host_grad);
     fprintf(out, "  optimizer step             %9.3f\n", k->optimizer);
@@ -321,6 +343,60 @@ static void explain_ep(FILE *out, Mem *m, const Plan *p) {
           2 * (dense + routed / (double)a->ch.ep) / 1e9, (long long)a->ch.ep);
 }
 
+/* The best plan of each context-parallel degree the search tried, side by side, and why the
+ * chosen one wins: per rank a larger cp holds 1 / cp of each sequence's activations and does
+ * 1 / cp of its attention, but all-gathers the keys and values of the whole sequences per layer
+ * and (with the batch fixed) reads fewer sequences at a time, so more micro-batches per step. */
+static void explain_cp(FILE *out, Mem *m, const Plan *p) {
+  if (p->nby_cp < 2) return;
+  const Choice *won = &p->best.ch;
+  char h[32];
+  fprintf(out, "\ncontext parallelism: the best plan of each cp tried\n");
+  fprintf(out, "  %4s %9s %9s %9s %9s %9s %9s  %s\n", "cp", "step s", "compute", "FSDP exp", "K/V exp", "all2all",
+          "HBM GiB", "layout");
+  for (int i = 0; i < p->nby_cp; i++) {
+    const Candidate *x = &p->by_cp[i];
+    bool chosen = p->feasible && plan_cp(&x->ch) == plan_cp(won);
+    if (x->fits)
+      fprintf(out, "  %4lld %9.3f %9.3f %9.3f %9.3f %9.3f %9.1f  %s%s\n", (long long)plan_cp(&x->ch), x->cost.step,
+              x->cost.compute, x->cost.exposed_comm, x->cost.cp_exchange, x->cost.a2a,
+              (double)x->arena[TIER_HBM] / 1073741824.0, choice_text(m, &x->ch), chosen ? " (chosen)" : "");
+    else
+      units_fmt_bytes_bin(h, sizeof h, (double)x->over_bytes),
+      fprintf(out, "  %4lld  rejected: %s over by %s  %s\n", (long long)plan_cp(&x->ch), plan_tier_name(x->over_tier), h,
+              choice_text(m, &x->ch));
+  }
+  if (!p->feasible) return;
+  const Candidate *runner = NULL; /* the fastest fitting plan of another cp */
+  for (int i = 0; i < p->nby_cp; i++)
+    if (p->by_cp[i].fits && plan_cp(&p->by_cp[i].ch) != plan_cp(won) && (!runner || p->by_cp[i].cost.step < runner->cost.step))
+      runner = &p->by_cp[i];
+  const Spec *s = p->md->spec;
+  int64_t cp = plan_cp(won);
+  if (!runner) {
+    fprintf(out, "  why: only cp %lld fits: every other cp tried is over a memory tier (above)\n", (long long)cp);
+    return;
+  }
+  const Cost *a = &p->best.cost, *b = &runner->cost;
+  struct { const char *name; double d; } rows[] = {
+      {"compute", b->compute - a->compute}, {"exposed FSDP communication", b->exposed_comm - a->exposed_comm},
+      {"K/V exchange", b->cp_exchange - a->cp_exchange}, {"MoE all-to-all", b->a2a - a->a2a},
+      {"activation offload", b->exposed_offload - a->exposed_offload}, {"optimizer step", b->optimizer - a->optimizer}};
+  int most = 0;
+  for (int i = 1; i < 6; i++)
+    if (rows[i].d > rows[most].d) most = i;
+  fprintf(out, "  why: cp %lld wins by %.3f s over cp %lld (%s), most of it in %s (%+.3f s). Per GPU a micro-batch of "
+               "%lld sequence(s) is %lld tokens with cp %lld against %lld with cp %lld (%lld micro-batches a step "
+               "against %lld); a larger cp shrinks every activation and the attention per rank by cp but all-gathers "
+               "each layer's keys and values over the cp group (exposed above when the attention on the rank's "
+               "own keys cannot hide it)\n",
+          (long long)cp, b->step - a->step, (long long)plan_cp(&runner->ch), choice_text(m, &runner->ch),
+          rows[most].name, rows[most].d, (long long)won->micro_batch,
+          (long long)(won->micro_batch * s->training.seq_len / cp), (long long)cp,
+          (long long)(runner->ch.micro_batch * s->training.seq_len / plan_cp(&runner->ch)),
+          (long long)plan_cp(&runner->ch), (long long)won->accum, (long long)runner->ch.accum);
+}
+
 void report_explain(FILE *out, const Plan *p) {
   Mem m = {0};
   const Candidate *c = &p->best;
@@ -339,6 +415,7 @@ void report_explain(FILE *out, const Plan *p) {
     fprintf(out, "nothing fits; closest: %s, %s over by %s\nadvice: %s\n", choice_text(&m, &c->ch),
             plan_tier_name(c->over_tier), a, p->advice);
   explain_ep(out, &m, p);
+  explain_cp(out, &m, p);
   fprintf(out, "\nalternatives (fitting ones by step time, then rejected ones by overage)\n");
   for (int i = 0; i < p->nalts; i++) {
     const Candidate *x = &p->alts[i];
@@ -373,7 +450,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(lay, "grad_accum", jint(ch->accum));
   json_object_set_new(lay, "tp", json_integer(1));
   json_object_set_new(lay, "pp", json_integer(1));
-  json_object_set_new(lay, "cp", json_integer(1));
+  json_object_set_new(lay, "cp", jint(plan_cp(ch)));
   json_object_set_new(lay, "prefetch", json_integer(ch->prefetch));
   json_object_set_new(lay, "micro_batch", jint(ch->micro_batch));
   json_object_set_new(lay, "reshard", json_string(plan_reshard_name(ch->reshard)));
@@ -398,7 +475,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(cl, "stack", json_string(spec_stack_name(s->cluster.stack))); /* whose kernels were priced */
   json_object_set_new(root, "cluster", cl);
 
-  int64_t T = s->training.micro_batch * s->training.seq_len, offloaded = 0;
+  int64_t T = s->training.micro_batch * s->training.seq_len / plan_cp(ch), offloaded = 0;
   for (int i = 0; i < c->nitems; i++)
     if (c->items[i].cat == CAT_ACTIVATIONS && c->items[i].tier != TIER_HBM) offloaded += c->items[i].bytes;
   json_t *ck = json_object();
@@ -448,6 +525,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     json_object_set_new(br, "recompute", json_real(k->recompute));
     json_object_set_new(br, "exposed_comm", json_real(k->exposed_comm));
     json_object_set_new(br, "moe_all_to_all", json_real(k->a2a));
+    json_object_set_new(br, "cp_kv_exchange", json_real(k->cp_exchange));
     json_object_set_new(br, "exposed_offload", json_real(k->exposed_offload));
     json_object_set_new(br, "host_grad_accumulation", json_real(k->host_grad));
     json_object_set_new(br, "optimizer", json_real(k->optimizer));

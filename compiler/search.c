@@ -11,7 +11,7 @@
 
 #include "mtc.h"
 
-enum { MAX_ALTS = 12 };
+enum { MAX_ALTS = 12, CP_SLOTS = 8 };
 
 typedef struct {
   Candidate best;    /* items are not kept: plan_search rebuilds the winner's */
@@ -21,10 +21,14 @@ typedef struct {
   int nalts, n, nfit;         /* candidates evaluated, and how many fit */
   Candidate in_node, across; /* the fastest fitting with ep <= / > gpus_per_node */
   bool has_in_node, has_across;
+  Candidate by_cp[CP_SLOTS]; /* per cp tried (ascending): the fastest fitting, else the closest */
+  int nby_cp;
   bool program;              /* only what the generated program implements */
-  bool coarse;               /* the advice's searches: one reshard policy for both groups and the
+  bool coarse;               /* the advice's searches: one reshard policy for both groups, the
                               * flat all-to-all (neither the split nor the dispatch changes what
                               * blocks a fit much, and they would spend its candidate budget) */
+  bool cp_ends;              /* the advice's searches with more nodes or shorter sequences: cp 1
+                              * and the largest cp allowed only (memory falls with cp) */
 } Found;
 
 
@@ -38,7 +42,7 @@ static bool better_alt(const Candidate *a, const Candidate *b) {
 
 /* The same decisions but for the prefetch depth: alternatives list one of them. */
 static bool same_but_depth(const Choice *a, const Choice *b) {
-  return a->fsdp == b->fsdp && a->ep == b->ep && a->ac == b->ac && a->offload == b->offload &&
+  return a->fsdp == b->fsdp && a->ep == b->ep && plan_cp(a) == plan_cp(b) && a->ac == b->ac && a->offload == b->offload &&
          a->opt_tier == b->opt_tier && a->opt_on_host == b->opt_on_host &&
          a->micro_batch == b->micro_batch && a->reshard == b->reshard &&
          a->reshard_experts == b->reshard_experts && a->dispatch == b->dispatch;
@@ -86,12 +90,30 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned d
     }
 }
 
+/* Keeps c as its cp's representative when it is the fastest fitting, or the closest to fitting
+ * while none fits (c's cost computed when it fits). */
+static void keep_by_cp(Found *f, const Candidate *c) {
+  int i = 0;
+  while (i < f->nby_cp && plan_cp(&f->by_cp[i].ch) != plan_cp(&c->ch)) i++;
+  if (i == f->nby_cp) {
+    if (i == CP_SLOTS) return;
+    f->nby_cp++;
+  } else {
+    const Candidate *o = &f->by_cp[i];
+    bool better = c->fits ? !o->fits || c->cost.step < o->cost.step : !o->fits && c->over_bytes < o->over_bytes;
+    if (!better) return;
+  }
+  f->by_cp[i] = *c;
+  f->by_cp[i].items = NULL, f->by_cp[i].nitems = 0;
+}
+
 static void consider(const Model *md, Candidate c, Found *f) {
   const Choice *ch = &c.ch;
   f->n++;
   f->nfit += c.fits;
+  if (c.fits) cost_step(md, &c);
+  keep_by_cp(f, &c);
   if (c.fits) {
-    cost_step(md, &c);
     bool across = ch->ep > md->spec->cluster.gpus_per_node;
     Candidate *cls = across ? &f->across : &f->in_node;
     bool *has = across ? &f->has_across : &f->has_in_node;
@@ -137,14 +159,32 @@ static bool ep_allowed(const Spec *s, int64_t ep, int64_t fsdp) {
   return experts % ep == 0 && fsdp % ep == 0 && (gpn % ep == 0 || ep % gpn == 0);
 }
 
+/* The largest context-parallel degree the search tries (pinned, plan.cp may be any divisor of
+ * fsdp that check.c accepts). */
+enum { CP_MAX = 64 };
+
+/* Whether cp ranks may split each sequence of the spec in a layout with an FSDP group of fsdp:
+ * cp divides fsdp, seq_len splits in 2 cp chunks, the W / cp sequences read at a time divide
+ * global_batch (and with a pinned micro_batch, micro_batch x W / cp does); the search tries
+ * powers of two up to CP_MAX, or the pin. */
+static bool cp_allowed(const Spec *s, int64_t cp, int64_t fsdp, int64_t W) {
+  const int64_t G = s->training.global_batch;
+  if (s->plan.cp ? cp != s->plan.cp : (cp & (cp - 1)) != 0 || cp > CP_MAX) return false;
+  if (fsdp % cp != 0 || (cp > 1 && s->training.seq_len % (2 * cp) != 0) || G % (W / cp) != 0) return false;
+  return !micro_batch_pinned(s) || G % (s->training.micro_batch * (W / cp)) == 0;
+}
+
 /* One search over md's spec. */
 static void search_once(const Model *md, Found *f) {
   const Spec *s = md->spec;
   const PlanSpec *pin = &s->plan;
   int64_t gpn = s->cluster.gpus_per_node, W = s->cluster.nodes * gpn;
   int64_t G = s->training.global_batch;
-  if (G % W != 0) return; /* no layout: reported by the caller */
-  if (micro_batch_pinned(s) && G % (s->training.micro_batch * W) != 0) return;
+  /* no layout (reported by the caller) unless some cp lets the W / cp data ranks divide the batch */
+  bool any = false;
+  for (int64_t cp = pin->cp ? pin->cp : 1; cp <= W && !any; cp = pin->cp ? W + 1 : 2 * cp)
+    any = W % cp == 0 && cp_allowed(s, cp, W, W);
+  if (!any) return;
   static const CheckpointPolicy acs[] = {AC_NONE, AC_SELECTIVE, AC_FULL};
   static const struct { Tier tier; bool host_step; } opts[] = {
       {TIER_HBM, false}, {TIER_HOST, false}, {TIER_HOST, true}};
@@ -154,12 +194,24 @@ static void search_once(const Model *md, Found *f) {
   int64_t *mbs = divs + 4096, *eps = divs + 2 * 4096;
   int64_t nd = divisors(W, divs, 4096), nmb = 1;
   int64_t nep = divisors(s->model.moe.present ? s->model.moe.experts : 1, eps, 4096);
-  if (micro_batch_pinned(s)) mbs[0] = s->training.micro_batch;
-  else nmb = divisors(G / W, mbs, 4096);
   for (int64_t di = 0; di < nd; di++) {
     int64_t fsdp = divs[di];
     if (pin->fsdp && fsdp != pin->fsdp) continue;
     if (pin->dp_replicate && W / fsdp != pin->dp_replicate) continue;
+    /* cp ascending: a larger cp only saves memory (every activation / cp) at the price of the K/V
+     * exchange and, for the same tokens per micro-batch, nothing else: so past the first cp at
+     * which something fits, one more is tried (explain sets them side by side) and no further */
+    int64_t fit_at = 0, fit0 = f->nfit;
+    for (int64_t cp = pin->cp ? pin->cp : 1; cp <= fsdp && (!fit_at || cp <= 2 * fit_at);
+         cp = pin->cp ? fsdp + 1 : 2 * cp) {
+    if (!fit_at && cp > 1 && f->nfit > fit0) fit_at = cp / 2;
+    if (fit_at && cp > 2 * fit_at) break;
+    if (!cp_allowed(s, cp, fsdp, W)) continue;
+    if (f->cp_ends && cp > 1 && cp_allowed(s, 2 * cp, fsdp, W)) continue;
+    if (f->program && cp > 1 && em_cp_unsupported(s)) continue; /* not emitted: compile plans cp 1 */
+    /* W / cp data ranks: each reads G / (W / cp) sequences a step, in micro-batches */
+    if (micro_batch_pinned(s)) mbs[0] = s->training.micro_batch;
+    else nmb = divisors(G / (W / cp), mbs, 4096);
     for (int64_t ei = 0; ei < nep; ei++) {
       int64_t ep = eps[ei];
       if (!ep_allowed(s, ep, fsdp) || (pin->ep && ep != pin->ep)) continue;
@@ -200,10 +252,10 @@ static void search_once(const Model *md, Found *f) {
                     if (pin->moe_dispatch == DISPATCH_HIERARCHICAL) dispatches = 1u << DISPATCH_HIERARCHICAL;
                   }
                   Choice ch = {.fsdp = fsdp, .ep = ep, .dp_replicate = W / fsdp, .efsdp = fsdp / ep,
-                               .micro_batch = mbs[mi], .accum = G / (mbs[mi] * W), .reshard = (ReshardPolicy)r,
+                               .micro_batch = mbs[mi], .accum = G / (mbs[mi] * (W / cp)), .reshard = (ReshardPolicy)r,
                                .reshard_experts = (ReshardPolicy)re, .dispatch = DISPATCH_FLAT,
                                .ac = acs[a], .offload = (OffloadPolicy)off, .opt_tier = opts[o].tier,
-                               .opt_on_host = opts[o].host_step, .prefetch = depth};
+                               .opt_on_host = opts[o].host_step, .prefetch = depth, .cp = cp};
                   evaluate(&scratch, md, &ch, dispatches, f);
                 }
               }
@@ -212,6 +264,7 @@ static void search_once(const Model *md, Found *f) {
           }
         }
       }
+    }
     }
   }
   free(divs);
@@ -224,17 +277,19 @@ enum { ADVICE_BUDGET = 20000 };
 
 /* The search over md with spec u instead of md's (u changes values that do not change the
  * model graph); adds the candidates it tried to *spent. coarse: see Found. */
-static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool program, bool coarse) {
+static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool program, bool coarse,
+                            bool cp_ends) {
   Model *copy = mem_alloc(m, sizeof *copy);
   *copy = *md, copy->spec = u;
-  Found f = {.program = program, .coarse = coarse};
+  Found f = {.program = program, .coarse = coarse, .cp_ends = cp_ends};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(copy, &f);
   *spent += f.n;
   return f;
 }
 
-/* The search with another node count and sequence length, for "what would make it fit". */
+/* The search with another node count and sequence length, for "what would make it fit"
+ * (coarse, cp 1 and the largest cp: whether it fits, not the fastest way). */
 static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, int *spent, bool program) {
   Spec *s = mem_alloc(m, sizeof *s);
   *s = *md->spec;
@@ -242,13 +297,23 @@ static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, in
   s->training.seq_len = seq;
   s->plan.fsdp = s->plan.dp_replicate = 0; /* pins that name the old world size are dropped */
   if (s->plan.ep && !ep_allowed(s, s->plan.ep, nodes * s->cluster.gpus_per_node)) s->plan.ep = 0;
-  return search_variant(m, md, s, spent, program, true);
+  return search_variant(m, md, s, spent, program, true, true);
 }
 
 /* Sequences per step that every rank must divide: micro_batch × GPUs when micro_batch is
  * pinned, else GPUs (micro_batch 1 is always tried). */
 static int64_t batch_quantum(const Spec *s, int64_t nodes) {
   return (micro_batch_pinned(s) ? s->training.micro_batch : 1) * nodes * s->cluster.gpus_per_node;
+}
+
+/* The smallest cp (a power of two up to CP_MAX, or the pin) with which the nodes' GPUs read the
+ * batch in whole micro-batches: global_batch a multiple of batch_quantum / cp, seq_len of 2 cp;
+ * 0 when none. */
+static int64_t cp_for_batch(const Spec *s, int64_t nodes) {
+  int64_t q = batch_quantum(s, nodes), G = s->training.global_batch;
+  for (int64_t cp = s->plan.cp ? s->plan.cp : 1; cp <= CP_MAX; cp = s->plan.cp ? CP_MAX + 1 : 2 * cp)
+    if (q % cp == 0 && G % (q / cp) == 0 && (cp == 1 || s->training.seq_len % (2 * cp) == 0)) return cp;
+  return 0;
 }
 
 /* "hbm over by 3.2 GiB" for the closest candidate of a search that found nothing. */
@@ -262,10 +327,10 @@ static const char *why_not(Mem *m, const Found *g) {
 /* What would make an infeasible spec fit, from searches really run: more nodes (where the
  * batch divides), shorter sequences, no pins. When nothing fits, says what each try came to
  * and what kept larger node counts from being tried, with the --set that would allow them. */
-static const char *advise(Mem *m, const Model *md, bool program) {
+static const char *advise(Mem *m, const Model *md, bool program, bool layouts) {
   const Spec *s = md->spec;
   int64_t N = s->cluster.nodes, G = s->training.global_batch;
-  if (G % batch_quantum(s, N) != 0)
+  if (!layouts && G % batch_quantum(s, N) != 0) /* (with layouts, a cp > 1 made the batch divide) */
     return mem_printf(m, "global_batch %lld is not a multiple of micro_batch x GPUs = %lld x %lld; "
                       "choose a global_batch that is, or another node count",
                       (long long)G, (long long)(micro_batch_pinned(s) ? s->training.micro_batch : 1),
@@ -274,17 +339,20 @@ static const char *advise(Mem *m, const Model *md, bool program) {
   int spent = 0;
   for (int64_t k = 2; k <= 64 && spent < ADVICE_BUDGET; k *= 2) { /* more nodes, if the batch divides */
     int64_t nodes = N * k, q = batch_quantum(s, nodes);
-    if (G % q) {
+    if (!cp_for_batch(s, nodes)) {
       if (!blocked[0]) /* the first node count the batch keeps out, and how to let it in */
         blocked = mem_printf(m, "%lld nodes and more were not tried: global_batch %lld is not a multiple of %s"
-                             "GPUs = %lld (--set training.global_batch=%lld would allow %lld nodes)",
+                             "GPUs / cp = %lld / cp for any cp that splits the sequences (--set "
+                             "training.global_batch=%lld would allow %lld nodes)",
                              (long long)nodes, (long long)G, micro_batch_pinned(s) ? "micro_batch x " : "",
                              (long long)q, (long long)((G + q - 1) / q * q), (long long)nodes);
       continue;
     }
     Found g = search_with(m, md, nodes, s->training.seq_len, &spent, program);
     if (g.feasible) {
-      out = mem_printf(m, "it fits on %lld nodes (--set cluster.nodes=%lld)", (long long)nodes, (long long)nodes);
+      out = mem_printf(m, "it fits on %lld nodes%s (--set cluster.nodes=%lld)", (long long)nodes,
+                       plan_cp(&g.best.ch) > 1 ? mem_printf(m, " with cp %lld", (long long)g.best.ch.cp) : "",
+                       (long long)nodes);
       break;
     }
     tried = mem_printf(m, "%s%s%lld nodes: %s", tried, tried[0] ? ", " : "", (long long)nodes, why_not(m, &g));
@@ -292,8 +360,10 @@ static const char *advise(Mem *m, const Model *md, bool program) {
   for (int64_t seq = s->training.seq_len / 2; seq >= 128 && spent < ADVICE_BUDGET; seq /= 2) {
     Found g = search_with(m, md, N, seq, &spent, program);
     if (g.feasible) {
-      out = mem_printf(m, "%s%sit fits at seq_len %lld (--set training.seq_len=%lld)", out,
-                       out[0] ? "; " : "", (long long)seq, (long long)seq);
+      out = mem_printf(m, "%s%sit fits at seq_len %lld%s (--set training.seq_len=%lld)", out,
+                       out[0] ? "; " : "", (long long)seq,
+                       plan_cp(&g.best.ch) > 1 ? mem_printf(m, " with cp %lld", (long long)g.best.ch.cp) : "",
+                       (long long)seq);
       break;
     }
     if (seq < 128 * 2 || spent >= ADVICE_BUDGET) /* the last one tried */
@@ -303,18 +373,21 @@ static const char *advise(Mem *m, const Model *md, bool program) {
   const PlanSpec *p = &s->plan;
   bool pinned = p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||
                 p->reshard != RESHARD_AUTO || p->reshard_experts != RESHARD_AUTO || p->moe_dispatch != DISPATCH_AUTO || p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO ||
-                p->prefetch;
+                p->prefetch || p->cp;
   if (pinned) {
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
     u->plan.activation_checkpoint = AC_AUTO, u->plan.offload_activations = OFF_AUTO;
     u->plan.optimizer_tier = PIN_TIER_AUTO, u->plan.optimizer_step = PIN_STEP_AUTO, u->plan.prefetch = 0;
-    u->plan.fsdp = u->plan.ep = u->plan.dp_replicate = 0;
+    u->plan.fsdp = u->plan.ep = u->plan.dp_replicate = u->plan.cp = 0;
     u->plan.reshard = RESHARD_AUTO, u->plan.reshard_experts = RESHARD_AUTO, u->plan.moe_dispatch = DISPATCH_AUTO;
-    Found g = search_variant(m, md, u, &spent, program, true);
+    Found g = search_variant(m, md, u, &spent, program, true, false);
     if (g.feasible)
-      out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
+      out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld%s, %s checkpointing%s", out,
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
+                       plan_cp(&g.best.ch) > 1 ? mem_printf(m, ", cp %lld (each sequence split over %lld ranks: "
+                                                            "--set plan.cp=%lld)", (long long)g.best.ch.cp,
+                                                            (long long)g.best.ch.cp, (long long)g.best.ch.cp) : "",
                        plan_ac_words(g.best.ch.ac), g.best.ch.offload == OFF_NONE ? "" :
                        g.best.ch.offload == OFF_HOST ? " with host offload" : " with NVMe offload");
     else
@@ -336,20 +409,21 @@ static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *be
   int64_t W = s->cluster.nodes * s->cluster.gpus_per_node, best_mb = 0;
   double best_step = 0.9 * best->cost.step;
   int spent = 0;
-  int64_t mbs[4096], n = divisors(s->training.global_batch / W, mbs, 4096);
+  int64_t mbs[4096], n = divisors(s->training.global_batch / (W / plan_cp(&best->ch)), mbs, 4096);
   for (int64_t i = 0; i < n && spent < ADVICE_BUDGET; i++) {
     if (mbs[i] == s->training.micro_batch) continue;
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
     u->training.micro_batch = mbs[i];
-    Found f = search_variant(m, md, u, &spent, program, false);
+    Found f = search_variant(m, md, u, &spent, program, false, false);
     if (f.feasible && f.best.cost.step < best_step) best_step = f.best.cost.step, best_mb = mbs[i];
   }
   if (!best_mb) return NULL;
   return mem_printf(m, "FSDP re-gathers every parameter for each of the %lld micro-batches of a step; "
                     "with --set training.micro_batch=%lld (%lld micro-batches) a plan fits and the step "
                     "takes %.1f s instead of %.1f s", (long long)best->ch.accum, (long long)best_mb,
-                    (long long)(s->training.global_batch / (best_mb * W)), best_step, best->cost.step);
+                    (long long)(s->training.global_batch / (best_mb * (W / plan_cp(&best->ch)))), best_step,
+                    best->cost.step);
 }
 
 /* A copy of md whose spec carries micro_batch mb (the model graph does not depend on it). */
@@ -395,8 +469,16 @@ Plan *plan_search_for(Mem *m, const Model *md, bool program) {
   if (p->feasible) cost_step(p->md, &p->best);
   p->alts = f.alts, p->nalts = f.nalts;
   p->in_node = f.in_node, p->has_in_node = f.has_in_node;
+  p->nby_cp = f.nby_cp;
+  p->by_cp = mem_array(m, (size_t)f.nby_cp + 1, sizeof *p->by_cp);
+  if (f.nby_cp) memcpy(p->by_cp, f.by_cp, (size_t)f.nby_cp * sizeof *p->by_cp);
+  for (int i = 1; i < p->nby_cp; i++) /* ascending cp (insertion sort: a handful) */
+    for (int j = i; j > 0 && plan_cp(&p->by_cp[j].ch) < plan_cp(&p->by_cp[j - 1].ch); j--) {
+      Candidate t = p->by_cp[j];
+      p->by_cp[j] = p->by_cp[j - 1], p->by_cp[j - 1] = t;
+    }
   p->across = f.across, p->has_across = f.has_across;
-  if (!p->feasible) p->advice = advise(m, md, program);
+  if (!p->feasible) p->advice = advise(m, md, program, p->ncandidates > 0);
   else p->hint = micro_batch_hint(m, md, &p->best, program);
   if (p->ncandidates) p->placement = plan_placement(m, p->md, &p->best.ch);
   plan_exact(m, p); /* the items the program holds: its bytes */

@@ -236,7 +236,7 @@ static const Field plan_fields[] = {
     {"dp_replicate", F_AUTO, O(PlanSpec, dp_replicate), "auto", 1, 1 << 24, NULL, NULL, "replicas of the FSDP group"},
     {"tp", F_INT, O(PlanSpec, tp), "1", 1, 1024, NULL, NULL, "tensor parallelism (only 1 is supported yet)"},
     {"pp", F_INT, O(PlanSpec, pp), "1", 1, 1024, NULL, NULL, "pipeline parallelism (only 1 is supported yet)"},
-    {"cp", F_INT, O(PlanSpec, cp), "1", 1, 1024, NULL, NULL, "context parallelism (only 1 is supported yet)"},
+    {"cp", F_AUTO, O(PlanSpec, cp), "auto", 1, 1024, NULL, NULL, "context-parallel ranks each sequence is split over (2 cp chunks, rank r holding chunks r and 2 cp - 1 - r; K/V all-gathered per layer): a divisor of fsdp with seq_len a multiple of 2 cp, or auto"},
     {"activation_checkpoint", F_ENUM, O(PlanSpec, activation_checkpoint), "auto", 0, 0, ac_names, NULL, "none, selective, full or auto"},
     {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "where layer-boundary activations wait for backward: none (HBM), host, nvme (needs cluster.nvme) or auto"},
     {"reshard", F_ENUM, O(PlanSpec, reshard), "auto", 0, 0, reshard_names, NULL, "when gathered parameters are freed: every_micro_batch (re-gathered per micro-batch), after_step (kept from the first forward to the optimizer step) or auto"},

@@ -87,9 +87,9 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
   const char *sep = csv ? "," : " ";
   for (int i = 0; i < nover; i++) printf(csv ? "%s%s" : "%-14s%s", ax[i].key, sep);
   if (csv)
-    printf("fits,fsdp,dp_replicate,ep,checkpoint,offload,optimizer_state,prefetch,micro_batch,reshard,tokens_per_s_per_gpu,mfu,hbm_peak_bytes,host_peak_bytes,step_seconds,bottleneck_or_reason\n");
+    printf("fits,fsdp,dp_replicate,ep,cp,checkpoint,offload,optimizer_state,prefetch,micro_batch,reshard,tokens_per_s_per_gpu,mfu,hbm_peak_bytes,host_peak_bytes,step_seconds,bottleneck_or_reason\n");
   else
-    printf("%-4s %-11s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s  %s\n", "fits", "fsdp x dp", "ep", "ckpt",
+    printf("%-4s %-11s %-3s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s  %s\n", "fits", "fsdp x dp", "ep", "cp", "ckpt",
            "offl", "opt", "pf", "mb", "keep", "tok/s/GPU", "MFU", "HBM GiB", "host GiB", "step s", "bottleneck / why not");
   for (int64_t pt = 0; pt < points; pt++) {
     Mem m = {0};
@@ -112,13 +112,14 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
       units_fmt_bytes_bin(b, sizeof b, (double)c->over_bytes);
       snprintf(why, sizeof why, "%s over by %s", plan_tier_name(c->over_tier), b);
     } else if (!p->feasible) {
-      snprintf(why, sizeof why, "no layout: global_batch %lld is not a multiple of %lld GPUs x micro_batch %lld",
-               (long long)s->training.global_batch, (long long)p->world, (long long)s->training.micro_batch);
+      snprintf(why, sizeof why, "no layout: global_batch %lld is not a multiple of %lld GPUs x micro_batch %lld%s",
+               (long long)s->training.global_batch, (long long)p->world, (long long)s->training.micro_batch,
+               s->plan.cp == 1 ? "" : " / cp for any cp");
     }
     const char *opt = ch->opt_tier == TIER_HBM ? "hbm" : ch->opt_on_host ? "host-cpu" : "host";
     if (csv) {
-      printf("%s,%lld,%lld,%lld,%s,%s,%s,%d,%lld,%s,%.1f,%.4f,%lld,%lld,%.3f,%s\n", p->feasible ? "yes" : "no",
-             (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, plan_ac_name(ch->ac),
+      printf("%s,%lld,%lld,%lld,%lld,%s,%s,%s,%d,%lld,%s,%.1f,%.4f,%lld,%lld,%.3f,%s\n", p->feasible ? "yes" : "no",
+             (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, (long long)plan_cp(ch), plan_ac_name(ch->ac),
              plan_offload_name(ch->offload), opt, ch->prefetch, (long long)ch->micro_batch,
              ch->reshard == ch->reshard_experts
                  ? plan_reshard_name(ch->reshard)
@@ -131,16 +132,16 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
       char lay[32];
       snprintf(lay, sizeof lay, "%lld x %lld", (long long)ch->fsdp, (long long)ch->dp_replicate);
       if (p->feasible)
-        printf("%-4s %-11s %-3lld %-9s %-5s %-8s %-2d %-4lld %-5s %10.0f %5.1f%% %9.1f %9.1f %9.2f  %s\n", "yes", lay,
-               (long long)ch->ep, plan_ac_name(ch->ac), plan_offload_name(ch->offload), opt, ch->prefetch,
+        printf("%-4s %-11s %-3lld %-3lld %-9s %-5s %-8s %-2d %-4lld %-5s %10.0f %5.1f%% %9.1f %9.1f %9.2f  %s\n", "yes", lay,
+               (long long)ch->ep, (long long)plan_cp(ch), plan_ac_name(ch->ac), plan_offload_name(ch->offload), opt, ch->prefetch,
                (long long)ch->micro_batch, ch->reshard == ch->reshard_experts ? ch->reshard == RESHARD_AFTER_STEP ? "step" : "micro"
                : ch->reshard == RESHARD_AFTER_STEP ? "stp-d" : "stp-e",
                c->cost.tokens_per_s_per_gpu,
                100 * c->cost.mfu, (double)c->arena[TIER_HBM] / 0x1p30, (double)c->arena[TIER_HOST] / 0x1p30,
                c->cost.step, c->cost.bottleneck);
       else
-        printf("%-4s %-11s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s  %s\n", "no",
-               p->ncandidates ? lay : "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", why);
+        printf("%-4s %-11s %-3s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s  %s\n", "no",
+               p->ncandidates ? lay : "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", why);
     }
     mem_free(&m);
   }

@@ -50,6 +50,8 @@ typedef struct {
   MPI_Comm ep_comm;        /* ep consecutive ranks: the token all-to-all */
   MPI_Comm shard_comm;     /* fsdp / ep ranks with one EP rank: expert parameters */
   MPI_Comm replicate_comm; /* one FSDP rank across replicas: gradient all-reduce */
+  int cp, cp_rank;         /* context parallelism: cp consecutive FSDP ranks split each sequence */
+  MPI_Comm cp_comm;        /* those cp ranks (MPI_COMM_NULL with cp 1): K/V, the balancing loss */
 } RtComm;
 
 /* Initializes MPI (a world of 1 runs without mpirun) and splits the groups of a plan with
@@ -60,6 +62,18 @@ typedef struct {
 int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_replicate, const char *spec,
                  int gpus_per_node);
 void rt_comm_finalize(RtComm *c);
+/* Context parallelism after rt_comm_init: the cp group of cp consecutive ranks of an FSDP group
+ * (cp_rank = fsdp_rank % cp). cp 1: no group. */
+void rt_comm_cp_init(RtComm *c, int cp);
+/* cpu backend (comm_cp.c). Each of B sequences of S = cp T tokens is split over the cp group in
+ * 2 cp chunks of T / 2, cp_rank r holding chunks r and 2 cp - 1 - r (mtrt_ops.h's lo, hi).
+ * gather: full (B, S, width) = every rank's local (B, T, width) in position order.
+ * reduce_scatter: local (B, T, width) = Σ over the group of full's rows at local's positions;
+ * full is consumed (its blocks reordered in place). */
+void rt_comm_cp_gather(MPI_Comm comm, int cp, act *full, const act *local, int B, int T, int64_t width);
+void rt_comm_cp_reduce_scatter(MPI_Comm comm, int cp, act *local, act *full, int B, int T, int64_t width);
+/* buf (n) = the mean over the group of buf, in place. */
+void rt_comm_cp_mean(MPI_Comm comm, int cp, real *buf, size_t n);
 
 /* out (g × count values, rank order) = every rank's in (count values) in group comm. cpu backend
  * only (comm_mpi.c: its start below; test_comm): the programs call the started form. */

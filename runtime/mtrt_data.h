@@ -49,5 +49,11 @@ void rt_data_close(RtData *d);
  * up to 2^32 windows. */
 void rt_data_batch(const RtData *d, int32_t *inputs, int32_t *targets, int B, int T, int64_t step,
                    int accum, int micro, int dp_rank, int dp_size, uint64_t seed);
+/* The same samples with each sequence split over a cp group (context parallelism; cp 1 is
+ * rt_data_batch): inputs and targets (B, T / cp) hold this rank's chunks cp_rank and 2 cp - 1 -
+ * cp_rank of T / (2 cp) tokens of each sequence (T a multiple of 2 cp); dp_rank and dp_size count
+ * cp groups, whose ranks read the same sequences. */
+void rt_data_batch_cp(const RtData *d, int32_t *inputs, int32_t *targets, int B, int T, int cp, int cp_rank,
+                      int64_t step, int accum, int micro, int dp_rank, int dp_size, uint64_t seed);
 
 #endif

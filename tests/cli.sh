@@ -58,12 +58,20 @@ rm -rf "$tmpf"
 # the plan: the reference run's layout; exit 1 with the tier and computed advice when nothing fits
 expect 0 '^policy     fsdp 384 x dp 1, ep 4, micro_batch 1, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml
 expect 0 '"feasible": true' "$mtc" plan --json specs/europa-1t.yaml
-expect 1 '^closest candidate: (hbm|host) over by' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
-expect 1 '^advice: it fits on 96 nodes' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
-expect 1 '"feasible": false' "$mtc" plan --json specs/europa-1t.yaml --set plan.activation_checkpoint=none
+expect 1 '^closest candidate: (hbm|host) over by' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
+expect 1 '^advice: it fits on 96 nodes.*unpinned, the search finds fsdp 192, ep 4, cp 2 \(each sequence split over 2 ranks: --set plan.cp=2\)' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
+# context parallelism: 48 nodes, and sequences of 128K and 256K tokens on 96, fit by splitting each sequence
+expect 0 '^policy     fsdp 192 x dp 1, ep 8 \(hierarchical all-to-all\), cp 2, micro_batch 1' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
+expect 0 '^policy     fsdp 384 x dp 1, ep 4, cp 2, micro_batch 1, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml --set training.seq_len=131072
+expect 0 '^policy     fsdp 384 x dp 1, ep 4, cp 4, micro_batch 1, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml --set training.seq_len=262144
+expect 0 '^  why: cp 1 wins by .* over cp 2 ' "$mtc" explain specs/europa-1t.yaml
+expect 0 '^  why: cp 2 wins by .* over cp 4 ' "$mtc" explain specs/europa-1t.yaml --set training.seq_len=131072
+expect 0 '^     1  rejected: (hbm|host) over by' "$mtc" explain specs/europa-1t.yaml --set training.seq_len=131072
+expect 2 'error: cp 3 does not divide the FSDP group of 2 ranks' "$mtc" plan specs/tiny-moe.yaml --set plan.cp=3
+expect 1 '"feasible": false' "$mtc" plan --json specs/europa-1t.yaml --set plan.activation_checkpoint=none --set plan.cp=1
 expect 1 'not a multiple of micro_batch x GPUs' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=100
 # the advice names what it tried, and the --set that lets a larger node count be tried
-expect 1 '^advice: no tried change fits \(tried 24 nodes: hbm over by .*192 nodes and more were not tried: global_batch 384 is not a multiple of micro_batch x GPUs = 768 \(--set training.global_batch=768 would allow 192 nodes\)' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=12 --set cluster.gpu.hbm=4GB
+expect 1 '^advice: no tried change fits \(tried 24 nodes: hbm over by .*192 nodes and more were not tried: global_batch 384 is not a multiple of micro_batch x GPUs / cp = 768 / cp for any cp that splits the sequences \(--set training.global_batch=768 would allow 192 nodes\)' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=12 --set cluster.gpu.hbm=4GB --set plan.cp=1
 # explain and sweep
 expect 0 '^chosen     fsdp 384 x dp 1, ep 4, micro_batch 1, full checkpointing' "$mtc" explain specs/europa-1t.yaml
 expect 0 'rejected: (hbm|host) over by' "$mtc" explain specs/europa-1t.yaml --set plan.ep=4
@@ -91,11 +99,12 @@ expect 0 '^chosen     fsdp 256 x dp 1, ep 32 \(hierarchical all-to-all\), micro_
 expect 0 '^  why: EP across nodes wins by' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
 expect 0 '^  why: EP across nodes wins by .*most of it in exposed FSDP communication.*a MoE layer is 3.28 GB per rank with ep 8 against 6.10 GB with ep 4' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=32
 expect 2 "'plan.moe_dispatch' is hierarchical: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.moe_dispatch=hierarchical
-expect 1 '^nothing fits; closest' "$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48
-expect 0 '^96 +65536 +yes +384 x 1 +4 +full +host +host +1 ' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
-expect 0 '^48 +65536 +no .*(hbm|host) over by' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
-expect 0 'no layout: global_batch 384 is not a multiple of 768 GPUs' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=192
-expect 0 '^96,yes,384,1,4,full,host,host,1,' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=96 --csv
+expect 1 '^nothing fits; closest' "$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
+expect 0 '^96 +65536 +yes +384 x 1 +4 +1 +full +host +host +1 ' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
+expect 0 '^48 +65536 +no .*(hbm|host) over by' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536 --set plan.cp=1
+expect 0 '^262144 +yes +384 x 1 +4 +4 +full' "$mtc" sweep specs/europa-1t.yaml --over training.seq_len=262144
+expect 0 'no layout: global_batch 384 is not a multiple of 768 GPUs' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=192 --set plan.cp=1
+expect 0 '^96,yes,384,1,4,1,full,host,host,1,' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=96 --csv
 expect 2 'needs at least one --over' "$mtc" sweep specs/europa-1t.yaml
 expect 2 "needs KEY=V1,V2" "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes
 expect 2 "^--set:1:15: error: 'cluster.nodes' is 'many'" "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=96,many

@@ -572,6 +572,49 @@ static void test_head(void) {
   GRAD_OK(em_w, dew, LV * LC);
 }
 
+/* ---- context parallelism: a rank's chunks (positions [lo, lo + c) and [hi, hi + c) of each sequence of
+ * S) against the whole sequences: rt_attention_span_* and rt_rope_span_* give the rows the plain ops
+ * give at those positions, and the ranks' dk, dv over the whole range add up to the plain ones. */
+enum { SB = 2, SS = 8, SH = 4, SKV = 2, SD = 4, SCP = 2 };
+static void test_span(void) {
+  const int T = SS / SCP, c = T / 2, q1 = SH * SD, k1 = SKV * SD;
+  double *q = arr(SB * SS * q1), *k = arr(SB * SS * k1), *v = arr(SB * SS * k1), *dout = arr(SB * SS * q1);
+  double *out = zeros(SB * SS * q1), *lse = zeros(SB * SH * SS), *dq = zeros(SB * SS * q1), *dk = zeros(SB * SS * k1),
+         *dv = zeros(SB * SS * k1), *rq = zeros(SB * SS * q1);
+  rt_attention_forward(out, lse, q, k, v, SB, SS, SH, SKV, SD, SD);
+  rt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, SB, SS, SH, SKV, SD, SD);
+  memcpy(rq, q, sizeof(double) * SB * SS * q1);
+  rt_rope_forward(rq, SB, SS, SH, SD, 10000);
+  double *sk = zeros(SB * SS * k1), *sv = zeros(SB * SS * k1), worst = 0;
+  for (int r = 0; r < SCP; r++) {
+    int64_t lo = (int64_t)r * c, hi = (int64_t)(2 * SCP - 1 - r) * c;
+    double *lq = zeros(SB * T * q1), *ldo = zeros(SB * T * q1), *lo_ = zeros(SB * T * q1), *llse = zeros(SB * SH * T);
+    double *ldq = zeros(SB * T * q1), *lrq = zeros(SB * T * q1);
+    for (int b = 0; b < SB; b++)
+      for (int t = 0; t < T; t++) {
+        int64_t pos = t < c ? lo + t : hi + t - c;
+        memcpy(lq + ((size_t)b * T + t) * q1, q + ((size_t)b * SS + pos) * q1, sizeof(double) * q1);
+        memcpy(ldo + ((size_t)b * T + t) * q1, dout + ((size_t)b * SS + pos) * q1, sizeof(double) * q1);
+      }
+    memcpy(lrq, lq, sizeof(double) * SB * T * q1);
+    rt_rope_span_forward(lrq, SB, T, SH, SD, SD, 10000, lo, hi);
+    rt_attention_span_forward(lo_, llse, lq, k, v, SB, T, SS, lo, hi, SH, SKV, SD, SD);
+    rt_attention_span_backward(ldq, sk, sv, ldo, lq, k, v, lo_, llse, SB, T, SS, lo, hi, SH, SKV, SD, SD);
+    for (int b = 0; b < SB; b++)
+      for (int t = 0; t < T; t++) {
+        int64_t pos = t < c ? lo + t : hi + t - c;
+        for (int i = 0; i < q1; i++) {
+          size_t a = ((size_t)b * T + t) * q1 + i, f = ((size_t)b * SS + pos) * q1 + i;
+          worst = fmax(worst, fmax(fabs(lo_[a] - out[f]), fmax(fabs(ldq[a] - dq[f]), fabs(lrq[a] - rq[f]))));
+        }
+        for (int h = 0; h < SH; h++)
+          worst = fmax(worst, fabs(llse[((size_t)b * SH + h) * T + t] - lse[((size_t)b * SH + h) * SS + pos]));
+      }
+  }
+  for (int i = 0; i < SB * SS * k1; i++) worst = fmax(worst, fmax(fabs(sk[i] - dk[i]), fabs(sv[i] - dv[i])));
+  CHECK(worst < 1e-12);
+}
+
 int main(void) {
   test_rmsnorm();
   test_qk_norm();
@@ -580,6 +623,7 @@ int main(void) {
   test_rope_llama3();
   test_rope_yarn();
   test_attention();
+  test_span();
   test_mla();
   test_activations();
   test_router();

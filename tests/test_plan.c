@@ -137,17 +137,17 @@ static void properties(void) {
 static void impossible(void) {
   Mem m = {0};
   /* no checkpointing at 65,536 tokens cannot fit in 96 GB: infeasible, the tier named */
-  const char *sets[] = {"plan.activation_checkpoint=none", "plan.fsdp=384"};
-  Plan *p = plan(&m, "specs/europa-1t.yaml", sets, 2);
+  const char *sets[] = {"plan.activation_checkpoint=none", "plan.fsdp=384", "plan.cp=1"};
+  Plan *p = plan(&m, "specs/europa-1t.yaml", sets, 3);
   CHECK(p && !p->feasible);
   if (p && !p->feasible) {
     CHECK(p->best.over_tier == TIER_HBM);
     CHECK(p->best.over_bytes > 0);
     CHECK(p->advice && strstr(p->advice, "unpinned, the search finds fsdp 384, ep 4, full checkpointing"));
   }
-  /* half the nodes: the advice is computed by searching again */
-  const char *half[] = {"cluster.nodes=48"};
-  p = plan(&m, "specs/europa-1t.yaml", half, 1);
+  /* half the nodes without context parallelism: the advice is computed by searching again */
+  const char *half[] = {"cluster.nodes=48", "plan.cp=1"};
+  p = plan(&m, "specs/europa-1t.yaml", half, 2);
   CHECK(p && !p->feasible && p->advice && strstr(p->advice, "it fits on 96 nodes"));
   mem_free(&m);
 }
@@ -167,8 +167,8 @@ static void nvme(void) {
     check_arena(c);
   }
   /* without the NVMe tier the same host does not fit */
-  const char *no[] = {"cluster.host.memory=40GB"};
-  p = plan(&m, "specs/europa-1t.yaml", no, 1);
+  const char *no[] = {"cluster.host.memory=40GB", "plan.cp=1"};
+  p = plan(&m, "specs/europa-1t.yaml", no, 2);
   CHECK(p && !p->feasible);
   mem_free(&m);
 }
@@ -301,6 +301,48 @@ static void kept_gathered_by_hand(void) {
   mem_free(&m);
 }
 
+/* Context parallelism: europa-1t at 128K and 256K tokens fits on its 96 nodes only by splitting
+ * each sequence (cp >= 2), within both tiers; every per-token item holds seq_len / cp tokens of
+ * a sequence, the K/V all-gather buffers the whole sequence's keys and values. */
+static void context_parallel(void) {
+  Mem m = {0};
+  const int64_t seqs[] = {131072, 262144};
+  for (int i = 0; i < 2; i++) {
+    const char *sets[] = {mem_printf(&m, "training.seq_len=%lld", (long long)seqs[i])};
+    Plan *p = plan(&m, "specs/europa-1t.yaml", sets, 1);
+    CHECK(p && p->feasible && p->best.ch.cp >= 2);
+    if (!p || !p->feasible) continue;
+    const Candidate *c = &p->best;
+    int64_t cp = c->ch.cp, tokens = seqs[i] / cp; /* micro_batch 1 */
+    CHECK(c->arena[TIER_HBM] <= c->capacity[TIER_HBM] && c->arena[TIER_HOST] <= c->capacity[TIER_HOST]);
+    CHECK_EQ(c->ch.accum, 384 * cp / 384); /* 384 sequences over 384 / cp data ranks */
+    CHECK_EQ(bytes(c, "activations.boundary[0]"), 2 * 6144 * tokens);
+    CHECK_EQ(bytes(c, "data.tokens"), 2 * 4 * tokens);
+    CHECK_EQ(bytes(c, "attention.kv_gathered"), 2 * seqs[i] * 16 * (128 + 128)); /* kv_heads x (k + v) */
+    CHECK_EQ(bytes(c, "attention.dkv_gathered"), 2 * seqs[i] * 16 * (128 + 128));
+    check_arena(c);
+    /* the cp the search did not pick was tried, and explain has it */
+    CHECK(p->nby_cp >= 2 && plan_cp(&p->by_cp[0].ch) == 1 && !p->by_cp[0].fits);
+    /* the K/V exchange priced on the cp group's NVLink (a GH200 node: cp - 1 pair links) */
+    LayerTime t;
+    cost_layer(p->md, &c->ch, 0, &t);
+    const ClusterSpec *cl = &p->md->spec->cluster;
+    double kv = 2.0 * (double)tokens * 16 * 256 * (double)cp;
+    CHECK(fabs(t.kv_ag - kv * (double)(cp - 1) / (double)cp /
+                             ((double)(cp - 1) * cl->links.nvlink * cl->efficiency.network)) < 1e-12);
+  }
+  /* pinned: cp 2 halves every activation of the same plan otherwise */
+  const char *one[] = {"plan.cp=1", "plan.ep=4", "plan.activation_checkpoint=full", "plan.offload_activations=host"};
+  const char *two[] = {"plan.cp=2", "plan.ep=4", "plan.activation_checkpoint=full", "plan.offload_activations=host"};
+  Plan *a = plan(&m, "specs/europa-1t.yaml", one, 4), *b = plan(&m, "specs/europa-1t.yaml", two, 4);
+  CHECK(a && b && a->best.ch.cp <= 1 && b->best.ch.cp == 2);
+  if (a && b) {
+    CHECK_EQ(bytes(&b->best, "activations.boundary[0]") * 2, bytes(&a->best, "activations.boundary[0]"));
+    CHECK_EQ(bytes(&b->best, "activations.grad_residual[0]") * 2, bytes(&a->best, "activations.grad_residual[0]"));
+    CHECK(!find_quiet(&a->best, "attention.kv_gathered"));
+  }
+  mem_free(&m);
+}
 
 int main(int argc, char **argv) {
   if (argc != 2) {
@@ -316,5 +358,6 @@ int main(int argc, char **argv) {
   tiny_items_by_hand();
   imbalance_cap();
   kept_gathered_by_hand();
+  context_parallel();
   return CHECK_DONE("test_plan");
 }

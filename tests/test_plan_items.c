@@ -334,5 +334,14 @@ int main(int argc, char **argv) {
   const char *off_hbm[] = {"plan.activation_checkpoint=full", "plan.offload_activations=host",
                            "training.optimizer=muon", "plan.optimizer_tier=hbm"};
   check_spec("specs/tiny-moe.yaml", off_hbm, 4);
+  /* context parallelism: every buffer at T / cp tokens, the K/V all-gather buffers (KVG, DKVG) the
+   * plan's attention.kv_gathered and dkv_gathered; with expert parallelism, host offload, MLA */
+  const char *cp_ep[] = {"cluster.gpus_per_node=4", "plan.cp=2", "plan.ep=2", "plan.activation_checkpoint=none"};
+  check_spec("specs/tiny-moe.yaml", cp_ep, 4);
+  const char *cp_off[] = {"cluster.gpus_per_node=2", "plan.cp=2", "plan.activation_checkpoint=full",
+                          "plan.offload_activations=host"};
+  check_spec("specs/tiny-moe.yaml", cp_off, 4);
+  const char *cp_mla[] = {"cluster.gpus_per_node=2", "plan.cp=2", "model.attention.q_lora_rank=12", "plan.ep=2"};
+  check_spec("tests/specs/mla.yaml", cp_mla, 4);
   return CHECK_DONE("test_plan_items");
 }

@@ -8,12 +8,14 @@
 #define MODEL_NAME "deepseek-v3"
 #define SPEC_FILE "deepseek-v3.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "820c7c8e6702ac16"
+#define PLAN_HASH "814c8314c99e40fb"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 256
 #define PLAN_FSDP 256
 #define PLAN_EP 4
 #define PLAN_DP_REPLICATE 1
+/* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */
+#define PLAN_CP 1
 #define EXPERTS_PER_RANK 64
 #define CHECKPOINT_POLICY "full"
 #define SHARD_EXPERTS 1 /* whole experts per rank of an EP rank's shard group */

@@ -8,12 +8,14 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "bde14a292ce306f7"
+#define PLAN_HASH "e990c49fe66720e2"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
 #define PLAN_EP 4
 #define PLAN_DP_REPLICATE 1
+/* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */
+#define PLAN_CP 1
 #define EXPERTS_PER_RANK 96
 #define CHECKPOINT_POLICY "full"
 #define SHARD_EXPERTS 1 /* whole experts per rank of an EP rank's shard group */

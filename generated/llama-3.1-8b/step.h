@@ -8,12 +8,14 @@
 #define MODEL_NAME "llama-3.1-8b"
 #define SPEC_FILE "llama-3.1-8b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "e3e89a8515fc4199"
+#define PLAN_HASH "89c5e78382244af0"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 8
 #define PLAN_FSDP 4
 #define PLAN_EP 1
 #define PLAN_DP_REPLICATE 2
+/* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */
+#define PLAN_CP 1
 #define EXPERTS_PER_RANK 0
 #define CHECKPOINT_POLICY "none"
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */

@@ -8,12 +8,14 @@
 #define MODEL_NAME "mixtral-8x7b"
 #define SPEC_FILE "mixtral-8x7b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "1e900b1eb3438142"
+#define PLAN_HASH "0f4b039b177a113e"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
 #define PLAN_EP 1
 #define PLAN_DP_REPLICATE 1
+/* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */
+#define PLAN_CP 1
 #define EXPERTS_PER_RANK 8
 #define CHECKPOINT_POLICY "full"
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */

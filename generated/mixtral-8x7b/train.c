@@ -365,8 +365,9 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
   zero_grads(c);
   c->moe_load = 0, c->moe_extra_rounds = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
-    rt_data_batch(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, step, ACCUM, micro, c->comm.rank,
-                  c->comm.world, seed);
+    /* the cp ranks of a group read the same sequences, each its two chunks of them */
+    rt_data_batch_cp(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, PLAN_CP, c->comm.cp_rank, step,
+                     ACCUM, micro, c->comm.rank / PLAN_CP, c->comm.world / PLAN_CP, seed);
     tokens_to_device(c);
     c->dloss = (real)(1.0 / ((double)ACCUM * c->comm.world));
     c->aux_loss = 0;
@@ -1077,6 +1078,7 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return status < 0 ? 0 : 2; /* --help: 0 */
   }
+  rt_comm_cp_init(&r->c.comm, PLAN_CP); /* context parallelism: the cp group of a sequence's ranks */
   r->rank0 = r->c.comm.rank == 0;
   if (r->a.ckpt_dir) status = check_ckpt_dir(r);
   char err[512];

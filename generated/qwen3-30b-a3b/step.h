@@ -8,12 +8,14 @@
 #define MODEL_NAME "qwen3-30b-a3b"
 #define SPEC_FILE "qwen3-30b-a3b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "b9ff3715448675ca"
+#define PLAN_HASH "4c60563ffa2cb2a9"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 16
 #define PLAN_FSDP 16
 #define PLAN_EP 1
 #define PLAN_DP_REPLICATE 1
+/* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */
+#define PLAN_CP 1
 #define EXPERTS_PER_RANK 128
 #define CHECKPOINT_POLICY "full"
 #define SHARD_EXPERTS 8 /* whole experts per rank of an EP rank's shard group */

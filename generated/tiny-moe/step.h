@@ -8,12 +8,14 @@
 #define MODEL_NAME "tiny-moe"
 #define SPEC_FILE "tiny-moe.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "89fd46dc23a778c9"
+#define PLAN_HASH "a0d17566b2796e29"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 2
 #define PLAN_FSDP 2
 #define PLAN_EP 1
 #define PLAN_DP_REPLICATE 1
+/* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */
+#define PLAN_CP 1
 #define EXPERTS_PER_RANK 8
 #define CHECKPOINT_POLICY "none"
 #define SHARD_EXPERTS 4 /* whole experts per rank of an EP rank's shard group */

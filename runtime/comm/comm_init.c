@@ -86,7 +86,14 @@ int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_re
                            &c->ep_comm));
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->replica * ep + c->ep_rank, c->shard_rank, &c->shard_comm));
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->fsdp_rank, c->replica, &c->replicate_comm));
+  c->cp = 1, c->cp_rank = 0, c->cp_comm = MPI_COMM_NULL;
   return 0;
+}
+
+void rt_comm_cp_init(RtComm *c, int cp) {
+  if (cp <= 1) return;
+  c->cp = cp, c->cp_rank = c->fsdp_rank % cp;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, c->replica * (c->fsdp / cp) + c->fsdp_rank / cp, c->cp_rank, &c->cp_comm));
 }
 
 void rt_comm_finalize(RtComm *c) {
@@ -96,6 +103,7 @@ void rt_comm_finalize(RtComm *c) {
     MPI_Comm_free(&c->shard_comm);
     MPI_Comm_free(&c->replicate_comm);
   }
+  if (c->cp_comm != MPI_COMM_NULL && c->cp > 1) MPI_Comm_free(&c->cp_comm);
   MPI_Finalize();
 }
 

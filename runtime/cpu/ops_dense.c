@@ -149,13 +149,15 @@ void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act
 }
 
 /* Rotates each (i, i + rd/2) pair of the first rd channels of H heads `stride` apart by sign ×
- * angle (angle = t · theta^(−2i/rd)). */
-static void rope_strided(real *x, int B, int T, int H, int stride, int rd, real theta, real sign) {
+ * angle (angle = pos · theta^(−2i/rd), pos = lo + t in the first half of the T tokens, hi + t − T/2
+ * in the second: rt_rope_span_forward's; t itself with lo 0, hi T/2). */
+static void rope_span(real *x, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi, real sign) {
   int half = rd / 2;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
       for (int i = 0; i < half; i++) {
-        real angle = sign * (real)t * POW(theta, -2 * (real)i / (real)rd);
+        int64_t pos = t < T / 2 ? lo + t : hi + (t - T / 2);
+        real angle = sign * (real)pos * POW(theta, -2 * (real)i / (real)rd);
         real cs = COS(angle), sn = SIN(angle);
         for (int h = 0; h < H; h++) {
           real *p = x + (((size_t)b * T + t) * H + h) * stride;
@@ -166,8 +168,19 @@ static void rope_strided(real *x, int B, int T, int H, int stride, int rd, real 
       }
 }
 
+static void rope_strided(real *x, int B, int T, int H, int stride, int rd, real theta, real sign) {
+  rope_span(x, B, T, H, stride, rd, theta, 0, T / 2, sign);
+}
+
 static void rope(real *x, int B, int T, int H, int hd, real theta, real sign) {
   rope_strided(x, B, T, H, hd, hd, theta, sign);
+}
+
+void rt_rope_span_forward(act *x, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi) {
+  rope_span(x, B, T, H, stride, rd, theta, lo, hi, 1);
+}
+void rt_rope_span_backward(act *dx, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi) {
+  rope_span(dx, B, T, H, stride, rd, theta, lo, hi, -1);
 }
 
 static void rope_yarn(real *x, int B, int T, int H, int stride, int hd, real theta, real factor, real orig,
@@ -288,22 +301,23 @@ static void axpy(real *restrict y, real a, const real *restrict x, int n) {
  * online softmax of Milakov & Gimelshein 2018, as in FlashAttention). */
 enum { ATT_BLOCK = 64 };
 
-void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
-                          int nkv, int hd, int vd) {
+void rt_attention_span_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int S,
+                               int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd) {
   real scale = 1 / SQRT((real)hd), sc[ATT_BLOCK];
-  int group = nh / nkv;
+  int group = nh / nkv, half = T / 2;
   size_t stride = (size_t)nkv * hd, vstride = (size_t)nkv * vd;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < nh; h++)
       for (int t = 0; t < T; t++) {
         const real *qt = q + (((size_t)b * T + t) * nh + h) * hd;
         real *o = out + (((size_t)b * T + t) * nh + h) * vd;
-        const real *kb = k + ((size_t)b * T * nkv + h / group) * hd;
-        const real *vb = v + ((size_t)b * T * nkv + h / group) * vd;
+        const real *kb = k + ((size_t)b * S * nkv + h / group) * hd;
+        const real *vb = v + ((size_t)b * S * nkv + h / group) * vd;
+        int64_t pos = t < half ? lo + t : hi + (t - half); /* the query's place: keys 0..pos */
         real m = -INFINITY, s = 0;
         memset(o, 0, sizeof(real) * (size_t)vd);
-        for (int j0 = 0; j0 <= t; j0 += ATT_BLOCK) {
-          int n = t + 1 - j0 < ATT_BLOCK ? t + 1 - j0 : ATT_BLOCK;
+        for (int64_t j0 = 0; j0 <= pos; j0 += ATT_BLOCK) {
+          int n = pos + 1 - j0 < ATT_BLOCK ? (int)(pos + 1 - j0) : ATT_BLOCK;
           real bm = m;
           for (int j = 0; j < n; j++) {
             sc[j] = scale * dot(qt, kb + (size_t)(j0 + j) * stride, hd);
@@ -325,21 +339,28 @@ void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const
       }
 }
 
+void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
+                          int nkv, int hd, int vd) {
+  rt_attention_span_forward(out, lse, q, k, v, B, T, T, 0, T / 2, nh, nkv, hd, vd);
+}
+
 /* With P = softmax(S), D_t = Σ dO·O: dS = P (dO·v − D); dq = scale dS k; dk += scale dS q;
  * dv += P dO (Dao et al., FlashAttention-2, Algorithm 2). */
-void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
-                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
+void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k,
+                                const act *v, const act *out, const real *lse, int B, int T, int S, int64_t lo,
+                                int64_t hi, int nh, int nkv, int hd, int vd) {
   real scale = 1 / SQRT((real)hd);
-  int group = nh / nkv;
+  int group = nh / nkv, half = T / 2;
   size_t stride = (size_t)nkv * hd, vstride = (size_t)nkv * vd;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < nh; h++)
       for (int t = 0; t < T; t++) {
         size_t row = (((size_t)b * T + t) * nh + h) * hd, vrow = (((size_t)b * T + t) * nh + h) * vd;
         const real *qt = q + row, *dot_ = dout + vrow;
-        size_t kv0 = ((size_t)b * T * nkv + h / group) * hd, v0 = ((size_t)b * T * nkv + h / group) * vd;
+        size_t kv0 = ((size_t)b * S * nkv + h / group) * hd, v0 = ((size_t)b * S * nkv + h / group) * vd;
         real l = lse[((size_t)b * nh + h) * T + t], D = dot(dot_, out + vrow, vd);
-        for (int j = 0; j <= t; j++) {
+        int64_t pos = t < half ? lo + t : hi + (t - half);
+        for (int64_t j = 0; j <= pos; j++) {
           const real *kj = k + kv0 + j * stride, *vj = v + v0 + j * vstride;
           real p = EXP(scale * dot(qt, kj, hd) - l);
           real ds = p * (dot(dot_, vj, vd) - D);
@@ -349,6 +370,11 @@ void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act
           if (dv) axpy(dv + v0 + j * vstride, p, dot_, vd);
         }
       }
+}
+
+void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
+                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
+  rt_attention_span_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, 0, T / 2, nh, nkv, hd, vd);
 }
 
 /* MLA's keys and values from kv_b_proj's output (see mtrt_ops.h). */

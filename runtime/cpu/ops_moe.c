@@ -206,6 +206,34 @@ real rt_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, i
   return alpha * (real)E * loss;
 }
 
+void rt_aux_loss_stats(const real *logits, const int32_t *idx, int N, int E, int K, real *scratch) {
+  real *p = scratch, *f = scratch + E, *P = scratch + 2 * E;
+  memset(f, 0, sizeof(real) * 2 * (size_t)E);
+  for (int a = 0; a < N * K; a++) f[idx[a]] += (real)1 / (real)(N * K);
+  for (int n = 0; n < N; n++) {
+    softmax_row(p, logits + (size_t)n * E, E);
+    for (int e = 0; e < E; e++) P[e] += p[e] / (real)N;
+  }
+}
+
+real rt_aux_loss_value(const real *scratch, int E, real alpha) {
+  real loss = 0;
+  for (int e = 0; e < E; e++) loss += scratch[E + e] * scratch[2 * E + e];
+  return alpha * (real)E * loss;
+}
+
+void rt_aux_loss_backward_stats(real *dlogits, const real *logits, int N, int E, real alpha, real dloss,
+                                real *scratch) {
+  real *p = scratch, *f = scratch + E;
+  for (int n = 0; n < N; n++) {
+    softmax_row(p, logits + (size_t)n * E, E);
+    real pg = 0;
+    for (int e = 0; e < E; e++) pg += p[e] * f[e];
+    for (int e = 0; e < E; e++)
+      dlogits[(size_t)n * E + e] += dloss * alpha * (real)E / (real)N * p[e] * (f[e] - pg);
+  }
+}
+
 /* dL/dp_{n,e} = alpha E f_e / N; through softmax: dl_e = p_e (g_e − Σ p g). */
 void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E,
                           int K, real alpha, real dloss, real *scratch) {

@@ -64,6 +64,21 @@ WRAP(rt_attention_backward,
       const real *lse, int B, int T, int nh, int nkv, int hd, int vd),
      (dq, dk, dv, dout, q, k, v, out, lse, B, T, nh, nkv, hd, vd), RT_PROF_ATTENTION_BWD,
      2.5 * attn_flops(B, T, nh, hd, vd), 0)
+/* context parallelism: T queries a rank holds against keys of sequences of S, its causal half on average */
+WRAP(rt_attention_span_forward,
+     (act * out, real * lse, const act *q, const act *k, const act *v, int B, int T, int S, int64_t lo, int64_t hi,
+      int nh, int nkv, int hd, int vd),
+     (out, lse, q, k, v, B, T, S, lo, hi, nh, nkv, hd, vd), RT_PROF_ATTENTION_FWD,
+     B * (double)T * S * nh * (hd + vd), 0)
+WRAP(rt_attention_span_backward,
+     (act * dq, act * dk, act * dv, const act *dout, const act *q, const act *k, const act *v, const act *out,
+      const real *lse, int B, int T, int S, int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd),
+     (dq, dk, dv, dout, q, k, v, out, lse, B, T, S, lo, hi, nh, nkv, hd, vd), RT_PROF_ATTENTION_BWD,
+     2.5 * B * (double)T * S * nh * (hd + vd), 0)
+WRAP(rt_rope_span_forward, (act * x, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi),
+     (x, B, T, H, stride, rd, theta, lo, hi), RT_PROF_ROPE, 0, B2 * 2 * B * (double)T * H * rd)
+WRAP(rt_rope_span_backward, (act * dx, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi),
+     (dx, B, T, H, stride, rd, theta, lo, hi), RT_PROF_ROPE, 0, B2 * 4 * B * (double)T * H * rd)
 WRAP(rt_rmsnorm_forward, (act * out, real * rstd, const act *x, const act *w, int N, int C, real eps),
      (out, rstd, x, w, N, C, eps), RT_PROF_NORM, 0, B2 * 2 * N * (double)C)
 WRAP(rt_rmsnorm_backward,

@@ -132,19 +132,26 @@ static uint64_t gcd(uint64_t a, uint64_t b) { return b ? gcd(b, a % b) : a; }
  * n: a permutation, so distinct samples read distinct windows until the epoch wraps. */
 void rt_data_batch(const RtData *d, int32_t *inputs, int32_t *targets, int B, int T, int64_t step,
                    int accum, int micro, int dp_rank, int dp_size, uint64_t seed) {
+  rt_data_batch_cp(d, inputs, targets, B, T, 1, 0, step, accum, micro, dp_rank, dp_size, seed);
+}
+
+void rt_data_batch_cp(const RtData *d, int32_t *inputs, int32_t *targets, int B, int T, int cp, int cp_rank,
+                      int64_t step, int accum, int micro, int dp_rank, int dp_size, uint64_t seed) {
   uint64_t n = (uint64_t)(d->ntokens - 1) / (uint64_t)T; /* >= 1: open() checked T + 1 tokens */
   uint64_t a = mix(seed) % n | 1, c = mix(seed + 1) % n;
   while (gcd(a, n) != 1) a++;
+  const int Tl = T / cp, half = Tl / 2;
+  /* this rank's positions: all T (cp 1), or chunks cp_rank and 2 cp - 1 - cp_rank of T / (2 cp) */
+  const int64_t lo = cp > 1 ? (int64_t)cp_rank * half : 0, hi = cp > 1 ? (int64_t)(2 * cp - 1 - cp_rank) * half : half;
   for (int b = 0; b < B; b++) {
     uint64_t sample = (((uint64_t)step * (uint64_t)accum + (uint64_t)micro) * (uint64_t)dp_size +
                        (uint64_t)dp_rank) * (uint64_t)B + (uint64_t)b;
     uint64_t w = (a % n * (sample % n) % n + c) % n; /* n < 2^32 windows keeps this exact */
     int64_t start = (int64_t)(w * (uint64_t)T);
-    for (int t = 0; t <= T; t++) {
-      int64_t i = start + t;
-      int32_t tok = (int32_t)token(d, i);
-      if (t < T) inputs[(size_t)b * T + t] = tok;
-      if (t > 0) targets[(size_t)b * T + t - 1] = tok;
+    for (int t = 0; t < Tl; t++) {
+      int64_t i = start + (t < half ? lo + t : hi + (t - half));
+      inputs[(size_t)b * Tl + t] = (int32_t)token(d, i);
+      targets[(size_t)b * Tl + t] = (int32_t)token(d, i + 1);
     }
   }
 }

@@ -13,8 +13,9 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
   zero_grads(c);
   c->moe_load = 0, c->moe_extra_rounds = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
-    rt_data_batch(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, step, ACCUM, micro, c->comm.rank,
-                  c->comm.world, seed);
+    /* the cp ranks of a group read the same sequences, each its two chunks of them */
+    rt_data_batch_cp(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, PLAN_CP, c->comm.cp_rank, step,
+                     ACCUM, micro, c->comm.rank / PLAN_CP, c->comm.world / PLAN_CP, seed);
     tokens_to_device(c);
     c->dloss = (real)(1.0 / ((double)ACCUM * c->comm.world));
     c->aux_loss = 0;

@@ -291,6 +291,7 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return status < 0 ? 0 : 2; /* --help: 0 */
   }
+  rt_comm_cp_init(&r->c.comm, PLAN_CP); /* context parallelism: the cp group of a sequence's ranks */
   r->rank0 = r->c.comm.rank == 0;
   if (r->a.ckpt_dir) status = check_ckpt_dir(r);
   char err[512];

@@ -41,3 +41,12 @@ losses() { sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$1"; }
 
 tiny=$src/specs/tiny-moe.yaml
 small=(--set training.seq_len=64 --set training.steps=10 --set training.warmup_steps=2)
+
+# same_losses REF RUN WHAT N: RUN's N steps of losses ($work/RUN.jsonl) against REF's within 1e-5
+# relative, printing the worst difference under WHAT
+same_losses() {
+  paste <(losses "$work/$1.jsonl") <(losses "$work/$2.jsonl") | awk -v what="$3" -v want="$4" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > worst) worst = r
+      if (r > 1e-5) { printf "step %d: %s, %s against %s\n", n, what, $2, $1; bad = 1 } }
+    END { printf "%s: %d steps, worst relative loss difference %.2e\n", what, n, worst; exit (bad || n != want) }'
+}
