@@ -268,6 +268,10 @@ static bool check_plan(Diag *d, Spec *s) {
     FAIL("plan.moe_dispatch", "moe_dispatch is hierarchical but ep %lld keeps each EP group inside one node of "
          "%lld GPUs: nothing crosses nodes; expected flat or auto, or an ep that is a multiple of gpus_per_node",
          (long long)p->ep, (long long)c->gpus_per_node);
+  if (p->moe_dispatch != DISPATCH_AUTO && !plan_dispatch_emitted(p->moe_dispatch))
+    FAIL("plan.moe_dispatch", "moe_dispatch is %s: that all-to-all is priced but `mtc compile` does not emit it "
+         "yet (the program sends every token copy straight to its expert's rank); expected flat or auto",
+         plan_dispatch_name(p->moe_dispatch));
   if (p->ep) {
     if (!s->model.moe.present && p->ep > 1)
       FAIL("plan.ep", "ep %lld but the model has no experts; expected ep: 1 or auto", (long long)p->ep);

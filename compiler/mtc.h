@@ -830,7 +830,6 @@ typedef struct {
   Candidate in_node; /* the fastest fitting plan with ep <= gpus_per_node (its EP group in a node) */
   Candidate across;  /* the fastest fitting plan with ep > gpus_per_node (EP groups span nodes) */
   bool has_in_node, has_across;
-  bool program;      /* searched for `mtc compile`: only what the program implements */
   const char *advice;/* when infeasible: what would make it fit, computed */
   const char *hint;  /* when feasible but communication-bound: a faster setting, computed */
   Placement *placement;
@@ -890,12 +889,14 @@ OpTime cost_op(const Spec *s, const Model *md, const Op *o, double T, double seq
  * bf16_flops: tile and wave quantization, bounded below by its bytes at HBM speed and by
  * kernel_launch (cost_kernel.c). */
 double cost_gemm(const Spec *s, double M, double N, double K, double groups, double eff);
-/* Enumerates every layout × policy × micro-batch size allowed by the spec's pins, keeps the
- * fastest that fits. The plan's md is a copy whose spec carries the chosen micro_batch. */
+/* Enumerates every layout × policy × micro-batch size allowed by the spec's pins that the
+ * generated program implements, keeps the fastest that fits: the one plan that plan, explain,
+ * sweep, diff and compile show. The plan's md is a copy whose spec carries the chosen
+ * micro_batch. */
 Plan *plan_search(Mem *m, const Model *md);
-/* The same; with program, only choices the generated program implements (reshard
- * every_micro_batch): what `mtc compile` plans. */
-Plan *plan_search_for(Mem *m, const Model *md, bool program);
+/* Whether `mtc compile` emits the MoE all-to-all d (search.c): only those are searched, and a
+ * spec that pins another is refused (check.c). */
+bool plan_dispatch_emitted(DispatchPolicy d);
 /* ---- plan_exact.c: the chosen plan's items at the program's own bytes ---- */
 /* Makes the items of p's chosen candidate (plan_search calls it on its result) that the
  * generated program holds in its arenas exactly the program's bytes (the emitter's layout of

@@ -193,9 +193,6 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
           (long long)s->training.micro_batch);
   fprintf(out, "policy     %s\n", choice_text(&m, ch));
-  if (ch->dispatch == DISPATCH_HIERARCHICAL)
-    fprintf(out, "note       the hierarchical all-to-all is planned but `mtc compile` does not emit it yet: compile "
-                 "plans with the flat one\n");
   print_placement(out, p);
   for (int t = 0; t < TIER__COUNT; t++) {
     if (!c->capacity[t] && !c->arena[t]) continue;

@@ -21,7 +21,6 @@ typedef struct {
   int nalts, n, nfit;         /* candidates evaluated, and how many fit */
   Candidate in_node, across; /* the fastest fitting with ep <= / > gpus_per_node */
   bool has_in_node, has_across;
-  bool program;              /* only what the generated program implements */
   bool coarse;               /* the advice's searches: one reshard policy for both groups and the
                               * flat all-to-all (neither the split nor the dispatch changes what
                               * blocks a fit much, and they would spend its candidate budget) */
@@ -193,9 +192,9 @@ static void search_once(const Model *md, Found *f) {
                   if (r == RESHARD_AFTER_STEP && re == RESHARD_AFTER_STEP && depth > 1)
                     continue; /* every layer stays gathered */
                   /* hierarchical only where the EP group spans nodes (inside one it is the flat
-                   * exchange), not for the program (not emitted yet) */
+                   * exchange) and where the program emits it */
                   unsigned dispatches = 1u << DISPATCH_FLAT;
-                  if (ep > gpn && !f->program && !f->coarse) {
+                  if (ep > gpn && plan_dispatch_emitted(DISPATCH_HIERARCHICAL) && !f->coarse) {
                     if (pin->moe_dispatch != DISPATCH_FLAT) dispatches |= 1u << DISPATCH_HIERARCHICAL;
                     if (pin->moe_dispatch == DISPATCH_HIERARCHICAL) dispatches = 1u << DISPATCH_HIERARCHICAL;
                   }
@@ -224,10 +223,10 @@ enum { ADVICE_BUDGET = 20000 };
 
 /* The search over md with spec u instead of md's (u changes values that do not change the
  * model graph); adds the candidates it tried to *spent. coarse: see Found. */
-static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool program, bool coarse) {
+static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool coarse) {
   Model *copy = mem_alloc(m, sizeof *copy);
   *copy = *md, copy->spec = u;
-  Found f = {.program = program, .coarse = coarse};
+  Found f = {.coarse = coarse};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(copy, &f);
   *spent += f.n;
@@ -235,14 +234,14 @@ static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, 
 }
 
 /* The search with another node count and sequence length, for "what would make it fit". */
-static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, int *spent, bool program) {
+static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, int *spent) {
   Spec *s = mem_alloc(m, sizeof *s);
   *s = *md->spec;
   s->cluster.nodes = nodes;
   s->training.seq_len = seq;
   s->plan.fsdp = s->plan.dp_replicate = 0; /* pins that name the old world size are dropped */
   if (s->plan.ep && !ep_allowed(s, s->plan.ep, nodes * s->cluster.gpus_per_node)) s->plan.ep = 0;
-  return search_variant(m, md, s, spent, program, true);
+  return search_variant(m, md, s, spent, true);
 }
 
 /* Sequences per step that every rank must divide: micro_batch × GPUs when micro_batch is
@@ -262,7 +261,7 @@ static const char *why_not(Mem *m, const Found *g) {
 /* What would make an infeasible spec fit, from searches really run: more nodes (where the
  * batch divides), shorter sequences, no pins. When nothing fits, says what each try came to
  * and what kept larger node counts from being tried, with the --set that would allow them. */
-static const char *advise(Mem *m, const Model *md, bool program) {
+static const char *advise(Mem *m, const Model *md) {
   const Spec *s = md->spec;
   int64_t N = s->cluster.nodes, G = s->training.global_batch;
   if (G % batch_quantum(s, N) != 0)
@@ -282,7 +281,7 @@ static const char *advise(Mem *m, const Model *md, bool program) {
                              (long long)q, (long long)((G + q - 1) / q * q), (long long)nodes);
       continue;
     }
-    Found g = search_with(m, md, nodes, s->training.seq_len, &spent, program);
+    Found g = search_with(m, md, nodes, s->training.seq_len, &spent);
     if (g.feasible) {
       out = mem_printf(m, "it fits on %lld nodes (--set cluster.nodes=%lld)", (long long)nodes, (long long)nodes);
       break;
@@ -290,7 +289,7 @@ static const char *advise(Mem *m, const Model *md, bool program) {
     tried = mem_printf(m, "%s%s%lld nodes: %s", tried, tried[0] ? ", " : "", (long long)nodes, why_not(m, &g));
   }
   for (int64_t seq = s->training.seq_len / 2; seq >= 128 && spent < ADVICE_BUDGET; seq /= 2) {
-    Found g = search_with(m, md, N, seq, &spent, program);
+    Found g = search_with(m, md, N, seq, &spent);
     if (g.feasible) {
       out = mem_printf(m, "%s%sit fits at seq_len %lld (--set training.seq_len=%lld)", out,
                        out[0] ? "; " : "", (long long)seq, (long long)seq);
@@ -311,7 +310,7 @@ static const char *advise(Mem *m, const Model *md, bool program) {
     u->plan.optimizer_tier = PIN_TIER_AUTO, u->plan.optimizer_step = PIN_STEP_AUTO, u->plan.prefetch = 0;
     u->plan.fsdp = u->plan.ep = u->plan.dp_replicate = 0;
     u->plan.reshard = RESHARD_AUTO, u->plan.reshard_experts = RESHARD_AUTO, u->plan.moe_dispatch = DISPATCH_AUTO;
-    Found g = search_variant(m, md, u, &spent, program, true);
+    Found g = search_variant(m, md, u, &spent, true);
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
@@ -330,7 +329,7 @@ static const char *advise(Mem *m, const Model *md, bool program) {
  * re-gathers every parameter for each micro-batch: fewer, larger micro-batches cut that.
  * Searches again with every other micro-batch size the batch allows; returns the advice if
  * some size is at least 10% faster, else NULL. (Unpinned, the search tried them all.) */
-static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *best, bool program) {
+static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *best) {
   const Spec *s = md->spec;
   if (!micro_batch_pinned(s) || best->ch.accum < 2 || best->cost.exposed_comm < 0.3 * best->cost.step) return NULL;
   int64_t W = s->cluster.nodes * s->cluster.gpus_per_node, best_mb = 0;
@@ -342,7 +341,7 @@ static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *be
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
     u->training.micro_batch = mbs[i];
-    Found f = search_variant(m, md, u, &spent, program, false);
+    Found f = search_variant(m, md, u, &spent, false);
     if (f.feasible && f.best.cost.step < best_step) best_step = f.best.cost.step, best_mb = mbs[i];
   }
   if (!best_mb) return NULL;
@@ -373,15 +372,14 @@ const char *plan_reshard_name(ReshardPolicy r) {
   return names[r];
 }
 
-Plan *plan_search(Mem *m, const Model *md) { return plan_search_for(m, md, false); }
+bool plan_dispatch_emitted(DispatchPolicy d) { return d == DISPATCH_FLAT; }
 
-Plan *plan_search_for(Mem *m, const Model *md, bool program) {
+Plan *plan_search(Mem *m, const Model *md) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   Plan *p = mem_alloc(m, sizeof *p);
   p->world = md->spec->cluster.nodes * md->spec->cluster.gpus_per_node;
-  p->program = program;
-  Found f = {.program = program};
+  Found f = {0};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(md, &f);
   clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -396,8 +394,8 @@ Plan *plan_search_for(Mem *m, const Model *md, bool program) {
   p->alts = f.alts, p->nalts = f.nalts;
   p->in_node = f.in_node, p->has_in_node = f.has_in_node;
   p->across = f.across, p->has_across = f.has_across;
-  if (!p->feasible) p->advice = advise(m, md, program);
-  else p->hint = micro_batch_hint(m, md, &p->best, program);
+  if (!p->feasible) p->advice = advise(m, md);
+  else p->hint = micro_batch_hint(m, md, &p->best);
   if (p->ncandidates) p->placement = plan_placement(m, p->md, &p->best.ch);
   plan_exact(m, p); /* the items the program holds: its bytes */
   return p;
