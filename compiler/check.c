@@ -205,6 +205,8 @@ static bool check_model(Diag *d, Spec *s) {
 
 static bool check_training(Diag *d, Spec *s) {
   TrainingSpec *t = &s->training;
+  t->micro_batch_searched = t->micro_batch == 0; /* auto */
+  if (t->micro_batch_searched) t->micro_batch = 1;
   if (t->micro_batch > t->global_batch || t->global_batch % t->micro_batch != 0)
     FAIL("training.micro_batch", "micro_batch %lld does not divide global_batch %lld; expected "
          "global_batch = micro_batch x data-parallel ranks x accumulation steps",

@@ -369,6 +369,7 @@ typedef struct {
 typedef struct {
   bool present;
   int64_t seq_len, global_batch, micro_batch;
+  bool micro_batch_searched;  /* micro_batch unwritten or auto: the search chooses it (micro_batch 1 until then) */
   Optimizer optimizer;
   WireDtype grad_reduce_dtype;
   double lr;

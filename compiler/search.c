@@ -115,8 +115,9 @@ static bool pinned_optimizer(const PlanSpec *pin, Tier tier, bool host_step) {
   return true;
 }
 
-/* Whether the spec wrote training.micro_batch (in the file or by --set): then it is pinned. */
-static bool micro_batch_pinned(const Spec *s) { return yaml_path(s->root, "training.micro_batch") != NULL; }
+/* Whether the spec wrote training.micro_batch other than auto (in the file or by --set): then it
+ * is pinned. */
+static bool micro_batch_pinned(const Spec *s) { return !s->training.micro_batch_searched; }
 
 /* Divisors of n, ascending, into d (capacity cap); returns how many. */
 static int64_t divisors(int64_t n, int64_t *d, int64_t cap) {
@@ -258,6 +259,22 @@ static const char *why_not(Mem *m, const Found *g) {
   return mem_printf(m, "%s over by %s", plan_tier_name(g->closest.over_tier), b);
 }
 
+/* The plan keys the search decides, all set to auto (searched). */
+static void unpin_plan(PlanSpec *p) {
+  p->activation_checkpoint = AC_AUTO, p->offload_activations = OFF_AUTO;
+  p->optimizer_tier = PIN_TIER_AUTO, p->optimizer_step = PIN_STEP_AUTO, p->prefetch = 0;
+  p->fsdp = p->ep = p->dp_replicate = 0;
+  p->reshard = RESHARD_AUTO, p->reshard_experts = RESHARD_AUTO, p->moe_dispatch = DISPATCH_AUTO;
+}
+
+/* Whether p pins any key the search decides. */
+static bool plan_pinned(const PlanSpec *p) {
+  return p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||
+         p->dp_replicate || p->reshard != RESHARD_AUTO || p->reshard_experts != RESHARD_AUTO ||
+         p->moe_dispatch != DISPATCH_AUTO || p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO ||
+         p->prefetch;
+}
+
 /* What would make an infeasible spec fit, from searches really run: more nodes (where the
  * batch divides), shorter sequences, no pins. When nothing fits, says what each try came to
  * and what kept larger node counts from being tried, with the --set that would allow them. */
@@ -300,16 +317,10 @@ static const char *advise(Mem *m, const Model *md) {
                          (long long)(s->training.seq_len / 2), (long long)seq, (long long)seq, why_not(m, &g));
   }
   const PlanSpec *p = &s->plan;
-  bool pinned = p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||
-                p->reshard != RESHARD_AUTO || p->reshard_experts != RESHARD_AUTO || p->moe_dispatch != DISPATCH_AUTO || p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO ||
-                p->prefetch;
-  if (pinned) {
+  if (plan_pinned(p)) {
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
-    u->plan.activation_checkpoint = AC_AUTO, u->plan.offload_activations = OFF_AUTO;
-    u->plan.optimizer_tier = PIN_TIER_AUTO, u->plan.optimizer_step = PIN_STEP_AUTO, u->plan.prefetch = 0;
-    u->plan.fsdp = u->plan.ep = u->plan.dp_replicate = 0;
-    u->plan.reshard = RESHARD_AUTO, u->plan.reshard_experts = RESHARD_AUTO, u->plan.moe_dispatch = DISPATCH_AUTO;
+    unpin_plan(&u->plan);
     Found g = search_variant(m, md, u, &spent, true);
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
@@ -325,30 +336,60 @@ static const char *advise(Mem *m, const Model *md) {
                     spent >= ADVICE_BUDGET ? "; the advice search stopped at its budget of 20000 candidates" : "");
 }
 
-/* A plan with a pinned micro_batch that is communication-bound with gradient accumulation
- * re-gathers every parameter for each micro-batch: fewer, larger micro-batches cut that.
- * Searches again with every other micro-batch size the batch allows; returns the advice if
- * some size is at least 10% faster, else NULL. (Unpinned, the search tried them all.) */
-static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *best) {
+/* "training.micro_batch 1 (europa-1t.yaml:31:16; the search picks 4)" for one pinned key whose
+ * searched value differs, appended to list; pinned and chosen as text. */
+static char *pin_diff(Mem *m, char *list, const Spec *s, const char *key, const char *pinned, const char *chosen) {
+  if (strcmp(pinned, chosen) == 0) return list;
+  Loc l = spec_loc(s, key);
+  return mem_printf(m, "%s%s%s %s (%s:%d:%d; the search picks %s)", list, list[0] ? ", " : "", key, pinned,
+                    l.src ? l.src->name : "?", l.line + 1, l.col + 1, chosen);
+}
+
+/* A spec that pins searched keys (training.micro_batch, plan.*) to values the search would beat
+ * by more than 10% in tokens/s: searches again with every such key auto; returns a note naming
+ * the pinned keys whose searched value differs, with both figures, or NULL. */
+static const char *pin_note(Mem *m, const Model *md, const Candidate *best) {
   const Spec *s = md->spec;
-  if (!micro_batch_pinned(s) || best->ch.accum < 2 || best->cost.exposed_comm < 0.3 * best->cost.step) return NULL;
-  int64_t W = s->cluster.nodes * s->cluster.gpus_per_node, best_mb = 0;
-  double best_step = 0.9 * best->cost.step;
+  const PlanSpec *p = &s->plan;
+  if (!plan_pinned(p) && s->training.micro_batch_searched) return NULL;
+  Spec *u = mem_alloc(m, sizeof *u);
+  *u = *s;
+  unpin_plan(&u->plan);
+  u->training.micro_batch_searched = true;
   int spent = 0;
-  int64_t mbs[4096], n = divisors(s->training.global_batch / W, mbs, 4096);
-  for (int64_t i = 0; i < n && spent < ADVICE_BUDGET; i++) {
-    if (mbs[i] == s->training.micro_batch) continue;
-    Spec *u = mem_alloc(m, sizeof *u);
-    *u = *s;
-    u->training.micro_batch = mbs[i];
-    Found f = search_variant(m, md, u, &spent, false);
-    if (f.feasible && f.best.cost.step < best_step) best_step = f.best.cost.step, best_mb = mbs[i];
-  }
-  if (!best_mb) return NULL;
-  return mem_printf(m, "FSDP re-gathers every parameter for each of the %lld micro-batches of a step; "
-                    "with --set training.micro_batch=%lld (%lld micro-batches) a plan fits and the step "
-                    "takes %.1f s instead of %.1f s", (long long)best->ch.accum, (long long)best_mb,
-                    (long long)(s->training.global_batch / (best_mb * W)), best_step, best->cost.step);
+  Found f = search_variant(m, md, u, &spent, false);
+  if (!f.feasible || best->cost.step <= 1.1 * f.best.cost.step) return NULL;
+  const Choice *a = &best->ch, *b = &f.best.ch;
+  char *keys = "";
+#define NUM(x) mem_printf(m, "%lld", (long long)(x))
+  if (!s->training.micro_batch_searched)
+    keys = pin_diff(m, keys, s, "training.micro_batch", NUM(a->micro_batch), NUM(b->micro_batch));
+  if (p->fsdp) keys = pin_diff(m, keys, s, "plan.fsdp", NUM(a->fsdp), NUM(b->fsdp));
+  if (p->ep) keys = pin_diff(m, keys, s, "plan.ep", NUM(a->ep), NUM(b->ep));
+  if (p->dp_replicate) keys = pin_diff(m, keys, s, "plan.dp_replicate", NUM(a->dp_replicate), NUM(b->dp_replicate));
+  if (p->prefetch) keys = pin_diff(m, keys, s, "plan.prefetch", NUM(a->prefetch), NUM(b->prefetch));
+#undef NUM
+  if (p->activation_checkpoint != AC_AUTO)
+    keys = pin_diff(m, keys, s, "plan.activation_checkpoint", plan_ac_name(a->ac), plan_ac_name(b->ac));
+  if (p->offload_activations != OFF_AUTO)
+    keys = pin_diff(m, keys, s, "plan.offload_activations", plan_offload_name(a->offload), plan_offload_name(b->offload));
+  if (p->optimizer_tier != PIN_TIER_AUTO)
+    keys = pin_diff(m, keys, s, "plan.optimizer_tier", plan_tier_name(a->opt_tier), plan_tier_name(b->opt_tier));
+  if (p->optimizer_step != PIN_STEP_AUTO)
+    keys = pin_diff(m, keys, s, "plan.optimizer_step", a->opt_on_host ? "host" : "gpu", b->opt_on_host ? "host" : "gpu");
+  if (p->reshard != RESHARD_AUTO)
+    keys = pin_diff(m, keys, s, "plan.reshard", plan_reshard_name(a->reshard), plan_reshard_name(b->reshard));
+  if (p->reshard_experts != RESHARD_AUTO)
+    keys = pin_diff(m, keys, s, "plan.reshard_experts", plan_reshard_name(a->reshard_experts),
+                    plan_reshard_name(b->reshard_experts));
+  if (p->moe_dispatch != DISPATCH_AUTO)
+    keys = pin_diff(m, keys, s, "plan.moe_dispatch", plan_dispatch_name(a->dispatch), plan_dispatch_name(b->dispatch));
+  double tok_a = (double)s->training.seq_len * (double)s->training.global_batch / best->cost.step;
+  double tok_b = (double)s->training.seq_len * (double)s->training.global_batch / f.best.cost.step;
+  double W = (double)(s->cluster.nodes * s->cluster.gpus_per_node);
+  return mem_printf(m, "pinned %s: with the pinned keys auto (--set KEY=auto) the search finds %.0f tokens/s per GPU "
+                    "against the pinned %.0f (+%.0f%%; step %.1f s against %.1f s)", keys[0] ? keys : "searched keys",
+                    tok_b / W, tok_a / W, 100 * (tok_b / tok_a - 1), f.best.cost.step, best->cost.step);
 }
 
 /* A copy of md whose spec carries micro_batch mb (the model graph does not depend on it). */
@@ -395,7 +436,7 @@ Plan *plan_search(Mem *m, const Model *md) {
   p->in_node = f.in_node, p->has_in_node = f.has_in_node;
   p->across = f.across, p->has_across = f.has_across;
   if (!p->feasible) p->advice = advise(m, md);
-  else p->hint = micro_batch_hint(m, md, &p->best);
+  else p->hint = pin_note(m, md, &p->best);
   if (p->ncandidates) p->placement = plan_placement(m, p->md, &p->best.ch);
   plan_exact(m, p); /* the items the program holds: its bytes */
   return p;

@@ -219,7 +219,7 @@ static const Field cluster_fields[] = {
 static const Field training_fields[] = {
     {"seq_len", F_INT, O(TrainingSpec, seq_len), NULL, 1, MAXDIM, NULL, NULL, "tokens per sequence"},
     {"global_batch", F_INT, O(TrainingSpec, global_batch), NULL, 1, MAXDIM, NULL, NULL, "sequences per optimizer step"},
-    {"micro_batch", F_INT, O(TrainingSpec, micro_batch), "1", 1, MAXDIM, NULL, NULL, "sequences per rank per forward/backward; not written: searched (every divisor of global_batch / GPUs that fits)"},
+    {"micro_batch", F_AUTO, O(TrainingSpec, micro_batch), "auto", 1, MAXDIM, NULL, NULL, "sequences per rank per forward/backward; auto (or not written): searched (every divisor of global_batch / GPUs that fits)"},
     {"optimizer", F_ENUM, O(TrainingSpec, optimizer), "adamw", 0, 0, opt_names, NULL, "muon (AdamW for embeddings, router, norms) or adamw"},
     {"grad_reduce_dtype", F_ENUM, O(TrainingSpec, grad_reduce_dtype), "bf16", 0, 0, wire_names, NULL, "gradients on the wire: bf16 (fp32 accumulation) or fp32"},
     {"lr", F_REAL, O(TrainingSpec, lr), NULL, 0, 0, NULL, NULL, "peak learning rate", 0, 1, true, true},

@@ -71,8 +71,19 @@ expect 0 'rejected: (hbm|host) over by' "$mtc" explain specs/europa-1t.yaml --se
 expect 0 '^  why: EP inside a node wins by .*most of it in MoE all-to-all' "$mtc" explain specs/europa-1t.yaml
 expect 0 '^  why: EP inside a node wins by' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
 expect 0 'across nodes: an EP group is 64 consecutive ranks on 16 nodes' "$mtc" plan specs/deepseek-v3.yaml --set plan.ep=64
-# a pinned micro_batch is honoured; the hint names a faster one from every divisor tried
-expect 0 '^hint: FSDP re-gathers every parameter for each of the 60 micro-batches.*micro_batch=12 ' "$mtc" plan specs/deepseek-v3.yaml --set training.micro_batch=1 --set plan.ep=4 --set plan.reshard=every_micro_batch
+# a pinned micro_batch is honoured; the hint names the pinned keys the search would change, where
+# their values were written, and both figures (only keys whose searched value differs)
+expect 0 '^hint: pinned training.micro_batch 1 \(--set:1:22; the search picks 12\): with the pinned keys auto \(--set KEY=auto\) the search finds 902 tokens/s per GPU against the pinned 78 \(\+1064%; step 272.5 s against 3170.8 s\)$' "$mtc" plan specs/deepseek-v3.yaml --set training.micro_batch=1 --set plan.ep=4 --set plan.reshard=every_micro_batch
+expect 0 '^hint: pinned training.micro_batch 1 \(specs/europa-1t.yaml:31:16; the search picks 4\): .* finds 863 tokens/s per GPU against the pinned 434 ' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=1536 --set training.seq_len=16384
+# auto is every searched key's "searched", on the command line as in a spec
+expect 0 '^specs/europa-1t.yaml: ok' "$mtc" check specs/europa-1t.yaml --set training.micro_batch=auto
+expect 0 '^layout .* 1 micro-batch\(es\) of 4 sequence\(s\) per GPU' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=1536 --set training.seq_len=16384 --set training.micro_batch=auto
+for k in fsdp ep dp_replicate activation_checkpoint offload_activations reshard reshard_experts moe_dispatch optimizer_tier optimizer_step prefetch; do
+  expect 0 '^specs/europa-1t.yaml: ok' "$mtc" check specs/europa-1t.yaml --set plan.$k=auto
+done
+if "$mtc" plan specs/europa-1t.yaml --set training.global_batch=1536 --set training.seq_len=16384 --set training.micro_batch=auto | grep -q '^hint:'; then
+  echo "FAIL: a hint with nothing pinned"; fail=1
+fi
 expect 0 '^policy     fsdp 256 x dp 1, ep 4, micro_batch 12, ' "$mtc" plan specs/deepseek-v3.yaml
 # reshard after_step is emitted: the kept groups in the plan's buffers, gathered once per step
 tmpk=$(mktemp -d)
