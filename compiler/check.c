@@ -205,6 +205,23 @@ static bool check_model(Diag *d, Spec *s) {
 
 static bool check_training(Diag *d, Spec *s) {
   TrainingSpec *t = &s->training;
+  if (t->global_batch && t->global_batch_tokens)
+    FAIL("training.global_batch_tokens", "both global_batch (%lld sequences) and global_batch_tokens are written; "
+         "expected one of them", (long long)t->global_batch);
+  if (!t->global_batch && !t->global_batch_tokens)
+    FAIL("training", "missing key 'training.global_batch' (sequences per optimizer step) or "
+         "'training.global_batch_tokens' (tokens per optimizer step); expected one of them");
+  if (t->global_batch_tokens) {
+    int64_t q = t->global_batch_tokens / t->seq_len, lo = q * t->seq_len, hi = lo + t->seq_len;
+    if (t->global_batch_tokens % t->seq_len != 0)
+      FAIL("training.global_batch_tokens", "global_batch_tokens %lld is not a whole number of sequences of seq_len %lld; "
+           "expected a multiple of seq_len, such as %lld (%lld x %lld)", (long long)t->global_batch_tokens,
+           (long long)t->seq_len, (long long)(q ? lo : hi), (long long)(q ? q : 1), (long long)t->seq_len);
+    if (q > (int64_t)1 << 30)
+      FAIL("training.global_batch_tokens", "global_batch_tokens %lld is %lld sequences of seq_len %lld; expected at "
+           "most 2^30 sequences", (long long)t->global_batch_tokens, (long long)q, (long long)t->seq_len);
+    t->global_batch = q;
+  }
   t->micro_batch_searched = t->micro_batch == 0; /* auto */
   if (t->micro_batch_searched) t->micro_batch = 1;
   if (t->micro_batch > t->global_batch || t->global_batch % t->micro_batch != 0)

@@ -125,12 +125,13 @@ int diag_line_break(const char *p, const char *end);
 /* ------------------------------------------------------------------ units.c */
 
 /* What a quantity measures; each has its own units. */
-typedef enum { Q_SIZE, Q_RATE, Q_FLOPS } Quantity;
+typedef enum { Q_SIZE, Q_RATE, Q_FLOPS, Q_COUNT } Quantity;
 
-/* Parses "96 GB", "120GiB", "25 GB/s", "989 TFLOP/s" or a plain number into base units
- * (bytes, bytes/s, FLOP/s). Decimal prefixes k M G T P are 10^3n, binary Ki Mi Gi Ti Pi are
- * 2^10n. On failure returns false and writes a message (what was wrong; what was expected)
- * into err (errlen bytes). The value must be finite, > 0 and, for sizes, below 2^62. */
+/* Parses "96 GB", "120GiB", "25 GB/s", "989 TFLOP/s", a count "25M" / "24Mi tokens" or a plain
+ * number into base units (bytes, bytes/s, FLOP/s, ones). Decimal prefixes k M G T P are 10^3n,
+ * binary Ki Mi Gi Ti Pi are 2^10n. On failure returns false and writes a message (what was
+ * wrong; what was expected) into err (errlen bytes). The value must be finite, > 0 and, for
+ * sizes and counts, below 2^62; a count must be whole. */
 bool units_parse(const char *text, Quantity q, double *out, char *err, size_t errlen);
 /* Formats bytes with binary units ("55.5 GiB"), and with decimal units ("59.6 GB"). */
 void units_fmt_bytes_bin(char *buf, size_t n, double bytes);
@@ -369,6 +370,7 @@ typedef struct {
 typedef struct {
   bool present;
   int64_t seq_len, global_batch, micro_batch;
+  int64_t global_batch_tokens; /* tokens per step when written (global_batch then = it / seq_len), else 0 */
   bool micro_batch_searched;  /* micro_batch unwritten or auto: the search chooses it (micro_batch 1 until then) */
   Optimizer optimizer;
   WireDtype grad_reduce_dtype;

@@ -193,6 +193,9 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
           (long long)s->training.micro_batch);
   fprintf(out, "policy     %s\n", choice_text(&m, ch));
+  units_fmt_int(a, sizeof a, s->training.global_batch * s->training.seq_len);
+  fprintf(out, "batch      %s tokens per step = %lld sequences x %lld tokens%s\n", a, (long long)s->training.global_batch,
+          (long long)s->training.seq_len, s->training.global_batch_tokens ? " (training.global_batch_tokens)" : "");
   print_placement(out, p);
   for (int t = 0; t < TIER__COUNT; t++) {
     if (!c->capacity[t] && !c->arena[t]) continue;
@@ -387,6 +390,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(tr, "micro_batch", jint(s->training.micro_batch));
   json_object_set_new(tr, "global_batch", jint(s->training.global_batch));
   json_object_set_new(tr, "seq_len", jint(s->training.seq_len));
+  json_object_set_new(tr, "tokens_per_step", jint(s->training.global_batch * s->training.seq_len));
   json_object_set_new(root, "training", tr);
   json_t *cl = json_object(); /* what MFU is measured against: tools read it from here */
   json_object_set_new(cl, "gpus_per_node", jint(s->cluster.gpus_per_node));

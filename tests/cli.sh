@@ -94,6 +94,15 @@ expect 0 '^plan: .*routed experts kept gathered until the optimizer step' "$mtc"
 grep -q '^#define EXPERTS_KEPT ' "$tmpk/x/step.c" && grep -q '^#define GATHERED1 ' "$tmpk/x/step.c" ||
   { echo "FAIL: reshard_experts after_step: no EXPERTS_KEPT and pool in step.c"; fail=1; }
 rm -rf "$tmpk"
+# global_batch_tokens: the step's tokens kept when seq_len is regenerated; plan.txt prints them
+tmpg=$(mktemp -d)
+sed 's/^  global_batch: 384.*/  global_batch_tokens: 24Mi/' specs/europa-1t.yaml >"$tmpg/e.yaml"
+expect 0 '^batch      25,165,824 tokens per step = 384 sequences x 65536 tokens$' "$mtc" plan specs/europa-1t.yaml
+expect 0 '^batch      25,165,824 tokens per step = 1536 sequences x 16384 tokens \(training.global_batch_tokens\)$' "$mtc" plan "$tmpg/e.yaml" --set training.seq_len=16384
+expect 0 '^16384 +yes .* 434 ' "$mtc" sweep "$tmpg/e.yaml" --over training.seq_len=16384,65536
+expect 0 '"tokens_per_step": 25165824' "$mtc" plan --json "$tmpg/e.yaml" --set training.seq_len=32768
+expect 2 'both global_batch \(384 sequences\) and global_batch_tokens are written' "$mtc" check "$tmpg/e.yaml" --set training.global_batch=384
+rm -rf "$tmpg"
 # one set of plans: only the all-to-all compile emits (flat) is searched; hierarchical is refused
 expect 0 '^  across      fsdp 256 x dp 1, ep 8, micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
 expect 0 '^  across      fsdp 256 x dp 1, ep 8, micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set plan.moe_dispatch=flat
