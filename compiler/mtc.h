@@ -642,7 +642,7 @@ typedef struct {
 /* A candidate plan: choice, memory items packed per tier, and (if it fits) its cost. */
 typedef struct {
   Choice ch;
-  bool quick;                    /* search mode: per-layer items keep one shared name */
+  bool quick;                    /* search mode: items without names or formulas (only the winner's are read) */
   MemItem *items;
   int nitems;
   int64_t capacity[TIER__COUNT]; /* bytes; 0 = no such tier */
@@ -830,6 +830,7 @@ typedef struct {
   int nalts;
   int ncandidates;
   double search_seconds;
+  int npacked;           /* candidates whose memory the search packed (the others were priced and could not matter) */
   Candidate in_node; /* the fastest fitting plan with ep <= gpus_per_node (its EP group in a node) */
   Candidate across;  /* the fastest fitting plan with ep > gpus_per_node (EP groups span nodes) */
   bool has_in_node, has_across;
@@ -882,6 +883,21 @@ typedef struct {
   double ag_experts;          /* the routed experts' part of ag */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
+/* What pricing may reuse between the candidates of one search over one md: which layers are
+ * priced alike, and the layer times and edge ops (embedding, head, loss) of the last (micro_batch,
+ * fsdp, ep, checkpoint policy, dispatch), the only choices they depend on. Zero-initialized;
+ * cost_memo_free releases it. */
+typedef struct {
+  Mem mem;
+  int *rep;          /* (nlayers) the first layer priced like each; NULL until first use */
+  LayerTime *times;  /* (nlayers) of key's choices; times[l] valid where rep[l] == l */
+  double edge;       /* seconds of the edge ops' forward + backward at key's micro_batch */
+  bool valid;
+  Choice key;
+} CostMemo;
+/* cost_step with memo (may be NULL): the same figures, computed once per layer kind and key. */
+void cost_step_memo(const Model *md, Candidate *c, CostMemo *memo);
+void cost_memo_free(CostMemo *memo);
 
 /* The kernels of op o for one micro-batch of T tokens in sequences of seq, on one GPU of the
  * spec's cluster, as its stack runs them (cost_kernel.c): forward and backward seconds. ep

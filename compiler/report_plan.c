@@ -241,7 +241,7 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
       fprintf(out, "  %-100s rejected: %s over by %s\n", choice_text(&m, &x->ch), plan_tier_name(x->over_tier), a);
   }
   fprintf(out, "\nsearch     %d candidates", p->ncandidates);
-  if (timing) fprintf(out, " in %.1f ms", 1e3 * p->search_seconds);
+  if (timing) fprintf(out, " (%d packed) in %.1f ms", p->npacked, 1e3 * p->search_seconds);
   fprintf(out, "\n");
   mem_free(&m);
 }

@@ -24,7 +24,19 @@ typedef struct {
   bool coarse;               /* the advice's searches: one reshard policy for both groups and the
                               * flat all-to-all (neither the split nor the dispatch changes what
                               * blocks a fit much, and they would spend its candidate budget) */
+  double cutoff;             /* > 0: only a plan faster than this matters (the pin note's search):
+                              * slower candidates are not packed, alternatives not kept */
+  int npacked;               /* candidates whose memory was packed (the rest priced only) */
+  bool fast;                 /* candidates whose state alone overflows a tier are not packed
+                              * (hopeless): exact unless the closest misfit or a rejected
+                              * alternative is wanted, when search_once searches again without */
+  int nhopeless;
+  CostMemo memo;             /* pricing's reuse between candidates (search_once frees it) */
+  Choice *unpacked;          /* this micro-batch size's candidates skipped unpacked (malloc'd) */
+  int nunpacked, capunpacked;
+  bool unpacked_over;        /* out of memory for the list: larger sizes are tried anyway */
 } Found;
+
 
 
 /* Candidates worth showing next to the best: fitting ones by step time, then rejected ones
@@ -70,27 +82,92 @@ static void keep_alt(Found *f, const Candidate *c) {
 
 static void consider(const Model *md, Candidate c, Found *f);
 
+/* Whether a priced candidate c cannot change what the search returns, whether it fits or not:
+ * not the best, not one of the alternatives kept, not the best of its class (EP inside a node or
+ * across nodes). Costs depend only on the choice, so this is known before packing its memory. */
+static bool cannot_matter(const Found *f, const Candidate *c, int64_t gpn) {
+  if (f->cutoff > 0) return c->cost.step >= f->cutoff || (f->feasible && c->cost.step >= f->best.cost.step);
+  bool across = c->ch.ep > gpn;
+  if (across ? !f->has_across : !f->has_in_node) return false;
+  if (c->cost.step < (across ? f->across : f->in_node).cost.step) return false;
+  /* the alternatives only get faster: a full list of fitting ones keeps nothing slower */
+  return f->nalts == MAX_ALTS && f->alts[MAX_ALTS - 1].fits && c->cost.step >= f->alts[MAX_ALTS - 1].cost.step;
+}
+
+/* Whether ch cannot fit, from bytes every arena of a tier holds, known without building its items
+ * (plan.c): the state block in the optimizer's tier (master, gradient and first-moment shards,
+ * at least 4 B each per parameter / fsdp; AdamW's second moments too when the optimizer is
+ * AdamW), its host copy when the state is in HBM, and the reserves. */
+static bool hopeless(const Model *md, const Choice *ch) {
+  const Spec *s = md->spec;
+  const ReserveSpec *r = &s->cluster.reserve;
+  double per = (double)md->params_total / (double)ch->fsdp;
+  double state = (s->training.optimizer == OPT_MUON ? 12 : 16) * per;
+  double hbm = (double)r->cuda_context + (double)r->nccl_buffers + (double)r->cublas_workspace;
+  double host = (double)r->host;
+  if (ch->opt_tier == TIER_HBM) hbm += state, host += state; /* (the host mirror: 3 shards + moments) */
+  else host += state;
+  return hbm > s->cluster.gpu.hbm || host > s->cluster.host.memory;
+}
+
 /* The candidate ch with each MoE dispatch in dispatches (a bit per DispatchPolicy): they hold
- * the same memory, so it is packed once and only the cost differs. */
+ * the same memory, so it is packed once, and only when some dispatch's cost could matter
+ * (cannot_matter); the others are counted, and remembered for the micro-batch loop's fit test. */
 static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned dispatches, Found *f) {
   Candidate c = {.ch = *ch, .quick = true};
-  mem_reset(scratch);
-  plan_memory(scratch, md, &c);
-  c.items = NULL, c.nitems = 0;
+  bool packed = false;
   for (int dp = DISPATCH_FLAT; dp <= DISPATCH_HIERARCHICAL; dp++)
     if (dispatches & 1u << dp) {
       c.ch.dispatch = (DispatchPolicy)dp;
+      if (!packed && f->fast && hopeless(md, &c.ch)) {
+        f->n++, f->nhopeless++;
+        return; /* (a rejected candidate: listed once) */
+      }
+      cost_step_memo(md, &c, &f->memo);
+      if (!packed && cannot_matter(f, &c, md->spec->cluster.gpus_per_node)) {
+        f->n++;
+        if (f->nunpacked == f->capunpacked) {
+          int cap = f->capunpacked ? 2 * f->capunpacked : 256;
+          Choice *u = realloc(f->unpacked, sizeof *u * (size_t)cap);
+          if (u) f->unpacked = u, f->capunpacked = cap;
+        }
+        if (f->nunpacked < f->capunpacked) f->unpacked[f->nunpacked++] = c.ch;
+        else f->unpacked_over = true;
+        continue;
+      }
+      if (!packed) {
+        Cost k = c.cost;
+        mem_reset(scratch);
+        plan_memory(scratch, md, &c);
+        c.items = NULL, c.nitems = 0, c.cost = k;
+        packed = true;
+        f->npacked++;
+      }
       consider(md, c, f);
       if (!c.fits) return; /* a rejected candidate is listed once */
     }
+}
+
+/* After a micro-batch size whose packed candidates all failed to fit: whether one it skipped
+ * unpacked fits (then larger sizes are still tried, as if it had been packed). */
+static bool unpacked_fits(Mem *scratch, const Model *md, Found *f) {
+  if (f->unpacked_over) return true; /* (out of memory) keep going: never fewer candidates */
+  for (int i = 0; i < f->nunpacked; i++) {
+    Candidate c = {.ch = f->unpacked[i], .quick = true};
+    if (f->fast && hopeless(md, &c.ch)) continue;
+    mem_reset(scratch);
+    plan_memory(scratch, md, &c);
+    f->npacked++;
+    if (c.fits) return true;
+  }
+  return false;
 }
 
 static void consider(const Model *md, Candidate c, Found *f) {
   const Choice *ch = &c.ch;
   f->n++;
   f->nfit += c.fits;
-  if (c.fits) {
-    cost_step(md, &c);
+  if (c.fits) { /* priced by evaluate */
     bool across = ch->ep > md->spec->cluster.gpus_per_node;
     Candidate *cls = across ? &f->across : &f->in_node;
     bool *has = across ? &f->has_across : &f->has_in_node;
@@ -101,9 +178,11 @@ static void consider(const Model *md, Candidate c, Found *f) {
       return;
     }
   } else if (!f->any || c.over_bytes < f->closest.over_bytes) {
+    c.cost = (Cost){0}; /* a rejected candidate has no step */
     f->closest = c, f->any = true;
   }
-  keep_alt(f, &c);
+  if (!c.fits) c.cost = (Cost){0};
+  if (f->cutoff <= 0) keep_alt(f, &c);
 }
 
 /* Whether the optimizer's state tier and step place agree with the spec's pins. */
@@ -137,8 +216,8 @@ static bool ep_allowed(const Spec *s, int64_t ep, int64_t fsdp) {
   return experts % ep == 0 && fsdp % ep == 0 && (gpn % ep == 0 || ep % gpn == 0);
 }
 
-/* One search over md's spec. */
-static void search_once(const Model *md, Found *f) {
+/* One pass of the search over md's spec. */
+static void search_pass(const Model *md, Found *f) {
   const Spec *s = md->spec;
   const PlanSpec *pin = &s->plan;
   int64_t gpn = s->cluster.gpus_per_node, W = s->cluster.nodes * gpn;
@@ -165,8 +244,9 @@ static void search_once(const Model *md, Found *f) {
       if (!ep_allowed(s, ep, fsdp) || (pin->ep && ep != pin->ep)) continue;
       /* micro-batch sizes ascending: memory only grows with the size, so once nothing fits at
        * one size, nothing fits at a larger one (for this fsdp and ep) */
-      for (int64_t mi = 0, fit = f->nfit; mi < nmb && (mi == 0 || f->nfit > fit); mi++) {
+      for (int64_t mi = 0, fit = f->nfit, more = 1; mi < nmb && more; mi++) {
         fit = f->nfit;
+        f->nunpacked = 0, f->unpacked_over = false;
         for (int a = 0; a < 3; a++) {
           if (pin->activation_checkpoint != AC_AUTO && acs[a] != pin->activation_checkpoint) continue;
           for (int off = OFF_NONE; off <= OFF_NVME; off++) {
@@ -211,11 +291,30 @@ static void search_once(const Model *md, Found *f) {
             }
           }
         }
+        more = f->nfit > fit || unpacked_fits(&scratch, md, f);
       }
     }
   }
   free(divs);
+  free(f->unpacked);
+  f->unpacked = NULL, f->nunpacked = f->capunpacked = 0;
   mem_free(&scratch);
+  cost_memo_free(&f->memo);
+}
+
+/* The search over md's spec: a fast pass (hopeless candidates not packed), again exactly when
+ * what it skipped could show: the closest misfit (nothing fits) or a rejected alternative (fewer
+ * than MAX_ALTS fitting ones kept). The pin note's search (cutoff) wants only the best. */
+static void search_once(const Model *md, Found *f) {
+  Found start = *f;
+  f->fast = true;
+  search_pass(md, f);
+  bool alts_fit = f->nalts == MAX_ALTS && f->alts[MAX_ALTS - 1].fits;
+  if (!f->nhopeless || (f->feasible && (alts_fit || f->cutoff > 0))) return;
+  int packed = f->npacked;
+  *f = start;
+  f->npacked = packed;
+  search_pass(md, f);
 }
 
 /* The advice searches stop after this many candidates in all (a deterministic bound, so an
@@ -224,10 +323,10 @@ enum { ADVICE_BUDGET = 20000 };
 
 /* The search over md with spec u instead of md's (u changes values that do not change the
  * model graph); adds the candidates it tried to *spent. coarse: see Found. */
-static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool coarse) {
+static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool coarse, double cutoff) {
   Model *copy = mem_alloc(m, sizeof *copy);
   *copy = *md, copy->spec = u;
-  Found f = {.coarse = coarse};
+  Found f = {.coarse = coarse, .cutoff = cutoff};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(copy, &f);
   *spent += f.n;
@@ -242,7 +341,7 @@ static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, in
   s->training.seq_len = seq;
   s->plan.fsdp = s->plan.dp_replicate = 0; /* pins that name the old world size are dropped */
   if (s->plan.ep && !ep_allowed(s, s->plan.ep, nodes * s->cluster.gpus_per_node)) s->plan.ep = 0;
-  return search_variant(m, md, s, spent, true);
+  return search_variant(m, md, s, spent, true, 0);
 }
 
 /* Sequences per step that every rank must divide: micro_batch × GPUs when micro_batch is
@@ -321,7 +420,7 @@ static const char *advise(Mem *m, const Model *md) {
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
     unpin_plan(&u->plan);
-    Found g = search_variant(m, md, u, &spent, true);
+    Found g = search_variant(m, md, u, &spent, true, 0);
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
@@ -352,13 +451,17 @@ static const char *pin_note(Mem *m, const Model *md, const Candidate *best) {
   const Spec *s = md->spec;
   const PlanSpec *p = &s->plan;
   if (!plan_pinned(p) && s->training.micro_batch_searched) return NULL;
+  if (!plan_pinned(p)) { /* only micro_batch: nothing to gain when it is the only size the batch allows */
+    int64_t W = s->cluster.nodes * s->cluster.gpus_per_node, one[2];
+    if (s->training.global_batch % W == 0 && divisors(s->training.global_batch / W, one, 2) == 1) return NULL;
+  }
   Spec *u = mem_alloc(m, sizeof *u);
   *u = *s;
   unpin_plan(&u->plan);
   u->training.micro_batch_searched = true;
   int spent = 0;
-  Found f = search_variant(m, md, u, &spent, false);
-  if (!f.feasible || best->cost.step <= 1.1 * f.best.cost.step) return NULL;
+  Found f = search_variant(m, md, u, &spent, false, best->cost.step / 1.1);
+  if (!f.feasible || best->cost.step <= 1.1 * f.best.cost.step) return NULL; /* (cutoff: only faster ones were packed) */
   const Choice *a = &best->ch, *b = &f.best.ch;
   char *keys = "";
 #define NUM(x) mem_printf(m, "%lld", (long long)(x))
@@ -426,6 +529,7 @@ Plan *plan_search(Mem *m, const Model *md) {
   clock_gettime(CLOCK_MONOTONIC, &t1);
   p->search_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   p->ncandidates = f.n;
+  p->npacked = f.npacked;
   p->feasible = f.feasible;
   p->best = f.feasible ? f.best : f.closest;
   p->best.quick = false;
