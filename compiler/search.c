@@ -5,6 +5,7 @@
  * those over a memory budget are rejected with the tier and the overage; the fastest predicted step wins, ties going to
  * the first in enumeration order (deterministic). When nothing fits, the advice is computed
  * by searching again with more nodes and with shorter sequences. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,7 +31,12 @@ typedef struct {
   bool fast;                 /* candidates whose state alone overflows a tier are not packed
                               * (hopeless): exact unless the closest misfit or a rejected
                               * alternative is wanted, when search_once searches again without */
+  bool fit_only;             /* only whether something fits, and the closest misfit (the advice's
+                              * tries of more nodes or shorter sequences): nothing is priced, and
+                              * once one candidate of a micro-batch size fits the rest are counted */
+  int mb_fit;                /* nfit when this micro-batch size began */
   int nhopeless;
+  double hopeless_over;      /* the least of their overages' lower bounds */
   CostMemo memo;             /* pricing's reuse between candidates (search_once frees it) */
   Choice *unpacked;          /* this micro-batch size's candidates skipped unpacked (malloc'd) */
   int nunpacked, capunpacked;
@@ -94,11 +100,12 @@ static bool cannot_matter(const Found *f, const Candidate *c, int64_t gpn) {
   return f->nalts == MAX_ALTS && f->alts[MAX_ALTS - 1].fits && c->cost.step >= f->alts[MAX_ALTS - 1].cost.step;
 }
 
-/* Whether ch cannot fit, from bytes every arena of a tier holds, known without building its items
- * (plan.c): the state block in the optimizer's tier (master, gradient and first-moment shards,
- * at least 4 B each per parameter / fsdp; AdamW's second moments too when the optimizer is
- * AdamW), its host copy when the state is in HBM, and the reserves. */
-static bool hopeless(const Model *md, const Choice *ch) {
+/* The least overage ch can have, from bytes every arena of a tier holds, known without building its
+ * items (plan.c): the state block in the optimizer's tier (master, gradient and first-moment
+ * shards, at least 4 B each per parameter / fsdp; AdamW's second moments too when the optimizer
+ * is AdamW), its host copy when the state is in HBM, and the reserves. > 0: ch cannot fit
+ * (hopeless), and its over_bytes is at least this. */
+static double least_over(const Model *md, const Choice *ch) {
   const Spec *s = md->spec;
   const ReserveSpec *r = &s->cluster.reserve;
   double per = (double)md->params_total / (double)ch->fsdp;
@@ -107,7 +114,7 @@ static bool hopeless(const Model *md, const Choice *ch) {
   double host = (double)r->host;
   if (ch->opt_tier == TIER_HBM) hbm += state, host += state; /* (the host mirror: 3 shards + moments) */
   else host += state;
-  return hbm > s->cluster.gpu.hbm || host > s->cluster.host.memory;
+  return fmax(hbm - s->cluster.gpu.hbm, host - s->cluster.host.memory);
 }
 
 /* The candidate ch with each MoE dispatch in dispatches (a bit per DispatchPolicy): they hold
@@ -119,12 +126,18 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned d
   for (int dp = DISPATCH_FLAT; dp <= DISPATCH_HIERARCHICAL; dp++)
     if (dispatches & 1u << dp) {
       c.ch.dispatch = (DispatchPolicy)dp;
-      if (!packed && f->fast && hopeless(md, &c.ch)) {
+      if (f->fit_only && f->nfit > f->mb_fit) {
+        f->n++;
+        return; /* this size fits already: the rest only counted */
+      }
+      double lo = !packed && f->fast ? least_over(md, &c.ch) : 0;
+      if (lo > 0) { /* hopeless */
         f->n++, f->nhopeless++;
+        if (f->nhopeless == 1 || lo < f->hopeless_over) f->hopeless_over = lo;
         return; /* (a rejected candidate: listed once) */
       }
-      cost_step_memo(md, &c, &f->memo);
-      if (!packed && cannot_matter(f, &c, md->spec->cluster.gpus_per_node)) {
+      if (!f->fit_only) cost_step_memo(md, &c, &f->memo);
+      if (!f->fit_only && !packed && cannot_matter(f, &c, md->spec->cluster.gpus_per_node)) {
         f->n++;
         if (f->nunpacked == f->capunpacked) {
           int cap = f->capunpacked ? 2 * f->capunpacked : 256;
@@ -154,7 +167,7 @@ static bool unpacked_fits(Mem *scratch, const Model *md, Found *f) {
   if (f->unpacked_over) return true; /* (out of memory) keep going: never fewer candidates */
   for (int i = 0; i < f->nunpacked; i++) {
     Candidate c = {.ch = f->unpacked[i], .quick = true};
-    if (f->fast && hopeless(md, &c.ch)) continue;
+    if (f->fast && least_over(md, &c.ch) > 0) continue;
     mem_reset(scratch);
     plan_memory(scratch, md, &c);
     f->npacked++;
@@ -245,7 +258,7 @@ static void search_pass(const Model *md, Found *f) {
       /* micro-batch sizes ascending: memory only grows with the size, so once nothing fits at
        * one size, nothing fits at a larger one (for this fsdp and ep) */
       for (int64_t mi = 0, fit = f->nfit, more = 1; mi < nmb && more; mi++) {
-        fit = f->nfit;
+        fit = f->mb_fit = f->nfit;
         f->nunpacked = 0, f->unpacked_over = false;
         for (int a = 0; a < 3; a++) {
           if (pin->activation_checkpoint != AC_AUTO && acs[a] != pin->activation_checkpoint) continue;
@@ -303,14 +316,19 @@ static void search_pass(const Model *md, Found *f) {
 }
 
 /* The search over md's spec: a fast pass (hopeless candidates not packed), again exactly when
- * what it skipped could show: the closest misfit (nothing fits) or a rejected alternative (fewer
- * than MAX_ALTS fitting ones kept). The pin note's search (cutoff) wants only the best. */
+ * what it skipped could show: as the closest misfit (nothing fits) or a rejected alternative
+ * (fewer than MAX_ALTS fitting ones kept), unless their overages' lower bound already exceeds
+ * those shown. The pin note's search (cutoff) and the advice's (coarse) show no alternatives. */
 static void search_once(const Model *md, Found *f) {
   Found start = *f;
   f->fast = true;
   search_pass(md, f);
-  bool alts_fit = f->nalts == MAX_ALTS && f->alts[MAX_ALTS - 1].fits;
-  if (!f->nhopeless || (f->feasible && (alts_fit || f->cutoff > 0))) return;
+  if (!f->nhopeless) return;
+  bool need_alts = f->cutoff <= 0 && !f->coarse;
+  bool alts_ok = !need_alts || (f->nalts == MAX_ALTS && (f->alts[MAX_ALTS - 1].fits ||
+                                                          f->hopeless_over > (double)f->alts[MAX_ALTS - 1].over_bytes));
+  bool closest_ok = f->feasible || f->cutoff > 0 || (f->any && f->hopeless_over > (double)f->closest.over_bytes);
+  if (alts_ok && closest_ok) return;
   int packed = f->npacked;
   *f = start;
   f->npacked = packed;
@@ -323,17 +341,19 @@ enum { ADVICE_BUDGET = 20000 };
 
 /* The search over md with spec u instead of md's (u changes values that do not change the
  * model graph); adds the candidates it tried to *spent. coarse: see Found. */
-static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool coarse, double cutoff) {
+static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool coarse, double cutoff,
+                            bool fit_only) {
   Model *copy = mem_alloc(m, sizeof *copy);
   *copy = *md, copy->spec = u;
-  Found f = {.coarse = coarse, .cutoff = cutoff};
+  Found f = {.coarse = coarse, .cutoff = cutoff, .fit_only = fit_only};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(copy, &f);
   *spent += f.n;
   return f;
 }
 
-/* The search with another node count and sequence length, for "what would make it fit". */
+/* The search with another node count and sequence length, for "what would make it fit": only
+ * whether something fits and, if not, the closest misfit (fit_only). */
 static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, int *spent) {
   Spec *s = mem_alloc(m, sizeof *s);
   *s = *md->spec;
@@ -341,7 +361,7 @@ static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, in
   s->training.seq_len = seq;
   s->plan.fsdp = s->plan.dp_replicate = 0; /* pins that name the old world size are dropped */
   if (s->plan.ep && !ep_allowed(s, s->plan.ep, nodes * s->cluster.gpus_per_node)) s->plan.ep = 0;
-  return search_variant(m, md, s, spent, true, 0);
+  return search_variant(m, md, s, spent, true, 0, true);
 }
 
 /* Sequences per step that every rank must divide: micro_batch × GPUs when micro_batch is
@@ -420,7 +440,7 @@ static const char *advise(Mem *m, const Model *md) {
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
     unpin_plan(&u->plan);
-    Found g = search_variant(m, md, u, &spent, true, 0);
+    Found g = search_variant(m, md, u, &spent, true, 0, false);
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld, %s checkpointing%s", out,
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
@@ -460,7 +480,7 @@ static const char *pin_note(Mem *m, const Model *md, const Candidate *best) {
   unpin_plan(&u->plan);
   u->training.micro_batch_searched = true;
   int spent = 0;
-  Found f = search_variant(m, md, u, &spent, false, best->cost.step / 1.1);
+  Found f = search_variant(m, md, u, &spent, false, best->cost.step / 1.1, false);
   if (!f.feasible || best->cost.step <= 1.1 * f.best.cost.step) return NULL; /* (cutoff: only faster ones were packed) */
   const Choice *a = &best->ch, *b = &f.best.ch;
   char *keys = "";
