@@ -3,7 +3,9 @@
  * reshard policy (per group: all but the routed experts, the routed experts) × MoE dispatch
  * (flat, or hierarchical for EP groups across nodes) × prefetch depth the spec's pins allow;
  * those over a memory budget are rejected with the tier and the overage; the fastest predicted step wins, ties going to
- * the first in enumeration order (deterministic). When nothing fits, the advice is computed
+ * the first in enumeration order (deterministic). Each candidate is priced before its memory is
+ * packed, and packed only when it could change what is returned (cannot_matter, least_over):
+ * the result is the one an exhaustive search gives (tests/plans.sh). When nothing fits, the advice is computed
  * by searching again with more nodes and with shorter sequences. */
 #include <math.h>
 #include <stdlib.h>
