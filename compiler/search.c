@@ -1,7 +1,7 @@
 /* search.c — the planner's search: every layout (fsdp, ep inside a node or across whole nodes)
  * × micro-batch size × checkpoint policy × activation offload × optimizer-state tier ×
  * reshard policy (per group: all but the routed experts, the routed experts) × MoE dispatch
- * (flat, or hierarchical for EP groups across nodes) × prefetch depth the spec's pins allow;
+ * (those compile emits: plan_dispatch_emitted) × prefetch depth the spec's pins allow;
  * those over a memory budget are rejected with the tier and the overage; the fastest predicted step wins, ties going to
  * the first in enumeration order (deterministic). Each candidate is priced before its memory is
  * packed, and packed only when it could change what is returned (cannot_matter, least_over):
