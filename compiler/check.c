@@ -205,6 +205,25 @@ static bool check_model(Diag *d, Spec *s) {
 
 static bool check_training(Diag *d, Spec *s) {
   TrainingSpec *t = &s->training;
+  if (t->global_batch && t->global_batch_tokens)
+    FAIL("training.global_batch_tokens", "both global_batch (%lld sequences) and global_batch_tokens are written; "
+         "expected one of them", (long long)t->global_batch);
+  if (!t->global_batch && !t->global_batch_tokens)
+    FAIL("training", "missing key 'training.global_batch' (sequences per optimizer step) or "
+         "'training.global_batch_tokens' (tokens per optimizer step); expected one of them");
+  if (t->global_batch_tokens) {
+    int64_t q = t->global_batch_tokens / t->seq_len, lo = q * t->seq_len, hi = lo + t->seq_len;
+    if (t->global_batch_tokens % t->seq_len != 0)
+      FAIL("training.global_batch_tokens", "global_batch_tokens %lld is not a whole number of sequences of seq_len %lld; "
+           "expected a multiple of seq_len, such as %lld (%lld x %lld)", (long long)t->global_batch_tokens,
+           (long long)t->seq_len, (long long)(q ? lo : hi), (long long)(q ? q : 1), (long long)t->seq_len);
+    if (q > (int64_t)1 << 30)
+      FAIL("training.global_batch_tokens", "global_batch_tokens %lld is %lld sequences of seq_len %lld; expected at "
+           "most 2^30 sequences", (long long)t->global_batch_tokens, (long long)q, (long long)t->seq_len);
+    t->global_batch = q;
+  }
+  t->micro_batch_searched = t->micro_batch == 0; /* auto */
+  if (t->micro_batch_searched) t->micro_batch = 1;
   if (t->micro_batch > t->global_batch || t->global_batch % t->micro_batch != 0)
     FAIL("training.micro_batch", "micro_batch %lld does not divide global_batch %lld; expected "
          "global_batch = micro_batch x data-parallel ranks x accumulation steps",
@@ -283,6 +302,10 @@ static bool check_plan(Diag *d, Spec *s) {
     FAIL("plan.moe_dispatch", "moe_dispatch is hierarchical but ep %lld keeps each EP group inside one node of "
          "%lld GPUs: nothing crosses nodes; expected flat or auto, or an ep that is a multiple of gpus_per_node",
          (long long)p->ep, (long long)c->gpus_per_node);
+  if (p->moe_dispatch != DISPATCH_AUTO && !plan_dispatch_emitted(p->moe_dispatch))
+    FAIL("plan.moe_dispatch", "moe_dispatch is %s: that all-to-all is priced but `mtc compile` does not emit it "
+         "yet (the program sends every token copy straight to its expert's rank); expected flat or auto",
+         plan_dispatch_name(p->moe_dispatch));
   if (p->ep) {
     if (!s->model.moe.present && p->ep > 1)
       FAIL("plan.ep", "ep %lld but the model has no experts; expected ep: 1 or auto", (long long)p->ep);

@@ -258,7 +258,15 @@ double cost_ns_flops_busiest(const Model *md, const Choice *ch, double *moving_e
   return v;
 }
 
-void cost_step(const Model *md, Candidate *c) { cost_step_trace(md, c, NULL); }
+static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo);
+
+void cost_step(const Model *md, Candidate *c) { step(md, c, NULL, NULL); }
+void cost_step_trace(const Model *md, Candidate *c, void *trace) { step(md, c, trace, NULL); }
+void cost_step_memo(const Model *md, Candidate *c, CostMemo *memo) { step(md, c, NULL, memo); }
+void cost_memo_free(CostMemo *memo) {
+  mem_free(&memo->mem);
+  *memo = (CostMemo){0};
+}
 
 /* Whether layers a and b are priced alike by cost_layer: the same figures and the same ops
  * with the same parameter shapes (DeepSeek-V3's 58 MoE layers are one layer 58 times). */
@@ -290,8 +298,13 @@ static bool same_layer(const Model *md, int a, int b) {
   return true;
 }
 
-void cost_step_trace(const Model *md, Candidate *c, void *trace) {
-  json_t *events = trace;
+/* Whether a and b give the same layer times and edge ops (CostMemo's key). */
+static bool same_key(const Choice *a, const Choice *b) {
+  return a->micro_batch == b->micro_batch && a->fsdp == b->fsdp && a->ep == b->ep && a->efsdp == b->efsdp &&
+         a->ac == b->ac && a->dispatch == b->dispatch;
+}
+
+static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) {
   const Spec *s = md->spec;
   const Choice *ch = &c->ch;
   const ClusterSpec *cl = &s->cluster;
@@ -316,18 +329,23 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
    * (through host memory: the slower of the two) */
   double off_bw = ch->offload == OFF_NVME ? fmin(c2c, cl->nvme.bandwidth) : c2c;
   /* layers priced alike are priced once: rep[l] is the first layer like l */
-  int *rep = mem_array(&m, (size_t)L, sizeof(int));
-  LayerTime *times = mem_array(&m, (size_t)L, sizeof(LayerTime));
+  int *rep = memo && memo->rep ? memo->rep : mem_array(memo ? &memo->mem : &m, (size_t)L, sizeof(int));
+  if (!memo || rep != memo->rep)
+    for (int l = 0; l < L; l++) {
+      rep[l] = l;
+      for (int j = 0; j < l; j++)
+        if (rep[j] == j && same_layer(md, j, l)) {
+          rep[l] = j;
+          break;
+        }
+    }
+  bool known = memo && memo->valid && same_key(&memo->key, ch);
+  LayerTime *times = memo ? memo->times : mem_array(&m, (size_t)L, sizeof(LayerTime));
+  if (memo && !times) times = memo->times = mem_array(&memo->mem, (size_t)L, sizeof(LayerTime));
+  if (memo) memo->rep = rep;
   for (int l = 0; l < L; l++) {
-    rep[l] = l;
-    for (int j = 0; j < l; j++)
-      if (rep[j] == j && same_layer(md, j, l)) {
-        rep[l] = j;
-        break;
-      }
-    if (rep[l] == l) cost_layer(md, ch, l, &times[l]);
-    else times[l] = times[rep[l]];
-    LayerTime t = times[l];
+    if (!known && rep[l] == l) cost_layer(md, ch, l, &times[l]);
+    LayerTime t = times[rep[l]];
     comm_f[l] = t.ag;
     comp_f[l] = t.fwd + t.a2a_fwd + t.kv_fwd;
     comm_b[L - 1 - l] = t.ag; /* FSDP re-gathers for backward, then reduce-scatters */
@@ -348,11 +366,14 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) {
   }
   /* embedding, final norm, LM head and loss: outside the layer pipeline */
   double edge = 0;
-  for (int i = 0; i < md->nops; i++)
-    if (md->ops[i].layer < 0) {
-      OpTime o = cost_op(s, md, &md->ops[i], T, seq, 1, 1);
-      edge += o.fwd + o.bwd;
-    }
+  if (known) edge = memo->edge;
+  else
+    for (int i = 0; i < md->nops; i++)
+      if (md->ops[i].layer < 0) {
+        OpTime o = cost_op(s, md, &md->ops[i], T, seq, 1, 1);
+        edge += o.fwd + o.bwd;
+      }
+  if (memo) memo->edge = edge, memo->key = *ch, memo->valid = true;
   compute += edge;
   /* embedding and LM head: gathered for forward and again for backward, their gradients
    * reduce-scattered; counted as exposed (they bracket the layer pipeline) */

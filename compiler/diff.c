@@ -113,7 +113,7 @@ static json_t *load(Mem *m, Diag *d, const char *path, const char *const *sets, 
   Model *md = s ? model_build(m, d, s) : NULL;
   if (!md) return NULL;
   json_t *j = report_json(md);
-  report_plan_json(j, plan_search_for(m, md, true), false); /* as mtc compile plans it */
+  report_plan_json(j, plan_search(m, md), false); /* as mtc compile plans it */
   return j;
 }
 

@@ -238,13 +238,8 @@ static int run(Args *a) {
       report_plan_text(stdout, p, true);
     }
     if (!p->feasible && status == EXIT_DONE) status = EXIT_NO_PLAN;
-  } else if (s->plan.moe_dispatch == DISPATCH_HIERARCHICAL) { /* compile */
-    diag_error(&d, spec_loc(s, "plan.moe_dispatch"), "'plan.moe_dispatch' is hierarchical: the node-local then "
-               "inter-node all-to-all is planned but not yet emitted (the generated program sends every token copy "
-               "straight to its expert's rank); expected flat or auto (compile then plans flat)");
-    status = EXIT_BAD_INPUT;
-  } else { /* compile: only what the program implements (the flat all-to-all) */
-    Plan *p = plan_search_for(&mem, md, true);
+  } else { /* compile */
+    Plan *p = plan_search(&mem, md);
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);
     report_plan_json(j, p, false);

@@ -125,12 +125,13 @@ int diag_line_break(const char *p, const char *end);
 /* ------------------------------------------------------------------ units.c */
 
 /* What a quantity measures; each has its own units. */
-typedef enum { Q_SIZE, Q_RATE, Q_FLOPS } Quantity;
+typedef enum { Q_SIZE, Q_RATE, Q_FLOPS, Q_COUNT } Quantity;
 
-/* Parses "96 GB", "120GiB", "25 GB/s", "989 TFLOP/s" or a plain number into base units
- * (bytes, bytes/s, FLOP/s). Decimal prefixes k M G T P are 10^3n, binary Ki Mi Gi Ti Pi are
- * 2^10n. On failure returns false and writes a message (what was wrong; what was expected)
- * into err (errlen bytes). The value must be finite, > 0 and, for sizes, below 2^62. */
+/* Parses "96 GB", "120GiB", "25 GB/s", "989 TFLOP/s", a count "25M" / "24Mi tokens" or a plain
+ * number into base units (bytes, bytes/s, FLOP/s, ones). Decimal prefixes k M G T P are 10^3n,
+ * binary Ki Mi Gi Ti Pi are 2^10n. On failure returns false and writes a message (what was
+ * wrong; what was expected) into err (errlen bytes). The value must be finite, > 0 and, for
+ * sizes and counts, below 2^62; a count must be whole. */
 bool units_parse(const char *text, Quantity q, double *out, char *err, size_t errlen);
 /* Formats bytes with binary units ("55.5 GiB"), and with decimal units ("59.6 GB"). */
 void units_fmt_bytes_bin(char *buf, size_t n, double bytes);
@@ -369,6 +370,8 @@ typedef struct {
 typedef struct {
   bool present;
   int64_t seq_len, global_batch, micro_batch;
+  int64_t global_batch_tokens; /* tokens per step when written (global_batch then = it / seq_len), else 0 */
+  bool micro_batch_searched;  /* micro_batch unwritten or auto: the search chooses it (micro_batch 1 until then) */
   Optimizer optimizer;
   WireDtype grad_reduce_dtype;
   double lr;
@@ -653,7 +656,7 @@ typedef struct {
 /* A candidate plan: choice, memory items packed per tier, and (if it fits) its cost. */
 typedef struct {
   Choice ch;
-  bool quick;                    /* search mode: per-layer items keep one shared name */
+  bool quick;                    /* search mode: items without names or formulas (only the winner's are read) */
   MemItem *items;
   int nitems;
   int64_t capacity[TIER__COUNT]; /* bytes; 0 = no such tier */
@@ -841,13 +844,13 @@ typedef struct {
   int nalts;
   int ncandidates;
   double search_seconds;
+  int npacked;           /* candidates whose memory the search packed (the others were priced and could not matter) */
   Candidate in_node; /* the fastest fitting plan with ep <= gpus_per_node (its EP group in a node) */
   Candidate across;  /* the fastest fitting plan with ep > gpus_per_node (EP groups span nodes) */
   bool has_in_node, has_across;
   Candidate *by_cp;  /* per context-parallel degree tried, ascending: the fastest fitting, else the
                         closest to fitting (mtc explain sets them side by side) */
   int nby_cp;
-  bool program;      /* searched for `mtc compile`: only what the program implements */
   const char *advice;/* when infeasible: what would make it fit, computed */
   const char *hint;  /* when feasible but communication-bound: a faster setting, computed */
   Placement *placement;
@@ -900,6 +903,21 @@ typedef struct {
   double kv_fwd, kv_bwd;      /* their exposed parts, on the compute stream */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
+/* What pricing may reuse between the candidates of one search over one md: which layers are
+ * priced alike, and the layer times and edge ops (embedding, head, loss) of the last (micro_batch,
+ * fsdp, ep, checkpoint policy, dispatch), the only choices they depend on. Zero-initialized;
+ * cost_memo_free releases it. */
+typedef struct {
+  Mem mem;
+  int *rep;          /* (nlayers) the first layer priced like each; NULL until first use */
+  LayerTime *times;  /* (nlayers) of key's choices; times[l] valid where rep[l] == l */
+  double edge;       /* seconds of the edge ops' forward + backward at key's micro_batch */
+  bool valid;
+  Choice key;
+} CostMemo;
+/* cost_step with memo (may be NULL): the same figures, computed once per layer kind and key. */
+void cost_step_memo(const Model *md, Candidate *c, CostMemo *memo);
+void cost_memo_free(CostMemo *memo);
 
 /* The kernels of op o for one micro-batch of T tokens in sequences of seq, on one GPU of the
  * spec's cluster, as its stack runs them (cost_kernel.c): forward and backward seconds. ep
@@ -910,12 +928,14 @@ OpTime cost_op(const Spec *s, const Model *md, const Op *o, double T, double seq
  * bf16_flops: tile and wave quantization, bounded below by its bytes at HBM speed and by
  * kernel_launch (cost_kernel.c). */
 double cost_gemm(const Spec *s, double M, double N, double K, double groups, double eff);
-/* Enumerates every layout × policy × micro-batch size allowed by the spec's pins, keeps the
- * fastest that fits. The plan's md is a copy whose spec carries the chosen micro_batch. */
+/* Enumerates every layout × policy × micro-batch size allowed by the spec's pins that the
+ * generated program implements, keeps the fastest that fits: the one plan that plan, explain,
+ * sweep, diff and compile show. The plan's md is a copy whose spec carries the chosen
+ * micro_batch. */
 Plan *plan_search(Mem *m, const Model *md);
-/* The same; with program, only choices the generated program implements (reshard
- * every_micro_batch): what `mtc compile` plans. */
-Plan *plan_search_for(Mem *m, const Model *md, bool program);
+/* Whether `mtc compile` emits the MoE all-to-all d (search.c): only those are searched, and a
+ * spec that pins another is refused (check.c). */
+bool plan_dispatch_emitted(DispatchPolicy d);
 /* ---- plan_exact.c: the chosen plan's items at the program's own bytes ---- */
 /* Makes the items of p's chosen candidate (plan_search calls it on its result) that the
  * generated program holds in its arenas exactly the program's bytes (the emitter's layout of

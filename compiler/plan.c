@@ -33,6 +33,10 @@ typedef struct {
   int cap;
 } Items;
 
+/* A formatted item name or formula, or "" while the search packs a candidate (Candidate.quick):
+ * only the winner's items are read. */
+#define TEXT(it, ...) ((it)->c->quick ? "" : mem_printf((it)->m, __VA_ARGS__))
+
 static void item(Items *it, const char *name, ItemCategory cat, Tier tier, double bytes, int start,
                  int end, const char *formula) {
   Candidate *c = it->c;
@@ -217,21 +221,21 @@ static void build_items(Items *it, const Model *md) {
            "optimizer step (reshard_experts after_step)");
     double gp = gathered_group_bytes(md, ch->ep, !keep_d, !keep_e);
     for (int i = 0; i <= ch->prefetch; i++)
-      item(it, mem_printf(it->m, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, gp, 1, PHASE_OPT(L),
+      item(it, TEXT(it, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, gp, 1, PHASE_OPT(L),
            keep_d ? "2 B x the routed experts / ep of the largest layer (re-gathered per micro-batch)"
                   : "2 B x the largest layer's dense params, embedding or head (re-gathered per micro-batch)");
   } else
     for (int i = 0; i <= ch->prefetch; i++)
-      item(it, mem_printf(it->m, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, g, 1, PHASE_OPT(L),
+      item(it, TEXT(it, "gathered.params[%d]", i), CAT_GATHERED, TIER_HBM, g, 1, PHASE_OPT(L),
            "2 B x (dense params of the largest layer + its routed experts / ep)");
   for (int i = 0; i < 2; i++)
-    item(it, mem_printf(it->m, "grads.bf16_unsharded[%d]", i), CAT_GRADS, TIER_HBM, g,
+    item(it, TEXT(it, "grads.bf16_unsharded[%d]", i), CAT_GRADS, TIER_HBM, g,
          PHASE_LOSS(L), PHASE_OPT(L), "as gathered.params: one layer's gradient before reduce-scatter");
   /* grad_reduce_dtype fp32: each gradient buffer's values cast to fp32 and reduce-scattered there
    * in place (bf16: the bf16 buffer itself is reduce-scattered in place) */
   if (s->training.grad_reduce_dtype != WIRE_BF16 && ch->fsdp > 1)
     for (int i = 0; i < 2; i++)
-      item(it, mem_printf(it->m, "grads.fp32_wire[%d]", i), CAT_GRADS, TIER_HBM, 2 * g, PHASE_LOSS(L), PHASE_OPT(L),
+      item(it, TEXT(it, "grads.fp32_wire[%d]", i), CAT_GRADS, TIER_HBM, 2 * g, PHASE_LOSS(L), PHASE_OPT(L),
            "4 B per value of grads.bf16_unsharded: its gradient in fp32 on the wire (grad_reduce_dtype fp32)");
 
   /* activations kept from each layer's forward to its backward; the experts' side of the
@@ -247,7 +251,7 @@ static void build_items(Items *it, const Model *md) {
     /* offloaded: the last two boundaries never leave the device (the program's OFFLOAD_IDS is
      * L - 2): they stay in activations.offload_staging's buffers until their backward */
     if (t != TIER_HBM && l >= L - 2) continue;
-    item(it, it->c->quick ? what : mem_printf(it->m, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
+    item(it, TEXT(it, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
          PHASE_BWD(L, l) + 1,
          ch->ac == AC_FULL ? "2 B x hidden x tokens (the layer's input)"
                            : "saved bytes per token of the layer (model graph) x tokens");
@@ -277,7 +281,7 @@ static void build_items(Items *it, const Model *md) {
    * output X<L> has a buffer of its own (the others are the stacked items above) */
   if (off && ch->ac == AC_FULL)
     for (int i = 0; i < 3; i++)
-      item(it, mem_printf(it->m, "activations.offload_staging[%d]", i), CAT_ACTIVATIONS, TIER_HBM,
+      item(it, TEXT(it, "activations.offload_staging[%d]", i), CAT_ACTIVATIONS, TIER_HBM,
            boundary, 1, PHASE_OPT(L), "2 B x hidden x tokens: boundary l in slot l % 3 (a layer's input, its output, "
            "one in flight to/from host)");
   else
@@ -285,7 +289,7 @@ static void build_items(Items *it, const Model *md) {
          "2 B x hidden x tokens: the last layer's output, the final norm's input");
   if (ch->offload == OFF_NVME && ch->ac == AC_FULL) /* NVMe reads and writes go through host memory */
     for (int i = 0; i < 2; i++)
-      item(it, mem_printf(it->m, "activations.nvme_bounce[%d]", i), CAT_ACTIVATIONS, TIER_HOST, boundary, 1,
+      item(it, TEXT(it, "activations.nvme_bounce[%d]", i), CAT_ACTIVATIONS, TIER_HOST, boundary, 1,
            PHASE_OPT(L), "2 B x hidden x tokens: a boundary between HBM and NVMe");
   /* the layer workspace: what one layer does not keep, live in its forward and again in its
    * backward's recompute (the program's WS_ buffers serve both: one item alive from the first
@@ -298,7 +302,7 @@ static void build_items(Items *it, const Model *md) {
                     : "saved bytes per token of the widest layer that the policy does not keep x tokens (the layer's "
                       "workspace, in its forward and its backward's recompute; what it keeps is activations.saved)");
   for (int i = 0; i < 2; i++)
-    item(it, mem_printf(it->m, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
+    item(it, TEXT(it, "activations.grad_residual[%d]", i), CAT_ACTIVATIONS, TIER_HBM, boundary,
          PHASE_LOSS(L), PHASE_OPT(L), "2 B x hidden x tokens: gradient of the residual stream in/out");
   /* context parallelism: a layer's attention all-gathers the keys and values of the whole
    * sequences over the cp group (cp x the rank's own, in position order), and its backward
@@ -346,7 +350,7 @@ static void build_items(Items *it, const Model *md) {
   const bool ffn_in_a2a = md->n_moe_layers && ch->ep > 1;
   if (!ffn_in_a2a)
     item(it, "workspace.shared", CAT_WORKSPACE, TIER_HBM, shared, 1, END,
-         mem_printf(it->m, "%s: one group at a time", shared_what));
+         TEXT(it, "%s: one group at a time", shared_what));
   /* the final norm's statistics and each token's log-sum-exp (fp32: RSTDF, LSEF), the tokens and
    * targets (int32: INPUTS, TARGETS) */
   const double st = s->model.norm == NORM_LAYERNORM ? 2 : 1;
@@ -374,7 +378,7 @@ static void build_items(Items *it, const Model *md) {
            "tokens x top_k x hidden x 2 B x moe_imbalance (the experts' outputs; in the backward, their gradient "
            "received)");
       item(it, "moe.a2a_staging", CAT_MOE, TIER_HBM, fmax(b * imb, shared), 1, END,
-           mem_printf(it->m, "max(tokens x top_k x hidden x 2 B x moe_imbalance: one round's rows in source-rank "
+           TEXT(it, "max(tokens x top_k x hidden x 2 B x moe_imbalance: one round's rows in source-rank "
                       "order; between all-to-alls, the shared workspace, %s)", shared_what));
       item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
            "tokens x top_k x hidden x 2 B: gradient of the experts' outputs, then of the token copies in its rows");
@@ -399,7 +403,7 @@ static void build_items(Items *it, const Model *md) {
     const char *aux_what = seq ? "4 B x 2 x experts x sequences of a micro-batch: the balancing losses' scratch"
                                : "4 B x 3 x experts: the load-balancing loss's scratch";
     item(it, "moe.tables", CAT_MOE, TIER_HBM, 4 * aux + (eoff ? 4 * (double)(El + 1) : 0), 1, PHASE_OPT(L),
-         eoff ? mem_printf(it->m, "%s; 4 B x (experts / ep + 1): the backward's first row of each local expert in a "
+         eoff ? TEXT(it, "%s; 4 B x (experts / ep + 1): the backward's first row of each local expert in a "
                               "round", aux_what) : aux_what);
     if (s->model.moe.load_balance == LB_AUX_FREE)
       item(it, "moe.expert_loads", CAT_MOE, TIER_HBM, 4 * (double)E * (double)md->n_moe_layers, 0, END,

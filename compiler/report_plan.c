@@ -210,12 +210,12 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
     fprintf(out, "; %lld micro-batch(es) of %lld sequence(s) per GPU per step\n", (long long)ch->accum,
             (long long)s->training.micro_batch);
   fprintf(out, "policy     %s\n", choice_text(&m, ch));
-  if (ch->dispatch == DISPATCH_HIERARCHICAL)
-    fprintf(out, "note       the hierarchical all-to-all is planned but `mtc compile` does not emit it yet: compile "
-                 "plans with the flat one\n");
+  units_fmt_int(a, sizeof a, s->training.global_batch * s->training.seq_len);
+  fprintf(out, "batch      %s tokens per step = %lld sequences x %lld tokens%s\n", a, (long long)s->training.global_batch,
+          (long long)s->training.seq_len, s->training.global_batch_tokens ? " (training.global_batch_tokens)" : "");
   if (plan_cp(ch) > 1 && em_cp_unsupported(s))
-    fprintf(out, "note       context parallelism is planned but the program does not implement %s yet: `mtc compile` "
-                 "plans with cp 1\n", em_cp_unsupported(s));
+    fprintf(out, "note       plan.cp is pinned above 1, but the program does not implement %s with context "
+                 "parallelism yet: `mtc compile` writes this plan and no program\n", em_cp_unsupported(s));
   print_placement(out, p);
   for (int t = 0; t < TIER__COUNT; t++) {
     if (!c->capacity[t] && !c->arena[t]) continue;
@@ -263,7 +263,7 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
       fprintf(out, "  %-100s rejected: %s over by %s\n", choice_text(&m, &x->ch), plan_tier_name(x->over_tier), a);
   }
   fprintf(out, "\nsearch     %d candidates", p->ncandidates);
-  if (timing) fprintf(out, " in %.1f ms", 1e3 * p->search_seconds);
+  if (timing) fprintf(out, " (%d packed) in %.1f ms", p->npacked, 1e3 * p->search_seconds);
   fprintf(out, "\n");
   mem_free(&m);
 }
@@ -467,6 +467,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
   json_object_set_new(tr, "micro_batch", jint(s->training.micro_batch));
   json_object_set_new(tr, "global_batch", jint(s->training.global_batch));
   json_object_set_new(tr, "seq_len", jint(s->training.seq_len));
+  json_object_set_new(tr, "tokens_per_step", jint(s->training.global_batch * s->training.seq_len));
   json_object_set_new(root, "training", tr);
   json_t *cl = json_object(); /* what MFU is measured against: tools read it from here */
   json_object_set_new(cl, "gpus_per_node", jint(s->cluster.gpus_per_node));

@@ -1,10 +1,13 @@
 /* search.c — the planner's search: every layout (fsdp, ep inside a node or across whole nodes)
  * × micro-batch size × checkpoint policy × activation offload × optimizer-state tier ×
  * reshard policy (per group: all but the routed experts, the routed experts) × MoE dispatch
- * (flat, or hierarchical for EP groups across nodes) × prefetch depth the spec's pins allow;
+ * (those compile emits: plan_dispatch_emitted) × prefetch depth the spec's pins allow;
  * those over a memory budget are rejected with the tier and the overage; the fastest predicted step wins, ties going to
- * the first in enumeration order (deterministic). When nothing fits, the advice is computed
+ * the first in enumeration order (deterministic). Each candidate is priced before its memory is
+ * packed, and packed only when it could change what is returned (cannot_matter, least_over):
+ * the result is the one an exhaustive search gives (tests/plans.sh). When nothing fits, the advice is computed
  * by searching again with more nodes and with shorter sequences. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,13 +26,29 @@ typedef struct {
   bool has_in_node, has_across;
   Candidate by_cp[CP_SLOTS]; /* per cp tried (ascending): the fastest fitting, else the closest */
   int nby_cp;
-  bool program;              /* only what the generated program implements */
-  bool coarse;               /* the advice's searches: one reshard policy for both groups, the
-                              * flat all-to-all (neither the split nor the dispatch changes what
-                              * blocks a fit much, and they would spend its candidate budget) */
   bool cp_ends;              /* the advice's searches with more nodes or shorter sequences: cp 1
                               * and the largest cp allowed only (memory falls with cp) */
+  bool coarse;               /* the advice's searches: one reshard policy for both groups and the
+                              * flat all-to-all (neither the split nor the dispatch changes what
+                              * blocks a fit much, and they would spend its candidate budget) */
+  double cutoff;             /* > 0: only a plan faster than this matters (the pin note's search):
+                              * slower candidates are not packed, alternatives not kept */
+  int npacked;               /* candidates whose memory was packed (the rest priced only) */
+  bool fast;                 /* candidates whose state alone overflows a tier are not packed
+                              * (hopeless): exact unless the closest misfit or a rejected
+                              * alternative is wanted, when search_once searches again without */
+  bool fit_only;             /* only whether something fits, and the closest misfit (the advice's
+                              * tries of more nodes or shorter sequences): nothing is priced, and
+                              * once one candidate of a micro-batch size fits the rest are counted */
+  int mb_fit;                /* nfit when this micro-batch size began */
+  int nhopeless;
+  double hopeless_over;      /* the least of their overages' lower bounds */
+  CostMemo memo;             /* pricing's reuse between candidates (search_once frees it) */
+  Choice *unpacked;          /* this micro-batch size's candidates skipped unpacked (malloc'd) */
+  int nunpacked, capunpacked;
+  bool unpacked_over;        /* out of memory for the list: larger sizes are tried anyway */
 } Found;
+
 
 
 /* Candidates worth showing next to the best: fitting ones by step time, then rejected ones
@@ -75,26 +94,107 @@ static void keep_alt(Found *f, const Candidate *c) {
 
 static void consider(const Model *md, Candidate c, Found *f);
 
+/* The slot of ch's cp in f->by_cp (f->nby_cp when it has none yet). */
+static int cp_slot(const Found *f, const Choice *ch) {
+  int i = 0;
+  while (i < f->nby_cp && plan_cp(&f->by_cp[i].ch) != plan_cp(ch)) i++;
+  return i;
+}
+
+/* Whether a priced candidate c cannot change what the search returns, whether it fits or not:
+ * not the best, not one of the alternatives kept, not the best of its class (EP inside a node or
+ * across nodes). Costs depend only on the choice, so this is known before packing its memory. */
+static bool cannot_matter(const Found *f, const Candidate *c, int64_t gpn) {
+  if (f->cutoff > 0) return c->cost.step >= f->cutoff || (f->feasible && c->cost.step >= f->best.cost.step);
+  bool across = c->ch.ep > gpn;
+  if (across ? !f->has_across : !f->has_in_node) return false;
+  int i = cp_slot(f, &c->ch); /* the fastest of its cp (mtc explain sets each cp's side by side) */
+  if (i == f->nby_cp || !f->by_cp[i].fits || c->cost.step < f->by_cp[i].cost.step) return false;
+  if (c->cost.step < (across ? f->across : f->in_node).cost.step) return false;
+  /* the alternatives only get faster: a full list of fitting ones keeps nothing slower */
+  return f->nalts == MAX_ALTS && f->alts[MAX_ALTS - 1].fits && c->cost.step >= f->alts[MAX_ALTS - 1].cost.step;
+}
+
+/* The least overage ch can have, from bytes every arena of a tier holds, known without building its
+ * items (plan.c): the state block in the optimizer's tier (master, gradient and first-moment
+ * shards, at least 4 B each per parameter / fsdp; AdamW's second moments too when the optimizer
+ * is AdamW), its host copy when the state is in HBM, and the reserves. > 0: ch cannot fit
+ * (hopeless), and its over_bytes is at least this. */
+static double least_over(const Model *md, const Choice *ch) {
+  const Spec *s = md->spec;
+  const ReserveSpec *r = &s->cluster.reserve;
+  double per = (double)md->params_total / (double)ch->fsdp;
+  double state = (s->training.optimizer == OPT_MUON ? 12 : 16) * per;
+  double hbm = (double)r->cuda_context + (double)r->nccl_buffers + (double)r->cublas_workspace;
+  double host = (double)r->host;
+  if (ch->opt_tier == TIER_HBM) hbm += state, host += state; /* (the host mirror: 3 shards + moments) */
+  else host += state;
+  return fmax(hbm - s->cluster.gpu.hbm, host - s->cluster.host.memory);
+}
+
 /* The candidate ch with each MoE dispatch in dispatches (a bit per DispatchPolicy): they hold
- * the same memory, so it is packed once and only the cost differs. */
+ * the same memory, so it is packed once, and only when some dispatch's cost could matter
+ * (cannot_matter); the others are counted, and remembered for the micro-batch loop's fit test. */
 static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned dispatches, Found *f) {
   Candidate c = {.ch = *ch, .quick = true};
-  mem_reset(scratch);
-  plan_memory(scratch, md, &c);
-  c.items = NULL, c.nitems = 0;
+  bool packed = false;
   for (int dp = DISPATCH_FLAT; dp <= DISPATCH_HIERARCHICAL; dp++)
     if (dispatches & 1u << dp) {
       c.ch.dispatch = (DispatchPolicy)dp;
+      if (f->fit_only && f->nfit > f->mb_fit) {
+        f->n++;
+        return; /* this size fits already: the rest only counted */
+      }
+      double lo = !packed && f->fast ? least_over(md, &c.ch) : 0;
+      if (lo > 0) { /* hopeless */
+        f->n++, f->nhopeless++;
+        if (f->nhopeless == 1 || lo < f->hopeless_over) f->hopeless_over = lo;
+        return; /* (a rejected candidate: listed once) */
+      }
+      if (!f->fit_only) cost_step_memo(md, &c, &f->memo);
+      if (!f->fit_only && !packed && cannot_matter(f, &c, md->spec->cluster.gpus_per_node)) {
+        f->n++;
+        if (f->nunpacked == f->capunpacked) {
+          int cap = f->capunpacked ? 2 * f->capunpacked : 256;
+          Choice *u = realloc(f->unpacked, sizeof *u * (size_t)cap);
+          if (u) f->unpacked = u, f->capunpacked = cap;
+        }
+        if (f->nunpacked < f->capunpacked) f->unpacked[f->nunpacked++] = c.ch;
+        else f->unpacked_over = true;
+        continue;
+      }
+      if (!packed) {
+        Cost k = c.cost;
+        mem_reset(scratch);
+        plan_memory(scratch, md, &c);
+        c.items = NULL, c.nitems = 0, c.cost = k;
+        packed = true;
+        f->npacked++;
+      }
       consider(md, c, f);
       if (!c.fits) return; /* a rejected candidate is listed once */
     }
 }
 
+/* After a micro-batch size whose packed candidates all failed to fit: whether one it skipped
+ * unpacked fits (then larger sizes are still tried, as if it had been packed). */
+static bool unpacked_fits(Mem *scratch, const Model *md, Found *f) {
+  if (f->unpacked_over) return true; /* (out of memory) keep going: never fewer candidates */
+  for (int i = 0; i < f->nunpacked; i++) {
+    Candidate c = {.ch = f->unpacked[i], .quick = true};
+    if (f->fast && least_over(md, &c.ch) > 0) continue;
+    mem_reset(scratch);
+    plan_memory(scratch, md, &c);
+    f->npacked++;
+    if (c.fits) return true;
+  }
+  return false;
+}
+
 /* Keeps c as its cp's representative when it is the fastest fitting, or the closest to fitting
- * while none fits (c's cost computed when it fits). */
+ * while none fits (c priced when it fits). */
 static void keep_by_cp(Found *f, const Candidate *c) {
-  int i = 0;
-  while (i < f->nby_cp && plan_cp(&f->by_cp[i].ch) != plan_cp(&c->ch)) i++;
+  int i = cp_slot(f, &c->ch);
   if (i == f->nby_cp) {
     if (i == CP_SLOTS) return;
     f->nby_cp++;
@@ -105,15 +205,15 @@ static void keep_by_cp(Found *f, const Candidate *c) {
   }
   f->by_cp[i] = *c;
   f->by_cp[i].items = NULL, f->by_cp[i].nitems = 0;
+  if (!c->fits) f->by_cp[i].cost = (Cost){0};
 }
 
 static void consider(const Model *md, Candidate c, Found *f) {
   const Choice *ch = &c.ch;
   f->n++;
   f->nfit += c.fits;
-  if (c.fits) cost_step(md, &c);
   keep_by_cp(f, &c);
-  if (c.fits) {
+  if (c.fits) { /* priced by evaluate */
     bool across = ch->ep > md->spec->cluster.gpus_per_node;
     Candidate *cls = across ? &f->across : &f->in_node;
     bool *has = across ? &f->has_across : &f->has_in_node;
@@ -124,9 +224,11 @@ static void consider(const Model *md, Candidate c, Found *f) {
       return;
     }
   } else if (!f->any || c.over_bytes < f->closest.over_bytes) {
+    c.cost = (Cost){0}; /* a rejected candidate has no step */
     f->closest = c, f->any = true;
   }
-  keep_alt(f, &c);
+  if (!c.fits) c.cost = (Cost){0};
+  if (f->cutoff <= 0) keep_alt(f, &c);
 }
 
 /* Whether the optimizer's state tier and step place agree with the spec's pins. */
@@ -138,8 +240,9 @@ static bool pinned_optimizer(const PlanSpec *pin, Tier tier, bool host_step) {
   return true;
 }
 
-/* Whether the spec wrote training.micro_batch (in the file or by --set): then it is pinned. */
-static bool micro_batch_pinned(const Spec *s) { return yaml_path(s->root, "training.micro_batch") != NULL; }
+/* Whether the spec wrote training.micro_batch other than auto (in the file or by --set): then it
+ * is pinned. */
+static bool micro_batch_pinned(const Spec *s) { return !s->training.micro_batch_searched; }
 
 /* Divisors of n, ascending, into d (capacity cap); returns how many. */
 static int64_t divisors(int64_t n, int64_t *d, int64_t cap) {
@@ -166,16 +269,17 @@ enum { CP_MAX = 64 };
 /* Whether cp ranks may split each sequence of the spec in a layout with an FSDP group of fsdp:
  * cp divides fsdp, seq_len splits in 2 cp chunks, the W / cp sequences read at a time divide
  * global_batch (and with a pinned micro_batch, micro_batch x W / cp does); the search tries
- * powers of two up to CP_MAX, or the pin. */
+ * powers of two up to CP_MAX, or the pin; cp > 1 only where the program implements it. */
 static bool cp_allowed(const Spec *s, int64_t cp, int64_t fsdp, int64_t W) {
   const int64_t G = s->training.global_batch;
   if (s->plan.cp ? cp != s->plan.cp : (cp & (cp - 1)) != 0 || cp > CP_MAX) return false;
   if (fsdp % cp != 0 || (cp > 1 && s->training.seq_len % (2 * cp) != 0) || G % (W / cp) != 0) return false;
+  if (cp > 1 && !s->plan.cp && em_cp_unsupported(s)) return false; /* (a pin is planned; compile writes no program) */
   return !micro_batch_pinned(s) || G % (s->training.micro_batch * (W / cp)) == 0;
 }
 
-/* One search over md's spec. */
-static void search_once(const Model *md, Found *f) {
+/* One pass of the search over md's spec. */
+static void search_pass(const Model *md, Found *f) {
   const Spec *s = md->spec;
   const PlanSpec *pin = &s->plan;
   int64_t gpn = s->cluster.gpus_per_node, W = s->cluster.nodes * gpn;
@@ -208,7 +312,6 @@ static void search_once(const Model *md, Found *f) {
     if (fit_at && cp > 2 * fit_at) break;
     if (!cp_allowed(s, cp, fsdp, W)) continue;
     if (f->cp_ends && cp > 1 && cp_allowed(s, 2 * cp, fsdp, W)) continue;
-    if (f->program && cp > 1 && em_cp_unsupported(s)) continue; /* not emitted: compile plans cp 1 */
     /* W / cp data ranks: each reads G / (W / cp) sequences a step, in micro-batches */
     if (micro_batch_pinned(s)) mbs[0] = s->training.micro_batch;
     else nmb = divisors(G / (W / cp), mbs, 4096);
@@ -217,8 +320,9 @@ static void search_once(const Model *md, Found *f) {
       if (!ep_allowed(s, ep, fsdp) || (pin->ep && ep != pin->ep)) continue;
       /* micro-batch sizes ascending: memory only grows with the size, so once nothing fits at
        * one size, nothing fits at a larger one (for this fsdp and ep) */
-      for (int64_t mi = 0, fit = f->nfit; mi < nmb && (mi == 0 || f->nfit > fit); mi++) {
-        fit = f->nfit;
+      for (int64_t mi = 0, fit = f->nfit, more = 1; mi < nmb && more; mi++) {
+        fit = f->mb_fit = f->nfit;
+        f->nunpacked = 0, f->unpacked_over = false;
         for (int a = 0; a < 3; a++) {
           if (pin->activation_checkpoint != AC_AUTO && acs[a] != pin->activation_checkpoint) continue;
           for (int off = OFF_NONE; off <= OFF_NVME; off++) {
@@ -245,9 +349,9 @@ static void search_once(const Model *md, Found *f) {
                   if (r == RESHARD_AFTER_STEP && re == RESHARD_AFTER_STEP && depth > 1)
                     continue; /* every layer stays gathered */
                   /* hierarchical only where the EP group spans nodes (inside one it is the flat
-                   * exchange), not for the program (not emitted yet) */
+                   * exchange) and where the program emits it */
                   unsigned dispatches = 1u << DISPATCH_FLAT;
-                  if (ep > gpn && !f->program && !f->coarse) {
+                  if (ep > gpn && plan_dispatch_emitted(DISPATCH_HIERARCHICAL) && !f->coarse) {
                     if (pin->moe_dispatch != DISPATCH_FLAT) dispatches |= 1u << DISPATCH_HIERARCHICAL;
                     if (pin->moe_dispatch == DISPATCH_HIERARCHICAL) dispatches = 1u << DISPATCH_HIERARCHICAL;
                   }
@@ -263,12 +367,36 @@ static void search_once(const Model *md, Found *f) {
             }
           }
         }
+        more = f->nfit > fit || unpacked_fits(&scratch, md, f);
       }
     }
     }
   }
   free(divs);
+  free(f->unpacked);
+  f->unpacked = NULL, f->nunpacked = f->capunpacked = 0;
   mem_free(&scratch);
+  cost_memo_free(&f->memo);
+}
+
+/* The search over md's spec: a fast pass (hopeless candidates not packed), again exactly when
+ * what it skipped could show: as the closest misfit (nothing fits) or a rejected alternative
+ * (fewer than MAX_ALTS fitting ones kept), unless their overages' lower bound already exceeds
+ * those shown. The pin note's search (cutoff) and the advice's (coarse) show no alternatives. */
+static void search_once(const Model *md, Found *f) {
+  Found start = *f;
+  f->fast = true;
+  search_pass(md, f);
+  if (!f->nhopeless) return;
+  bool need_alts = f->cutoff <= 0 && !f->coarse;
+  bool alts_ok = !need_alts || (f->nalts == MAX_ALTS && (f->alts[MAX_ALTS - 1].fits ||
+                                                          f->hopeless_over > (double)f->alts[MAX_ALTS - 1].over_bytes));
+  bool closest_ok = f->feasible || f->cutoff > 0 || (f->any && f->hopeless_over > (double)f->closest.over_bytes);
+  if (alts_ok && closest_ok) return;
+  int packed = f->npacked;
+  *f = start;
+  f->npacked = packed;
+  search_pass(md, f);
 }
 
 /* The advice searches stop after this many candidates in all (a deterministic bound, so an
@@ -277,27 +405,27 @@ enum { ADVICE_BUDGET = 20000 };
 
 /* The search over md with spec u instead of md's (u changes values that do not change the
  * model graph); adds the candidates it tried to *spent. coarse: see Found. */
-static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool program, bool coarse,
-                            bool cp_ends) {
+static Found search_variant(Mem *m, const Model *md, const Spec *u, int *spent, bool coarse, double cutoff,
+                            bool fit_only) {
   Model *copy = mem_alloc(m, sizeof *copy);
   *copy = *md, copy->spec = u;
-  Found f = {.program = program, .coarse = coarse, .cp_ends = cp_ends};
+  Found f = {.coarse = coarse, .cutoff = cutoff, .fit_only = fit_only, .cp_ends = fit_only};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(copy, &f);
   *spent += f.n;
   return f;
 }
 
-/* The search with another node count and sequence length, for "what would make it fit"
- * (coarse, cp 1 and the largest cp: whether it fits, not the fastest way). */
-static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, int *spent, bool program) {
+/* The search with another node count and sequence length, for "what would make it fit": only
+ * whether something fits and, if not, the closest misfit (fit_only; cp 1 and the largest cp). */
+static Found search_with(Mem *m, const Model *md, int64_t nodes, int64_t seq, int *spent) {
   Spec *s = mem_alloc(m, sizeof *s);
   *s = *md->spec;
   s->cluster.nodes = nodes;
   s->training.seq_len = seq;
   s->plan.fsdp = s->plan.dp_replicate = 0; /* pins that name the old world size are dropped */
   if (s->plan.ep && !ep_allowed(s, s->plan.ep, nodes * s->cluster.gpus_per_node)) s->plan.ep = 0;
-  return search_variant(m, md, s, spent, program, true, true);
+  return search_variant(m, md, s, spent, true, 0, true);
 }
 
 /* Sequences per step that every rank must divide: micro_batch × GPUs when micro_batch is
@@ -324,10 +452,26 @@ static const char *why_not(Mem *m, const Found *g) {
   return mem_printf(m, "%s over by %s", plan_tier_name(g->closest.over_tier), b);
 }
 
+/* The plan keys the search decides, all set to auto (searched). */
+static void unpin_plan(PlanSpec *p) {
+  p->activation_checkpoint = AC_AUTO, p->offload_activations = OFF_AUTO;
+  p->optimizer_tier = PIN_TIER_AUTO, p->optimizer_step = PIN_STEP_AUTO, p->prefetch = 0;
+  p->fsdp = p->ep = p->dp_replicate = p->cp = 0;
+  p->reshard = RESHARD_AUTO, p->reshard_experts = RESHARD_AUTO, p->moe_dispatch = DISPATCH_AUTO;
+}
+
+/* Whether p pins any key the search decides. */
+static bool plan_pinned(const PlanSpec *p) {
+  return p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||
+         p->dp_replicate || p->reshard != RESHARD_AUTO || p->reshard_experts != RESHARD_AUTO ||
+         p->moe_dispatch != DISPATCH_AUTO || p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO ||
+         p->prefetch || p->cp;
+}
+
 /* What would make an infeasible spec fit, from searches really run: more nodes (where the
  * batch divides), shorter sequences, no pins. When nothing fits, says what each try came to
  * and what kept larger node counts from being tried, with the --set that would allow them. */
-static const char *advise(Mem *m, const Model *md, bool program, bool layouts) {
+static const char *advise(Mem *m, const Model *md, bool layouts) {
   const Spec *s = md->spec;
   int64_t N = s->cluster.nodes, G = s->training.global_batch;
   if (!layouts && G % batch_quantum(s, N) != 0) /* (with layouts, a cp > 1 made the batch divide) */
@@ -348,7 +492,7 @@ static const char *advise(Mem *m, const Model *md, bool program, bool layouts) {
                              (long long)q, (long long)((G + q - 1) / q * q), (long long)nodes);
       continue;
     }
-    Found g = search_with(m, md, nodes, s->training.seq_len, &spent, program);
+    Found g = search_with(m, md, nodes, s->training.seq_len, &spent);
     if (g.feasible) {
       out = mem_printf(m, "it fits on %lld nodes%s (--set cluster.nodes=%lld)", (long long)nodes,
                        plan_cp(&g.best.ch) > 1 ? mem_printf(m, " with cp %lld", (long long)g.best.ch.cp) : "",
@@ -358,7 +502,7 @@ static const char *advise(Mem *m, const Model *md, bool program, bool layouts) {
     tried = mem_printf(m, "%s%s%lld nodes: %s", tried, tried[0] ? ", " : "", (long long)nodes, why_not(m, &g));
   }
   for (int64_t seq = s->training.seq_len / 2; seq >= 128 && spent < ADVICE_BUDGET; seq /= 2) {
-    Found g = search_with(m, md, N, seq, &spent, program);
+    Found g = search_with(m, md, N, seq, &spent);
     if (g.feasible) {
       out = mem_printf(m, "%s%sit fits at seq_len %lld%s (--set training.seq_len=%lld)", out,
                        out[0] ? "; " : "", (long long)seq,
@@ -371,17 +515,11 @@ static const char *advise(Mem *m, const Model *md, bool program, bool layouts) {
                          (long long)(s->training.seq_len / 2), (long long)seq, (long long)seq, why_not(m, &g));
   }
   const PlanSpec *p = &s->plan;
-  bool pinned = p->activation_checkpoint != AC_AUTO || p->offload_activations != OFF_AUTO || p->fsdp || p->ep ||
-                p->reshard != RESHARD_AUTO || p->reshard_experts != RESHARD_AUTO || p->moe_dispatch != DISPATCH_AUTO || p->optimizer_tier != PIN_TIER_AUTO || p->optimizer_step != PIN_STEP_AUTO ||
-                p->prefetch || p->cp;
-  if (pinned) {
+  if (plan_pinned(p)) {
     Spec *u = mem_alloc(m, sizeof *u);
     *u = *s;
-    u->plan.activation_checkpoint = AC_AUTO, u->plan.offload_activations = OFF_AUTO;
-    u->plan.optimizer_tier = PIN_TIER_AUTO, u->plan.optimizer_step = PIN_STEP_AUTO, u->plan.prefetch = 0;
-    u->plan.fsdp = u->plan.ep = u->plan.dp_replicate = u->plan.cp = 0;
-    u->plan.reshard = RESHARD_AUTO, u->plan.reshard_experts = RESHARD_AUTO, u->plan.moe_dispatch = DISPATCH_AUTO;
-    Found g = search_variant(m, md, u, &spent, program, true, false);
+    unpin_plan(&u->plan);
+    Found g = search_variant(m, md, u, &spent, true, 0, false);
     if (g.feasible)
       out = mem_printf(m, "%s%sunpinned, the search finds fsdp %lld, ep %lld%s, %s checkpointing%s", out,
                        out[0] ? "; " : "", (long long)g.best.ch.fsdp, (long long)g.best.ch.ep,
@@ -399,31 +537,65 @@ static const char *advise(Mem *m, const Model *md, bool program, bool layouts) {
                     spent >= ADVICE_BUDGET ? "; the advice search stopped at its budget of 20000 candidates" : "");
 }
 
-/* A plan with a pinned micro_batch that is communication-bound with gradient accumulation
- * re-gathers every parameter for each micro-batch: fewer, larger micro-batches cut that.
- * Searches again with every other micro-batch size the batch allows; returns the advice if
- * some size is at least 10% faster, else NULL. (Unpinned, the search tried them all.) */
-static const char *micro_batch_hint(Mem *m, const Model *md, const Candidate *best, bool program) {
+/* "training.micro_batch 1 (europa-1t.yaml:31:16; the search picks 4)" for one pinned key whose
+ * searched value differs, appended to list; pinned and chosen as text. */
+static char *pin_diff(Mem *m, char *list, const Spec *s, const char *key, const char *pinned, const char *chosen) {
+  if (strcmp(pinned, chosen) == 0) return list;
+  Loc l = spec_loc(s, key);
+  return mem_printf(m, "%s%s%s %s (%s:%d:%d; the search picks %s)", list, list[0] ? ", " : "", key, pinned,
+                    l.src ? l.src->name : "?", l.line + 1, l.col + 1, chosen);
+}
+
+/* A spec that pins searched keys (training.micro_batch, plan.*) to values the search would beat
+ * by more than 10% in tokens/s: searches again with every such key auto; returns a note naming
+ * the pinned keys whose searched value differs, with both figures, or NULL. */
+static const char *pin_note(Mem *m, const Model *md, const Candidate *best) {
   const Spec *s = md->spec;
-  if (!micro_batch_pinned(s) || best->ch.accum < 2 || best->cost.exposed_comm < 0.3 * best->cost.step) return NULL;
-  int64_t W = s->cluster.nodes * s->cluster.gpus_per_node, best_mb = 0;
-  double best_step = 0.9 * best->cost.step;
-  int spent = 0;
-  int64_t mbs[4096], n = divisors(s->training.global_batch / (W / plan_cp(&best->ch)), mbs, 4096);
-  for (int64_t i = 0; i < n && spent < ADVICE_BUDGET; i++) {
-    if (mbs[i] == s->training.micro_batch) continue;
-    Spec *u = mem_alloc(m, sizeof *u);
-    *u = *s;
-    u->training.micro_batch = mbs[i];
-    Found f = search_variant(m, md, u, &spent, program, false, false);
-    if (f.feasible && f.best.cost.step < best_step) best_step = f.best.cost.step, best_mb = mbs[i];
+  const PlanSpec *p = &s->plan;
+  if (!plan_pinned(p) && s->training.micro_batch_searched) return NULL;
+  if (!plan_pinned(p)) { /* only micro_batch: nothing to gain when it is the only size the batch allows */
+    int64_t W = s->cluster.nodes * s->cluster.gpus_per_node / plan_cp(&best->ch), one[2];
+    if (s->training.global_batch % W == 0 && divisors(s->training.global_batch / W, one, 2) == 1) return NULL;
   }
-  if (!best_mb) return NULL;
-  return mem_printf(m, "FSDP re-gathers every parameter for each of the %lld micro-batches of a step; "
-                    "with --set training.micro_batch=%lld (%lld micro-batches) a plan fits and the step "
-                    "takes %.1f s instead of %.1f s", (long long)best->ch.accum, (long long)best_mb,
-                    (long long)(s->training.global_batch / (best_mb * (W / plan_cp(&best->ch)))), best_step,
-                    best->cost.step);
+  Spec *u = mem_alloc(m, sizeof *u);
+  *u = *s;
+  unpin_plan(&u->plan);
+  u->training.micro_batch_searched = true;
+  int spent = 0;
+  Found f = search_variant(m, md, u, &spent, false, best->cost.step / 1.1, false);
+  if (!f.feasible || best->cost.step <= 1.1 * f.best.cost.step) return NULL; /* (cutoff: only faster ones were packed) */
+  const Choice *a = &best->ch, *b = &f.best.ch;
+  char *keys = "";
+#define NUM(x) mem_printf(m, "%lld", (long long)(x))
+  if (!s->training.micro_batch_searched)
+    keys = pin_diff(m, keys, s, "training.micro_batch", NUM(a->micro_batch), NUM(b->micro_batch));
+  if (p->fsdp) keys = pin_diff(m, keys, s, "plan.fsdp", NUM(a->fsdp), NUM(b->fsdp));
+  if (p->ep) keys = pin_diff(m, keys, s, "plan.ep", NUM(a->ep), NUM(b->ep));
+  if (p->dp_replicate) keys = pin_diff(m, keys, s, "plan.dp_replicate", NUM(a->dp_replicate), NUM(b->dp_replicate));
+  if (p->prefetch) keys = pin_diff(m, keys, s, "plan.prefetch", NUM(a->prefetch), NUM(b->prefetch));
+  if (p->cp) keys = pin_diff(m, keys, s, "plan.cp", NUM(plan_cp(a)), NUM(plan_cp(b)));
+#undef NUM
+  if (p->activation_checkpoint != AC_AUTO)
+    keys = pin_diff(m, keys, s, "plan.activation_checkpoint", plan_ac_name(a->ac), plan_ac_name(b->ac));
+  if (p->offload_activations != OFF_AUTO)
+    keys = pin_diff(m, keys, s, "plan.offload_activations", plan_offload_name(a->offload), plan_offload_name(b->offload));
+  if (p->optimizer_tier != PIN_TIER_AUTO)
+    keys = pin_diff(m, keys, s, "plan.optimizer_tier", plan_tier_name(a->opt_tier), plan_tier_name(b->opt_tier));
+  if (p->optimizer_step != PIN_STEP_AUTO)
+    keys = pin_diff(m, keys, s, "plan.optimizer_step", a->opt_on_host ? "host" : "gpu", b->opt_on_host ? "host" : "gpu");
+  if (p->reshard != RESHARD_AUTO)
+    keys = pin_diff(m, keys, s, "plan.reshard", plan_reshard_name(a->reshard), plan_reshard_name(b->reshard));
+  if (p->reshard_experts != RESHARD_AUTO)
+    keys = pin_diff(m, keys, s, "plan.reshard_experts", plan_reshard_name(a->reshard_experts),
+                    plan_reshard_name(b->reshard_experts));
+  if (p->moe_dispatch != DISPATCH_AUTO)
+    keys = pin_diff(m, keys, s, "plan.moe_dispatch", plan_dispatch_name(a->dispatch), plan_dispatch_name(b->dispatch));
+  double tok_a = (double)s->training.seq_len * (double)s->training.global_batch / best->cost.step;
+  double tok_b = (double)s->training.seq_len * (double)s->training.global_batch / f.best.cost.step;
+  double W = (double)(s->cluster.nodes * s->cluster.gpus_per_node);
+  return mem_printf(m, "pinned %s: with the pinned keys auto (--set KEY=auto) the search finds %.0f tokens/s per GPU "
+                    "against the pinned %.0f (+%.0f%%; step %.1f s against %.1f s)", keys[0] ? keys : "searched keys",
+                    tok_b / W, tok_a / W, 100 * (tok_b / tok_a - 1), f.best.cost.step, best->cost.step);
 }
 
 /* A copy of md whose spec carries micro_batch mb (the model graph does not depend on it). */
@@ -447,20 +619,20 @@ const char *plan_reshard_name(ReshardPolicy r) {
   return names[r];
 }
 
-Plan *plan_search(Mem *m, const Model *md) { return plan_search_for(m, md, false); }
+bool plan_dispatch_emitted(DispatchPolicy d) { return d == DISPATCH_FLAT; }
 
-Plan *plan_search_for(Mem *m, const Model *md, bool program) {
+Plan *plan_search(Mem *m, const Model *md) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   Plan *p = mem_alloc(m, sizeof *p);
   p->world = md->spec->cluster.nodes * md->spec->cluster.gpus_per_node;
-  p->program = program;
-  Found f = {.program = program};
+  Found f = {0};
   f.alts = mem_array(m, MAX_ALTS, sizeof *f.alts);
   search_once(md, &f);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   p->search_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   p->ncandidates = f.n;
+  p->npacked = f.npacked;
   p->feasible = f.feasible;
   p->best = f.feasible ? f.best : f.closest;
   p->best.quick = false;
@@ -478,8 +650,8 @@ Plan *plan_search_for(Mem *m, const Model *md, bool program) {
       p->by_cp[j] = p->by_cp[j - 1], p->by_cp[j - 1] = t;
     }
   p->across = f.across, p->has_across = f.has_across;
-  if (!p->feasible) p->advice = advise(m, md, program, p->ncandidates > 0);
-  else p->hint = micro_batch_hint(m, md, &p->best, program);
+  if (!p->feasible) p->advice = advise(m, md, p->ncandidates > 0);
+  else p->hint = pin_note(m, md, &p->best);
   if (p->ncandidates) p->placement = plan_placement(m, p->md, &p->best.ch);
   plan_exact(m, p); /* the items the program holds: its bytes */
   return p;

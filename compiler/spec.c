@@ -9,7 +9,7 @@
 
 #include "mtc.h"
 
-typedef enum { F_INT, F_AUTO, F_REAL, F_BOOL, F_STR, F_ENUM, F_SIZE, F_RATE, F_FLOPS, F_SECTION } FType;
+typedef enum { F_INT, F_AUTO, F_REAL, F_BOOL, F_STR, F_ENUM, F_SIZE, F_RATE, F_FLOPS, F_COUNT, F_SECTION } FType;
 
 typedef struct Section Section;
 
@@ -218,8 +218,9 @@ static const Field cluster_fields[] = {
 
 static const Field training_fields[] = {
     {"seq_len", F_INT, O(TrainingSpec, seq_len), NULL, 1, MAXDIM, NULL, NULL, "tokens per sequence"},
-    {"global_batch", F_INT, O(TrainingSpec, global_batch), NULL, 1, MAXDIM, NULL, NULL, "sequences per optimizer step"},
-    {"micro_batch", F_INT, O(TrainingSpec, micro_batch), "1", 1, MAXDIM, NULL, NULL, "sequences per rank per forward/backward; not written: searched (every divisor of global_batch / GPUs that fits)"},
+    {"global_batch", F_INT, O(TrainingSpec, global_batch), "(or global_batch_tokens)", 1, MAXDIM, NULL, NULL, "sequences per optimizer step; exactly one of global_batch and global_batch_tokens"},
+    {"global_batch_tokens", F_COUNT, O(TrainingSpec, global_batch_tokens), "(or global_batch)", 0, 0, NULL, NULL, "tokens per optimizer step, a multiple of seq_len (global_batch = it / seq_len): a --set training.seq_len regeneration keeps the step's tokens"},
+    {"micro_batch", F_AUTO, O(TrainingSpec, micro_batch), "auto", 1, MAXDIM, NULL, NULL, "sequences per rank per forward/backward; auto (or not written): searched (every divisor of global_batch / GPUs that fits)"},
     {"optimizer", F_ENUM, O(TrainingSpec, optimizer), "adamw", 0, 0, opt_names, NULL, "muon (AdamW for embeddings, router, norms) or adamw"},
     {"grad_reduce_dtype", F_ENUM, O(TrainingSpec, grad_reduce_dtype), "bf16", 0, 0, wire_names, NULL, "gradients on the wire: bf16 (fp32 accumulation) or fp32"},
     {"lr", F_REAL, O(TrainingSpec, lr), NULL, 0, 0, NULL, NULL, "peak learning rate", 0, 1, true, true},
@@ -241,7 +242,7 @@ static const Field plan_fields[] = {
     {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "where layer-boundary activations wait for backward: none (HBM), host, nvme (needs cluster.nvme) or auto"},
     {"reshard", F_ENUM, O(PlanSpec, reshard), "auto", 0, 0, reshard_names, NULL, "when gathered parameters are freed: every_micro_batch (re-gathered per micro-batch), after_step (kept from the first forward to the optimizer step) or auto"},
     {"reshard_experts", F_ENUM, O(PlanSpec, reshard_experts), "auto", 0, 0, reshard_names, NULL, "the same for the routed experts alone (plan.reshard then sets the rest: attention, dense MLPs, shared experts, router, embedding, head); auto: as plan.reshard, searched when that is auto too"},
-    {"moe_dispatch", F_ENUM, O(PlanSpec, moe_dispatch), "auto", 0, 0, dispatch_names, NULL, "the MoE all-to-all of an EP group that spans nodes: flat, hierarchical (one copy per destination node over InfiniBand, then NVLink; planned, not yet emitted by compile) or auto"},
+    {"moe_dispatch", F_ENUM, O(PlanSpec, moe_dispatch), "auto", 0, 0, dispatch_names, NULL, "the MoE all-to-all of an EP group that spans nodes: flat, hierarchical (one copy per destination node over InfiniBand, then NVLink; priced, not yet emitted by compile, so refused) or auto"},
     {"moe_imbalance", F_REAL, O(PlanSpec, moe_imbalance), "1.25", 0, 0, NULL, NULL, "tokens the busiest EP rank receives / the mean: sizes MoE buffers and prices the busiest rank's expert GEMMs", 1, INFINITY, false, true},
     {"optimizer_tier", F_ENUM, O(PlanSpec, optimizer_tier), "auto", 0, 0, opt_tier_names, NULL, "where fp32 master weights, the gradient shard and optimizer state live: hbm, host or auto"},
     {"optimizer_step", F_ENUM, O(PlanSpec, optimizer_step), "auto", 0, 0, opt_step_names, NULL, "where the optimizer step runs: gpu, host (needs optimizer_tier host or auto) or auto"},
@@ -276,6 +277,7 @@ static const char *type_name(const Field *f) {
   case F_SIZE: return "a size (e.g. 96 GB)";
   case F_RATE: return "a rate (e.g. 25 GB/s)";
   case F_FLOPS: return "a compute rate (e.g. 989 TFLOP/s)";
+  case F_COUNT: return "a whole count (e.g. 25M)";
   case F_SECTION: return "a mapping of keys";
   }
   return "";
@@ -476,6 +478,12 @@ static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNo
       return diag_error(d, v->loc, "%s: %s", key, err);
     return true;
   }
+  case F_COUNT: {
+    double x;
+    if (!units_parse(s, Q_COUNT, &x, err, sizeof err)) return diag_error(d, v->loc, "%s: %s", key, err);
+    *(int64_t *)dst = (int64_t)x;
+    return true;
+  }
   case F_SECTION:
     break;
   }
@@ -537,6 +545,7 @@ static void print_section(FILE *out, const Section *sec) {
     case F_SIZE: type = "size (B)"; break;
     case F_RATE: type = "rate (B/s)"; break;
     case F_FLOPS: type = "FLOP/s"; break;
+    case F_COUNT: type = "count (25M, 24Mi)"; break;
     case F_ENUM:
       for (int i = 0; f->names[i]; i++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? " \\| " : "", f->names[i]);

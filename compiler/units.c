@@ -1,4 +1,4 @@
-/* units.c — quantities with units: sizes (bytes), rates (bytes/s), compute (FLOP/s). */
+/* units.c — quantities with units: sizes (bytes), rates (bytes/s), compute (FLOP/s), counts. */
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +23,7 @@ static const char *expected(Quantity q) {
   case Q_SIZE: return "a size such as '96 GB' or '120 GiB' (B, kB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB)";
   case Q_RATE: return "a rate such as '25 GB/s' or '4 TB/s' (B/s with k, M, G, T, P or Ki, Mi, Gi, Ti, Pi)";
   case Q_FLOPS: return "a compute rate such as '989 TFLOP/s' (FLOP/s with k, M, G, T, P)";
+  case Q_COUNT: return "a whole count such as 25165824, '25M' or '24Mi' (k, M, G, T, P or Ki, Mi, Gi, Ti, Pi; 'tokens' may follow)";
   }
   return "";
 }
@@ -48,6 +49,7 @@ bool units_parse(const char *text, Quantity q, double *out, char *err, size_t er
   static const char *const size_bases[] = {"B", NULL};
   static const char *const rate_bases[] = {"B/s", "Bps", NULL};
   static const char *const flop_bases[] = {"FLOP/s", "FLOPS", "flop/s", NULL};
+  static const char *const count_bases[] = {"", " tokens", "tokens", NULL};
   const char *p = text;
   while (*p == ' ') p++;
   if (*p == '-') {
@@ -81,7 +83,7 @@ bool units_parse(const char *text, Quantity q, double *out, char *err, size_t er
   unit[ul] = '\0';
   double mult = 1;
   if (ul > 0) {
-    const char *const *bases = q == Q_SIZE ? size_bases : q == Q_RATE ? rate_bases : flop_bases;
+    const char *const *bases = q == Q_SIZE ? size_bases : q == Q_RATE ? rate_bases : q == Q_COUNT ? count_bases : flop_bases;
     if (!match_unit(unit, bases, &mult)) {
       const char *hint = "";
       if (unit[0] == 'K' && unit[1] != 'i')
@@ -98,9 +100,13 @@ bool units_parse(const char *text, Quantity q, double *out, char *err, size_t er
     }
   }
   v *= mult;
-  if (!(v > 0) || !isfinite(v) || (q == Q_SIZE && v >= 0x1p62)) {
+  if (!(v > 0) || !isfinite(v) || ((q == Q_SIZE || q == Q_COUNT) && v >= 0x1p62)) {
     snprintf(err, errlen, "'%s' is out of range; expected %s, greater than zero%s", text,
-             expected(q), q == Q_SIZE ? " and below 4 EiB" : "");
+             expected(q), q == Q_SIZE ? " and below 4 EiB" : q == Q_COUNT ? " and below 2^62" : "");
+    return false;
+  }
+  if (q == Q_COUNT && v != floor(v)) {
+    snprintf(err, errlen, "'%s' is %.17g, not a whole number; expected %s", text, v, expected(q));
     return false;
   }
   if (q == Q_SIZE) v = nearbyint(v); /* whole bytes */

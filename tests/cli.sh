@@ -61,7 +61,7 @@ expect 0 '"feasible": true' "$mtc" plan --json specs/europa-1t.yaml
 expect 1 '^closest candidate: (hbm|host) over by' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
 expect 1 '^advice: it fits on 96 nodes.*unpinned, the search finds fsdp 192, ep 4, cp 2 \(each sequence split over 2 ranks: --set plan.cp=2\)' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
 # context parallelism: 48 nodes, and sequences of 128K and 256K tokens on 96, fit by splitting each sequence
-expect 0 '^policy     fsdp 192 x dp 1, ep 8 \(hierarchical all-to-all\), cp 2, micro_batch 1' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
+expect 0 '^policy     fsdp 192 x dp 1, ep 4, cp 2, micro_batch 1' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
 expect 0 '^policy     fsdp 384 x dp 1, ep 4, cp 2, micro_batch 1, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml --set training.seq_len=131072
 expect 0 '^policy     fsdp 384 x dp 1, ep 4, cp 4, micro_batch 1, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml --set training.seq_len=262144
 expect 0 '^  why: cp 1 wins by .* over cp 2 ' "$mtc" explain specs/europa-1t.yaml
@@ -74,13 +74,24 @@ expect 1 'not a multiple of micro_batch x GPUs' "$mtc" plan specs/europa-1t.yaml
 expect 1 '^advice: no tried change fits \(tried 24 nodes: hbm over by .*192 nodes and more were not tried: global_batch 384 is not a multiple of micro_batch x GPUs / cp = 768 / cp for any cp that splits the sequences \(--set training.global_batch=768 would allow 192 nodes\)' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=12 --set cluster.gpu.hbm=4GB --set plan.cp=1
 # explain and sweep
 expect 0 '^chosen     fsdp 384 x dp 1, ep 4, micro_batch 1, full checkpointing' "$mtc" explain specs/europa-1t.yaml
-expect 0 'rejected: (hbm|host) over by' "$mtc" explain specs/europa-1t.yaml --set plan.ep=4
+expect 0 'rejected: (hbm|host) over by' "$mtc" explain specs/europa-1t.yaml --set plan.ep=4 --set plan.cp=1
 # EP inside a node against across nodes: europa-1t keeps it in the node, deepseek-v3 on 64 nodes too
 expect 0 '^  why: EP inside a node wins by .*most of it in MoE all-to-all' "$mtc" explain specs/europa-1t.yaml
 expect 0 '^  why: EP inside a node wins by' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
 expect 0 'across nodes: an EP group is 64 consecutive ranks on 16 nodes' "$mtc" plan specs/deepseek-v3.yaml --set plan.ep=64
-# a pinned micro_batch is honoured; the hint names a faster one from every divisor tried
-expect 0 '^hint: FSDP re-gathers every parameter for each of the 60 micro-batches.*micro_batch=12 ' "$mtc" plan specs/deepseek-v3.yaml --set training.micro_batch=1 --set plan.ep=4 --set plan.reshard=every_micro_batch
+# a pinned micro_batch is honoured; the hint names the pinned keys the search would change, where
+# their values were written, and both figures (only keys whose searched value differs)
+expect 0 '^hint: pinned training.micro_batch 1 \(--set:1:22; the search picks 12\): with the pinned keys auto \(--set KEY=auto\) the search finds 902 tokens/s per GPU against the pinned 78 \(\+1064%; step 272.5 s against 3170.8 s\)$' "$mtc" plan specs/deepseek-v3.yaml --set training.micro_batch=1 --set plan.ep=4 --set plan.reshard=every_micro_batch
+expect 0 '^hint: pinned training.micro_batch 1 \(specs/europa-1t.yaml:31:16; the search picks 4\): .* finds 863 tokens/s per GPU against the pinned 434 ' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=1536 --set training.seq_len=16384
+# auto is every searched key's "searched", on the command line as in a spec
+expect 0 '^specs/europa-1t.yaml: ok' "$mtc" check specs/europa-1t.yaml --set training.micro_batch=auto
+expect 0 '^layout .* 1 micro-batch\(es\) of 4 sequence\(s\) per GPU' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=1536 --set training.seq_len=16384 --set training.micro_batch=auto
+for k in fsdp ep dp_replicate activation_checkpoint offload_activations reshard reshard_experts moe_dispatch optimizer_tier optimizer_step prefetch; do
+  expect 0 '^specs/europa-1t.yaml: ok' "$mtc" check specs/europa-1t.yaml --set plan.$k=auto
+done
+if "$mtc" plan specs/europa-1t.yaml --set training.global_batch=1536 --set training.seq_len=16384 --set training.micro_batch=auto | grep -q '^hint:'; then
+  echo "FAIL: a hint with nothing pinned"; fail=1
+fi
 expect 0 '^policy     fsdp 256 x dp 1, ep 4, micro_batch 12, ' "$mtc" plan specs/deepseek-v3.yaml
 # reshard after_step is emitted: the kept groups in the plan's buffers, gathered once per step
 tmpk=$(mktemp -d)
@@ -91,14 +102,40 @@ expect 0 '^plan: .*routed experts kept gathered until the optimizer step' "$mtc"
 grep -q '^#define EXPERTS_KEPT ' "$tmpk/x/step.c" && grep -q '^#define GATHERED1 ' "$tmpk/x/step.c" ||
   { echo "FAIL: reshard_experts after_step: no EXPERTS_KEPT and pool in step.c"; fail=1; }
 rm -rf "$tmpk"
-# the hierarchical all-to-all: searched for EP groups across nodes, explained, refused by compile
-expect 0 '^  across      fsdp 256 x dp 1, ep 8 \(hierarchical all-to-all\)' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
-expect 0 'why: .*the all-to-all is hierarchical: a token crosses InfiniBand once per other node holding one of its experts, 0.99 of its 8 copies on average \(flat: 4.00\) with group-limited routing' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
+# global_batch_tokens: the step's tokens kept when seq_len is regenerated; plan.txt prints them
+tmpg=$(mktemp -d)
+sed 's/^  global_batch: 384.*/  global_batch_tokens: 24Mi/' specs/europa-1t.yaml >"$tmpg/e.yaml"
+expect 0 '^batch      25,165,824 tokens per step = 384 sequences x 65536 tokens$' "$mtc" plan specs/europa-1t.yaml
+expect 0 '^batch      25,165,824 tokens per step = 1536 sequences x 16384 tokens \(training.global_batch_tokens\)$' "$mtc" plan "$tmpg/e.yaml" --set training.seq_len=16384
+expect 0 '^16384 +yes .* 434 ' "$mtc" sweep "$tmpg/e.yaml" --over training.seq_len=16384,65536
+expect 0 '"tokens_per_step": 25165824' "$mtc" plan --json "$tmpg/e.yaml" --set training.seq_len=32768
+expect 2 'both global_batch \(384 sequences\) and global_batch_tokens are written' "$mtc" check "$tmpg/e.yaml" --set training.global_batch=384
+rm -rf "$tmpg"
+# one set of plans: only the all-to-all compile emits (flat) is searched; hierarchical is refused
+expect 0 '^  across      fsdp 256 x dp 1, ep 8, micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
 expect 0 '^  across      fsdp 256 x dp 1, ep 8, micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set plan.moe_dispatch=flat
-expect 0 '^chosen     fsdp 256 x dp 1, ep 32 \(hierarchical all-to-all\), micro_batch 1, .*all but the routed experts kept gathered until the optimizer step' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
+expect 0 '^chosen     fsdp 256 x dp 1, ep 32, micro_batch 1, .*all but the routed experts kept gathered until the optimizer step' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
 expect 0 '^  why: EP across nodes wins by' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
-expect 0 '^  why: EP across nodes wins by .*most of it in exposed FSDP communication.*a MoE layer is 3.28 GB per rank with ep 8 against 6.10 GB with ep 4' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=32
-expect 2 "'plan.moe_dispatch' is hierarchical: .*planned but not yet emitted" "$mtc" compile specs/tiny-moe.yaml -o /nonexistent/x --set plan.moe_dispatch=hierarchical
+expect 0 '^  why: EP inside a node wins by .*a MoE layer is 3.28 GB per rank with ep 8 against 6.10 GB with ep 4' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=32
+for c in check plan explain; do
+  expect 2 "error: moe_dispatch is hierarchical: that all-to-all is priced but .mtc compile. does not emit it yet" "$mtc" $c specs/deepseek-v3.yaml --set cluster.nodes=64 --set plan.moe_dispatch=hierarchical
+done
+expect 2 "error: moe_dispatch is hierarchical: that all-to-all is priced but .mtc compile. does not emit it yet" "$mtc" compile specs/deepseek-v3.yaml -o /nonexistent/x --set cluster.nodes=64 --set plan.moe_dispatch=hierarchical
+# plan --json and compile's plan.json are the same plan (all but the search's own time)
+tmpj=$(mktemp -d)
+same() { sed '/^    "seconds": /d; s/^\(    "candidates": [0-9]*\),$/\1/' "$1"; }
+for a in "specs/europa-1t.yaml --set training.seq_len=16384" "specs/europa-1t.yaml --set training.seq_len=32768" \
+         "specs/europa-1t.yaml --set training.seq_len=65536" "specs/deepseek-v3.yaml --set cluster.nodes=32" \
+         "specs/deepseek-v3.yaml --set cluster.nodes=64"; do
+  # shellcheck disable=SC2086
+  "$mtc" plan --json $a >"$tmpj/p.json"
+  # shellcheck disable=SC2086
+  "$mtc" compile $a -o "$tmpj/c" --force >/dev/null
+  same "$tmpj/p.json" >"$tmpj/p1.json"; same "$tmpj/c/plan.json" >"$tmpj/c1.json"
+  cmp -s "$tmpj/p1.json" "$tmpj/c1.json" || { echo "FAIL: plan --json and compile choose differently for $a"; diff "$tmpj/p1.json" "$tmpj/c1.json" | head; fail=1; }
+done
+rm -rf "$tmpj"
+
 expect 1 '^nothing fits; closest' "$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
 expect 0 '^96 +65536 +yes +384 x 1 +4 +1 +full +host +host +1 ' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
 expect 0 '^48 +65536 +no .*(hbm|host) over by' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536 --set plan.cp=1

@@ -76,38 +76,20 @@ static void reshard_per_group(void) {
 }
 
 
-/* deepseek-v3 on 64 nodes: the best across-node plan dispatches hierarchically and loses to EP
- * in a node by less than the flat one; pinned flat, the across plan is flat; compile's search
- * (program) never plans hierarchical; europa-1t keeps EP in a node. */
+/* Only what compile emits is searched: deepseek-v3 on 64 and 32 nodes and with micro_batch 1
+ * pinned (EP across nodes) never plans the hierarchical all-to-all, in the winner or its
+ * alternatives; europa-1t keeps EP in a node. */
 static void dispatch_in_search(void) {
   Mem m = {0};
-  Plan *p = plan(&m, "specs/deepseek-v3.yaml", NULL, 0);
-  const char *flat[] = {"plan.moe_dispatch=flat"};
-  Plan *q = plan(&m, "specs/deepseek-v3.yaml", flat, 1);
-  CHECK(p && q && p->feasible && q->feasible && p->has_across && q->has_across);
-  if (!p || !q || !p->has_across || !q->has_across) return;
-  CHECK(p->across.ch.dispatch == DISPATCH_HIERARCHICAL);
-  CHECK(q->across.ch.dispatch == DISPATCH_FLAT);
-  CHECK(p->across.cost.step < q->across.cost.step);
-  CHECK(p->best.ch.ep <= 4 && p->best.cost.step <= p->across.cost.step);
-  Plan *r = plan_search_for(&m, p->md, true);
-  CHECK(r && r->feasible && r->best.ch.dispatch != DISPATCH_HIERARCHICAL);
-  for (int i = 0; r && i < r->nalts; i++) CHECK(r->alts[i].ch.dispatch != DISPATCH_HIERARCHICAL);
-  /* micro_batch 1 pinned (60 micro-batches): EP across 8 nodes, hierarchical, with everything but
-   * the routed experts kept gathered beats keeping all of them (less HBM: selective checkpointing)
-   * and EP in a node */
-  const char *mb1[] = {"training.micro_batch=1"};
-  Plan *o = plan(&m, "specs/deepseek-v3.yaml", mb1, 1);
-  CHECK(o && o->feasible && o->best.ch.ep == 32 && o->best.ch.dispatch == DISPATCH_HIERARCHICAL);
-  if (o && o->feasible) {
-    CHECK(o->best.ch.reshard == RESHARD_AFTER_STEP && o->best.ch.reshard_experts == RESHARD_EVERY_MICRO_BATCH);
-    CHECK(o->has_in_node && o->best.cost.step * 5 < o->in_node.cost.step);
+  CHECK(!plan_dispatch_emitted(DISPATCH_HIERARCHICAL) && plan_dispatch_emitted(DISPATCH_FLAT));
+  const char *sets[][1] = {{"cluster.nodes=64"}, {"cluster.nodes=32"}, {"training.micro_batch=1"}};
+  for (int i = 0; i < 3; i++) {
+    Plan *p = plan(&m, "specs/deepseek-v3.yaml", sets[i], 1);
+    CHECK(p && p->feasible && p->has_across);
+    if (!p || !p->feasible) continue;
+    CHECK(p->best.ch.dispatch == DISPATCH_FLAT && p->across.ch.dispatch == DISPATCH_FLAT);
+    for (int k = 0; k < p->nalts; k++) CHECK(p->alts[k].ch.dispatch == DISPATCH_FLAT);
   }
-  /* on 32 nodes EP 8 across 2 nodes, hierarchical, wins: FSDP gathers half the experts */
-  const char *n32[] = {"cluster.nodes=32"};
-  Plan *h = plan(&m, "specs/deepseek-v3.yaml", n32, 1);
-  CHECK(h && h->feasible && h->best.ch.ep == 8 && h->best.ch.dispatch == DISPATCH_HIERARCHICAL);
-  if (h && h->feasible) CHECK(h->has_in_node && h->best.cost.step < h->in_node.cost.step);
   Plan *e = plan(&m, "specs/europa-1t.yaml", NULL, 0);
   CHECK(e && e->feasible && e->best.ch.ep <= 4);
   mem_free(&m);

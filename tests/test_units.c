@@ -30,6 +30,14 @@ int main(void) {
   CHECK(parse("1000", Q_SIZE) == 1000);
   CHECK(parse("512 B", Q_SIZE) == 512);
   CHECK(parse("  7 GB  ", Q_SIZE) == 7e9);
+  /* counts: the same prefixes, an optional 'tokens', whole numbers only */
+  CHECK(parse("25M", Q_COUNT) == 25e6);
+  CHECK(parse("24Mi", Q_COUNT) == 25165824);
+  CHECK(parse("24 Mi tokens", Q_COUNT) == 25165824);
+  CHECK(parse("1.5k", Q_COUNT) == 1500);
+  CHECK(parse("4096", Q_COUNT) == 4096);
+  CHECK(parse("1.5", Q_COUNT) < 0);
+  CHECK(parse("25 MB", Q_COUNT) < 0);
   /* rates */
   CHECK(parse("25 GB/s", Q_RATE) == 25e9);
   CHECK(parse("4 TB/s", Q_RATE) == 4e12);
