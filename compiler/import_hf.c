@@ -29,8 +29,12 @@ static void emit(Hf *h, const char *fmt, ...) __attribute__((format(printf, 2, 3
 static void emit(Hf *h, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  char buf[512];
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *buf = mem_alloc(h->m, n > 0 ? (size_t)n + 1 : 1);
+  buf[0] = 0;
+  va_start(ap, fmt);
+  if (n > 0) vsnprintf(buf, (size_t)n + 1, fmt, ap);
   va_end(ap);
   h->out = mem_printf(h->m, "%s%s", h->out, buf);
 }

@@ -144,9 +144,7 @@ static int usage_error(const char *cmd, const char *msg) {
 
 /* mkdir -p */
 static bool make_dirs(Diag *d, const char *path) {
-  char buf[4096];
-  if (strlen(path) >= sizeof buf) return diag_error(d, (Loc){0}, "output path too long");
-  strcpy(buf, path);
+  char *buf = mem_strdup(d->mem, path);
   for (char *p = buf + 1;; p++) {
     if (*p == '/' || *p == '\0') {
       char c = *p;
@@ -219,8 +217,7 @@ static int run(Args *a) {
     char t[32], ac[32];
     units_fmt_count(t, sizeof t, (double)md->params_total);
     units_fmt_count(ac, sizeof ac, (double)md->params_active);
-    char shown[4400];
-    out_text(shown, sizeof shown, a->spec, false);
+    const char *shown = out_shown(&mem, a->spec);
     printf("%s: ok (%s: %d layers, %s parameters, %s active)\n", shown, s->name, md->nlayers, t, ac);
   } else if (strcmp(a->cmd, "explain") == 0) {
     Plan *p = plan_search(&mem, md);
@@ -248,9 +245,9 @@ static int run(Args *a) {
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);
     report_plan_json(j, p, false);
-    char shown[4400]; /* dir as printed: no control bytes reach the terminal */
-    out_text(shown, sizeof shown, dir, false);
-    bool ours = out_dir_prepare(&d, dir, a->force) && make_dirs(&d, dir); /* mtc may write here */
+    char *shown = out_shown(&mem, dir); /* dir as printed: no control bytes reach the terminal */
+    bool ours = out_cmake_path_ok(&d, mem_printf(&mem, "-o %s", shown), dir) && out_dir_prepare(&d, dir, a->force) &&
+                make_dirs(&d, dir); /* mtc may write here */
     /* every output to FILE.tmp first, renamed all together once all are written: a failure to
      * write any (a full disk) leaves every file of an earlier compile as it was */
     out_batch_begin();

@@ -31,6 +31,11 @@
 #             that is not its plan.json's; a compile output that cannot be replaced (a FIFO) is
 #             refused and stays; a recompile on a full disk (RLIMIT_FSIZE) leaves every file of
 #             the earlier compile as it was, and no .tmp
+#   paths     a --checkpoint-dir of 1090, 1120 and 3000 bytes: the step's manifest and shard land
+#             inside it, "saved checkpoint D/step-N" names them and a resume finds them; one too
+#             long for a step's file names (4080 bytes) is refused at start-up, nothing created
+#   cmake     compile -o 'notes.txt;x', a compile run in a directory 'cwd;z' and mtc build of
+#             'notes.txt;y' are refused (exit 2, naming the ';'): nothing written, notes.txt intact
 #   usage: files.sh MTC SOURCE_DIR
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2")
@@ -333,4 +338,41 @@ out=$(timeout 20 t1/build/train --data data.fifo --steps 1 2>&1); rc=$?
 out=$(timeout 20 t1/build/train --data "$text" --steps 1 --metrics metrics.fifo 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "metrics.fifo: a FIFO; expected a regular file" || die "--metrics FIFO: exit $rc, $out"
 [ $fail -eq 0 ] && echo "ok: metrics and checkpoints after a kill, a failed save and a failed write; FIFOs refused"
+# ---- paths: a --checkpoint-dir of any length the system takes; a longer one refused up front
+# pathof N: an absolute directory name of exactly N bytes under $work (components of <= 200)
+pathof() {
+  local p=$work/p n
+  while [ $(( $1 - ${#p} )) -gt 201 ]; do p=$p/$(printf '%0200d' 0); done
+  n=$(( $1 - ${#p} - 1 )); printf '%s/%s' "$p" "$(printf '%0*d' "$n" 0)"
+}
+for len in 1090 1120 3000; do
+  d=$(pathof $len); mkdir -p "$(dirname "$d")"
+  out=$(t1/build/train --data "$text" --steps 1 --checkpoint-dir "$d" 2>&1); rc=$?
+  [ $rc -eq 0 ] && echo "$out" | grep -qF "saved checkpoint $d/step-00000001" && [ -f "$d/step-00000001/manifest.json" ] &&
+    [ -f "$d/step-00000001/rank-00000.bin" ] && [ "$(ls "$(dirname "$d")")" = "$(basename "$d")" ] ||
+    die "a --checkpoint-dir of $len bytes: exit $rc, $(cd "$(dirname "$d")" && ls -R | cut -c1-100 | head -5), $(echo "$out" | cut -c1-300)"
+  out=$(t1/build/train --data "$text" --steps 2 --checkpoint-dir "$d" 2>&1); rc=$?
+  [ $rc -eq 0 ] && echo "$out" | grep -qF "resumed from $d/step-00000001" && [ -f "$d/step-00000002/manifest.json" ] ||
+    die "resuming from a --checkpoint-dir of $len bytes: exit $rc, $(echo "$out" | cut -c1-300)"
+  rm -rf "$work/p"
+done
+d=$(pathof 4080); mkdir -p "$(dirname "$d")"
+out=$(t1/build/train --data "$text" --steps 1 --checkpoint-dir "$d" 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: --checkpoint-dir .*: 4080 bytes long; expected at most [0-9]* (the system's limit on a path is 4096 bytes" &&
+  [ ! -e "$d" ] || die "a --checkpoint-dir too long for a step's files: exit $rc, $out"
+rm -rf "$work/p"
+[ $fail -eq 0 ] && echo "ok: checkpoints in --checkpoint-dirs of 1090, 1120 and 3000 bytes; one of 4080 refused up front"
+
+# ---- cmake: a -o directory whose name CMake would split (a ';') is refused before anything is written
+echo "my notes" >notes.txt
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o 'notes.txt;x' 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -qF "error: -o notes.txt;x: the path holds ';', which CMake reads as a list separator" &&
+  [ ! -e 'notes.txt;x' ] && [ "$(cat notes.txt)" = "my notes" ] || die "compile -o 'notes.txt;x': exit $rc, $out"
+mkdir 'notes.txt;y'
+out=$("$mtc" build 'notes.txt;y' 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -qF "error: notes.txt;y: the path holds ';', which CMake reads as a list separator" &&
+  [ -z "$(ls -A 'notes.txt;y')" ] && [ "$(cat notes.txt)" = "my notes" ] || die "build 'notes.txt;y': exit $rc, $out"
+mkdir -p 'cwd;z' && out=$(cd 'cwd;z' && "$mtc" compile "$src/specs/tiny-moe.yaml" -o out 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -qF "the path holds ';'" && [ ! -e 'cwd;z/out' ] || die "compile -o out in 'cwd;z': exit $rc, $out"
+[ $fail -eq 0 ] && echo "ok: names CMake would split refused by compile and build, nothing written"
 exit $fail

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -17,7 +18,7 @@ static int fail(char *err, size_t n, const char *path, const char *what) {
 }
 
 /* megatron.c */
-int rt_data_megatron_prefix(const char *path, char *prefix, size_t n);
+char *rt_data_megatron_prefix(const char *path);
 int rt_data_open_megatron(RtData *d, const char *prefix, char *err, size_t errlen);
 
 static int64_t token(const RtData *d, int64_t i) {
@@ -49,9 +50,11 @@ static int check_tokens(RtData *d, const char *path, int vocab, int seq_len, cha
 
 int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
-  char prefix[4096];
-  if (rt_data_megatron_prefix(path, prefix, sizeof prefix)) {
-    if (rt_data_open_megatron(d, prefix, err, errlen) != 0) {
+  char *prefix = rt_data_megatron_prefix(path);
+  if (prefix) {
+    int st = rt_data_open_megatron(d, prefix, err, errlen);
+    free(prefix);
+    if (st != 0) {
       rt_data_close(d);
       return -1;
     }
