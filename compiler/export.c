@@ -6,6 +6,7 @@
  * to dtype, shape and [begin, end) byte offsets into the data that follows, padded to 8 bytes.
  * The checkpoint may have been saved under any layout: every tensor is read whole through the
  * runtime's reader. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <jansson.h>
@@ -145,6 +146,24 @@ static int write_tmp(const char *path, char **tmp, const char *text, size_t len)
 
 static int export_from(const char *path, const char *out, const char *spec, const char *const *sets, int nsets);
 
+/* What makes dir a checkpoint directory: "a manifest.json" (a step directory), "step-N
+ * checkpoints" or "a training run's lock" (a --checkpoint-dir); NULL when it is none. */
+static const char *checkpoint_dir(const char *dir) {
+  char *man = rt_pathf("%s/manifest.json", dir);
+  struct stat st;
+  int has = lstat(man, &st) == 0;
+  free(man);
+  if (has) return "a manifest.json";
+  if (rt_ckpt_is_step_dir(dir)) return "a step-N name";
+  DIR *d = opendir(dir);
+  const char *what = NULL;
+  for (struct dirent *de; d && !what && (de = readdir(d));)
+    if (rt_ckpt_step_of(de->d_name) >= 0) what = "step-N checkpoints";
+    else if (strcmp(de->d_name, "lock") == 0) what = "a training run's lock";
+  if (d) closedir(d);
+  return what;
+}
+
 int export_run(const char *ckpt, const char *out, const char *spec, const char *const *sets, int nsets) {
   struct stat st;
   char *man = rt_pathf("%s/manifest.json", ckpt), *path = NULL;
@@ -245,15 +264,15 @@ static int export_from(const char *path, const char *out, const char *spec, cons
   char *slash = strrchr(outdir, '/');
   if (slash) *slash = 0;
   else outdir = ".";
-  /* never into a checkpoint directory: the one read, or any other (one holding a manifest.json) */
-  char *man_there = mem_printf(&mem, "%s/manifest.json", outdir), *real_out = realpath(outdir, NULL),
-       *real_ck = realpath(path, NULL);
-  struct stat mst;
-  bool inside = !status && ((real_out && real_ck && strcmp(real_out, real_ck) == 0) || lstat(man_there, &mst) == 0);
+  /* never into a checkpoint directory: the one read, or any other, a step directory (a manifest.json)
+   * or the --checkpoint-dir holding them (step-N directories, the trainer's lock) */
+  char *real_out = realpath(outdir, NULL), *real_ck = realpath(path, NULL);
+  const char *holds = !status ? checkpoint_dir(outdir) : NULL;
+  if (!holds && !status && real_out && real_ck && strcmp(real_out, real_ck) == 0) holds = "the checkpoint read";
   free(real_out), free(real_ck);
-  if (inside) {
-    fprintf(stderr, "error: %s is inside a checkpoint directory (%s holds a manifest.json); expected an output path "
-            "outside every checkpoint, such as %s\n", st_path, outdir, spec ? "hf-model/" : "model.safetensors");
+  if (holds) {
+    fprintf(stderr, "error: %s is inside a checkpoint directory (%s holds %s); expected an output path outside "
+            "every checkpoint directory, such as %s\n", st_path, outdir, holds, spec ? "hf-model/" : "model.safetensors");
     status = 2;
   }
   if (!status && cfg_path) status = write_tmp(cfg_path, &ctmp, config, strlen(config));

@@ -89,6 +89,11 @@ int rt_ckpt_lock(const char *dir, char *err, size_t errlen);
  * save writes under checkpoint directory dir: negative when a save there could not name its
  * files, which the trainer refuses at start-up. */
 long rt_ckpt_path_room(const char *dir);
+/* Whether dir is a checkpoint's step directory: its name is step-N (rt_ckpt_step_of) or it holds
+ * a manifest.json. rt_ckpt_step_dir_parent: then the directory that holds it (allocated), else
+ * NULL. */
+int rt_ckpt_is_step_dir(const char *dir);
+char *rt_ckpt_step_dir_parent(const char *dir);
 int rt_ckpt_prune(const char *dir, int keep, char *err, size_t errlen);
 /* Removes what interrupted saves left under dir: a step-%08lld directory (real, never a link)
  * without manifest.json that holds only shard files (rank-NNNNN.bin) and .tmp files of them or

@@ -262,7 +262,7 @@ corrupt optimizer        "optimizer is 'sgd'"            "m['optimizer'] = 'sgd'
 corrupt shards_missing   'shards has 0 entries'          "m['shards'] = []"
 corrupt shard_bytes      'shards\[0\] bytes is'          "m['shards'][0]['bytes'] += 8"
 corrupt shard_file       "shards\[0\] file is '../x'"    "m['shards'][0]['file'] = '../x'"
-corrupt header_step      'header does not match'         "m['step'] = 2"
+corrupt header_step      'step is 2, but its directory is named for step 1' "m['step'] = 2"
 corrupt not_a_number     'groups\[0\] is malformed'      "m['groups'][0]['shard'] = 'many'"
 corrupt tensors_empty    'tensors is empty'              "m['tensors'] = []"
 corrupt overlap_dense    'q_proj.weight) has elements \[128, 16512) of group 1, which overlap tensors\[1\]' "dense['offset'] = 64"
@@ -375,4 +375,41 @@ out=$("$mtc" build 'notes.txt;y' 2>&1); rc=$?
 mkdir -p 'cwd;z' && out=$(cd 'cwd;z' && "$mtc" compile "$src/specs/tiny-moe.yaml" -o out 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -qF "the path holds ';'" && [ ! -e 'cwd;z/out' ] || die "compile -o out in 'cwd;z': exit $rc, $out"
 [ $fail -eq 0 ] && echo "ok: names CMake would split refused by compile and build, nothing written"
+
+# ---- roots: a checkpoint directory's root is the checkpoint's, a step directory is not a --checkpoint-dir,
+# a step directory's name and its manifest agree
+cp ck/lock lock.orig
+out=$("$mtc" export ck ck/lock 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: ck/lock is inside a checkpoint directory (ck holds " &&
+  cmp -s lock.orig ck/lock && [ ! -e ck/lock.tmp ] || die "export over a --checkpoint-dir's lock: exit $rc, $out"
+out=$("$mtc" export ck ck/model.safetensors 2>&1); rc=$?
+[ $rc -eq 2 ] && [ ! -e ck/model.safetensors ] || die "export into a --checkpoint-dir: exit $rc, $out"
+before=$(ls -A ck/step-00000001)
+out=$(t1/build/train --data "$text" --steps 1 --metrics deep.jsonl --checkpoint-dir ck/step-00000001 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: --checkpoint-dir ck/step-00000001 is a checkpoint's step directory .*: --checkpoint-dir ck$" &&
+  [ "$(ls -A ck/step-00000001)" = "$before" ] && [ ! -e deep.jsonl ] || die "--checkpoint-dir a step directory: exit $rc, $out"
+mkdir -p renamed && cp -r ck/step-00000001 renamed/step-00000005
+out=$(t1/build/train --data "$text" --steps 6 --checkpoint-dir renamed 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: resuming from renamed/step-00000005: renamed/step-00000005/manifest.json: step is 1, but its directory is named for step 5" &&
+  ! echo "$out" | grep -q "resumed from" || die "a step-00000005 holding step 1's checkpoint: exit $rc, $out"
+out=$("$mtc" export renamed x5.safetensors 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "step is 1, but its directory is named for step 5" || die "export of a renamed step: exit $rc, $out"
+[ $fail -eq 0 ] && echo "ok: export refuses a --checkpoint-dir's root, a step directory is no --checkpoint-dir, a renamed step is refused"
+
+# ---- cut: the data file emptied during a run (after step 2 is reported): no SIGBUS; the rank names
+# the file, the state before the step is saved, exit 1, and the checkpoint resumes once the file is back
+cp "$text" cut.txt
+t1/build/train --data cut.txt --steps 400 --checkpoint-dir ckcut >cut.out 2>cut.err &
+pid=$!
+for _ in $(seq 600); do grep -q "^step     2/" cut.out && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+: >cut.txt
+wait $pid; rc=$?
+saved=$(sed -n 's/^saved checkpoint ckcut\/\(step-[0-9]*\)$/\1/p' cut.out | tail -1)
+[ $rc -eq 1 ] && grep -q "error: rank 0: --data cut.txt: cannot read tokens .*the file was cut or replaced during the run" cut.err &&
+  grep -q "error: stopped at step [0-9]*: the data file could not be read; the state before it is saved in ckcut" cut.err &&
+  [ -n "$saved" ] && [ -f "ckcut/$saved/manifest.json" ] || die "a data file cut during a run: exit $rc, $(cat cut.err), $(tail -3 cut.out)"
+cp "$text" cut.txt
+out=$(t1/build/train --data cut.txt --steps $((10#${saved#step-} + 1)) --checkpoint-dir ckcut 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "resumed from ckcut/$saved" || die "resuming after a cut data file: exit $rc, $out"
+[ $fail -eq 0 ] && echo "ok: a data file cut during a run: named, the state saved, exit 1, resumed"
 exit $fail

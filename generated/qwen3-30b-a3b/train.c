@@ -358,15 +358,22 @@ static int64_t shard_lo(const RtCtx *c, int g) {
   return (int64_t)r * step_groups[g].shard;
 }
 
-/* Forward and backward of every micro-batch of step `step`; returns the summed mean losses. */
+/* Set when this rank could not read its tokens (the data file was cut during the run): the step
+ * is skipped on every rank (its loss NaN), saved and the run stops (after_step). */
+static int data_cut;
+static char data_error[1024];
+
+/* Forward and backward of every micro-batch of step `step`; returns the summed mean losses (NaN
+ * when the data could not be read: data_cut). */
 static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t seed, double *aux) {
   double loss = 0;
   *aux = 0;
   zero_grads(c);
   c->moe_load = 0, c->moe_extra_rounds = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
-    rt_data_batch(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, step, ACCUM, micro, c->comm.rank,
-                  c->comm.world, seed);
+    if (rt_data_batch(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, step, ACCUM, micro, c->comm.rank,
+                      c->comm.world, seed, data_error, sizeof data_error) != 0)
+      data_cut = 1;
     tokens_to_device(c);
     c->dloss = (real)(1.0 / ((double)ACCUM * c->comm.world));
     c->aux_loss = 0;
@@ -375,7 +382,7 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
     *aux += c->aux_loss;
     step_backward(c);
   }
-  return loss;
+  return data_cut ? NAN : loss;
 }
 
 #ifdef MTRT_REAL_DOUBLE
@@ -384,7 +391,7 @@ static double objective(RtCtx *c, const RtData *d, uint64_t seed) {
   double j = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
     rt_data_batch(d, (int32_t *)(void *)(c->acts + INPUTS), (int32_t *)(void *)(c->acts + TARGETS), MICRO_BATCH, SEQ_LEN, 0, ACCUM,
-                  micro, 0, 1, seed);
+                  micro, 0, 1, seed, NULL, 0);
     c->aux_loss = 0;
     c->gather_kept = micro == 0; /* the parameters may have moved since the last call */
     double ce = (double)step_forward(c);
@@ -543,9 +550,16 @@ static int check_ckpt_dir(const Run *r) {
   if (r->rank0) {
     char err[1400];
     struct stat st;
-    int made = rt_ckpt_path_room(dir) < 0 ? 0 : mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
+    int made = rt_ckpt_path_room(dir) < 0 || rt_ckpt_is_step_dir(dir) ? 0 : mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
     long room = rt_ckpt_path_room(dir);
-    if (room < 0) { /* before anything is created: a save there could not name its files */
+    char *parent = rt_ckpt_step_dir_parent(dir);
+    if (parent) { /* a step directory: a run there would start from step 0 inside the old checkpoint */
+      fprintf(stderr, "error: --checkpoint-dir %s is a checkpoint's step directory (a step-N name, or a "
+              "manifest.json in it); expected the directory that holds the step-N checkpoints: --checkpoint-dir %s\n",
+              dir, parent);
+      free(parent);
+      bad = 1;
+    } else if (room < 0) { /* before anything is created: a save there could not name its files */
       fprintf(stderr, "error: --checkpoint-dir %s: %zu bytes long; expected at most %zu (the system's limit on a path "
               "is %zu bytes, and a checkpoint's files are named under it, as DIR/step-NNNNNNNN/manifest.json.tmp): "
               "give a shorter directory\n", dir, strlen(dir), (size_t)((long)strlen(dir) + room),
@@ -849,9 +863,11 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   const Args *a = &r->a;
   char err[512];
   long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
-  int stop = (skip && skips >= a->max_skips) || metrics_bad;
-  int sig = stop_signal; /* a signal to any rank stops every rank, at this step */
-  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  /* a signal to any rank, or a data file cut under any rank, stops every rank, at this step */
+  int flags[2] = {stop_signal, data_cut};
+  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  int sig = flags[0], cut = flags[1];
+  int stop = (skip && skips >= a->max_skips) || metrics_bad || cut;
   int save = a->ckpt_dir && (stop || sig ||
                              (!skip && (step + 1 == a->steps || (a->ckpt_every && (step + 1) % a->ckpt_every == 0))));
   if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
@@ -867,6 +883,15 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   if (save && r->rank0) printf("saved checkpoint %s/step-%08ld\n", a->ckpt_dir, done_steps);
   if (save && r->rank0 && a->keep_ckpts && rt_ckpt_prune(a->ckpt_dir, (int)a->keep_ckpts, err, sizeof err) < 0)
     fprintf(stderr, "warning: --keep-checkpoints %ld: %s\n", a->keep_ckpts, err);
+  if (cut) { /* the step was skipped (NaN loss): the state saved is the one before it */
+    if (data_cut) fprintf(stderr, "error: rank %d: --data %s\n", r->c.comm.rank, data_error);
+    if (r->rank0)
+      fprintf(stderr, "error: stopped at step %ld: the data file could not be read%s%s%s; expected --data unchanged "
+                      "during the run: restore it and run the same command again\n", step + 1,
+              a->ckpt_dir ? "; the state before it is saved in " : " (nothing saved: no --checkpoint-dir)",
+              a->ckpt_dir ? a->ckpt_dir : "", a->ckpt_dir ? ", to resume from" : "");
+    return 1;
+  }
   if (stop && metrics_bad) {
     if (r->rank0)
       fprintf(stderr, "error: stopped after step %ld: its metrics line could not be written%s%s; expected room "

@@ -27,6 +27,19 @@ long long rt_ckpt_step_of(const char *name) {
   if (n < 8 || n > 18 || p[n] || (n > 8 && p[0] == '0')) return -1;
   return strtoll(p, NULL, 10);
 }
+
+/* The step in the name of directory dir (its last component, step-NNNNNNNN), or -1. */
+static long long named_step(const char *dir) {
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/') n--;
+  size_t b = n;
+  while (b > 0 && dir[b - 1] != '/') b--;
+  char *name = rt_pathf("%.*s", (int)(n - b), dir + b);
+  long long s = rt_ckpt_step_of(name);
+  free(name);
+  return s;
+}
+
 char *rt_pathf(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -37,6 +50,25 @@ char *rt_pathf(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(p, (size_t)n + 1, fmt, ap);
   va_end(ap);
+  return p;
+}
+
+int rt_ckpt_is_step_dir(const char *dir) {
+  char *man = rt_pathf("%s/manifest.json", dir);
+  struct stat st;
+  int is = named_step(dir) >= 0 || lstat(man, &st) == 0;
+  free(man);
+  return is;
+}
+
+char *rt_ckpt_step_dir_parent(const char *dir) {
+  if (!rt_ckpt_is_step_dir(dir)) return NULL;
+  char *p = rt_pathf("%s", dir);
+  size_t n = strlen(p);
+  while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+  char *slash = strrchr(p, '/');
+  if (!slash) return free(p), rt_pathf(".");
+  slash[slash == p] = 0;
   return p;
 }
 
@@ -235,6 +267,7 @@ static int validate(const RtCkpt *k, const char *man, char *err, size_t n) {
 
 static int opened(RtCkpt *k, const char *man, char *err, size_t errlen);
 
+
 int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen) {
   memset(k, 0, sizeof *k);
   k->dir = rt_pathf("%s", path);
@@ -271,6 +304,10 @@ static int opened(RtCkpt *k, const char *man, char *err, size_t errlen) {
   else if (strcmp(opt, "adamw") != 0 && strcmp(opt, "muon") != 0)
     st = bad(err, errlen, man, "optimizer", "is '%s'; expected adamw or muon", opt);
   else if (step < 0) st = bad(err, errlen, man, "step", "is %lld; expected a step >= 0", (long long)step);
+  else if (named_step(k->dir) >= 0 && named_step(k->dir) != step)
+    st = bad(err, errlen, man, "step", "is %lld, but its directory is named for step %lld; expected the two equal (a "
+             "renamed or copied checkpoint: rename the directory step-%08lld, or remove it)", (long long)step,
+             named_step(k->dir), (long long)step);
   else if (!hex16(seed)) st = bad(err, errlen, man, "seed", "is '%s'; expected 16 hex digits", seed);
   else if (rb != 4 && rb != 8) st = bad(err, errlen, man, "real_bytes", "is %lld; expected 4 or 8", (long long)rb);
   else if (fsdp < 1 || fsdp > MAX_RANKS) st = bad(err, errlen, man, "layout.fsdp", "is %lld; expected 1 to 2^24", (long long)fsdp);

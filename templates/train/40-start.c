@@ -24,9 +24,16 @@ static int check_ckpt_dir(const Run *r) {
   if (r->rank0) {
     char err[1400];
     struct stat st;
-    int made = rt_ckpt_path_room(dir) < 0 ? 0 : mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
+    int made = rt_ckpt_path_room(dir) < 0 || rt_ckpt_is_step_dir(dir) ? 0 : mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
     long room = rt_ckpt_path_room(dir);
-    if (room < 0) { /* before anything is created: a save there could not name its files */
+    char *parent = rt_ckpt_step_dir_parent(dir);
+    if (parent) { /* a step directory: a run there would start from step 0 inside the old checkpoint */
+      fprintf(stderr, "error: --checkpoint-dir %s is a checkpoint's step directory (a step-N name, or a "
+              "manifest.json in it); expected the directory that holds the step-N checkpoints: --checkpoint-dir %s\n",
+              dir, parent);
+      free(parent);
+      bad = 1;
+    } else if (room < 0) { /* before anything is created: a save there could not name its files */
       fprintf(stderr, "error: --checkpoint-dir %s: %zu bytes long; expected at most %zu (the system's limit on a path "
               "is %zu bytes, and a checkpoint's files are named under it, as DIR/step-NNNNNNNN/manifest.json.tmp): "
               "give a shorter directory\n", dir, strlen(dir), (size_t)((long)strlen(dir) + room),
