@@ -142,6 +142,19 @@ static int usage_error(const char *cmd, const char *msg) {
   return EXIT_BAD_INPUT;
 }
 
+/* s as one shell word: as it is when it holds only characters no shell treats specially, else in
+ * single quotes (a quote inside as '\''), so the hint can be pasted. */
+static const char *shell_word(Mem *m, const char *s) {
+  if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+,:=@%") == strlen(s)) return s;
+  char *q = mem_alloc(m, 4 * strlen(s) + 3), *p = q;
+  *p++ = '\'';
+  for (; *s; s++)
+    if (*s == '\'') memcpy(p, "'\\''", 4), p += 4;
+    else *p++ = *s;
+  *p++ = '\'', *p = 0;
+  return q;
+}
+
 /* mkdir -p */
 static bool make_dirs(Diag *d, const char *path) {
   char *buf = mem_strdup(d->mem, path);
@@ -280,7 +293,7 @@ static int run(Args *a) {
              p->feasible ? "" : " (no feasible plan: see plan.txt)");
       const char *note = program ? emit_program_note(&mem, p) : NULL;
       if (program) printf("wrote %s/step.h, step.c, train.c, kernels.cu, CMakeLists.txt and launch.sbatch; build with: "
-                          "mtc build %s\n%s", shown, shown, note ? note : "");
+                          "mtc build %s\n%s", shown, shell_word(&mem, shown), note ? note : "");
       /* no program written (infeasible, a model with no program yet): none of an earlier compile stays */
       if (!program && out_remove_program(dir) > 0)
         printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ..., build/train): "

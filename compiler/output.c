@@ -148,6 +148,11 @@ static bool compile_leftover(const char *name) {
 
 bool out_dir_prepare(Diag *d, const char *dir, bool force) {
   char first[256] = "";
+  struct stat ds;
+  if (stat(dir, &ds) == 0 && !S_ISDIR(ds.st_mode))
+    return diag_error(d, (Loc){0}, "-o %s: %s, not a directory; expected a directory for the compile's files (new, "
+                      "empty, or an earlier compile's): give another -o", out_shown(d->mem, dir),
+                      S_ISREG(ds.st_mode) ? "a regular file" : S_ISCHR(ds.st_mode) ? "a character device" : "a file");
   DIR *dd = opendir(dir);
   if (!dd) return true; /* missing: make_dirs creates it; anything else fails there */
   for (struct dirent *de; (de = readdir(dd));)

@@ -36,6 +36,11 @@
 #             long for a step's file names (4080 bytes) is refused at start-up, nothing created
 #   cmake     compile -o 'notes.txt;x', a compile run in a directory 'cwd;z' and mtc build of
 #             'notes.txt;y' are refused (exit 2, naming the ';'): nothing written, notes.txt intact
+#   roots     export refuses a --checkpoint-dir's lock and root; a step directory as --checkpoint-dir
+#             and a step-00000005 holding step 1's checkpoint are refused, nothing written
+#   cut       the data file emptied during a run: no SIGBUS; named, the state saved, exit 1, resumed
+#   messages  compile -o FILE refused as not a directory; the build hint shell-quoted; SIGINT saves
+#             and stops as SIGTERM does
 #   usage: files.sh MTC SOURCE_DIR
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2")
@@ -412,4 +417,19 @@ cp "$text" cut.txt
 out=$(t1/build/train --data cut.txt --steps $((10#${saved#step-} + 1)) --checkpoint-dir ckcut 2>&1); rc=$?
 [ $rc -eq 0 ] && echo "$out" | grep -q "resumed from ckcut/$saved" || die "resuming after a cut data file: exit $rc, $out"
 [ $fail -eq 0 ] && echo "ok: a data file cut during a run: named, the state saved, exit 1, resumed"
+# ---- messages: compile -o a file is refused as not a directory (no "free disk space"), the build
+# hint is shell-quoted, SIGINT saves and stops as SIGTERM does
+echo "keep" >afile
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o afile 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: -o afile: a regular file, not a directory" && ! echo "$out" | grep -q "free disk space" &&
+  [ "$(cat afile)" = keep ] || die "compile -o a regular file: exit $rc, $out"
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o "my prog's dir" 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -qF "build with: mtc build 'my prog'\\''s dir'" || die "the build hint for a name with a space and a quote: exit $rc, $out"
+env --default-signal=INT t1/build/train --data "$text" --steps 400 --checkpoint-dir ckint >int.out 2>int.err &
+pid=$!
+for _ in $(seq 600); do grep -q "^step     1/" int.out && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+kill -INT $pid; wait $pid; rc=$?
+[ $rc -eq 0 ] && grep -q "^stopped after step [0-9]* on SIGINT; run the same command again to resume from ckint" int.out &&
+  grep -q "^saved checkpoint ckint/step-" int.out || die "SIGINT: exit $rc, $(cat int.err), $(tail -3 int.out)"
+[ $fail -eq 0 ] && echo "ok: compile -o a file refused as such, the build hint quoted, SIGINT saves and stops"
 exit $fail

@@ -18,7 +18,7 @@
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
  * the last good state and stop. SIGUSR1 (what launch.sbatch has Slurm send before the job's
- * time limit) or SIGTERM stops the run at the end of the step, with a checkpoint saved.
+ * time limit), SIGTERM or SIGINT (Ctrl-C) stops the run at the end of the step, with a checkpoint saved.
  *
  * It runs the plan in step.h: two arenas allocated at start-up, parameters initialized shard by
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
@@ -262,7 +262,7 @@ static const char usage_text[] =
     "                         over the steps after the first, as JSON (mtc calibrate reads it)\n"
     "  --inject-nan FIRST:COUNT      for tests: steps FIRST.. FIRST+COUNT-1 get a NaN gradient\n"
     "  --inject-kill-at-save STEP    for tests: SIGKILL itself in the save of STEP, before its manifest\n"
-    "  SIGUSR1 or SIGTERM     save a checkpoint at the end of the step (with DIR) and stop\n"
+    "  SIGUSR1, SIGTERM, SIGINT  save a checkpoint at the end of the step (with DIR) and stop\n"
     "       train --memory    what this build allocates per GPU at start-up, as JSON\n"
     "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n";
 
@@ -520,7 +520,7 @@ static int cuda_start(RtCtx *c, const Args *a) {
 #endif
 
 /* The signal that asked the run to stop (SIGUSR1 from Slurm's --signal before the time limit,
- * or SIGTERM), or 0. The handler only records it; the loop saves and stops at the step's end. */
+ * SIGTERM or SIGINT), or 0. The handler only records it; the loop saves and stops at the step's end. */
 static volatile sig_atomic_t stop_signal;
 static void on_stop_signal(int sig) { stop_signal = sig; }
 
@@ -901,7 +901,7 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   }
   if (sig && !stop) {
     if (r->rank0)
-      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : "SIGTERM",
              a->ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
              a->ckpt_dir ? a->ckpt_dir : "");
     return a->ckpt_dir ? 0 : 1;
@@ -1112,7 +1112,7 @@ int main(int argc, char **argv) {
   quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
   struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
   int status = parse_args(&r->a, argc, argv);
   if (status || rt_comm_init(&r->c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
                              SPEC_GPUS_PER_NODE) != 0) {

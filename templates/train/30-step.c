@@ -168,7 +168,7 @@ static int cuda_start(RtCtx *c, const Args *a) {
 #endif
 
 /* The signal that asked the run to stop (SIGUSR1 from Slurm's --signal before the time limit,
- * or SIGTERM), or 0. The handler only records it; the loop saves and stops at the step's end. */
+ * SIGTERM or SIGINT), or 0. The handler only records it; the loop saves and stops at the step's end. */
 static volatile sig_atomic_t stop_signal;
 static void on_stop_signal(int sig) { stop_signal = sig; }
 

@@ -84,7 +84,7 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   }
   if (sig && !stop) {
     if (r->rank0)
-      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : "SIGTERM",
              a->ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
              a->ckpt_dir ? a->ckpt_dir : "");
     return a->ckpt_dir ? 0 : 1;
@@ -295,7 +295,7 @@ int main(int argc, char **argv) {
   quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
   struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
   int status = parse_args(&r->a, argc, argv);
   if (status || rt_comm_init(&r->c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
                              SPEC_GPUS_PER_NODE) != 0) {
