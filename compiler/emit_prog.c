@@ -212,17 +212,29 @@ static int run(char *const argv[]) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+static int build_in(Mem *m, const char *dir, const char *backend, const char *real, bool allow_edits);
+
 int build_run(const char *dir, const char *backend, const char *real, bool allow_edits) {
+  Mem mem = {0};
+  int status = build_in(&mem, dir, backend, real, allow_edits);
+  mem_free(&mem);
+  return status;
+}
+
+/* build_run's work, its paths in m. */
+static int build_in(Mem *m, const char *dir, const char *backend, const char *real, bool allow_edits) {
   struct stat st;
-  char path[4096];
-  snprintf(path, sizeof path, "%s/CMakeLists.txt", dir);
+  Diag d = {.mem = m};
+  if (!out_cmake_path_ok(&d, out_shown(m, dir), dir)) {
+    fputs(d.msg, stderr);
+    return 2;
+  }
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
     fprintf(stderr, "error: %s: %s; expected the directory `mtc compile` wrote\n", dir,
             stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
     return 2;
   }
-  snprintf(path, sizeof path, "%s/step.c", dir);
-  if (stat(path, &st) != 0) {
+  if (stat(mem_printf(m, "%s/step.c", dir), &st) != 0) {
     fprintf(stderr, "error: %s: no generated program here (no step.c); expected the directory `mtc compile` wrote "
             "for a model it writes a program for\n", dir);
     return 2;
@@ -244,7 +256,7 @@ int build_run(const char *dir, const char *backend, const char *real, bool allow
     return 2;
   }
   long long hidden = 0;
-  snprintf(path, sizeof path, "%s/step.h", dir);
+  const char *path = mem_printf(m, "%s/step.h", dir);
   if (strcmp(backend, "cuda") == 0 && out_define_int(path, "HIDDEN", &hidden) && hidden % CUDA_HIDDEN_MULTIPLE != 0) {
     fprintf(stderr, "error: %s: HIDDEN is %lld, not a multiple of %d, which the cuda backend's kernels need (they "
             "read rows 16 bytes at a time); expected model.hidden a multiple of %d for --backend cuda (the cpu "
@@ -264,18 +276,17 @@ int build_run(const char *dir, const char *backend, const char *real, bool allow
   }
   const char *root = getenv("MTC_ROOT");
   if (!root || !*root) root = MTC_SOURCE_DIR;
-  char bdir[4096], rootdef[4200], backdef[64], realdef[64];
-  snprintf(bdir, sizeof bdir, "%s/%s", dir, build_dir_name(backend, real));
-  snprintf(rootdef, sizeof rootdef, "-DMTC_ROOT=%s", root);
-  snprintf(backdef, sizeof backdef, "-DMTC_BACKEND=%s", backend);
-  snprintf(realdef, sizeof realdef, "-DMTC_REAL=%s", real);
+  char *bdir = mem_printf(m, "%s/%s", dir, build_dir_name(backend, real));
+  char *rootdef = mem_printf(m, "-DMTC_ROOT=%s", root), *backdef = mem_printf(m, "-DMTC_BACKEND=%s", backend),
+       *realdef = mem_printf(m, "-DMTC_REAL=%s", real);
   /* a build tree copied with its program (cp -r DIR elsewhere) names the old directory in its
    * cache, which cmake refuses: configure it afresh (--fresh, cmake >= 3.24), saying so */
-  char cached[4096] = "", want[4096] = "", have[4096] = "";
-  bool fresh = out_build_tree_of(bdir, cached, sizeof cached) && realpath(bdir, want) &&
-               (!realpath(cached, have) || strcmp(have, want) != 0);
+  char *cached = out_build_tree_of(bdir), *want = cached ? realpath(bdir, NULL) : NULL,
+       *have = want ? realpath(cached, NULL) : NULL;
+  bool fresh = want && (!have || strcmp(have, want) != 0);
   if (fresh)
     printf("note: %s was configured for %s (a copied build tree): configuring it afresh\n", bdir, cached);
+  free(cached), free(want), free(have);
   char *configure[] = {"cmake", "-S", (char *)dir, "-B", bdir, rootdef, backdef, realdef, "--log-level=WARNING",
                        fresh ? "--fresh" : NULL, NULL};
   char *build[] = {"cmake", "--build", bdir, "-j", NULL};

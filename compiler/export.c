@@ -6,6 +6,7 @@
  * to dtype, shape and [begin, end) byte offsets into the data that follows, padded to 8 bytes.
  * The checkpoint may have been saved under any layout: every tensor is read whole through the
  * runtime's reader. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <jansson.h>
@@ -127,32 +128,63 @@ static int write_data(FILE *f, RtCkpt *k, const ExportTensor *ts, int n, const i
   return status;
 }
 
-/* Writes text to path through path.tmp (kept in tmp for the caller's commit): 0, or 2 after an
- * error (nothing left behind). */
-static int write_tmp(const char *path, char *tmp, size_t tmplen, const char *text, size_t len) {
+/* Writes text to path through path.tmp (its name in *tmp, allocated, for the caller's commit): 0,
+ * or 2 after an error (nothing left behind). */
+static int write_tmp(const char *path, char **tmp, const char *text, size_t len) {
   char err[600];
-  int fd = rt_replace_begin(path, tmp, tmplen, err, sizeof err);
+  int fd = rt_replace_begin(path, tmp, err, sizeof err);
   FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-  if (fd >= 0 && !f) snprintf(err, sizeof err, "%.500s: %s", tmp, strerror(errno)), close(fd), remove(tmp);
+  if (fd >= 0 && !f) snprintf(err, sizeof err, "%.500s: %s", *tmp, strerror(errno)), close(fd), remove(*tmp);
   if (!f) return fprintf(stderr, "error: %s\n", err), 2;
   if (fwrite(text, 1, len, f) != len || fclose(f) != 0) {
-    fprintf(stderr, "error: writing %s: %s\n", tmp, strerror(errno));
-    remove(tmp);
+    fprintf(stderr, "error: writing %s: %s\n", *tmp, strerror(errno));
+    remove(*tmp);
     return 2;
   }
   return 0;
 }
 
-int export_run(const char *ckpt, const char *out, const char *spec, const char *const *sets, int nsets) {
-  char path[1100], err[600];
+static int export_from(const char *path, const char *out, const char *spec, const char *const *sets, int nsets);
+
+/* What makes dir a checkpoint directory: "a manifest.json" (a step directory), "step-N
+ * checkpoints" or "a training run's lock" (a --checkpoint-dir); NULL when it is none. */
+static const char *checkpoint_dir(const char *dir) {
+  char *man = rt_pathf("%s/manifest.json", dir);
   struct stat st;
-  snprintf(path, sizeof path, "%s/manifest.json", ckpt);
-  if (stat(path, &st) == 0) snprintf(path, sizeof path, "%s", ckpt);
-  else if (!rt_ckpt_latest(ckpt, path, sizeof path)) {
+  int has = lstat(man, &st) == 0;
+  free(man);
+  if (has) return "a manifest.json";
+  if (rt_ckpt_is_step_dir(dir)) return "a step-N name";
+  DIR *d = opendir(dir);
+  const char *what = NULL;
+  for (struct dirent *de; d && !what && (de = readdir(d));)
+    if (rt_ckpt_step_of(de->d_name) >= 0) what = "step-N checkpoints";
+    else if (strcmp(de->d_name, "lock") == 0) what = "a training run's lock";
+  if (d) closedir(d);
+  return what;
+}
+
+int export_run(const char *ckpt, const char *out, const char *spec, const char *const *sets, int nsets) {
+  struct stat st;
+  char *man = rt_pathf("%s/manifest.json", ckpt), *path = NULL;
+  int64_t latest;
+  if (stat(man, &st) == 0) path = rt_pathf("%s", ckpt);
+  else if ((latest = rt_ckpt_latest(ckpt))) path = rt_pathf("%s/step-%08lld", ckpt, (long long)latest);
+  free(man);
+  if (!path) {
     fprintf(stderr, "error: %s: no complete checkpoint here; expected a directory with manifest.json, or one "
                     "holding step-N checkpoints (train --checkpoint-dir)\n", ckpt);
     return 2;
   }
+  int status = export_from(path, out, spec, sets, nsets);
+  free(path);
+  return status;
+}
+
+/* export_run's work, with path the checkpoint's step directory. */
+static int export_from(const char *path, const char *out, const char *spec, const char *const *sets, int nsets) {
+  char err[600];
+  struct stat st;
   RtCkpt k;
   if (rt_ckpt_open(&k, path, err, sizeof err) != 0) {
     fprintf(stderr, "error: %s\n", err);
@@ -228,26 +260,25 @@ int export_run(const char *ckpt, const char *out, const char *spec, const char *
   json_decref(head);
   size_t hl = strlen(text), padded = (hl + 7) / 8 * 8;
   /* written to PATH.tmp and renamed when complete: a failure leaves any existing file alone */
-  char tmp[4200], ctmp[4200], outdir[4200], real_out[PATH_MAX], real_ck[PATH_MAX];
-  snprintf(outdir, sizeof outdir, "%s", st_path);
+  char *tmp = NULL, *ctmp = NULL, *outdir = mem_printf(&mem, "%s", st_path);
   char *slash = strrchr(outdir, '/');
   if (slash) *slash = 0;
-  else snprintf(outdir, sizeof outdir, ".");
-  /* never into a checkpoint directory: the one read, or any other (one holding a manifest.json) */
-  char man_there[4300];
-  struct stat mst;
-  snprintf(man_there, sizeof man_there, "%s/manifest.json", outdir);
-  bool inside = !status && ((realpath(outdir, real_out) && realpath(path, real_ck) && strcmp(real_out, real_ck) == 0) ||
-                            lstat(man_there, &mst) == 0);
-  if (inside) {
-    fprintf(stderr, "error: %s is inside a checkpoint directory (%s holds a manifest.json); expected an output path "
-            "outside every checkpoint, such as %s\n", st_path, outdir, spec ? "hf-model/" : "model.safetensors");
+  else outdir = ".";
+  /* never into a checkpoint directory: the one read, or any other, a step directory (a manifest.json)
+   * or the --checkpoint-dir holding them (step-N directories, the trainer's lock) */
+  char *real_out = realpath(outdir, NULL), *real_ck = realpath(path, NULL);
+  const char *holds = !status ? checkpoint_dir(outdir) : NULL;
+  if (!holds && !status && real_out && real_ck && strcmp(real_out, real_ck) == 0) holds = "the checkpoint read";
+  free(real_out), free(real_ck);
+  if (holds) {
+    fprintf(stderr, "error: %s is inside a checkpoint directory (%s holds %s); expected an output path outside "
+            "every checkpoint directory, such as %s\n", st_path, outdir, holds, spec ? "hf-model/" : "model.safetensors");
     status = 2;
   }
-  if (!status && cfg_path) status = write_tmp(cfg_path, ctmp, sizeof ctmp, config, strlen(config));
+  if (!status && cfg_path) status = write_tmp(cfg_path, &ctmp, config, strlen(config));
   FILE *f = NULL;
   if (!status) { /* PATH may be replaced only if it is a regular file or missing */
-    int fd = rt_replace_begin(st_path, tmp, sizeof tmp, err, sizeof err);
+    int fd = rt_replace_begin(st_path, &tmp, err, sizeof err);
     if (fd >= 0 && !(f = fdopen(fd, "wb"))) snprintf(err, sizeof err, "%.500s: %s", tmp, strerror(errno)), close(fd), remove(tmp);
     struct stat ost;
     if (!f && !spec && stat(out, &ost) == 0 && S_ISDIR(ost.st_mode)) /* it names the path refused */
@@ -286,7 +317,7 @@ int export_run(const char *ckpt, const char *out, const char *spec, const char *
            (long long)k.step, dtype, family);
   else if (!status)
     printf("wrote %s: %d tensors of %s step %lld (%s)\n", out, n, k.model, (long long)k.step, dtype);
-  free(text);
+  free(text), free(tmp), free(ctmp);
   mem_free(&mem);
   rt_ckpt_close(&k);
   return status;

@@ -29,8 +29,12 @@ static void emit(Hf *h, const char *fmt, ...) __attribute__((format(printf, 2, 3
 static void emit(Hf *h, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  char buf[512];
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *buf = mem_alloc(h->m, n > 0 ? (size_t)n + 1 : 1);
+  buf[0] = 0;
+  va_start(ap, fmt);
+  if (n > 0) vsnprintf(buf, (size_t)n + 1, fmt, ap);
   va_end(ap);
   h->out = mem_printf(h->m, "%s%s", h->out, buf);
 }
@@ -260,8 +264,16 @@ static bool common(Hf *h, int64_t *hidden, int64_t *layers) {
   emit(h, "model:\n  layers: %lld\n  hidden: %lld\n  vocab: %lld\n", (long long)*layers, (long long)*hidden,
        (long long)vocab);
   if (tie) emit(h, "  tie_embeddings: true\n");
+  /* a missing rms_norm_eps is the family's own default (transformers' config classes: MixtralConfig
+   * and OlmoeConfig 1e-5; LlamaConfig, Qwen2/Qwen3(-MoE)Config and DeepseekV2/V3Config 1e-6),
+   * written out unless it is the spec's default 1e-5; a value, when given, is kept (check judges it) */
+  double dflt = !strcmp(h->family, "mixtral") || !strcmp(h->family, "olmoe") ? 1e-5 : 1e-6;
   json_t *eps = json_object_get(h->cfg, "rms_norm_eps");
+  if (eps && !json_is_null(eps) && !json_is_number(eps))
+    return diag_error(h->d, key_loc(h, "rms_norm_eps"), "\"rms_norm_eps\" is not a number; expected one such as %g "
+                      "(model_type '%s''s default)", dflt, h->family);
   if (eps && json_is_number(eps)) emit(h, "  norm_eps: %.9g\n", json_number_value(eps));
+  else if (dflt != 1e-5) emit(h, "  norm_eps: %.9g\n", dflt);
   return refuse_common(h) && rope_scaling(h);
 }
 

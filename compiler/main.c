@@ -142,11 +142,22 @@ static int usage_error(const char *cmd, const char *msg) {
   return EXIT_BAD_INPUT;
 }
 
+/* s as one shell word: as it is when it holds only characters no shell treats specially, else in
+ * single quotes (a quote inside as '\''), so the hint can be pasted. */
+static const char *shell_word(Mem *m, const char *s) {
+  if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+,:=@%") == strlen(s)) return s;
+  char *q = mem_alloc(m, 4 * strlen(s) + 3), *p = q;
+  *p++ = '\'';
+  for (; *s; s++)
+    if (*s == '\'') memcpy(p, "'\\''", 4), p += 4;
+    else *p++ = *s;
+  *p++ = '\'', *p = 0;
+  return q;
+}
+
 /* mkdir -p */
 static bool make_dirs(Diag *d, const char *path) {
-  char buf[4096];
-  if (strlen(path) >= sizeof buf) return diag_error(d, (Loc){0}, "output path too long");
-  strcpy(buf, path);
+  char *buf = mem_strdup(d->mem, path);
   for (char *p = buf + 1;; p++) {
     if (*p == '/' || *p == '\0') {
       char c = *p;
@@ -219,8 +230,7 @@ static int run(Args *a) {
     char t[32], ac[32];
     units_fmt_count(t, sizeof t, (double)md->params_total);
     units_fmt_count(ac, sizeof ac, (double)md->params_active);
-    char shown[4400];
-    out_text(shown, sizeof shown, a->spec, false);
+    const char *shown = out_shown(&mem, a->spec);
     printf("%s: ok (%s: %d layers, %s parameters, %s active)\n", shown, s->name, md->nlayers, t, ac);
   } else if (strcmp(a->cmd, "explain") == 0) {
     Plan *p = plan_search(&mem, md);
@@ -243,9 +253,9 @@ static int run(Args *a) {
     char *dir = a->out ? mem_strdup(&mem, a->out) : mem_printf(&mem, "generated/%s", s->name);
     json_t *j = report_json(md);
     report_plan_json(j, p, false);
-    char shown[4400]; /* dir as printed: no control bytes reach the terminal */
-    out_text(shown, sizeof shown, dir, false);
-    bool ours = out_dir_prepare(&d, dir, a->force) && make_dirs(&d, dir); /* mtc may write here */
+    char *shown = out_shown(&mem, dir); /* dir as printed: no control bytes reach the terminal */
+    bool ours = out_cmake_path_ok(&d, mem_printf(&mem, "-o %s", shown), dir) && out_dir_prepare(&d, dir, a->force) &&
+                make_dirs(&d, dir); /* mtc may write here */
     /* every output to FILE.tmp first, renamed all together once all are written: a failure to
      * write any (a full disk) leaves every file of an earlier compile as it was */
     out_batch_begin();
@@ -278,7 +288,7 @@ static int run(Args *a) {
              p->feasible ? "" : " (no feasible plan: see plan.txt)");
       const char *note = program ? emit_program_note(&mem, p) : NULL;
       if (program) printf("wrote %s/step.h, step.c, train.c, kernels.cu, CMakeLists.txt and launch.sbatch; build with: "
-                          "mtc build %s\n%s", shown, shown, note ? note : "");
+                          "mtc build %s\n%s", shown, shell_word(&mem, shown), note ? note : "");
       /* no program written (infeasible, a model with no program yet): none of an earlier compile stays */
       if (!program && out_remove_program(dir) > 0)
         printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ..., build/train): "

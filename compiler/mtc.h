@@ -1019,7 +1019,7 @@ char *import_hf(Mem *m, Diag *d, const char *path);
 typedef struct {
   FILE *f;
   const char *path;
-  char tmp[4200];
+  char *tmp; /* PATH.tmp, allocated; freed by out_close */
 } OutFile;
 /* Starts writing path: the stream (o->f), or NULL after a diagnostic naming the path. */
 FILE *out_open(Diag *d, OutFile *o, const char *path);
@@ -1040,7 +1040,7 @@ bool out_batch_end(Diag *d, bool commit);
 bool out_dir_prepare(Diag *d, const char *dir, bool force);
 /* The directory build tree bdir's CMakeCache.txt was made for (its CMAKE_CACHEFILE_DIR): true
  * with it in out (n bytes), false when there is no readable cache. */
-bool out_build_tree_of(const char *bdir, char *out, size_t n);
+char *out_build_tree_of(const char *bdir);
 /* Writes dir/program.sum (in the current batch): the FNV-1a hash of each program file's
  * dir/NAME.tmp, written by this compile. False after a diagnostic. */
 bool out_write_program_sum(Diag *d, const char *dir);
@@ -1071,6 +1071,13 @@ char *out_comment(Mem *m, const char *s);
  * '\' as \\, so no escape sequence or line break gets through; with ascii, bytes >= 0x80 too
  * (for text that is not valid UTF-8). Into dst (n bytes, cut when longer). */
 void out_text(char *dst, size_t n, const char *s, bool ascii);
+/* dir as printed (out_text), allocated in m: the whole name, never cut. */
+char *out_shown(Mem *m, const char *dir);
+/* Whether CMake can take directory dir (as given, and its absolute path) as one path: no ';'
+ * (CMake's list separator: "a;b" would be two paths, and build files would land in a), no '\\' or
+ * '"' and no control byte. False with a diagnostic naming dir, the character and what to do; what
+ * says where dir came from ("-o DIR" for compile, "DIR" for build). Nothing is written. */
+bool out_cmake_path_ok(Diag *d, const char *what, const char *dir);
 
 /* ------------------------------------------------------------------ emit_step.c / emit_prog.c */
 

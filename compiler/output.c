@@ -54,17 +54,27 @@ FILE *out_open(Diag *d, OutFile *o, const char *path) {
   char err[4400];
   o->path = path;
   o->f = NULL;
-  int fd = rt_replace_begin(path, o->tmp, sizeof o->tmp, err, sizeof err);
+  int fd = rt_replace_begin(path, &o->tmp, err, sizeof err);
   if (fd < 0) return batch.failed = true, diag_error(d, (Loc){0}, "cannot write %s", err), NULL;
   if (!(o->f = fdopen(fd, "w"))) {
     batch.failed = true;
     diag_error(d, (Loc){0}, "cannot write %s: %s", o->tmp, strerror(errno));
     close(fd), unlink(o->tmp);
+    free(o->tmp), o->tmp = NULL;
   }
   return o->f;
 }
 
+static bool closed(Diag *d, OutFile *o);
+
 bool out_close(Diag *d, OutFile *o) {
+  bool ok = closed(d, o);
+  free(o->tmp), o->tmp = NULL;
+  return ok;
+}
+
+/* out_close's work (o->tmp freed by the caller). */
+static bool closed(Diag *d, OutFile *o) {
   char err[4400];
   bool ok = !ferror(o->f) && fflush(o->f) == 0 && fsync(fileno(o->f)) == 0;
   int e = errno;
@@ -110,12 +120,13 @@ static bool mtc_plan_json(const char *path) {
 /* Whether dir/name, when present, is a file mtc wrote: its first 512 bytes carry the
  * "regenerate with `mtc compile`" line every generated program file starts with. */
 static bool mtc_program_file(const char *dir, const char *name) {
-  char path[4096], head[513] = "";
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+  char *path = rt_pathf("%s/%s", dir, name), head[513] = "";
   struct stat st;
-  if (lstat(path, &st) != 0) return errno == ENOENT;
+  int got = lstat(path, &st);
+  FILE *f = got == 0 && S_ISREG(st.st_mode) ? fopen(path, "rb") : NULL;
+  free(path);
+  if (got != 0) return errno == ENOENT;
   if (!S_ISREG(st.st_mode)) return true; /* not opened: the atomic replace refuses a FIFO, device or link by name */
-  FILE *f = fopen(path, "rb");
   if (!f) return false;
   size_t n = fread(head, 1, sizeof head - 1, f);
   fclose(f);
@@ -136,7 +147,12 @@ static bool compile_leftover(const char *name) {
 }
 
 bool out_dir_prepare(Diag *d, const char *dir, bool force) {
-  char path[4096], first[256] = "";
+  char first[256] = "";
+  struct stat ds;
+  if (stat(dir, &ds) == 0 && !S_ISDIR(ds.st_mode))
+    return diag_error(d, (Loc){0}, "-o %s: %s, not a directory; expected a directory for the compile's files (new, "
+                      "empty, or an earlier compile's): give another -o", out_shown(d->mem, dir),
+                      S_ISREG(ds.st_mode) ? "a regular file" : S_ISCHR(ds.st_mode) ? "a character device" : "a file");
   DIR *dd = opendir(dir);
   if (!dd) return true; /* missing: make_dirs creates it; anything else fails there */
   for (struct dirent *de; (de = readdir(dd));)
@@ -145,15 +161,18 @@ bool out_dir_prepare(Diag *d, const char *dir, bool force) {
       break;
     }
   closedir(dd);
-  snprintf(path, sizeof path, "%s/plan.json", dir);
+  char *path = rt_pathf("%s/plan.json", dir);
   static const char *const program[] = {"CMakeLists.txt", "train.c", "step.c", "step.h", "kernels.cu", "launch.sbatch"};
   bool ours = mtc_plan_json(path);
+  free(path);
   for (size_t i = 0; ours && i < sizeof program / sizeof *program; i++)
     if (!mtc_program_file(dir, program[i])) ours = false, snprintf(first, sizeof first, "%s", program[i]);
   char why[8800];
-  snprintf(path, sizeof path, "%s/program.sum", dir);
+  path = rt_pathf("%s/program.sum", dir);
   struct stat ps;
-  if (ours && !force && lstat(path, &ps) == 0 && !out_program_unedited(dir, why, sizeof why))
+  bool has_sum = lstat(path, &ps) == 0;
+  free(path);
+  if (ours && !force && has_sum && !out_program_unedited(dir, why, sizeof why))
     return diag_error(d, (Loc){0}, "%s; compiling would replace the edited file: expected --force to replace it "
                       "(keep a copy of your edits first), or another -o directory", why);
   if (!first[0] || force || ours) return true;
@@ -165,25 +184,26 @@ bool out_dir_prepare(Diag *d, const char *dir, bool force) {
 /* Removes dir/name when it is a regular file (never a link) that mtc compile wrote (its header
  * line): 1 when removed. */
 static int remove_file(const char *dir, const char *name) {
-  char path[4400];
+  char *path = rt_pathf("%s/%s", dir, name);
   struct stat st;
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && mtc_program_file(dir, name) && unlink(path) == 0;
+  int removed = lstat(path, &st) == 0 && S_ISREG(st.st_mode) && mtc_program_file(dir, name) && unlink(path) == 0;
+  free(path);
+  return removed;
 }
 
-bool out_build_tree_of(const char *bdir, char *out, size_t n) {
-  char path[4200], line[4400];
-  snprintf(path, sizeof path, "%s/CMakeCache.txt", bdir);
+char *out_build_tree_of(const char *bdir) {
+  char *path = rt_pathf("%s/CMakeCache.txt", bdir), *line = NULL, *found = NULL;
   FILE *f = fopen(path, "r");
-  if (!f) return false;
-  bool found = false;
+  free(path);
+  if (!f) return NULL;
   static const char key[] = "CMAKE_CACHEFILE_DIR:INTERNAL=";
-  while (!found && fgets(line, sizeof line, f))
+  size_t cap = 0;
+  while (!found && getline(&line, &cap, f) >= 0)
     if (strncmp(line, key, sizeof key - 1) == 0) {
       line[strcspn(line, "\r\n")] = 0;
-      snprintf(out, n, "%.4095s", line + sizeof key - 1);
-      found = true;
+      found = rt_pathf("%s", line + sizeof key - 1);
     }
+  free(line);
   fclose(f);
   return found;
 }
@@ -191,16 +211,19 @@ bool out_build_tree_of(const char *bdir, char *out, size_t n) {
 /* Removes dir/b/train, the program mtc build made, when dir/b is a real directory (never a link)
  * holding a CMakeCache.txt made for dir/b itself and train is a regular file: 1 when removed. */
 static int remove_built(const char *dir, const char *b) {
-  char bdir[4400], path[4500], real_b[4096], real_c[4096];
+  char *bdir = rt_pathf("%s/%s", dir, b), *real_b = NULL, *cached = NULL, *real_c = NULL, *path = NULL;
   struct stat st;
-  snprintf(bdir, sizeof bdir, "%s/%s", dir, b);
-  if (lstat(bdir, &st) != 0 || !S_ISDIR(st.st_mode) || !realpath(bdir, real_b)) return 0;
-  char cached[4096];
-  snprintf(path, sizeof path, "%s/CMakeCache.txt", bdir);
-  bool made_here = lstat(path, &st) == 0 && S_ISREG(st.st_mode) && out_build_tree_of(bdir, cached, sizeof cached) &&
-                   realpath(cached, real_c) && strcmp(real_b, real_c) == 0;
-  snprintf(path, sizeof path, "%s/train", bdir);
-  return made_here && lstat(path, &st) == 0 && S_ISREG(st.st_mode) && unlink(path) == 0;
+  int removed = 0;
+  if (lstat(bdir, &st) == 0 && S_ISDIR(st.st_mode) && (real_b = realpath(bdir, NULL))) {
+    path = rt_pathf("%s/CMakeCache.txt", bdir);
+    bool made_here = lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (cached = out_build_tree_of(bdir)) &&
+                     (real_c = realpath(cached, NULL)) && strcmp(real_b, real_c) == 0;
+    free(path);
+    path = rt_pathf("%s/train", bdir);
+    removed = made_here && lstat(path, &st) == 0 && S_ISREG(st.st_mode) && unlink(path) == 0;
+  }
+  free(bdir), free(real_b), free(cached), free(real_c), free(path);
+  return removed;
 }
 
 int out_remove_program(const char *dir) {
@@ -240,6 +263,33 @@ char *out_c_string(Mem *m, const char *s) {
   }
   *p = 0;
   return o;
+}
+
+char *out_shown(Mem *m, const char *dir) {
+  size_t n = 4 * strlen(dir) + 8;
+  char *s = mem_alloc(m, n);
+  out_text(s, n, dir, false);
+  return s;
+}
+
+bool out_cmake_path_ok(Diag *d, const char *what, const char *dir) {
+  char *cwd = dir[0] == '/' ? NULL : getcwd(NULL, 0);
+  const char *abs = cwd ? mem_printf(d->mem, "%s/%s", cwd, dir) : dir;
+  free(cwd);
+  const char *bad = strpbrk(abs, ";\\\""), *ctl = abs;
+  while (*ctl && (unsigned char)*ctl >= 0x20 && *ctl != 0x7f) ctl++;
+  if (!bad && *ctl) bad = ctl;
+  if (!bad) return true;
+  char c[8];
+  out_text(c, sizeof c, (char[]){*bad, 0}, false);
+  const char *why = *bad == ';' ? "which CMake reads as a list separator (the build would treat the name as two "
+                                  "paths and write outside the directory)"
+                                : "which CMake cannot take in a path";
+  return diag_error(d, (Loc){0}, "%s: the path holds '%s', %s%s%s%s; expected a directory name without ';', '\\', "
+                    "'\"' or control characters: %s", what, c, why, abs != dir ? " (its absolute path is " : "",
+                    abs != dir ? out_shown(d->mem, abs) : "", abs != dir ? ")" : "",
+                    strchr(what, ' ') ? "give another -o directory (nothing was written)"
+                                      : "compile into a directory with a plain name (nothing was written)");
 }
 
 void out_text(char *dst, size_t n, const char *s, bool ascii) {
@@ -295,10 +345,18 @@ bool out_define_int(const char *path, const char *name, long long *v) {
   return found;
 }
 
+static bool matches(const char *dir, const char *step_h, const char *plan, char *err, size_t n);
+
 bool out_program_matches(const char *dir, char *err, size_t n) {
-  char step_h[4096], plan[4096], want[17], have[64], model[128];
-  snprintf(step_h, sizeof step_h, "%s/step.h", dir);
-  snprintf(plan, sizeof plan, "%s/plan.json", dir);
+  char *step_h = rt_pathf("%s/step.h", dir), *plan = rt_pathf("%s/plan.json", dir);
+  bool ok = matches(dir, step_h, plan, err, n);
+  free(step_h), free(plan);
+  return ok;
+}
+
+/* out_program_matches's work, with the paths of step.h and plan.json. */
+static bool matches(const char *dir, const char *step_h, const char *plan, char *err, size_t n) {
+  char want[17], have[64], model[128];
   if (!out_hash_file(plan, want))
     return snprintf(err, n, "%s: %s; expected the plan.json mtc compile wrote with the program", plan,
                     strerror(errno)), false;
@@ -317,16 +375,15 @@ bool out_program_matches(const char *dir, char *err, size_t n) {
 
 bool out_write_program_sum(Diag *d, const char *dir) {
   OutFile o;
-  char path[4200], tmp[4300], hash[17];
-  snprintf(path, sizeof path, "%s/program.sum", dir);
+  char *path = mem_printf(d->mem, "%s/program.sum", dir), hash[17];
   FILE *f = out_open(d, &o, path);
   if (!f) return false;
   fputs("# program.sum - written by mtc compile; regenerate with `mtc compile`: the FNV-1a hash of each program\n"
         "# file as compile wrote it, which mtc build checks (an edited file is refused: --allow-edits)\n", f);
   for (int i = 0; out_program_files[i + 1]; i++) { /* all but program.sum itself, from their .tmp of this batch */
-    snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, out_program_files[i]);
+    char *tmp = mem_printf(d->mem, "%s/%s.tmp", dir, out_program_files[i]);
     if (!out_hash_file(tmp, hash)) {
-      fclose(o.f), unlink(o.tmp);
+      fclose(o.f), unlink(o.tmp), free(o.tmp);
       return diag_error(d, (Loc){0}, "cannot read back %s: %s", tmp, strerror(errno));
     }
     fprintf(f, "%s  %s\n", hash, out_program_files[i]);
@@ -334,29 +391,42 @@ bool out_write_program_sum(Diag *d, const char *dir) {
   return out_close(d, &o);
 }
 
+static bool unedited(const char *dir, const char *path, char *err, size_t n);
+
 bool out_program_unedited(const char *dir, char *err, size_t n) {
-  char path[4200], line[512];
-  snprintf(path, sizeof path, "%s/program.sum", dir);
+  char *path = rt_pathf("%s/program.sum", dir);
+  bool ok = unedited(dir, path, err, n);
+  free(path);
+  return ok;
+}
+
+/* out_program_unedited's work, with path its program.sum. */
+static bool unedited(const char *dir, const char *path, char *err, size_t n) {
+  char line[512];
   FILE *f = fopen(path, "r");
   if (!f) return snprintf(err, n, "%s: %s; expected the program.sum mtc compile writes with the program (a program "
                           "from an older mtc: run mtc compile again)", path, strerror(errno)), false;
   bool ok = true, listed[16] = {false};
   int seen = 0;
   while (ok && fgets(line, sizeof line, f)) {
-    char want[17], name[256], have[17], file[4400];
+    char want[17], name[256], have[17];
     if (line[0] == '#') continue;
     if (sscanf(line, "%16s %255s", want, name) != 2) continue;
     seen++;
     for (int i = 0; out_program_files[i + 1]; i++)
       if (strcmp(name, out_program_files[i]) == 0) listed[i] = true;
-    snprintf(file, sizeof file, "%s/%s", dir, name);
+    char *file = rt_pathf("%s/%s", dir, name);
     struct stat st;
-    if (lstat(file, &st) == 0 && !S_ISREG(st.st_mode)) continue; /* a FIFO, link, ...: refused by name where written */
+    if (lstat(file, &st) == 0 && !S_ISREG(st.st_mode)) { /* a FIFO, link, ...: refused by name where written */
+      free(file);
+      continue;
+    }
     if (!strchr(name, '/') && (!out_hash_file(file, have) || strcmp(have, want) != 0))
       ok = false, snprintf(err, n, "%s was changed after mtc compile wrote it (program.sum: %s, now %s): the program "
                            "may no longer be its plan's; expected the files of one `mtc compile`: run it again, or "
                            "mtc build %s --allow-edits to build the edited program anyway", file, want,
                            access(file, F_OK) == 0 ? have : "missing", dir);
+    free(file);
   }
   fclose(f);
   if (ok && seen == 0) ok = false, snprintf(err, n, "%s lists no file; expected the one mtc compile writes", path);

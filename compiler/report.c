@@ -1,6 +1,7 @@
 /* report.c — the model accounting as `mtc plan` text and as plan.json (jansson). */
 #include <jansson.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mtc.h"
@@ -47,9 +48,11 @@ static void describe_model(FILE *out, const Model *md) {
 void report_text(FILE *out, const Model *md) {
   const Spec *s = md->spec;
   char a[64], b[64], c[64], e[64];
-  char shown[4400];
-  out_text(shown, sizeof shown, shown_path(s->path), false);
-  fprintf(out, "%s (%s)\n\n", s->name, shown);
+  size_t n = 4 * strlen(shown_path(s->path)) + 8;
+  char *shown = malloc(n);
+  if (shown) out_text(shown, n, shown_path(s->path), false);
+  fprintf(out, "%s (%s)\n\n", s->name, shown ? shown : "?");
+  free(shown);
   describe_model(out, md);
 
   fprintf(out, "\nparameters          %19s %8s %19s\n", "total", "share", "active/token");
@@ -123,10 +126,12 @@ void *report_json(const Model *md) {
   const ModelSpec *ms = &s->model;
   json_t *root = json_object();
   json_object_set_new(root, "name", json_string(s->name));
-  char shown[4400];
-  out_text(shown, sizeof shown, shown_path(s->path), false);
-  json_t *spec = json_string(shown); /* NULL when the name is not UTF-8: then its bytes as \ooo */
-  if (!spec) out_text(shown, sizeof shown, shown_path(s->path), true), spec = json_string(shown);
+  size_t n = 4 * strlen(shown_path(s->path)) + 8;
+  char *shown = malloc(n);
+  if (shown) out_text(shown, n, shown_path(s->path), false);
+  json_t *spec = shown ? json_string(shown) : NULL; /* NULL when the name is not UTF-8: then its bytes as \ooo */
+  if (!spec && shown) out_text(shown, n, shown_path(s->path), true), spec = json_string(shown);
+  free(shown);
   json_object_set_new(root, "spec", spec);
   json_object_set_new(root, "mtc_version", json_string(MTC_VERSION));
 

@@ -47,7 +47,7 @@ typedef struct {
 
 /* A parsed manifest and the open shard files of one checkpoint. */
 typedef struct {
-  char dir[1024];  /* DIR/step-NNNNNNNN */
+  char *dir;       /* DIR/step-NNNNNNNN (allocated) */
   char model[128];
   char optimizer[16]; /* "adamw" or "muon": what the moments are */
   int64_t step;
@@ -68,9 +68,9 @@ typedef struct {
 #define RT_FNV_SEED 0xcbf29ce484222325ull
 uint64_t rt_fnv1a(uint64_t h, const void *p, size_t n);
 
-/* The newest complete checkpoint under dir: writes its directory to out and returns its
- * step; 0 when there is none (or dir does not exist). */
-int64_t rt_ckpt_latest(const char *dir, char *out, size_t outlen);
+/* The newest complete checkpoint under dir: returns its step (its directory is
+ * dir/step-%08lld of it); 0 when there is none (or dir does not exist). */
+int64_t rt_ckpt_latest(const char *dir);
 /* The step of a checkpoint directory's name exactly as the trainer writes it ("step-%08lld":
  * 8 digits or more, no sign, nothing else), or -1 for any other name. */
 long long rt_ckpt_step_of(const char *name);
@@ -85,6 +85,15 @@ long long rt_ckpt_step_of(const char *name);
  * training run on the same checkpoint directory (a requeued job while the first still runs) is
  * refused instead of overwriting its shards. 0, or -1 with err saying which run holds it. Rank 0. */
 int rt_ckpt_lock(const char *dir, char *err, size_t errlen);
+/* Bytes to spare under the system's limit on a path (pathconf PATH_MAX) for the longest name a
+ * save writes under checkpoint directory dir: negative when a save there could not name its
+ * files, which the trainer refuses at start-up. */
+long rt_ckpt_path_room(const char *dir);
+/* Whether dir is a checkpoint's step directory: its name is step-N (rt_ckpt_step_of) or it holds
+ * a manifest.json. rt_ckpt_step_dir_parent: then the directory that holds it (allocated), else
+ * NULL. */
+int rt_ckpt_is_step_dir(const char *dir);
+char *rt_ckpt_step_dir_parent(const char *dir);
 int rt_ckpt_prune(const char *dir, int keep, char *err, size_t errlen);
 /* Removes what interrupted saves left under dir: a step-%08lld directory (real, never a link)
  * without manifest.json that holds only shard files (rank-NNNNN.bin) and .tmp files of them or
@@ -114,12 +123,18 @@ int rt_ckpt_read(RtCkpt *k, const char *name, int e, int64_t first, int64_t n, i
  * it over PATH. Only a regular file or a missing path is replaced; anything else (a device, a
  * FIFO, a directory, a socket, a symbolic link to anything) is refused before anything is
  * written: mtc never writes through a link (one into a checkpoint would replace a shard).
- * rt_replace_begin checks path and creates path.tmp (its name in tmp, tmplen bytes; a stale
+ * rt_replace_begin checks path and creates path.tmp (its name in *tmp, allocated: the caller frees it; a stale
  * regular file or symlink there is removed first) for writing: returns its descriptor, or -1
  * with "PATH: a character device; expected a regular file or a path that does not exist" in
  * err. rt_replace_commit checks path again and renames tmp over it: 0, or -1 with err set and
  * tmp removed. Neither closes or syncs the descriptor: the caller does, before commit. */
-int rt_replace_begin(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen);
+int rt_replace_begin(const char *path, char **tmp, char *err, size_t errlen);
 int rt_replace_commit(const char *tmp, const char *path, char *err, size_t errlen);
+
+/* A path built from fmt, allocated (the caller frees it): no path is cut to fit a buffer. Out of
+ * memory exits with a message. */
+char *rt_pathf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* What symbolic link path points to, allocated ("?" when it cannot be read). */
+char *rt_link_target(const char *path);
 
 #endif

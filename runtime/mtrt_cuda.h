@@ -20,8 +20,9 @@
 
 /* Compiles src (n bytes, named name in messages) for arch ("sm_90a") with the CUDA headers in
  * include_dir. A cached CUBIN under cache_dir (NULL: $MTC_KERNEL_CACHE, else
- * $HOME/.cache/mtc-kernels) whose name is the FNV-1a hash of source and options is used when
- * present (*cached = 1); otherwise the result is written there. On success returns 0 with the
+ * $HOME/.cache/mtc-kernels; mtrt_kcache.h: a directory only this user can write) whose key, the
+ * FNV-1a hash of NVRTC's version, the source and the options, and content checksum match is used
+ * (*cached = 1); otherwise the result is written there (a cache not used is warned on stderr). On success returns 0 with the
  * CUBIN's size, the number of kernels (extern "C" __global__ functions) in *kernels and, when
  * cubin is not NULL, the CUBIN itself (malloc'ed; the caller frees it); on failure -1 with
  * NVRTC's log (file:line: error ...) in log. */

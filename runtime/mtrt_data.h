@@ -31,6 +31,10 @@ typedef struct {
   const uint8_t *idx; /* Megatron: the .idx file, mapped */
   size_t idx_bytes;
   int64_t ndocs;      /* Megatron: documents */
+  int fd1;            /* the token file's descriptor + 1 (0: none): batches pread it, so a file cut
+                         during a run is an error naming it, never a SIGBUS in the mapping */
+  int64_t tokens_off; /* byte offset of token 0 in that file */
+  char *path;         /* the token file (allocated), for messages */
 } RtData;
 
 /* Opens path for a model with `vocab` tokens and sequences of seq_len. Fails (returns -1 and
@@ -43,17 +47,20 @@ int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err,
 void rt_data_close(RtData *d);
 
 /* The B sequences of one micro-batch: inputs and targets (B, T), targets shifted by one.
+ * Returns 0, or -1 with "PATH: ...; expected ..." in err (errlen bytes) when the file no longer
+ * holds the tokens it held at open (cut or replaced during the run): tokens not read are 0.
  * Sample number ((step × accum + micro) × dp_size + dp_rank) × B + b reads a window of T + 1
  * tokens chosen by a permutation of the file's windows fixed by seed: the same on every run,
  * and distinct for distinct samples (ranks, micro-batches, steps) within an epoch. Files of
  * up to 2^32 windows. */
-void rt_data_batch(const RtData *d, int32_t *inputs, int32_t *targets, int B, int T, int64_t step,
-                   int accum, int micro, int dp_rank, int dp_size, uint64_t seed);
+int rt_data_batch(const RtData *d, int32_t *inputs, int32_t *targets, int B, int T, int64_t step,
+                  int accum, int micro, int dp_rank, int dp_size, uint64_t seed, char *err, size_t errlen);
 /* The same samples with each sequence split over a cp group (context parallelism; cp 1 is
  * rt_data_batch): inputs and targets (B, T / cp) hold this rank's chunks cp_rank and 2 cp - 1 -
  * cp_rank of T / (2 cp) tokens of each sequence (T a multiple of 2 cp); dp_rank and dp_size count
- * cp groups, whose ranks read the same sequences. */
-void rt_data_batch_cp(const RtData *d, int32_t *inputs, int32_t *targets, int B, int T, int cp, int cp_rank,
-                      int64_t step, int accum, int micro, int dp_rank, int dp_size, uint64_t seed);
+ * cp groups, whose ranks read the same sequences. Returns 0, or -1 with err as rt_data_batch. */
+int rt_data_batch_cp(const RtData *d, int32_t *inputs, int32_t *targets, int B, int T, int cp, int cp_rank,
+                     int64_t step, int accum, int micro, int dp_rank, int dp_size, uint64_t seed, char *err,
+                     size_t errlen);
 
 #endif

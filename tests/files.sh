@@ -31,6 +31,16 @@
 #             that is not its plan.json's; a compile output that cannot be replaced (a FIFO) is
 #             refused and stays; a recompile on a full disk (RLIMIT_FSIZE) leaves every file of
 #             the earlier compile as it was, and no .tmp
+#   paths     a --checkpoint-dir of 1090, 1120 and 3000 bytes: the step's manifest and shard land
+#             inside it, "saved checkpoint D/step-N" names them and a resume finds them; one too
+#             long for a step's file names (4080 bytes) is refused at start-up, nothing created
+#   cmake     compile -o 'notes.txt;x', a compile run in a directory 'cwd;z' and mtc build of
+#             'notes.txt;y' are refused (exit 2, naming the ';'): nothing written, notes.txt intact
+#   roots     export refuses a --checkpoint-dir's lock and root; a step directory as --checkpoint-dir
+#             and a step-00000005 holding step 1's checkpoint are refused, nothing written
+#   cut       the data file emptied during a run: no SIGBUS; named, the state saved, exit 1, resumed
+#   messages  compile -o FILE refused as not a directory; the build hint shell-quoted; SIGINT saves
+#             and stops as SIGTERM does
 #   usage: files.sh MTC SOURCE_DIR
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2")
@@ -257,7 +267,7 @@ corrupt optimizer        "optimizer is 'sgd'"            "m['optimizer'] = 'sgd'
 corrupt shards_missing   'shards has 0 entries'          "m['shards'] = []"
 corrupt shard_bytes      'shards\[0\] bytes is'          "m['shards'][0]['bytes'] += 8"
 corrupt shard_file       "shards\[0\] file is '../x'"    "m['shards'][0]['file'] = '../x'"
-corrupt header_step      'header does not match'         "m['step'] = 2"
+corrupt header_step      'step is 2, but its directory is named for step 1' "m['step'] = 2"
 corrupt not_a_number     'groups\[0\] is malformed'      "m['groups'][0]['shard'] = 'many'"
 corrupt tensors_empty    'tensors is empty'              "m['tensors'] = []"
 corrupt overlap_dense    'q_proj.weight) has elements \[128, 16512) of group 1, which overlap tensors\[1\]' "dense['offset'] = 64"
@@ -333,4 +343,93 @@ out=$(timeout 20 t1/build/train --data data.fifo --steps 1 2>&1); rc=$?
 out=$(timeout 20 t1/build/train --data "$text" --steps 1 --metrics metrics.fifo 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "metrics.fifo: a FIFO; expected a regular file" || die "--metrics FIFO: exit $rc, $out"
 [ $fail -eq 0 ] && echo "ok: metrics and checkpoints after a kill, a failed save and a failed write; FIFOs refused"
+# ---- paths: a --checkpoint-dir of any length the system takes; a longer one refused up front
+# pathof N: an absolute directory name of exactly N bytes under $work (components of <= 200)
+pathof() {
+  local p=$work/p n
+  while [ $(( $1 - ${#p} )) -gt 201 ]; do p=$p/$(printf '%0200d' 0); done
+  n=$(( $1 - ${#p} - 1 )); printf '%s/%s' "$p" "$(printf '%0*d' "$n" 0)"
+}
+for len in 1090 1120 3000; do
+  d=$(pathof $len); mkdir -p "$(dirname "$d")"
+  out=$(t1/build/train --data "$text" --steps 1 --checkpoint-dir "$d" 2>&1); rc=$?
+  [ $rc -eq 0 ] && echo "$out" | grep -qF "saved checkpoint $d/step-00000001" && [ -f "$d/step-00000001/manifest.json" ] &&
+    [ -f "$d/step-00000001/rank-00000.bin" ] && [ "$(ls "$(dirname "$d")")" = "$(basename "$d")" ] ||
+    die "a --checkpoint-dir of $len bytes: exit $rc, $(cd "$(dirname "$d")" && ls -R | cut -c1-100 | head -5), $(echo "$out" | cut -c1-300)"
+  out=$(t1/build/train --data "$text" --steps 2 --checkpoint-dir "$d" 2>&1); rc=$?
+  [ $rc -eq 0 ] && echo "$out" | grep -qF "resumed from $d/step-00000001" && [ -f "$d/step-00000002/manifest.json" ] ||
+    die "resuming from a --checkpoint-dir of $len bytes: exit $rc, $(echo "$out" | cut -c1-300)"
+  rm -rf "$work/p"
+done
+d=$(pathof 4080); mkdir -p "$(dirname "$d")"
+out=$(t1/build/train --data "$text" --steps 1 --checkpoint-dir "$d" 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: --checkpoint-dir .*: 4080 bytes long; expected at most [0-9]* (the system's limit on a path is 4096 bytes" &&
+  [ ! -e "$d" ] || die "a --checkpoint-dir too long for a step's files: exit $rc, $out"
+rm -rf "$work/p"
+[ $fail -eq 0 ] && echo "ok: checkpoints in --checkpoint-dirs of 1090, 1120 and 3000 bytes; one of 4080 refused up front"
+
+# ---- cmake: a -o directory whose name CMake would split (a ';') is refused before anything is written
+echo "my notes" >notes.txt
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o 'notes.txt;x' 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -qF "error: -o notes.txt;x: the path holds ';', which CMake reads as a list separator" &&
+  [ ! -e 'notes.txt;x' ] && [ "$(cat notes.txt)" = "my notes" ] || die "compile -o 'notes.txt;x': exit $rc, $out"
+mkdir 'notes.txt;y'
+out=$("$mtc" build 'notes.txt;y' 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -qF "error: notes.txt;y: the path holds ';', which CMake reads as a list separator" &&
+  [ -z "$(ls -A 'notes.txt;y')" ] && [ "$(cat notes.txt)" = "my notes" ] || die "build 'notes.txt;y': exit $rc, $out"
+mkdir -p 'cwd;z' && out=$(cd 'cwd;z' && "$mtc" compile "$src/specs/tiny-moe.yaml" -o out 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -qF "the path holds ';'" && [ ! -e 'cwd;z/out' ] || die "compile -o out in 'cwd;z': exit $rc, $out"
+[ $fail -eq 0 ] && echo "ok: names CMake would split refused by compile and build, nothing written"
+
+# ---- roots: a checkpoint directory's root is the checkpoint's, a step directory is not a --checkpoint-dir,
+# a step directory's name and its manifest agree
+cp ck/lock lock.orig
+out=$("$mtc" export ck ck/lock 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: ck/lock is inside a checkpoint directory (ck holds " &&
+  cmp -s lock.orig ck/lock && [ ! -e ck/lock.tmp ] || die "export over a --checkpoint-dir's lock: exit $rc, $out"
+out=$("$mtc" export ck ck/model.safetensors 2>&1); rc=$?
+[ $rc -eq 2 ] && [ ! -e ck/model.safetensors ] || die "export into a --checkpoint-dir: exit $rc, $out"
+before=$(ls -A ck/step-00000001)
+out=$(t1/build/train --data "$text" --steps 1 --metrics deep.jsonl --checkpoint-dir ck/step-00000001 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: --checkpoint-dir ck/step-00000001 is a checkpoint's step directory .*: --checkpoint-dir ck$" &&
+  [ "$(ls -A ck/step-00000001)" = "$before" ] && [ ! -e deep.jsonl ] || die "--checkpoint-dir a step directory: exit $rc, $out"
+mkdir -p renamed && cp -r ck/step-00000001 renamed/step-00000005
+out=$(t1/build/train --data "$text" --steps 6 --checkpoint-dir renamed 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: resuming from renamed/step-00000005: renamed/step-00000005/manifest.json: step is 1, but its directory is named for step 5" &&
+  ! echo "$out" | grep -q "resumed from" || die "a step-00000005 holding step 1's checkpoint: exit $rc, $out"
+out=$("$mtc" export renamed x5.safetensors 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "step is 1, but its directory is named for step 5" || die "export of a renamed step: exit $rc, $out"
+[ $fail -eq 0 ] && echo "ok: export refuses a --checkpoint-dir's root, a step directory is no --checkpoint-dir, a renamed step is refused"
+
+# ---- cut: the data file emptied during a run (after step 2 is reported): no SIGBUS; the rank names
+# the file, the state before the step is saved, exit 1, and the checkpoint resumes once the file is back
+cp "$text" cut.txt
+t1/build/train --data cut.txt --steps 400 --checkpoint-dir ckcut >cut.out 2>cut.err &
+pid=$!
+for _ in $(seq 600); do grep -q "^step     2/" cut.out && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+: >cut.txt
+wait $pid; rc=$?
+saved=$(sed -n 's/^saved checkpoint ckcut\/\(step-[0-9]*\)$/\1/p' cut.out | tail -1)
+[ $rc -eq 1 ] && grep -q "error: rank 0: --data cut.txt: cannot read tokens .*the file was cut or replaced during the run" cut.err &&
+  grep -q "error: stopped at step [0-9]*: the data file could not be read; the state before it is saved in ckcut" cut.err &&
+  [ -n "$saved" ] && [ -f "ckcut/$saved/manifest.json" ] || die "a data file cut during a run: exit $rc, $(cat cut.err), $(tail -3 cut.out)"
+cp "$text" cut.txt
+out=$(t1/build/train --data cut.txt --steps $((10#${saved#step-} + 1)) --checkpoint-dir ckcut 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "resumed from ckcut/$saved" || die "resuming after a cut data file: exit $rc, $out"
+[ $fail -eq 0 ] && echo "ok: a data file cut during a run: named, the state saved, exit 1, resumed"
+# ---- messages: compile -o a file is refused as not a directory (no "free disk space"), the build
+# hint is shell-quoted, SIGINT saves and stops as SIGTERM does
+echo "keep" >afile
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o afile 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: -o afile: a regular file, not a directory" && ! echo "$out" | grep -q "free disk space" &&
+  [ "$(cat afile)" = keep ] || die "compile -o a regular file: exit $rc, $out"
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o "my prog's dir" 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -qF "build with: mtc build 'my prog'\\''s dir'" || die "the build hint for a name with a space and a quote: exit $rc, $out"
+env --default-signal=INT t1/build/train --data "$text" --steps 400 --checkpoint-dir ckint >int.out 2>int.err &
+pid=$!
+for _ in $(seq 600); do grep -q "^step     1/" int.out && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+kill -INT $pid; wait $pid; rc=$?
+[ $rc -eq 0 ] && grep -q "^stopped after step [0-9]* on SIGINT; run the same command again to resume from ckint" int.out &&
+  grep -q "^saved checkpoint ckint/step-" int.out || die "SIGINT: exit $rc, $(cat int.err), $(tail -3 int.out)"
+[ $fail -eq 0 ] && echo "ok: compile -o a file refused as such, the build hint quoted, SIGINT saves and stops"
 exit $fail

@@ -76,6 +76,12 @@ expect_err '{"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, "
 expect_err '{"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "clip_qkv": 8.0}' '"clip_qkv" is set'
 # a value mtc check refuses is refused by import-hf, with check's message (not a spec that fails later)
 expect_err '{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "rms_norm_eps": 0}' 'a value of this config is outside what mtc accepts'
+# rms_norm_eps: a wrong type is refused; a missing one is the family's default (LlamaConfig 1e-6, MixtralConfig 1e-5)
+expect_err '{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "rms_norm_eps": "1e-6"}' '"rms_norm_eps" is not a number; expected one such as 1e-06'
+printf '%s' '{"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4}' >"$tmp/e.json"
+"$mtc" import-hf "$tmp/e.json" -o "$tmp/e.yaml" && grep -q "norm_eps: 1e-06" "$tmp/e.yaml" || { echo "FAIL: llama without rms_norm_eps: not LlamaConfig's 1e-6"; fail=1; }
+printf '%s' '{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": 4, "num_local_experts": 4, "num_experts_per_tok": 2}' >"$tmp/m.json"
+"$mtc" import-hf "$tmp/m.json" -o "$tmp/m.yaml" && ! grep -q "norm_eps" "$tmp/m.yaml" || { echo "FAIL: mixtral without rms_norm_eps: not MixtralConfig's 1e-5"; fail=1; }
 # a key given twice (which value is meant?) is refused
 expect_err '{"model_type": "llama", "num_hidden_layers": 2, "num_hidden_layers": 4}' 'duplicate'
 # deepseek_v3's group-limited routing, routed_scaling_factor and yarn RoPE scaling are kept

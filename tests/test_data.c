@@ -96,8 +96,8 @@ int main(int argc, char **argv) {
   int ns = 0, bad = 0;
   for (int r = 0; r < RANKS; r++)
     for (int m = 0; m < ACCUM; m++) {
-      rt_data_batch(&d, in, tg, B, T, 3, ACCUM, m, r, RANKS, 42);
-      rt_data_batch(&d, in2, tg2, B, T, 3, ACCUM, m, r, RANKS, 42);
+      rt_data_batch(&d, in, tg, B, T, 3, ACCUM, m, r, RANKS, 42, NULL, 0);
+      rt_data_batch(&d, in2, tg2, B, T, 3, ACCUM, m, r, RANKS, 42, NULL, 0);
       bad += memcmp(in, in2, sizeof in) != 0 || memcmp(tg, tg2, sizeof tg) != 0; /* deterministic */
       for (int b = 0; b < B; b++) {
         /* a window of the file at a multiple of T, targets shifted by one */
@@ -117,15 +117,15 @@ int main(int argc, char **argv) {
   for (int i = 0; i < ns; i++)
     for (int j = i + 1; j < ns; j++) dup += starts[i] == starts[j];
   CHECK_EQ(dup, 0);
-  rt_data_batch(&d, in2, tg2, B, T, 3, ACCUM, 0, 0, RANKS, 43); /* another seed, other samples */
-  rt_data_batch(&d, in, tg, B, T, 3, ACCUM, 0, 0, RANKS, 42);
+  rt_data_batch(&d, in2, tg2, B, T, 3, ACCUM, 0, 0, RANKS, 43, NULL, 0); /* another seed, other samples */
+  rt_data_batch(&d, in, tg, B, T, 3, ACCUM, 0, 0, RANKS, 42, NULL, 0);
   CHECK(memcmp(in, in2, sizeof in) != 0);
   rt_data_close(&d);
 
   const char *shard = write_shard("ok.bin", 500, 300, 500);
   CHECK_EQ(rt_data_open(&d, shard, 300, T, err, sizeof err), 0);
   CHECK(d.format == RT_DATA_LLMC && d.ntokens == 500);
-  rt_data_batch(&d, in, tg, B, T, 0, 1, 0, 0, 1, 7);
+  rt_data_batch(&d, in, tg, B, T, 0, 1, 0, 0, 1, 7, NULL, 0);
   bad = 0;
   for (int b = 0; b < B; b++)
     for (int t = 0; t + 1 < T; t++) bad += tg[b * T + t] != in[b * T + t + 1];
@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
   bad = 0;
   int crossed = 0, seen[5] = {0};
   for (int r = 0; r < 5; r++) { /* 5 windows in 48 tokens: 5 samples of one rank each */
-    rt_data_batch(&d, in, tg, 1, T, 0, 1, 0, r, 5, 9);
+    rt_data_batch(&d, in, tg, 1, T, 0, 1, 0, r, 5, 9, NULL, 0);
     int64_t w = -1;
     for (int64_t s = 0; s + T < 48; s += T)
       if (all[s] == in[0]) w = s;

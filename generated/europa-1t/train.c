@@ -18,7 +18,7 @@
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
  * the last good state and stop. SIGUSR1 (what launch.sbatch has Slurm send before the job's
- * time limit) or SIGTERM stops the run at the end of the step, with a checkpoint saved.
+ * time limit), SIGTERM or SIGINT (Ctrl-C) stops the run at the end of the step, with a checkpoint saved.
  *
  * It runs the plan in step.h: two arenas allocated at start-up, parameters initialized shard by
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
@@ -262,7 +262,7 @@ static const char usage_text[] =
     "                         over the steps after the first, as JSON (mtc calibrate reads it)\n"
     "  --inject-nan FIRST:COUNT      for tests: steps FIRST.. FIRST+COUNT-1 get a NaN gradient\n"
     "  --inject-kill-at-save STEP    for tests: SIGKILL itself in the save of STEP, before its manifest\n"
-    "  SIGUSR1 or SIGTERM     save a checkpoint at the end of the step (with DIR) and stop\n"
+    "  SIGUSR1, SIGTERM, SIGINT  save a checkpoint at the end of the step (with DIR) and stop\n"
     "       train --memory    what this build allocates per GPU at start-up, as JSON\n"
     "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n";
 
@@ -358,7 +358,13 @@ static int64_t shard_lo(const RtCtx *c, int g) {
   return (int64_t)r * step_groups[g].shard;
 }
 
-/* Forward and backward of every micro-batch of step `step`; returns the summed mean losses. */
+/* Set when this rank could not read its tokens (the data file was cut during the run): the step
+ * is skipped on every rank (its loss NaN), saved and the run stops (after_step). */
+static int data_cut;
+static char data_error[1024];
+
+/* Forward and backward of every micro-batch of step `step`; returns the summed mean losses (NaN
+ * when the data could not be read: data_cut). */
 static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t seed, double *aux) {
   double loss = 0;
   *aux = 0;
@@ -366,8 +372,10 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
   c->moe_load = 0, c->moe_extra_rounds = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
     /* the cp ranks of a group read the same sequences, each its two chunks of them */
-    rt_data_batch_cp(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, PLAN_CP, c->comm.cp_rank, step,
-                     ACCUM, micro, c->comm.rank / PLAN_CP, c->comm.world / PLAN_CP, seed);
+    if (rt_data_batch_cp(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, PLAN_CP, c->comm.cp_rank,
+                         step, ACCUM, micro, c->comm.rank / PLAN_CP, c->comm.world / PLAN_CP, seed, data_error,
+                         sizeof data_error) != 0)
+      data_cut = 1;
     tokens_to_device(c);
     c->dloss = (real)(1.0 / ((double)ACCUM * c->comm.world));
     c->aux_loss = 0;
@@ -376,7 +384,7 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
     *aux += c->aux_loss;
     step_backward(c);
   }
-  return loss;
+  return data_cut ? NAN : loss;
 }
 
 #ifdef MTRT_REAL_DOUBLE
@@ -385,7 +393,7 @@ static double objective(RtCtx *c, const RtData *d, uint64_t seed) {
   double j = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
     rt_data_batch(d, (int32_t *)(void *)(c->acts + INPUTS), (int32_t *)(void *)(c->acts + TARGETS), MICRO_BATCH, SEQ_LEN, 0, ACCUM,
-                  micro, 0, 1, seed);
+                  micro, 0, 1, seed, NULL, 0);
     c->aux_loss = 0;
     c->gather_kept = micro == 0; /* the parameters may have moved since the last call */
     double ce = (double)step_forward(c);
@@ -514,7 +522,7 @@ static int cuda_start(RtCtx *c, const Args *a) {
 #endif
 
 /* The signal that asked the run to stop (SIGUSR1 from Slurm's --signal before the time limit,
- * or SIGTERM), or 0. The handler only records it; the loop saves and stops at the step's end. */
+ * SIGTERM or SIGINT), or 0. The handler only records it; the loop saves and stops at the step's end. */
 static volatile sig_atomic_t stop_signal;
 static void on_stop_signal(int sig) { stop_signal = sig; }
 
@@ -544,8 +552,22 @@ static int check_ckpt_dir(const Run *r) {
   if (r->rank0) {
     char err[1400];
     struct stat st;
-    int made = mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
+    int made = rt_ckpt_path_room(dir) < 0 || rt_ckpt_is_step_dir(dir) ? 0 : mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
+    long room = rt_ckpt_path_room(dir);
+    char *parent = rt_ckpt_step_dir_parent(dir);
+    if (parent) { /* a step directory: a run there would start from step 0 inside the old checkpoint */
+      fprintf(stderr, "error: --checkpoint-dir %s is a checkpoint's step directory (a step-N name, or a "
+              "manifest.json in it); expected the directory that holds the step-N checkpoints: --checkpoint-dir %s\n",
+              dir, parent);
+      free(parent);
+      bad = 1;
+    } else if (room < 0) { /* before anything is created: a save there could not name its files */
+      fprintf(stderr, "error: --checkpoint-dir %s: %zu bytes long; expected at most %zu (the system's limit on a path "
+              "is %zu bytes, and a checkpoint's files are named under it, as DIR/step-NNNNNNNN/manifest.json.tmp): "
+              "give a shorter directory\n", dir, strlen(dir), (size_t)((long)strlen(dir) + room),
+              (size_t)((long)strlen(dir) + room + (long)strlen("/step-000000000000000000/manifest.json.tmp") + 1));
+      bad = 1;
+    } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
       fprintf(stderr, "error: --checkpoint-dir %s: %s; expected a writable directory (it is created if missing)\n",
               dir, stat(dir, &st) != 0 ? strerror(made ? made : errno)
                    : !S_ISDIR(st.st_mode) ? "not a directory" : "not writable");
@@ -696,20 +718,30 @@ static void report_memory(const Run *r, int64_t rss0, int64_t rss1) {
 /* With --checkpoint-dir: resume from the newest complete checkpoint there (found by rank 0;
  * incomplete ones of an interrupted save removed), setting r->start, r->resumed and the seed.
  * Returns 0, 2 when the checkpoint cannot be read, or -1 when it is already at --steps. */
+static int resume_from(Run *r, const char *path, char *err, size_t errlen);
+
 static int resume(Run *r) {
   Args *a = &r->a;
-  char path[1100] = "", gone[512], err[512];
+  char gone[512], err[512];
   int cleaned = r->rank0 ? rt_ckpt_clean_incomplete(a->ckpt_dir, gone, sizeof gone, err, sizeof err) : 0;
   if (cleaned > 0) printf("removed %d incomplete checkpoint(s) of an interrupted save in %s: %s\n", cleaned, a->ckpt_dir, gone);
   if (cleaned < 0) fprintf(stderr, "warning: %s\n", err);
-  int64_t saved = r->rank0 ? rt_ckpt_latest(a->ckpt_dir, path, sizeof path) : 0;
+  int64_t saved = r->rank0 ? rt_ckpt_latest(a->ckpt_dir) : 0;
   MPI_Bcast(&saved, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (!saved) return 0;
+  char *path = rt_pathf("%s/step-%08lld", a->ckpt_dir, (long long)saved);
+  int st = resume_from(r, path, err, sizeof err);
+  free(path);
+  return st;
+}
+
+/* resume's load of checkpoint directory path. */
+static int resume_from(Run *r, const char *path, char *err, size_t errlen) {
+  Args *a = &r->a;
   int64_t at = 0;
   uint64_t seed = a->seed;
   if (rt_ckpt_load(path, &at, &seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                   MODEL_NAME, OPTIMIZER, err, sizeof err) != 0) {
+                   MODEL_NAME, OPTIMIZER, err, errlen) != 0) {
     if (r->rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
     return 2;
   }
@@ -833,9 +865,11 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   const Args *a = &r->a;
   char err[512];
   long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
-  int stop = (skip && skips >= a->max_skips) || metrics_bad;
-  int sig = stop_signal; /* a signal to any rank stops every rank, at this step */
-  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  /* a signal to any rank, or a data file cut under any rank, stops every rank, at this step */
+  int flags[2] = {stop_signal, data_cut};
+  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  int sig = flags[0], cut = flags[1];
+  int stop = (skip && skips >= a->max_skips) || metrics_bad || cut;
   int save = a->ckpt_dir && (stop || sig ||
                              (!skip && (step + 1 == a->steps || (a->ckpt_every && (step + 1) % a->ckpt_every == 0))));
   if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
@@ -851,6 +885,15 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   if (save && r->rank0) printf("saved checkpoint %s/step-%08ld\n", a->ckpt_dir, done_steps);
   if (save && r->rank0 && a->keep_ckpts && rt_ckpt_prune(a->ckpt_dir, (int)a->keep_ckpts, err, sizeof err) < 0)
     fprintf(stderr, "warning: --keep-checkpoints %ld: %s\n", a->keep_ckpts, err);
+  if (cut) { /* the step was skipped (NaN loss): the state saved is the one before it */
+    if (data_cut) fprintf(stderr, "error: rank %d: --data %s\n", r->c.comm.rank, data_error);
+    if (r->rank0)
+      fprintf(stderr, "error: stopped at step %ld: the data file could not be read%s%s%s; expected --data unchanged "
+                      "during the run: restore it and run the same command again\n", step + 1,
+              a->ckpt_dir ? "; the state before it is saved in " : " (nothing saved: no --checkpoint-dir)",
+              a->ckpt_dir ? a->ckpt_dir : "", a->ckpt_dir ? ", to resume from" : "");
+    return 1;
+  }
   if (stop && metrics_bad) {
     if (r->rank0)
       fprintf(stderr, "error: stopped after step %ld: its metrics line could not be written%s%s; expected room "
@@ -860,7 +903,7 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   }
   if (sig && !stop) {
     if (r->rank0)
-      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : "SIGTERM",
              a->ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
              a->ckpt_dir ? a->ckpt_dir : "");
     return a->ckpt_dir ? 0 : 1;
@@ -1071,7 +1114,7 @@ int main(int argc, char **argv) {
   quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
   struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
   int status = parse_args(&r->a, argc, argv);
   if (status || rt_comm_init(&r->c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
                              SPEC_GPUS_PER_NODE) != 0) {

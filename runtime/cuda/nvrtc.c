@@ -11,20 +11,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mtrt_ckpt.h" /* rt_pathf */
 #include "mtrt_cuda.h"
+#include "mtrt_kcache.h"
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
   for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
   return h;
-}
-
-static void mkdirs(const char *path) {
-  char buf[1024];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++)
-    if (*p == '/') *p = 0, mkdir(buf, 0777), *p = '/';
-  mkdir(buf, 0777);
 }
 
 /* Kernels in the source: occurrences of `extern "C" __global__`. */
@@ -34,15 +28,6 @@ static int count_kernels(const char *src, size_t n) {
   size_t kl = strlen(key);
   for (size_t i = 0; i + kl <= n; i++) k += memcmp(src + i, key, kl) == 0;
   return k;
-}
-
-/* The cached CUBIN at path, read whole (malloc'ed), or NULL. */
-static void *read_cache(const char *path, size_t bytes) {
-  FILE *f = fopen(path, "rb");
-  void *b = f ? malloc(bytes) : NULL;
-  if (b && fread(b, 1, bytes, f) != bytes) free(b), b = NULL;
-  if (f) fclose(f);
-  return b;
 }
 
 int rt_cuda_arch(char *arch, size_t n) {
@@ -55,33 +40,54 @@ int rt_cuda_arch(char *arch, size_t n) {
   return 0;
 }
 
+static int compile(const char *src, size_t n, const char *name, const char *arch, const char *const *opts, int nopts,
+                   const char *cache_dir, void **cubin_out, size_t *cubin_bytes, int *kernels, int *cached, char *log,
+                   size_t loglen);
+static int compile_cached(const RtKcache *kc, const char *entry, uint64_t h, const char *src, size_t n,
+                          const char *name, const char *arch, const char *const *opts, int nopts, void **cubin_out,
+                          size_t *cubin_bytes, int *cached, char *log, size_t loglen);
+
 int rt_cuda_compile(const char *src, size_t n, const char *name, const char *arch, const char *include_dir,
                     const char *cache_dir, void **cubin_out, size_t *cubin_bytes, int *kernels, int *cached, char *log,
                     size_t loglen) {
-  char archopt[64], incopt[1100];
-  snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
-  snprintf(incopt, sizeof incopt, "-I%s", include_dir);
+  char *archopt = rt_pathf("--gpu-architecture=%s", arch), *incopt = rt_pathf("-I%s", include_dir);
   const char *opts[] = {archopt, incopt, "-std=c++17", "--use_fast_math", "-default-device"};
-  int nopts = (int)(sizeof opts / sizeof opts[0]);
+  int st = compile(src, n, name, arch, opts, (int)(sizeof opts / sizeof opts[0]), cache_dir, cubin_out, cubin_bytes,
+                   kernels, cached, log, loglen);
+  free(archopt), free(incopt);
+  return st;
+}
+
+/* rt_cuda_compile's work, with NVRTC's options. */
+static int compile(const char *src, size_t n, const char *name, const char *arch, const char *const *opts, int nopts,
+                   const char *cache_dir, void **cubin_out, size_t *cubin_bytes, int *kernels, int *cached, char *log,
+                   size_t loglen) {
   int ver[2] = {0, 0}; /* a new NVRTC may compile differently: it gets its own cache entries */
   nvrtcVersion(&ver[0], &ver[1]);
   uint64_t h = fnv(fnv(0xcbf29ce484222325ull, ver, sizeof ver), src, n);
   for (int i = 0; i < nopts; i++) h = fnv(h, opts[i], strlen(opts[i]) + 1);
-  char dir[1024], path[1200];
-  const char *home = getenv("HOME");
-  if (cache_dir) snprintf(dir, sizeof dir, "%s", cache_dir);
-  else if (getenv("MTC_KERNEL_CACHE")) snprintf(dir, sizeof dir, "%s", getenv("MTC_KERNEL_CACHE"));
-  else snprintf(dir, sizeof dir, "%s/.cache/mtc-kernels", home ? home : "/tmp");
-  snprintf(path, sizeof path, "%s/%016llx-%s.cubin", dir, (unsigned long long)h, arch);
   *kernels = count_kernels(src, n), *cached = 0;
-  struct stat st;
-  if (stat(path, &st) == 0 && st.st_size > 0) {
-    void *b = cubin_out ? read_cache(path, (size_t)st.st_size) : NULL;
-    if (!cubin_out || b) {
-      if (cubin_out) *cubin_out = b;
-      *cubin_bytes = (size_t)st.st_size, *cached = 1;
-      return 0;
-    } /* unreadable: compile again */
+  RtKcache kc = {.dfd = -1};
+  char *dir = rt_kcache_dir(cache_dir), why[1024];
+  if (dir && rt_kcache_open(&kc, dir, why, sizeof why) != 0) fprintf(stderr, "warning: %s\n", why);
+  free(dir);
+  char *entry = rt_pathf("%016llx-%s.cubin", (unsigned long long)h, arch);
+  int st = compile_cached(&kc, entry, h, src, n, name, arch, opts, nopts, cubin_out, cubin_bytes, cached, log, loglen);
+  free(entry);
+  rt_kcache_close(&kc);
+  return st;
+}
+
+/* compile's work with the cache open (kc, entry its file name, h the entry's key). */
+static int compile_cached(const RtKcache *kc, const char *entry, uint64_t h, const char *src, size_t n,
+                          const char *name, const char *arch, const char *const *opts, int nopts, void **cubin_out,
+                          size_t *cubin_bytes, int *cached, char *log, size_t loglen) {
+  void *b = rt_kcache_get(kc, entry, h, cubin_bytes);
+  if (b) { /* an entry of this source, these options and this NVRTC, its checksum verified */
+    if (cubin_out) *cubin_out = b;
+    else free(b);
+    *cached = 1;
+    return 0;
   }
   nvrtcProgram prog;
   char *text = malloc(n + 1);
@@ -110,16 +116,7 @@ int rt_cuda_compile(const char *src, size_t n, const char *name, const char *arc
   }
   nvrtcDestroyProgram(&prog);
   *cubin_bytes = cb;
-  mkdirs(dir);
-  char tmp[1300];
-  snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-  FILE *f = fopen(tmp, "wb"); /* a cache: failing to write it only costs time next start */
-  if (f) {
-    int ok = fwrite(cubin, 1, cb, f) == cb;
-    ok = (fclose(f) == 0) && ok;
-    if (ok) rename(tmp, path);
-    else remove(tmp);
-  }
+  rt_kcache_put(kc, entry, h, cubin, cb); /* a cache: failing to write it only costs time next start */
   if (cubin_out) *cubin_out = cubin;
   else free(cubin);
   return 0;

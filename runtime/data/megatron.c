@@ -2,11 +2,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mtrt_ckpt.h" /* rt_pathf */
 #include "mtrt_data.h"
 
 static const char MAGIC[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
@@ -29,27 +31,35 @@ static const uint8_t *map_file(const char *path, size_t *bytes) {
   return m;
 }
 
-/* PREFIX from path (PREFIX, PREFIX.idx or PREFIX.bin) if PREFIX.idx starts with the magic. */
-int rt_data_megatron_prefix(const char *path, char *prefix, size_t n) {
+/* PREFIX from path (PREFIX, PREFIX.idx or PREFIX.bin), allocated, if PREFIX.idx starts with the
+ * magic; else NULL. */
+char *rt_data_megatron_prefix(const char *path) {
+  char *prefix = rt_pathf("%s", path);
   size_t len = strlen(path);
-  if (len >= n) return 0;
-  memcpy(prefix, path, len + 1);
   if (len > 4 && (strcmp(path + len - 4, ".idx") == 0 || strcmp(path + len - 4, ".bin") == 0)) prefix[len - 4] = 0;
-  char idx[4200];
-  snprintf(idx, sizeof idx, "%s.idx", prefix);
+  char *idx = rt_pathf("%s.idx", prefix);
   char head[9];
   struct stat st; /* only a regular file is read: a FIFO would block */
   int fd = open(idx, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   int ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, head, 9, 0) == 9 &&
            memcmp(head, MAGIC, 9) == 0;
   if (fd >= 0) close(fd);
-  return ok;
+  free(idx);
+  if (!ok) free(prefix);
+  return ok ? prefix : NULL;
 }
 
+static int open_at(RtData *d, const char *ip, const char *bp, char *err, size_t errlen);
+
 int rt_data_open_megatron(RtData *d, const char *prefix, char *err, size_t errlen) {
-  char ip[4200], bp[4200];
-  snprintf(ip, sizeof ip, "%s.idx", prefix);
-  snprintf(bp, sizeof bp, "%s.bin", prefix);
+  char *ip = rt_pathf("%s.idx", prefix), *bp = rt_pathf("%s.bin", prefix);
+  int st = open_at(d, ip, bp, err, errlen);
+  free(ip), free(bp);
+  return st;
+}
+
+/* rt_data_open_megatron's work, with ip and bp the .idx and .bin paths. */
+static int open_at(RtData *d, const char *ip, const char *bp, char *err, size_t errlen) {
   d->idx = map_file(ip, &d->idx_bytes);
   if (!d->idx) return fail(err, errlen, ip, "cannot map the index; expected a Megatron .idx file");
   const uint8_t *p = d->idx;

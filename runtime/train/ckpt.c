@@ -70,10 +70,9 @@ static int write_second(int fd, const real *arena, const RtGroup *G, int gi, con
 static int write_shard(const char *stepdir, const RtComm *c, const real *arena, const RtGroup *g, int ng,
                        const RtTensor *t, int nt, int64_t step, int64_t *bytes, uint64_t *sum, char *err,
                        size_t errlen) {
-  char path[1200], tmp[1300];
-  snprintf(path, sizeof path, "%s/rank-%05d.bin", stepdir, c->fsdp_rank);
-  int fd = rt_replace_begin(path, tmp, sizeof tmp, err, errlen); /* path: a regular file or nothing */
-  if (fd < 0) return -1;
+  char *path = rt_pathf("%s/rank-%05d.bin", stepdir, c->fsdp_rank), *tmp;
+  int fd = rt_replace_begin(path, &tmp, err, errlen); /* path: a regular file or nothing */
+  if (fd < 0) return free(path), -1;
   unsigned char head[RT_CKPT_HEADER] = {0};
   memcpy(head, "MTCCKPT1", 8);
   int64_t fields[8] = {1, step, c->fsdp_rank, c->fsdp, c->ep, c->dp_replicate, (int64_t)sizeof(real), ng};
@@ -95,9 +94,10 @@ static int write_shard(const char *stepdir, const RtComm *c, const real *arena, 
   if (close(fd) != 0 && !bad) bad = 1, e = errno;
   if (bad) {
     unlink(tmp);
-    return snprintf(err, errlen, "%s: %s; expected room for the checkpoint", path, strerror(e)), -1;
-  }
-  return rt_replace_commit(tmp, path, err, errlen);
+    snprintf(err, errlen, "%s: %s; expected room for the checkpoint", path, strerror(e));
+  } else bad = rt_replace_commit(tmp, path, err, errlen) != 0;
+  free(path), free(tmp);
+  return bad ? -1 : 0;
 }
 
 static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const RtGroup *g, int ng,
@@ -132,21 +132,20 @@ static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, cons
   json_object_set_new(root, "groups", groups);
   json_object_set_new(root, "tensors", tensors);
   json_object_set_new(root, "shards", shards);
-  char path[1200], tmp[1300];
-  snprintf(path, sizeof path, "%s/manifest.json", stepdir);
-  int fd = rt_replace_begin(path, tmp, sizeof tmp, err, errlen); /* path: a regular file or nothing */
+  char *path = rt_pathf("%s/manifest.json", stepdir), *tmp = NULL;
+  int fd = rt_replace_begin(path, &tmp, err, errlen); /* path: a regular file or nothing */
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (fd >= 0 && !f) close(fd);
   int bad = !f || json_dumpf(root, f, JSON_INDENT(1)) != 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
   int e = errno;
   if (f && fclose(f) != 0) bad = 1, e = errno;
   json_decref(root);
-  if (fd < 0) return -1;
-  if (bad) {
+  if (fd >= 0 && bad) {
     unlink(tmp);
-    return snprintf(err, errlen, "%s: %s; expected room for the checkpoint", path, strerror(e)), -1;
-  }
-  if (rt_replace_commit(tmp, path, err, errlen) != 0) return -1;
+    snprintf(err, errlen, "%s: %s; expected room for the checkpoint", path, strerror(e));
+  } else if (fd >= 0) bad = rt_replace_commit(tmp, path, err, errlen) != 0;
+  free(path), free(tmp);
+  if (fd < 0 || bad) return -1;
   sync_dir(stepdir);
   return 0;
 }
@@ -155,20 +154,40 @@ static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, cons
  * directory if nothing else is in it, so that no incomplete checkpoint stays. Returns -1. */
 static int discard(const char *stepdir, const RtComm *c, bool wrote) {
   if (wrote) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/rank-%05d.bin", stepdir, c->fsdp_rank);
+    char *path = rt_pathf("%s/rank-%05d.bin", stepdir, c->fsdp_rank);
     unlink(path);
+    free(path);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (c->rank == 0) rmdir(stepdir); /* fails, harmlessly, where other files are */
   return -1;
 }
 
+static int save(const char *dir, const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const real *arena,
+                const RtGroup *g, int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer,
+                bool kill_halfway, char *err, size_t errlen);
+
 int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *arena, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, bool kill_halfway,
                  char *err, size_t errlen) {
-  char stepdir[1100];
-  snprintf(stepdir, sizeof stepdir, "%s/step-%08lld", dir, (long long)step);
+  char *stepdir = rt_pathf("%s/step-%08lld", dir, (long long)step);
+  int st = save(dir, stepdir, step, seed, c, arena, g, ng, t, nt, El, model, optimizer, kill_halfway, err, errlen);
+  free(stepdir);
+  return st;
+}
+
+long rt_ckpt_path_room(const char *dir) {
+  long max = pathconf(dir, _PC_PATH_MAX);
+  if (max <= 0) max = PATH_MAX;
+  /* the longest name a save writes under dir: step-NNNNNNNN (up to 18 digits)/manifest.json.tmp */
+  long longest = (long)strlen(dir) + (long)strlen("/step-000000000000000000/manifest.json.tmp");
+  return max - 1 - longest;
+}
+
+/* rt_ckpt_save's work, with stepdir its step's directory. */
+static int save(const char *dir, const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const real *arena,
+                const RtGroup *g, int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer,
+                bool kill_halfway, char *err, size_t errlen) {
   int bad = 0, complete = 0;
   if (c->rank == 0) {
     if ((mkdir(dir, 0777) != 0 && errno != EEXIST) || (mkdir(stepdir, 0777) != 0 && errno != EEXIST))
@@ -180,10 +199,10 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
       bad = 1, snprintf(err, errlen, "%s: %s; expected a directory mtc creates (remove or rename it)", stepdir,
                         S_ISLNK(ds.st_mode) ? "a symbolic link" : "not a directory");
     sync_dir(dir);
-    char man[1200];
+    char *man = rt_pathf("%s/manifest.json", stepdir);
     struct stat st;
-    snprintf(man, sizeof man, "%s/manifest.json", stepdir);
     complete = !bad && stat(man, &st) == 0 && S_ISREG(st.st_mode);
+    free(man);
   }
   if (agree(bad, err, errlen)) return -1;
   /* a complete checkpoint of this step is there: the state it was resumed from, saved again after
@@ -319,18 +338,19 @@ int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *
 }
 
 int rt_ckpt_lock(const char *dir, char *err, size_t errlen) {
-  char path[1200];
-  snprintf(path, sizeof path, "%s/lock", dir);
-  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", path, strerror(errno)), -1;
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  char *path = rt_pathf("%s/lock", dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644), st = 0;
+  if (fd < 0) st = -1, snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", path, strerror(errno));
+  else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int e = errno;
     close(fd);
+    st = -1;
     if (e == EWOULDBLOCK)
-      return snprintf(err, errlen, "--checkpoint-dir %s is in use by another training run (it holds %s locked): two "
-                      "runs saving into one directory would overwrite each other's shards; expected one run per "
-                      "checkpoint directory (wait for the other to end, or use another directory)", dir, path), -1;
-    return snprintf(err, errlen, "%s: cannot lock it: %s", path, strerror(e)), -1;
+      snprintf(err, errlen, "--checkpoint-dir %s is in use by another training run (it holds %s locked): two "
+               "runs saving into one directory would overwrite each other's shards; expected one run per "
+               "checkpoint directory (wait for the other to end, or use another directory)", dir, path);
+    else snprintf(err, errlen, "%s: cannot lock it: %s", path, strerror(e));
   }
-  return 0; /* fd stays open: the lock is held until the process ends (a kill releases it) */
+  free(path);
+  return st; /* fd stays open: the lock is held until the process ends (a kill releases it) */
 }

@@ -161,8 +161,7 @@ int rt_ckpt_prune(const char *dir, int keep, char *err, size_t errlen) {
         if (fd >= 0) close(fd);
         continue;
       }
-      char path[4200];
-      snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+      char *path = rt_pathf("%s/%s", dir, de->d_name);
       int r = remove_ckpt(fd, man, path, err, errlen);
       json_decref(man);
       close(fd);
@@ -170,6 +169,7 @@ int rt_ckpt_prune(const char *dir, int keep, char *err, size_t errlen) {
         r = -1, snprintf(err, errlen, "%s: %s", path, strerror(errno));
       if (r == 0) removed++;
       else rc = -1;
+      free(path);
     }
   }
   closedir(d);
@@ -220,8 +220,7 @@ int rt_ckpt_clean_incomplete(const char *dir, char *removed, size_t removedlen, 
         break;
       }
     if (!s) snprintf(other, sizeof other, "(unreadable)");
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    char *path = rt_pathf("%s/%s", dir, de->d_name);
     if (other[0]) {
       snprintf(err, errlen, "%s: an incomplete checkpoint (no manifest.json) kept: it also holds %s, which mtc "
                "did not write", path, other);
@@ -240,6 +239,7 @@ int rt_ckpt_clean_incomplete(const char *dir, char *removed, size_t removedlen, 
     }
     if (s) closedir(s);
     close(fd);
+    free(path);
   }
   closedir(d);
   close(dirfd);

@@ -27,7 +27,52 @@ long long rt_ckpt_step_of(const char *name) {
   if (n < 8 || n > 18 || p[n] || (n > 8 && p[0] == '0')) return -1;
   return strtoll(p, NULL, 10);
 }
-int64_t rt_ckpt_latest(const char *dir, char *out, size_t outlen) {
+
+/* The step in the name of directory dir (its last component, step-NNNNNNNN), or -1. */
+static long long named_step(const char *dir) {
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/') n--;
+  size_t b = n;
+  while (b > 0 && dir[b - 1] != '/') b--;
+  char *name = rt_pathf("%.*s", (int)(n - b), dir + b);
+  long long s = rt_ckpt_step_of(name);
+  free(name);
+  return s;
+}
+
+char *rt_pathf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (!p) fprintf(stderr, "error: out of memory building a path\n"), exit(1);
+  va_start(ap, fmt);
+  vsnprintf(p, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return p;
+}
+
+int rt_ckpt_is_step_dir(const char *dir) {
+  char *man = rt_pathf("%s/manifest.json", dir);
+  struct stat st;
+  int is = named_step(dir) >= 0 || lstat(man, &st) == 0;
+  free(man);
+  return is;
+}
+
+char *rt_ckpt_step_dir_parent(const char *dir) {
+  if (!rt_ckpt_is_step_dir(dir)) return NULL;
+  char *p = rt_pathf("%s", dir);
+  size_t n = strlen(p);
+  while (n > 1 && p[n - 1] == '/') p[--n] = 0;
+  char *slash = strrchr(p, '/');
+  if (!slash) return free(p), rt_pathf(".");
+  slash[slash == p] = 0;
+  return p;
+}
+
+int64_t rt_ckpt_latest(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   int64_t best = 0;
@@ -35,12 +80,10 @@ int64_t rt_ckpt_latest(const char *dir, char *out, size_t outlen) {
   while ((de = readdir(d))) {
     long long s = rt_ckpt_step_of(de->d_name); /* only the names the trainer writes */
     if (s < 0 || s <= best) continue;
-    char man[2048];
-    snprintf(man, sizeof man, "%s/%s/manifest.json", dir, de->d_name);
+    char *man = rt_pathf("%s/%s/manifest.json", dir, de->d_name);
     struct stat st; /* incomplete (killed mid-save), or not a file: never opened (a FIFO would block) */
-    if (stat(man, &st) != 0 || !S_ISREG(st.st_mode) || access(man, R_OK) != 0) continue;
-    best = s;
-    snprintf(out, outlen, "%s/%s", dir, de->d_name);
+    if (stat(man, &st) == 0 && S_ISREG(st.st_mode) && access(man, R_OK) == 0) best = s;
+    free(man);
   }
   closedir(d);
   return best;
@@ -204,10 +247,9 @@ static int validate(const RtCkpt *k, const char *man, char *err, size_t n) {
   free(sorted);
   if (!status) status = disjoint(k, man, err, n);
   for (int i = 0; i < k->nshards && !status; i++) {
-    char f[64], path[1200];
+    char f[64], *path = rt_pathf("%s/rank-%05d.bin", k->dir, i);
     struct stat st;
     snprintf(f, sizeof f, "shards[%d]", i);
-    snprintf(path, sizeof path, "%s/rank-%05d.bin", k->dir, i);
     if (k->shard_bytes[i] != bytes)
       status = bad(err, n, man, f, "bytes is %lld; expected %lld, the header and the groups' shards",
                    (long long)k->shard_bytes[i], (long long)bytes);
@@ -218,15 +260,26 @@ static int validate(const RtCkpt *k, const char *man, char *err, size_t n) {
     else if (st.st_size != bytes) /* every offset the manifest gives is now inside a file */
       status = fail(err, n, "%s: wrong size; expected the %s (a corrupt or truncated shard: resume from an older "
                     "checkpoint by removing this step's directory)", path, "size the manifest gives");
+    free(path);
   }
   return status;
 }
 
+static int opened(RtCkpt *k, const char *man, char *err, size_t errlen);
+
+
 int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen) {
   memset(k, 0, sizeof *k);
-  snprintf(k->dir, sizeof k->dir, "%s", path);
-  char man[1200];
-  snprintf(man, sizeof man, "%s/manifest.json", path);
+  k->dir = rt_pathf("%s", path);
+  char *man = rt_pathf("%s/manifest.json", path);
+  int st = opened(k, man, err, errlen);
+  free(man);
+  if (st) rt_ckpt_close(k);
+  return st;
+}
+
+/* rt_ckpt_open's work, with man the manifest's path: 0, or -1 with err set (k closed by the caller). */
+static int opened(RtCkpt *k, const char *man, char *err, size_t errlen) {
   json_error_t je;
   struct stat mst; /* a FIFO would block the load, a directory or device gives a parse error */
   if (stat(man, &mst) != 0)
@@ -251,6 +304,10 @@ int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen) {
   else if (strcmp(opt, "adamw") != 0 && strcmp(opt, "muon") != 0)
     st = bad(err, errlen, man, "optimizer", "is '%s'; expected adamw or muon", opt);
   else if (step < 0) st = bad(err, errlen, man, "step", "is %lld; expected a step >= 0", (long long)step);
+  else if (named_step(k->dir) >= 0 && named_step(k->dir) != step)
+    st = bad(err, errlen, man, "step", "is %lld, but its directory is named for step %lld; expected the two equal (a "
+             "renamed or copied checkpoint: rename the directory step-%08lld, or remove it)", (long long)step,
+             named_step(k->dir), (long long)step);
   else if (!hex16(seed)) st = bad(err, errlen, man, "seed", "is '%s'; expected 16 hex digits", seed);
   else if (rb != 4 && rb != 8) st = bad(err, errlen, man, "real_bytes", "is %lld; expected 4 or 8", (long long)rb);
   else if (fsdp < 1 || fsdp > MAX_RANKS) st = bad(err, errlen, man, "layout.fsdp", "is %lld; expected 1 to 2^24", (long long)fsdp);
@@ -339,7 +396,6 @@ int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen) {
   }
   json_decref(root);
   if (!st) st = validate(k, man, err, errlen);
-  if (st) rt_ckpt_close(k);
   return st;
 }
 
@@ -356,14 +412,23 @@ void rt_ckpt_close(RtCkpt *k) {
   for (int i = 0; k->fds && i < k->nshards; i++)
     if (k->fds[i] >= 0) close(k->fds[i]);
   free(k->groups), free(k->tensors), free(k->shard_bytes), free(k->shard_sum), free(k->fds), free(k->verified);
+  free(k->dir);
   memset(k, 0, sizeof *k);
 }
+
+static int shard_at(RtCkpt *k, int r, const char *path, char *err, size_t errlen);
 
 /* Opens shard r and checks its size and checksum against the manifest (once). */
 static int shard(RtCkpt *k, int r, char *err, size_t errlen) {
   if (k->verified[r]) return k->fds[r];
-  char path[1200];
-  snprintf(path, sizeof path, "%s/rank-%05d.bin", k->dir, r);
+  char *path = rt_pathf("%s/rank-%05d.bin", k->dir, r);
+  int fd = shard_at(k, r, path, err, errlen);
+  free(path);
+  return fd;
+}
+
+/* shard's work, with path the shard's file. */
+static int shard_at(RtCkpt *k, int r, const char *path, char *err, size_t errlen) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) return fail(err, errlen, "%s: %s; expected the checkpoint's shard", path, strerror(errno));
   uint64_t h = RT_FNV_SEED;
@@ -454,29 +519,40 @@ static int replaceable(const char *path, char *err, size_t errlen) {
   }
   if (S_ISREG(st.st_mode)) return 0;
   if (S_ISLNK(st.st_mode)) {
-    char target[1024];
-    ssize_t n = readlink(path, target, sizeof target - 1);
-    target[n > 0 ? n : 0] = 0;
-    return snprintf(err, errlen, "%s -> %s: a symbolic link; expected a regular file or a path that does not exist "
-                    "(mtc does not write through links: remove the link, or name the file itself)", path, target), -1;
+    char *target = rt_link_target(path);
+    snprintf(err, errlen, "%s -> %s: a symbolic link; expected a regular file or a path that does not exist "
+             "(mtc does not write through links: remove the link, or name the file itself)", path, target);
+    return free(target), -1;
   }
   return snprintf(err, errlen, "%s: %s; expected a regular file or a path that does not exist (mtc replaces "
                   "only those)", path, file_kind(st.st_mode)), -1;
 }
 
-int rt_replace_begin(const char *path, char *tmp, size_t tmplen, char *err, size_t errlen) {
-  if ((size_t)snprintf(tmp, tmplen, "%s.tmp", path) >= tmplen)
-    return snprintf(err, errlen, "%s: path too long", path), -1;
+char *rt_link_target(const char *path) {
+  for (size_t cap = 256;; cap *= 2) {
+    char *t = malloc(cap);
+    if (!t) fprintf(stderr, "error: out of memory reading a link\n"), exit(1);
+    ssize_t n = readlink(path, t, cap);
+    if (n < 0) return free(t), rt_pathf("%s", "?");
+    if ((size_t)n < cap) return t[n] = 0, t;
+    free(t);
+  }
+}
+
+int rt_replace_begin(const char *path, char **tmpp, char *err, size_t errlen) {
+  *tmpp = NULL;
   if (replaceable(path, err, errlen) != 0) return -1;
+  char *tmp = rt_pathf("%s.tmp", path);
   struct stat st; /* the temporary itself: a leftover file or link goes, anything else stays */
   if (lstat(tmp, &st) == 0) {
     if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
       return snprintf(err, errlen, "%s: %s; expected a regular file or a path that does not exist (mtc writes "
-                      "its temporary file there)", tmp, file_kind(st.st_mode)), -1;
-    if (unlink(tmp) != 0) return snprintf(err, errlen, "%s: %s", tmp, strerror(errno)), -1;
+                      "its temporary file there)", tmp, file_kind(st.st_mode)), free(tmp), -1;
+    if (unlink(tmp) != 0) return snprintf(err, errlen, "%s: %s", tmp, strerror(errno)), free(tmp), -1;
   }
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return snprintf(err, errlen, "%s: %s; expected a writable path", tmp, strerror(errno)), -1;
+  if (fd < 0) return snprintf(err, errlen, "%s: %s; expected a writable path", tmp, strerror(errno)), free(tmp), -1;
+  *tmpp = tmp;
   return fd;
 }
 

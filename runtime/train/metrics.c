@@ -6,10 +6,12 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mtrt_ckpt.h"
 #include "mtrt_train.h"
 
 /* The offset just past the last '\n' in bytes [0, end) of fd: the start of the line that ends at
@@ -74,11 +76,10 @@ int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *e
   int flags = O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC;
   if (lstat(path, &lst) != 0) flags |= O_EXCL | O_NOFOLLOW; /* missing: created here, never through a link */
   else if (S_ISLNK(lst.st_mode) && stat(path, &st) != 0) {
-    char target[1024];
-    ssize_t n = readlink(path, target, sizeof target - 1);
-    target[n > 0 ? n : 0] = 0;
-    return snprintf(err, errlen, "%s -> %s: a symbolic link to nothing; expected a regular file, a path that does not "
-                    "exist, or a link to an existing file (mtc does not create files through links)", path, target), -1;
+    char *target = rt_link_target(path);
+    snprintf(err, errlen, "%s -> %s: a symbolic link to nothing; expected a regular file, a path that does not "
+             "exist, or a link to an existing file (mtc does not create files through links)", path, target);
+    return free(target), -1;
   }
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
     return snprintf(err, errlen, "%s: %s; expected a regular file, a path that does not exist, or a character "

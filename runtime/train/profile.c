@@ -108,9 +108,9 @@ int rt_prof_write(const char *path, const RtProfRun *run, char *err, int errlen)
     json_object_set_new(cls, prof_names[c].name, o);
   }
   json_object_set_new(root, "classes", cls);
-  char tmp[4200], why[4400];
+  char *tmp = NULL, why[4400];
   errno = 0;
-  int fd = rt_replace_begin(path, tmp, sizeof tmp, why, sizeof why), rc = -1;
+  int fd = rt_replace_begin(path, &tmp, why, sizeof why), rc = -1;
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (fd >= 0 && !f) close(fd);
   if (f) {
@@ -125,12 +125,13 @@ int rt_prof_write(const char *path, const RtProfRun *run, char *err, int errlen)
     else if (rt_replace_commit(tmp, path, why, sizeof why) != 0) rc = -1;
   }
   json_decref(root);
+  free(tmp);
   if (rc != 0) snprintf(err, (size_t)errlen, "%s", why);
   return rc == 0 ? 0 : -1;
 }
 
 int rt_prof_check(const char *path, char *err, int errlen) {
-  char tmp[4200], why[4400], head[257] = "";
+  char *tmp, why[4400], head[257] = "";
   struct stat st;
   if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
     FILE *f = fopen(path, "rb");
@@ -142,9 +143,10 @@ int rt_prof_check(const char *path, char *err, int errlen) {
                       "\"mtc-profile-1\"); expected a new path, or the profile of an earlier run (the only files "
                       "--profile replaces)", path, (long long)st.st_size), -1;
   }
-  int fd = rt_replace_begin(path, tmp, sizeof tmp, why, sizeof why);
+  int fd = rt_replace_begin(path, &tmp, why, sizeof why);
   if (fd < 0) return snprintf(err, (size_t)errlen, "%s", why), -1;
   close(fd);
   unlink(tmp);
+  free(tmp);
   return 0;
 }

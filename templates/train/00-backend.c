@@ -18,7 +18,7 @@
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
  * the last good state and stop. SIGUSR1 (what launch.sbatch has Slurm send before the job's
- * time limit) or SIGTERM stops the run at the end of the step, with a checkpoint saved.
+ * time limit), SIGTERM or SIGINT (Ctrl-C) stops the run at the end of the step, with a checkpoint saved.
  *
  * It runs the plan in step.h: two arenas allocated at start-up, parameters initialized shard by
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the

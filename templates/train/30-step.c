@@ -6,7 +6,13 @@ static int64_t shard_lo(const RtCtx *c, int g) {
   return (int64_t)r * step_groups[g].shard;
 }
 
-/* Forward and backward of every micro-batch of step `step`; returns the summed mean losses. */
+/* Set when this rank could not read its tokens (the data file was cut during the run): the step
+ * is skipped on every rank (its loss NaN), saved and the run stops (after_step). */
+static int data_cut;
+static char data_error[1024];
+
+/* Forward and backward of every micro-batch of step `step`; returns the summed mean losses (NaN
+ * when the data could not be read: data_cut). */
 static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t seed, double *aux) {
   double loss = 0;
   *aux = 0;
@@ -14,8 +20,10 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
   c->moe_load = 0, c->moe_extra_rounds = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
     /* the cp ranks of a group read the same sequences, each its two chunks of them */
-    rt_data_batch_cp(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, PLAN_CP, c->comm.cp_rank, step,
-                     ACCUM, micro, c->comm.rank / PLAN_CP, c->comm.world / PLAN_CP, seed);
+    if (rt_data_batch_cp(d, TOKENS_HOST(c), TOKENS_HOST(c) + TOKENS, MICRO_BATCH, SEQ_LEN, PLAN_CP, c->comm.cp_rank,
+                         step, ACCUM, micro, c->comm.rank / PLAN_CP, c->comm.world / PLAN_CP, seed, data_error,
+                         sizeof data_error) != 0)
+      data_cut = 1;
     tokens_to_device(c);
     c->dloss = (real)(1.0 / ((double)ACCUM * c->comm.world));
     c->aux_loss = 0;
@@ -24,7 +32,7 @@ static double run_micro_batches(RtCtx *c, const RtData *d, long step, uint64_t s
     *aux += c->aux_loss;
     step_backward(c);
   }
-  return loss;
+  return data_cut ? NAN : loss;
 }
 
 #ifdef MTRT_REAL_DOUBLE
@@ -33,7 +41,7 @@ static double objective(RtCtx *c, const RtData *d, uint64_t seed) {
   double j = 0;
   for (int micro = 0; micro < ACCUM; micro++) {
     rt_data_batch(d, (int32_t *)(void *)(c->acts + INPUTS), (int32_t *)(void *)(c->acts + TARGETS), MICRO_BATCH, SEQ_LEN, 0, ACCUM,
-                  micro, 0, 1, seed);
+                  micro, 0, 1, seed, NULL, 0);
     c->aux_loss = 0;
     c->gather_kept = micro == 0; /* the parameters may have moved since the last call */
     double ce = (double)step_forward(c);
@@ -162,7 +170,7 @@ static int cuda_start(RtCtx *c, const Args *a) {
 #endif
 
 /* The signal that asked the run to stop (SIGUSR1 from Slurm's --signal before the time limit,
- * or SIGTERM), or 0. The handler only records it; the loop saves and stops at the step's end. */
+ * SIGTERM or SIGINT), or 0. The handler only records it; the loop saves and stops at the step's end. */
 static volatile sig_atomic_t stop_signal;
 static void on_stop_signal(int sig) { stop_signal = sig; }
 

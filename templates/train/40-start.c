@@ -24,8 +24,22 @@ static int check_ckpt_dir(const Run *r) {
   if (r->rank0) {
     char err[1400];
     struct stat st;
-    int made = mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
+    int made = rt_ckpt_path_room(dir) < 0 || rt_ckpt_is_step_dir(dir) ? 0 : mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
+    long room = rt_ckpt_path_room(dir);
+    char *parent = rt_ckpt_step_dir_parent(dir);
+    if (parent) { /* a step directory: a run there would start from step 0 inside the old checkpoint */
+      fprintf(stderr, "error: --checkpoint-dir %s is a checkpoint's step directory (a step-N name, or a "
+              "manifest.json in it); expected the directory that holds the step-N checkpoints: --checkpoint-dir %s\n",
+              dir, parent);
+      free(parent);
+      bad = 1;
+    } else if (room < 0) { /* before anything is created: a save there could not name its files */
+      fprintf(stderr, "error: --checkpoint-dir %s: %zu bytes long; expected at most %zu (the system's limit on a path "
+              "is %zu bytes, and a checkpoint's files are named under it, as DIR/step-NNNNNNNN/manifest.json.tmp): "
+              "give a shorter directory\n", dir, strlen(dir), (size_t)((long)strlen(dir) + room),
+              (size_t)((long)strlen(dir) + room + (long)strlen("/step-000000000000000000/manifest.json.tmp") + 1));
+      bad = 1;
+    } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
       fprintf(stderr, "error: --checkpoint-dir %s: %s; expected a writable directory (it is created if missing)\n",
               dir, stat(dir, &st) != 0 ? strerror(made ? made : errno)
                    : !S_ISDIR(st.st_mode) ? "not a directory" : "not writable");
@@ -176,20 +190,30 @@ static void report_memory(const Run *r, int64_t rss0, int64_t rss1) {
 /* With --checkpoint-dir: resume from the newest complete checkpoint there (found by rank 0;
  * incomplete ones of an interrupted save removed), setting r->start, r->resumed and the seed.
  * Returns 0, 2 when the checkpoint cannot be read, or -1 when it is already at --steps. */
+static int resume_from(Run *r, const char *path, char *err, size_t errlen);
+
 static int resume(Run *r) {
   Args *a = &r->a;
-  char path[1100] = "", gone[512], err[512];
+  char gone[512], err[512];
   int cleaned = r->rank0 ? rt_ckpt_clean_incomplete(a->ckpt_dir, gone, sizeof gone, err, sizeof err) : 0;
   if (cleaned > 0) printf("removed %d incomplete checkpoint(s) of an interrupted save in %s: %s\n", cleaned, a->ckpt_dir, gone);
   if (cleaned < 0) fprintf(stderr, "warning: %s\n", err);
-  int64_t saved = r->rank0 ? rt_ckpt_latest(a->ckpt_dir, path, sizeof path) : 0;
+  int64_t saved = r->rank0 ? rt_ckpt_latest(a->ckpt_dir) : 0;
   MPI_Bcast(&saved, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (!saved) return 0;
+  char *path = rt_pathf("%s/step-%08lld", a->ckpt_dir, (long long)saved);
+  int st = resume_from(r, path, err, sizeof err);
+  free(path);
+  return st;
+}
+
+/* resume's load of checkpoint directory path. */
+static int resume_from(Run *r, const char *path, char *err, size_t errlen) {
+  Args *a = &r->a;
   int64_t at = 0;
   uint64_t seed = a->seed;
   if (rt_ckpt_load(path, &at, &seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                   MODEL_NAME, OPTIMIZER, err, sizeof err) != 0) {
+                   MODEL_NAME, OPTIMIZER, err, errlen) != 0) {
     if (r->rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
     return 2;
   }

@@ -46,9 +46,11 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   const Args *a = &r->a;
   char err[512];
   long done_steps = step + 1 - skips; /* the state holds the updates of this many steps */
-  int stop = (skip && skips >= a->max_skips) || metrics_bad;
-  int sig = stop_signal; /* a signal to any rank stops every rank, at this step */
-  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  /* a signal to any rank, or a data file cut under any rank, stops every rank, at this step */
+  int flags[2] = {stop_signal, data_cut};
+  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  int sig = flags[0], cut = flags[1];
+  int stop = (skip && skips >= a->max_skips) || metrics_bad || cut;
   int save = a->ckpt_dir && (stop || sig ||
                              (!skip && (step + 1 == a->steps || (a->ckpt_every && (step + 1) % a->ckpt_every == 0))));
   if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
@@ -64,6 +66,15 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   if (save && r->rank0) printf("saved checkpoint %s/step-%08ld\n", a->ckpt_dir, done_steps);
   if (save && r->rank0 && a->keep_ckpts && rt_ckpt_prune(a->ckpt_dir, (int)a->keep_ckpts, err, sizeof err) < 0)
     fprintf(stderr, "warning: --keep-checkpoints %ld: %s\n", a->keep_ckpts, err);
+  if (cut) { /* the step was skipped (NaN loss): the state saved is the one before it */
+    if (data_cut) fprintf(stderr, "error: rank %d: --data %s\n", r->c.comm.rank, data_error);
+    if (r->rank0)
+      fprintf(stderr, "error: stopped at step %ld: the data file could not be read%s%s%s; expected --data unchanged "
+                      "during the run: restore it and run the same command again\n", step + 1,
+              a->ckpt_dir ? "; the state before it is saved in " : " (nothing saved: no --checkpoint-dir)",
+              a->ckpt_dir ? a->ckpt_dir : "", a->ckpt_dir ? ", to resume from" : "");
+    return 1;
+  }
   if (stop && metrics_bad) {
     if (r->rank0)
       fprintf(stderr, "error: stopped after step %ld: its metrics line could not be written%s%s; expected room "
@@ -73,7 +84,7 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   }
   if (sig && !stop) {
     if (r->rank0)
-      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : "SIGTERM",
+      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : "SIGTERM",
              a->ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
              a->ckpt_dir ? a->ckpt_dir : "");
     return a->ckpt_dir ? 0 : 1;
@@ -284,7 +295,7 @@ int main(int argc, char **argv) {
   quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
   struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
   int status = parse_args(&r->a, argc, argv);
   if (status || rt_comm_init(&r->c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
                              SPEC_GPUS_PER_NODE) != 0) {
