@@ -675,11 +675,12 @@ int64_t plan_flat_shard(int64_t elems, int64_t ranks);
 int64_t plan_logits_chunk(int64_t tokens, int64_t vocab);
 
 /* Bytes of the cuda runtime's own device scratch besides cuBLAS's workspace, as
- * runtime/cuda/ops.c's scratch_of allocates it: attention's delta (4 x tokens x heads), the
+ * runtime/cuda/ops.c's scratch_of allocates it: attention's delta (4 x tokens x heads) and
+ * cuDNN's dQ accumulator (4 x tokens x heads x qk_head_dim), the
  * cross-entropy's sums (4 x (2 tokens + 1)), one double, the grouped GEMMs' pointer arrays (8 x 8
  * slots x 3 x experts), the bf16 router-logit copy (2 x tokens x experts) and the MoE count/table
  * scratch (cu_moe_layout). experts 0 (dense) counts as 1. */
-int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t experts);
+int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t qk_head_dim, int64_t experts);
 /* Bytes of the cuda runtime's own host scratch, as runtime/cuda/cu_scratch.h's cu_host_scratch
  * (what ops.c's scratch_of allocates on the host) computes them, equal byte for byte
  * (tests/test_runtime_scratch.c): pageable, the MoE scratch's mirror (m = cu_moe_layout: 4 x 2E,

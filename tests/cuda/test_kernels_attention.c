@@ -1,6 +1,6 @@
 /* test_kernels_attention.c — test_kernels' checks of RoPE, MLA's keys and values and causal GQA
  * attention, flash or simple as the pass says (templates/kernels/20-rope.cu, 40-attention.cu,
- * 80-flash.cu): the cuda ops against the cpu ops (test_kernels.h). */
+ * 80-flash.cu, or cuDNN's: runtime/cuda/attn_cudnn.c): the cuda ops against the cpu ops (test_kernels.h). */
 #include "test_kernels.h"
 
 /* RoPE in place, forward and backward: plain, Llama 3.1's scaling, YaRN, and MLA's on a part of
@@ -58,24 +58,34 @@ void test_rope(void) {
 }
 
 
-/* Causal GQA attention: lse is (B, NH, T) on the cpu and (tokens, NH) on the GPU (each backend
- * reads only its own); each backward runs from its own forward's out and lse. */
-void test_attention(const Pass *p) {
-  size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
-  float *q = rnd(nq, 4), *k = rnd(nk, 4), *v = rnd(nk, 2), *out = host(nq), *lse = host((size_t)N * NH);
-  float *dy = rnd(nq, 2), *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1), *lse_t = host((size_t)N * NH);
+/* Causal GQA attention of head dims hd (q, k) and vd (v): lse is (B, NH, T) on the cpu, and on the
+ * GPU (tokens, NH) from the own kernels, (B, NH, T) from cuDNN (each backend reads only its own);
+ * each backward runs from its own forward's out and lse. */
+static void attention(const Pass *p, const char *name, int hd, int vd) {
+  size_t nq = (size_t)N * NH * hd, nk = (size_t)N * NKV * hd, no = (size_t)N * NH * vd, nv = (size_t)N * NKV * vd;
+  float *q = rnd(nq, 4), *k = rnd(nk, 4), *v = rnd(nv, 2), *out = host(no), *lse = host((size_t)N * NH);
+  float *dy = rnd(no, 2), *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nv, 1), *lse_t = host((size_t)N * NH);
   float *dlse = devf(NULL, (size_t)N * NH);
-  act *dq_ = deva(q, nq), *dk_ = deva(k, nk), *dv_ = deva(v, nk), *dout = deva(NULL, nq);
-  act *ddy = deva(dy, nq), *ddq = deva(dq, nq), *ddk = deva(dk, nk), *ddv = deva(dv, nk);
-  ref_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HD, HD), rt_attention_forward(dout, dlse, dq_, dk_, dv_, B, T, NH, NKV, HD, HD);
-  check_dev("attention_forward out", dout, out, nq, p->attn_tol);
+  act *dq_ = deva(q, nq), *dk_ = deva(k, nk), *dv_ = deva(v, nv), *dout = deva(NULL, no);
+  act *ddy = deva(dy, no), *ddq = deva(dq, nq), *ddk = deva(dk, nk), *ddv = deva(dv, nv);
+  char what[96];
+  ref_attention_forward(out, lse, q, k, v, B, T, NH, NKV, hd, vd), rt_attention_forward(dout, dlse, dq_, dk_, dv_, B, T, NH, NKV, hd, vd);
+  snprintf(what, sizeof what, "%s forward out", name), check_dev(what, dout, out, no, p->attn_tol);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) lse_t[((size_t)b * T + t) * NH + h] = lse[((size_t)b * NH + h) * T + t];
-  check_dev("attention_forward lse", dlse, lse_t, (size_t)N * NH, p->attn_tol);
-  ref_attention_backward(dq, dk, dv, dy, q, k, v, out, lse, B, T, NH, NKV, HD, HD);
-  rt_attention_backward(ddq, ddk, ddv, ddy, dq_, dk_, dv_, dout, dlse, B, T, NH, NKV, HD, HD);
-  check_dev("attention_backward dq", ddq, dq, nq, 2 * p->attn_tol);
-  check_dev("attention_backward dk", ddk, dk, nk, 2 * p->attn_tol);
-  check_dev("attention_backward dv", ddv, dv, nk, 2 * p->attn_tol);
+      for (int t = 0; t < T; t++)
+        lse_t[p->cudnn ? ((size_t)b * NH + h) * T + t : ((size_t)b * T + t) * NH + h] = lse[((size_t)b * NH + h) * T + t];
+  snprintf(what, sizeof what, "%s forward lse", name), check_dev(what, dlse, lse_t, (size_t)N * NH, p->attn_tol);
+  ref_attention_backward(dq, dk, dv, dy, q, k, v, out, lse, B, T, NH, NKV, hd, vd);
+  rt_attention_backward(ddq, ddk, ddv, ddy, dq_, dk_, dv_, dout, dlse, B, T, NH, NKV, hd, vd);
+  snprintf(what, sizeof what, "%s backward dq", name), check_dev(what, ddq, dq, nq, 2 * p->attn_tol);
+  snprintf(what, sizeof what, "%s backward dk", name), check_dev(what, ddk, dk, nk, 2 * p->attn_tol);
+  snprintf(what, sizeof what, "%s backward dv", name), check_dev(what, ddv, dv, nv, 2 * p->attn_tol);
+}
+
+/* GQA at kernels.cu's head dim; through cuDNN also MLA's unequal q/k and v head dims (the own
+ * kernels have theirs compiled in). */
+void test_attention(const Pass *p) {
+  attention(p, "attention", HD, HD);
+  if (p->cudnn) attention(p, "attention mla", MLA_HD, MLA_VD);
 }
