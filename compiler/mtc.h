@@ -314,6 +314,7 @@ typedef struct {
   double dense_gemm, grouped_gemm, attention, elementwise, host_gemm, network, c2c;
   double host_memory;    /* of host.bandwidth the host cores' streaming reaches */
   double attention_bwd;  /* of bf16_flops flash attention's backward reaches (0: attention) */
+  double attention_cudnn, attention_cudnn_bwd; /* the same for cuDNN's, the generated program's (0: attention, attention_bwd) */
   double gemm_tile_rows, gemm_tile_cols; /* output tile of a GEMM kernel (tile and wave
                                             quantization, with gpu.sms) */
   double kernel_launch;  /* seconds: the least time one kernel takes (launch and dispatch) */
@@ -717,6 +718,10 @@ typedef struct {
 PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens);
 /* MLA's forward group (WS_QAN, WS_KVN, WS_KRP, WS_KVB); empty (size 0) without MLA. */
 PlanWsGroup plan_ws_mla_forward(const Spec *s, int64_t tokens);
+/* Whether the cuda program's attention is cuDNN's fused flash attention: the head dims it serves
+ * (q/k and v each a multiple of 8, at most 256: cuDNN's support matrix for bf16 on sm_80+); else
+ * the program's own attention kernels. The cost model prices the one this says (cost_kernel.c). */
+bool plan_attention_cudnn(const Model *md);
 
 /* Owners of one expert matrix kind of one layer on EP rank 0; EP rank r's run of it is the same
  * with first + r × count (every field else equal: each EP rank's experts group has the same

@@ -476,7 +476,8 @@ void rt_rope_llama3_backward(act *dx, int B, int T, int H, int hd, real theta, r
   rope_llama3(dx, B, T, H, -1.f, factor, low, high, orig);
 }
 
-/* Attention: cuDNN's fused flash attention (attn_cudnn.c) in the bf16 build; else, or with
+/* Attention: cuDNN's fused flash attention (attn_cudnn.c) in the bf16 build where the plan says
+ * (RtCudaConfig's attention_cudnn: the head dims cuDNN serves); else, or with
  * $MTC_ATTENTION=flash|simple, the tiled tensor-core kernels of kernels.cu (FlashAttention-2's
  * structure: 64 queries or keys per block of 4 warps, wmma bf16 with fp32 accumulation) where the
  * plan's shapes allow them (head_dim a multiple of 16 up to 128, seq_len a multiple of 64:
@@ -485,7 +486,8 @@ static int attention_choice(void) {
   if (cu.flash == 0) {
     const char *env = getenv("MTC_ATTENTION");
     cudaKernel_t k = NULL;
-    if (MTRT_ACT_IS_BF16 && !(env && (strcmp(env, "flash") == 0 || strcmp(env, "simple") == 0))) return cu.flash = 2;
+    if (MTRT_ACT_IS_BF16 && cu.cfg.attention_cudnn && !(env && (strcmp(env, "flash") == 0 || strcmp(env, "simple") == 0)))
+      return cu.flash = 2;
     int ok = !(env && strcmp(env, "simple") == 0) &&
              cudaLibraryGetKernel(&k, cu.lib, "flash_attention_forward") == cudaSuccess && k;
     cudaGetLastError(); /* a failed lookup is an answer, not an error */

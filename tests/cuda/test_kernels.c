@@ -223,7 +223,7 @@ static int run_pass(const Pass *p, const char *src, size_t len) {
   if (p->attention) setenv("MTC_ATTENTION", p->attention, 1);
   else unsetenv("MTC_ATTENTION");
   /* the attention plans built at start-up: MLA's shape (the dQ accumulator sized for its q/k dim) */
-  RtCudaConfig cfg = {src, len, MTRT_CUDA_INCLUDE, N, NH, E, K, 4 << 20, B, T, NH, MLA_HD, MLA_VD};
+  RtCudaConfig cfg = {src, len, MTRT_CUDA_INCLUDE, N, NH, E, K, 4 << 20, B, T, NKV, MLA_HD, MLA_VD, 1};
   static char err[1 << 16];
   if (rt_cuda_setup(&cfg, 0, err, sizeof err) != 0) return fprintf(stderr, "test_kernels: %s\n", err), -1;
   char line[1024];
