@@ -64,7 +64,9 @@ void test_rope(void) {
 static void attention(const Pass *p, const char *name, int hd, int vd) {
   size_t nq = (size_t)N * NH * hd, nk = (size_t)N * NKV * hd, no = (size_t)N * NH * vd, nv = (size_t)N * NKV * vd;
   float *q = rnd(nq, 4), *k = rnd(nk, 4), *v = rnd(nv, 2), *out = host(no), *lse = host((size_t)N * NH);
-  float *dy = rnd(no, 2), *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nv, 1), *lse_t = host((size_t)N * NH);
+  /* the own kernels add into dq, dk, dv (as the cpu op does); cuDNN's writes them (mtrt_ops.h) */
+  float *dy = rnd(no, 2), *lse_t = host((size_t)N * NH);
+  float *dq = p->cudnn ? host(nq) : rnd(nq, 1), *dk = p->cudnn ? host(nk) : rnd(nk, 1), *dv = p->cudnn ? host(nv) : rnd(nv, 1);
   float *dlse = devf(NULL, (size_t)N * NH);
   act *dq_ = deva(q, nq), *dk_ = deva(k, nk), *dv_ = deva(v, nv), *dout = deva(NULL, no);
   act *ddy = deva(dy, no), *ddq = deva(dq, nq), *ddk = deva(dk, nk), *ddv = deva(dv, nv);

@@ -147,11 +147,14 @@ struct Store {
   void *mem = nullptr;                 // device or host (by-value) memory
   cudnnDataType_t mem_type;            // the type of mem's elements (a reshape keeps its source's)
   std::shared_ptr<std::vector<float>> buf; // virtual
+  // a virtual tensor's float buffer is its dims row-major (virtual strides are layout hints the
+  // library may ignore: cudnn-frontend gives some that overlap); memory goes by the strides
+  int64_t compact(const int64_t i[4]) const { return ((i[0] * t.dim[1] + i[1]) * t.dim[2] + i[2]) * t.dim[3] + i[3]; }
   float at(const int64_t i[4]) const {
+    if (buf) return (*buf)[(size_t)compact(i)];
     int64_t o = 0;
     for (int k = 0; k < 4; k++) o += i[k] * t.str[k];
     if (t.byval) o = 0;
-    if (buf) return (*buf)[(size_t)o];
     switch (mem_type) {
     case CUDNN_DATA_BFLOAT16: return emu_from_bf16(((const uint16_t *)mem)[o]);
     case CUDNN_DATA_FLOAT: return ((const float *)mem)[o];
@@ -161,13 +164,13 @@ struct Store {
     }
   }
   void put(const int64_t i[4], float v) {
-    int64_t o = 0;
-    for (int k = 0; k < 4; k++) o += i[k] * t.str[k];
     if (t.type == CUDNN_DATA_BFLOAT16) v = emu_round_bf16(v);
     if (buf) {
-      (*buf)[(size_t)o] = v;
+      (*buf)[(size_t)compact(i)] = v;
       return;
     }
+    int64_t o = 0;
+    for (int k = 0; k < 4; k++) o += i[k] * t.str[k];
     switch (mem_type) {
     case CUDNN_DATA_BFLOAT16: ((uint16_t *)mem)[o] = emu_to_bf16(v); break;
     case CUDNN_DATA_FLOAT: ((float *)mem)[o] = v; break;
@@ -217,7 +220,7 @@ struct Exec {
   Store &bind(const Desc *td, const Ten &t) {
     Store s;
     s.t = t, s.mem_type = t.type;
-    if (t.virt) s.buf = std::make_shared<std::vector<float>>((size_t)span(t), NAN);
+    if (t.virt) s.buf = std::make_shared<std::vector<float>>((size_t)(t.dim[0] * t.dim[1] * t.dim[2] * t.dim[3]), NAN);
     else {
       auto p = ptr.find(t.uid);
       if (p == ptr.end() || !p->second) fail("cudnn: the variant pack has no pointer for tensor %s", ten_words(t).c_str());
@@ -335,8 +338,8 @@ struct Exec {
       y.put(i, (float)acc[f]);
     });
   }
-  // y: x's memory seen through y's dims and strides (a virtual x's float buffer, copied and rounded
-  // when y is bf16; a non-virtual x's device memory as it is)
+  // y: x's memory seen through y's dims and strides (a non-virtual x's device memory as it is; a
+  // virtual x laid out by its declared strides, which must nest, and copied, rounded when y is bf16)
   void reshape(const Desc *op) {
     const Desc *xd = desc(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC), *yd = desc(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC);
     const Store &x = in(xd);
@@ -344,17 +347,27 @@ struct Exec {
     if (!yt.virt) return fail("cudnn: reshape into non-virtual %s is not emulated", ten_words(yt).c_str());
     Store y;
     y.t = yt;
-    if (x.buf) {
-      if ((size_t)span(yt) > x.buf->size())
-        return fail("cudnn: reshape of %s into %s reads past its elements", ten_words(x.t).c_str(), ten_words(yt).c_str());
-      y.buf = std::make_shared<std::vector<float>>(*x.buf);
-      if (yt.type == CUDNN_DATA_BFLOAT16)
-        for (float &v : *y.buf) v = emu_round_bf16(v);
-    } else {
+    if (!x.buf) {
       if (span(yt) > span(x.t))
         return fail("cudnn: reshape of %s into %s reads past its elements", ten_words(x.t).c_str(), ten_words(yt).c_str());
       y.mem = x.mem, y.mem_type = x.mem_type;
+      st[yd] = y;
+      return;
     }
+    int ord[4] = {0, 1, 2, 3}; // x's dims by stride, largest first
+    std::sort(ord, ord + 4, [&](int a, int b) { return x.t.str[a] > x.t.str[b]; });
+    y.buf = std::make_shared<std::vector<float>>((size_t)(yt.dim[0] * yt.dim[1] * yt.dim[2] * yt.dim[3]), NAN);
+    each(yt.dim, [&](const int64_t *i) {
+      int64_t off = 0, xi[4];
+      for (int k = 0; k < 4; k++) off += i[k] * yt.str[k];
+      for (int k = 0; k < 4; k++) {
+        int d = ord[k];
+        xi[d] = x.t.str[d] > 0 ? off / x.t.str[d] : 0;
+        if (xi[d] >= x.t.dim[d]) return fail("cudnn: reshape of %s into %s: strides that do not nest", ten_words(x.t).c_str(), ten_words(yt).c_str());
+        off -= xi[d] * x.t.str[d];
+      }
+      y.put(i, x.at(xi));
+    });
     st[yd] = y;
   }
   void run(const std::vector<Desc *> &ops) {
