@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "attn_cudnn.h"
 #include "cu_scratch.h"
 #include "mtrt_cuda.h"
 #include "mtrt_profile.h"
@@ -124,35 +125,7 @@ void cu_download(void *dst, const void *src, size_t bytes);
 int cu_comm_waited(void);
 /* The attention kernels in use, for the start-up line. */
 const char *cu_attention_name(void);
-/* ---- attention through cuDNN (attn_cudnn.c; bf16 activations only) ---- */
-/* Strides of one strided view (elements): between sequences, heads and tokens; the head dim is contiguous. */
-typedef struct {
-  int64_t batch, head, token;
-} CuAttnView;
-/* One attention shape: b sequences, hq query and hkv KV heads (hq a multiple of hkv), s_q queries
- * that are the last s_q of s_kv keys (s_q <= s_kv), head dims dqk (q, k) and dv (v, o); the views
- * of q, k, v and o (dO as o, dQ as q, dK as k, dV as v). Compared bytewise: memset before filling. */
-typedef struct {
-  int64_t b, hq, hkv, sq, skv, dqk, dv;
-  CuAttnView q, k, v, o;
-} CuAttnShape;
-/* Checks cuDNN's version (>= 9.13; 9.10.0 and 9.10.1 by name) and creates its handle on the
- * stream; 0, or -1 with the reason and what to install in err. */
-int cu_attn_cudnn_init(char *err, size_t errlen);
-void cu_attn_cudnn_teardown(void);
-/* Builds (once) the forward and backward plans of shape a; a shape cuDNN cannot serve, or whose
- * engine's workspace exceeds cu_attn_workspace_bytes, aborts the job naming the shape and bytes. */
-void cu_attn_cudnn_prepare(const CuAttnShape *a);
-/* The engines chosen so far, one line ("fwd engine 8 (0 B workspace), bwd ..."). */
-const char *cu_attn_cudnn_report(void);
-/* out (o view) and lse (b × hq × s_q fp32, the rows' natural-log log-sum-exp of the scaled scores)
- * of causal softmax(q kᵀ / sqrt(dqk)) v; device pointers, bf16 views, on the stream. */
-void cu_attn_cudnn_forward(const CuAttnShape *a, void *out, float *lse, const void *q, const void *k, const void *v);
-/* dq, dk, dv (written, not accumulated) from dout, the forward's inputs, out and lse; delta
- * (b × hq × s_q fp32) and dqacc (b × hq × s_q × dqk fp32) are scratch. */
-void cu_attn_cudnn_backward(const CuAttnShape *a, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                            const void *k, const void *v, const void *out, const float *lse, float *delta,
-                            float *dqacc);
+/* attention through cuDNN: attn_cudnn.h */
 /* The workspace cuDNN's plans run in: cuBLAS's (the same stream), and its bytes (ops.c). */
 void *cu_attn_workspace(void);
 size_t cu_attn_workspace_bytes(void);

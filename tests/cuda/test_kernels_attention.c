@@ -3,7 +3,7 @@
  * 80-flash.cu, or cuDNN's: runtime/cuda/attn_cudnn.c): the cuda ops against the cpu ops (test_kernels.h). */
 #include "test_kernels.h"
 #if MTRT_ACT_IS_BF16
-#include "cuda/cu_internal.h" /* cuDNN's attention on a query chunk (attn_cudnn.c) */
+#include "cuda/attn_cudnn.h" /* cuDNN's attention on a query chunk */
 #endif
 
 /* RoPE in place, forward and backward: plain, Llama 3.1's scaling, YaRN, and MLA's on a part of
