@@ -500,7 +500,9 @@ static int use_flash(void) { return attention_choice() == 1; }
 
 const char *cu_attention_name(void) {
   static char buf[1200];
-  if (use_cudnn()) return snprintf(buf, sizeof buf, "cuDNN %zu (%s)", cudnnGetVersion(), cu_attn_cudnn_report()), buf;
+  size_t v = cudnnGetVersion();
+  if (use_cudnn())
+    return snprintf(buf, sizeof buf, "cuDNN %zu.%zu.%zu (%s)", v / 10000, v / 100 % 100, v % 100, cu_attn_cudnn_report()), buf;
   return use_flash() ? "flash (tiled, tensor cores)" : "simple (warp per row)";
 }
 
