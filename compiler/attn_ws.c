@@ -89,6 +89,11 @@ PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens) {
   return g;
 }
 
+bool plan_attention_cudnn(const Model *md) {
+  int64_t hd = md->qk_head_dim, vd = md->v_head_dim;
+  return hd % 8 == 0 && vd % 8 == 0 && hd <= 256 && vd <= 256;
+}
+
 PlanWsGroup plan_ws_mla_forward(const Spec *s, int64_t tokens) {
   const AttentionSpec *a = &s->model.attention;
   PlanWsGroup g;

@@ -9,7 +9,8 @@
  * its operands at HBM speed (small GEMMs are memory-bound) nor than kernel_launch. These
  * shape effects need gpu.sms; without it (the cpu preset) a GEMM is its FLOPs alone.
  * Attention: the flash kernel's FLOPs at attention (forward) and attention_bwd (backward:
- * 2.5× the forward FLOPs, Dao, FlashAttention-2, 2023, §3.1.2). Both GEMMs and attention run
+ * 2.5× the forward FLOPs, Dao, FlashAttention-2, 2023, §3.1.2); the generated program's (stack
+ * mtc, where plan_attention_cudnn) at attention_cudnn and attention_cudnn_bwd, cuDNN's rates. Both GEMMs and attention run
  * at `sustained` × their best-shape rate: what a whole step holds of the clock.
  * Everything else (norms, RoPE, residual adds, the activation, the MoE permute and pad, the
  * cross-entropy) is memory-bound: the bytes its kernels move / (hbm_bandwidth × elementwise),
@@ -99,9 +100,13 @@ OpTime cost_op(const Spec *s, const Model *md, const Op *o, double T, double seq
   OpTime t = {0, 0};
   if (o->kind == OP_ATTN_CORE) {
     double f = T * seq * o->attn_flops_per_seq;
-    double bwd_eff = e->attention_bwd > 0 ? e->attention_bwd : e->attention;
+    double fwd_eff = e->attention, bwd_eff = e->attention_bwd > 0 ? e->attention_bwd : e->attention;
+    if (st == STACK_MTC && plan_attention_cudnn(md)) { /* the generated program's: cuDNN's */
+      if (e->attention_cudnn > 0) fwd_eff = e->attention_cudnn;
+      if (e->attention_cudnn_bwd > 0) bwd_eff = e->attention_cudnn_bwd;
+    }
     double peak = g->bf16_flops * e->sustained;
-    t.fwd = launch_floor(s, f / (peak * e->attention), 1);
+    t.fwd = launch_floor(s, f / (peak * fwd_eff), 1);
     t.bwd = launch_floor(s, 2.5 * f / (peak * bwd_eff), 1);
     return t;
   }

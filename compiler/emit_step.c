@@ -302,9 +302,12 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
        "#define VOCAB %lld\n#define TOKENS %lld /* per micro-batch and rank */\n",
     (long long)s->training.global_batch, (long long)e->B, (long long)e->accum, (long long)e->T, (long long)e->V,
     (long long)e->N);
-  P(e, "/* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */\n"
-       "#define HIDDEN %lld\n#define HEADS %lld\n#define EXPERTS %lld\n#define TOP_K %lld\n#define AUX_FREE %d\n",
-    (long long)e->C, (long long)e->nh, (long long)e->E, (long long)e->K, e->aux_free ? 1 : 0);
+  P(e, "/* model shapes the cuda runtime sizes its scratch and builds its attention plans by (kernels.cu has them all) */\n"
+       "#define HIDDEN %lld\n#define HEADS %lld\n#define KV_HEADS %lld\n#define HEAD_DIM %lld /* q and k */\n"
+       "#define V_HEAD_DIM %lld\n#define ATTENTION_CUDNN %d /* the plan's attention: 1 cuDNN's fused flash attention, 0 the "
+       "own kernels (plan_attention_cudnn) */\n#define EXPERTS %lld\n#define TOP_K %lld\n#define AUX_FREE %d\n",
+    (long long)e->C, (long long)e->nh, (long long)e->nkv, (long long)e->hd, (long long)e->vd,
+    plan_attention_cudnn(e->md) ? 1 : 0, (long long)e->E, (long long)e->K, e->aux_free ? 1 : 0);
   P(e, "#define MOE_CAP_ROWS %lld /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */\n"
        "#define MOE_MEAN_ROWS %lld /* rows a rank sends per MoE layer pass: tokens x top_k */\n",
     (long long)e->R, (long long)(e->N * e->K));

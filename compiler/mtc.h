@@ -315,6 +315,7 @@ typedef struct {
   double dense_gemm, grouped_gemm, attention, elementwise, host_gemm, network, c2c;
   double host_memory;    /* of host.bandwidth the host cores' streaming reaches */
   double attention_bwd;  /* of bf16_flops flash attention's backward reaches (0: attention) */
+  double attention_cudnn, attention_cudnn_bwd; /* the same for cuDNN's, the generated program's (0: attention, attention_bwd) */
   double gemm_tile_rows, gemm_tile_cols; /* output tile of a GEMM kernel (tile and wave
                                             quantization, with gpu.sms) */
   double kernel_launch;  /* seconds: the least time one kernel takes (launch and dispatch) */
@@ -692,11 +693,12 @@ int64_t plan_flat_shard(int64_t elems, int64_t ranks);
 int64_t plan_logits_chunk(int64_t tokens, int64_t vocab);
 
 /* Bytes of the cuda runtime's own device scratch besides cuBLAS's workspace, as
- * runtime/cuda/ops.c's scratch_of allocates it: attention's delta (4 x tokens x heads), the
+ * runtime/cuda/ops.c's scratch_of allocates it: attention's delta (4 x tokens x heads) and
+ * cuDNN's dQ accumulator (4 x tokens x heads x qk_head_dim), the
  * cross-entropy's sums (4 x (2 tokens + 1)), one double, the grouped GEMMs' pointer arrays (8 x 8
  * slots x 3 x experts), the bf16 router-logit copy (2 x tokens x experts) and the MoE count/table
  * scratch (cu_moe_layout). experts 0 (dense) counts as 1. */
-int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t experts);
+int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t qk_head_dim, int64_t experts);
 /* Bytes of the cuda runtime's own host scratch, as runtime/cuda/cu_scratch.h's cu_host_scratch
  * (what ops.c's scratch_of allocates on the host) computes them, equal byte for byte
  * (tests/test_runtime_scratch.c): pageable, the MoE scratch's mirror (m = cu_moe_layout: 4 x 2E,
@@ -733,6 +735,10 @@ typedef struct {
 PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens);
 /* MLA's forward group (WS_QAN, WS_KVN, WS_KRP, WS_KVB); empty (size 0) without MLA. */
 PlanWsGroup plan_ws_mla_forward(const Spec *s, int64_t tokens);
+/* Whether the cuda program's attention is cuDNN's fused flash attention: the head dims it serves
+ * (q/k and v each a multiple of 8, at most 256: cuDNN's support matrix for bf16 on sm_80+); else
+ * the program's own attention kernels. The cost model prices the one this says (cost_kernel.c). */
+bool plan_attention_cudnn(const Model *md);
 
 /* Owners of one expert matrix kind of one layer on EP rank 0; EP rank r's run of it is the same
  * with first + r × count (every field else equal: each EP rank's experts group has the same

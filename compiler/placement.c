@@ -55,10 +55,10 @@ int64_t plan_logits_chunk(int64_t tokens, int64_t vocab) {
   return c < 1 ? 1 : c;
 }
 
-int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t experts) {
+int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t qk_head_dim, int64_t experts) {
   int64_t E = experts > 0 ? experts : 1;
   int64_t cnt = 4 * 2 * E, tab = (cnt + 4 * E + 7) / 8 * 8, moe = tab + 8 * 2 * E + 4 * (E + 1);
-  return 4 * tokens * heads + 4 * (2 * tokens + 1) + 8 + 8 * 8 * 3 * E + 2 * tokens * E + moe;
+  return 4 * tokens * heads + 4 * tokens * heads * qk_head_dim + 4 * (2 * tokens + 1) + 8 + 8 * 8 * 3 * E + 2 * tokens * E + moe;
 }
 
 int64_t plan_runtime_host_scratch(int64_t experts) {

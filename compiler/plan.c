@@ -414,12 +414,13 @@ static void build_items(Items *it, const Model *md) {
            "gate's logits");
   }
   /* the cuda runtime's scratch (plan_runtime_scratch): attention's backward keeps one fp32 delta
-   * per token and head (its dQ accumulates in registers, no fp32 dQ buffer), the cross-entropy's
-   * sums, the grouped GEMMs' pointer arrays, the MoE counts and tables */
+   * per token and head and cuDNN's fp32 dQ accumulator, the cross-entropy's sums, the grouped
+   * GEMMs' pointer arrays, the MoE counts and tables */
   item(it, "workspace.runtime", CAT_WORKSPACE, TIER_HBM,
-       (double)plan_runtime_scratch((int64_t)T, s->model.attention.heads, E), 0, END,
-       "4 B x tokens x heads + 4 B x (2 tokens + 1) + 8 + 192 B x experts + 2 B x tokens x experts + the MoE "
-       "count/table scratch (about 32 B x experts): the cuda runtime's own device buffers");
+       (double)plan_runtime_scratch((int64_t)T, s->model.attention.heads, md->qk_head_dim, E), 0, END,
+       "4 B x tokens x heads x (1 + qk_head_dim) + 4 B x (2 tokens + 1) + 8 + 192 B x experts + 2 B x tokens x "
+       "experts + the MoE count/table scratch (about 32 B x experts): the cuda runtime's own device buffers (the "
+       "attention's delta and cuDNN's fp32 dQ accumulator among them)");
   it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own cudaMalloc) */
   /* its host side (plan_runtime_host_scratch): the MoE scratch's mirror, the offsets cache and
    * the pinned readback buffer of the step's scalars */

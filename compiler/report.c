@@ -26,12 +26,14 @@ static void describe_model(FILE *out, const Model *md) {
           ms->position == POS_ROPE ? "RoPE" : "learned", ms->tie_embeddings ? "tied" : "untied",
           ms->bias ? ", biases" : "");
   if (a->kind == ATTN_MLA)
-    fprintf(out, "attention  mla, %lld heads, q rank %lld, kv rank %lld, qk %lld+%lld, v %lld\n",
+    fprintf(out, "attention  mla, %lld heads, q rank %lld, kv rank %lld, qk %lld+%lld, v %lld",
             (long long)a->heads, (long long)a->q_lora_rank, (long long)a->kv_lora_rank,
             (long long)a->qk_nope_head_dim, (long long)a->qk_rope_head_dim, (long long)a->v_head_dim);
   else
-    fprintf(out, "attention  %s, %lld heads, %lld KV heads, head_dim %lld\n", spec_attn_name(a->kind),
+    fprintf(out, "attention  %s, %lld heads, %lld KV heads, head_dim %lld", spec_attn_name(a->kind),
             (long long)a->heads, (long long)a->kv_heads, (long long)a->head_dim);
+  fprintf(out, "; on cuda %s\n", plan_attention_cudnn(md) ? "cuDNN's fused flash attention"
+                                                            : "the own kernels (head dims cuDNN does not serve)");
   if (ms->mlp.present)
     fprintf(out, "mlp        %s, intermediate %lld\n", spec_act_name(ms->mlp.activation),
             (long long)ms->mlp.intermediate);

@@ -169,6 +169,8 @@ static const Field efficiency_fields[] = {
     {"c2c", F_REAL, O(EfficiencySpec, c2c), "0.8", 0, 0, NULL, NULL, "fraction of links.c2c host copies reach (assumption)", FRACTION},
     {"host_memory", F_REAL, O(EfficiencySpec, host_memory), "0.8", 0, 0, NULL, NULL, "fraction of host.bandwidth the host cores' streaming (gradient accumulation, optimizer step) reaches (assumption)", FRACTION},
     {"attention_bwd", F_REAL, O(EfficiencySpec, attention_bwd), "(attention)", 0, 0, NULL, NULL, "fraction of bf16_flops flash attention's backward (2.5x the forward FLOPs) reaches", FRACTION},
+    {"attention_cudnn", F_REAL, O(EfficiencySpec, attention_cudnn), "(attention)", 0, 0, NULL, NULL, "fraction of bf16_flops cuDNN's fused flash attention (the generated program's, cluster.stack mtc) reaches forward", FRACTION},
+    {"attention_cudnn_bwd", F_REAL, O(EfficiencySpec, attention_cudnn_bwd), "(attention_bwd)", 0, 0, NULL, NULL, "fraction of bf16_flops cuDNN's fused flash attention reaches backward (2.5x the forward FLOPs)", FRACTION},
     {"gemm_tile_rows", F_REAL, O(EfficiencySpec, gemm_tile_rows), "128", 0, 0, NULL, NULL, "rows of a GEMM kernel's output tile: rows (and each expert's rows) are padded to it; with gpu.sms, whole waves of tiles are priced", 1, 4096, false, false},
     {"gemm_tile_cols", F_REAL, O(EfficiencySpec, gemm_tile_cols), "128", 0, 0, NULL, NULL, "columns of a GEMM kernel's output tile", 1, 4096, false, false},
     {"all_to_all", F_REAL, O(EfficiencySpec, all_to_all), "(network)", 0, 0, NULL, NULL, "fraction of a link's rate the MoE all-to-all (NCCL send/recv to every peer) reaches", FRACTION},

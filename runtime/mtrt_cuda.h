@@ -40,8 +40,9 @@ void rt_cuda_versions(char *buf, size_t n);
 
 /* ---- the training step's device runtime (ops.c) ---- */
 
-/* What rt_cuda_setup needs: the plan's kernels.cu and the shapes that size the runtime's own
- * scratch (attention's delta, cross-entropy's sums, the grouped GEMMs' pointer arrays). */
+/* What rt_cuda_setup needs: the plan's kernels.cu, the shapes that size the runtime's own
+ * scratch (attention's delta and dQ accumulator, cross-entropy's sums, the grouped GEMMs' pointer
+ * arrays) and the attention's shape, whose cuDNN plans it builds at start-up. */
 typedef struct {
   const char *kernels_src;
   size_t kernels_len;
@@ -50,12 +51,16 @@ typedef struct {
   int heads;               /* query heads */
   int experts;             /* experts in one grouped GEMM at most (0: dense) */
   int top_k;
-  size_t cublas_workspace; /* bytes: the plan's reserve.cublas_workspace (0: 64 MiB) */
+  size_t cublas_workspace; /* bytes: the plan's reserve.cublas_workspace (0: 64 MiB), cuDNN's too */
+  int batch, seq;          /* the attention's: sequences per micro-batch (batch × seq = tokens), tokens each */
+  int kv_heads, head_dim, v_head_dim; /* KV heads, q/k and v head dims (0: no attention plans at start-up) */
+  int attention_cudnn;     /* the plan's attention: 1 cuDNN's (bf16 build), 0 the own kernels */
 } RtCudaConfig;
 
 /* Picks this rank's GPU (local rank modulo the visible devices), creates the stream and the
  * cuBLAS handle, compiles kernels.cu for the GPU's architecture (disk cache as rt_cuda_compile)
- * and loads it with cudaLibraryLoadData, and allocates the runtime's scratch. The GEMM math is
+ * and loads it with cudaLibraryLoadData, allocates the runtime's scratch, and (bf16 build, unless
+ * $MTC_ATTENTION=flash|simple) checks cuDNN and builds the attention's cuDNN plans. The GEMM math is
  * bf16 (CUBLAS_COMPUTE_32F_FAST_16BF), or as $MTC_GEMM says: fp32, tf32 or bf16.
  * $MTC_CUDA_SYNC=1 synchronizes after every op, so an error names the op that caused it.
  * Returns 0, or -1 with the reason in err (no GPU, no driver, a compile error). */

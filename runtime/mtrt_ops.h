@@ -118,8 +118,11 @@ void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, rea
 
 /* Causal grouped-query attention, softmax(q kᵀ / sqrt(hd)) v with query head h reading KV head
  * h / (nh / nkv). q (B,T,nh,hd); k (B,T,nkv,hd); v (B,T,nkv,vd); out (B,T,nh,vd) (vd: the value
- * head size, hd for mha/gqa, MLA's v_head_dim); lse (B,nh,T) the log-sum-exp of each score row,
- * saved for backward (O(T) memory: scores are recomputed, never stored). */
+ * head size, hd for mha/gqa, MLA's v_head_dim); lse the log-sum-exp of each score row, saved for
+ * backward (O(T) memory: scores are recomputed, never stored): (B,nh,T) on the cpu backend and
+ * from cuDNN, (B·T,nh) from the cuda backend's own kernels; only its own backend reads it. The
+ * backward adds into dq, dk, dv on the cpu backend and in the own cuda kernels, and cuDNN's writes
+ * them: callers zero them first (the generated step does). */
 void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v,
                           int B, int T, int nh, int nkv, int hd, int vd);
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cuda backend's kernels of every example spec compile through NVRTC for sm_90a, and the
-# cuda build of each generated program links (CUDA runtime, cuBLAS, NVRTC, NCCL; no libcuda,
+# cuda build of each generated program links (CUDA runtime, cuBLAS, cuDNN, NVRTC, NCCL; no libcuda,
 # no GPU needed).   usage: kernels.sh MTC SOURCE_DIR
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2")
@@ -16,7 +16,7 @@ for spec in "$src"/specs/*.yaml; do
   fi
   "$mtc" build "$work/$name" --backend cuda >"$work/$name.log" 2>&1 || { tail -20 "$work/$name.log"; echo "FAIL $name: cuda build"; fail=1; continue; }
   ldd "$work/$name/build-cuda/train" | grep -q "libcuda\.so" && { echo "FAIL $name: links libcuda"; fail=1; }
-  for lib in libcudart libcublas libnvrtc libnccl; do
+  for lib in libcudart libcublas libcudnn libnvrtc libnccl; do
     ldd "$work/$name/build-cuda/train" | grep -q "$lib" || { echo "FAIL $name: does not link $lib"; fail=1; }
   done
   "$work/$name/build-cuda/train" --check-kernels --arch sm_90a || { echo "FAIL $name: NVRTC"; fail=1; continue; }

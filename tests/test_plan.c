@@ -223,9 +223,9 @@ static void tiny_items_by_hand(void) {
    * their inputs lies in y_combined's bytes (dead once combined) */
   CHECK_EQ(bytes(c, "moe.grad_expert_out"), T * 2 * H * 2);
   CHECK(!find_quiet(c, "moe.grad_expert_in"));
-  CHECK(!find_quiet(c, "workspace.attention_dq_fp32")); /* the program keeps no fp32 dQ: its delta is runtime's */
+  CHECK(!find_quiet(c, "workspace.attention_dq_fp32")); /* cuDNN's fp32 dQ and delta are the runtime's */
   CHECK(!find_quiet(c, "workspace.logits_chunk"));        /* in workspace.shared */
-  CHECK_EQ(bytes(c, "workspace.runtime"), plan_runtime_scratch(T, 4, 8));
+  CHECK_EQ(bytes(c, "workspace.runtime"), plan_runtime_scratch(T, 4, 32, 8)); /* heads 4 of 32 */
   CHECK_EQ(plan_logits_chunk(T, 256), 256);
   CHECK_EQ(plan_logits_chunk(65536, 256000), 4096);  /* europa-1t: 1 GiB of fp32 logits */
   CHECK_EQ(plan_logits_chunk(131072, 32000), 2048);  /* mixtral-8x7b: 1 GiB, not 4096 columns' 2 */

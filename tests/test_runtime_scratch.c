@@ -71,7 +71,8 @@ static void item(const char *spec, const char *const *sets, int n, int64_t exper
     }
     const Choice *ch = &p->best.ch;
     CHECK_EQ(bytes(&p->best, "data.host_tables"),
-             plan_host_tables(ch->micro_batch * p->md->spec->training.seq_len, ch->fsdp, ch->ep, experts / ch->ep));
+             plan_host_tables(ch->micro_batch * p->md->spec->training.seq_len / plan_cp(ch), ch->fsdp, ch->ep,
+                              experts / ch->ep));
   }
   mem_free(&m);
 }

@@ -2,12 +2,13 @@
 # Prepares the device check on this machine, for a GPU machine that cannot install packages (the
 # device tool's H200: CUDA and PyTorch but no libyaml, jansson, OpenBLAS or Open MPI, no network).
 # Everything is built here; the GPU machine only runs it (tools/device-run.sh):
-#   .devkit/bin      test_kernels, test_kernels_bf16 and the cuda train programs (tiny-moe and tiny-moe with Muon, each
+#   .devkit/bin      test_kernels, test_kernels_bf16, bench_attention and the cuda train programs (tiny-moe and tiny-moe with Muon, each
 #                    with bf16 activations and with fp32 ones (NAME-f32), moe-1b,
 #                    tiny-moe 8 layers with and without activation offload; mid: moe-1b with
 #                    2 layers and one 4096-token sequence per step, small enough for a cpu reference)
 #   .devkit/lib      the shared libraries they need that a bare CUDA image lacks (ldd's closure,
-#                    CUDA's own libraries excluded: the GPU machine has its toolkit)
+#                    CUDA's own libraries excluded: the GPU machine has its toolkit; cuDNN too, whose
+#                    engines alone outgrow the carry limit: there it is PyTorch's nvidia-cudnn-cu13)
 #   .devkit/ompi     Open MPI's and PMIx's plugin folders (singleton MPI_Init loads them)
 #   .devkit/cache    NVRTC's CUBINs for sm_90a, compiled here (train --check-kernels)
 #   .devkit/ref      the cpu backend's losses for the same runs, same seed and data
@@ -30,7 +31,8 @@ rm -rf "$kit"; mkdir -p $kit/bin $kit/lib $kit/ompi $kit/cache $kit/ref $kit/pla
 cmake -B "$build" -S . -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 mtc=$PWD/$build/mtc
-cp "$build/tests/test_kernels" "$build/tests/test_kernels_bf16" $kit/bin/
+cp "$build/tests/test_kernels" "$build/tests/test_kernels_bf16" "$build/tests/bench_attention" $kit/bin/
+MTC_KERNEL_CACHE=$PWD/$kit/cache "$build/tests/bench_attention" --check-kernels sm_90a templates/kernels/*.cu | tail -1
 [ "$keep" = 1 ] || cat README.md BENCHMARKS.md templates/train/*.c runtime/*/*.c compiler/*.c >$kit/text.txt
 one="--set cluster.nodes=1 --set cluster.gpus_per_node=1"
 gen() { # NAME SPEC [--set ...]: compile and build both backends, copy the cuda program

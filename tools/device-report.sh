@@ -3,7 +3,7 @@
 # references of tools/device-pack.sh (.devkit/ref): per run, the worst relative loss difference
 # over its steps and where it occurred, against the tolerance of its storage type (fp32
 # activations 1e-5; bf16 5e-4 over the first 10 steps, BENCHMARKS.md says why), then the
-# benchmark's and PyTorch's tokens/s.
+# attention's TFLOP/s table (bench_attention) and the benchmark's and PyTorch's tokens/s.
 # usage: tools/device-report.sh OUT_TAR_GZ     (the device tool's files_at/out.tar.gz)
 set -eu
 cd "$(dirname "$0")/.."
@@ -36,11 +36,11 @@ for f in sorted(glob.glob(os.path.join(logs, "*.jsonl"))):
     print(f"{'PASS' if ok else 'FAIL'} {name}: {n}/{len(a)} steps, loss {a[0]:.4f}->{a[n-1]:.4f} (cpu) vs "
           f"{b[n-1]:.4f}; worst relative difference {worst:.1e} at step {at} of the first {first} "
           f"(tolerance {tol:g}); over all steps {max(d):.1e}")
-for f in ("bench.log", "torch.log"):
+for f in ("attn.log", "bench.log", "torch.log"):
     p = os.path.join(logs, f)
     if os.path.exists(p):
         for l in open(p):
-            if re.match(r"(throughput|TORCH_BENCH|memory: this program)", l):
+            if re.match(r"(throughput|TORCH_BENCH|ATTN_BENCH|memory: this program)", l):
                 print(f"{f}: {l.strip()}")
 sys.exit(1 if bad else 0)
 EOF

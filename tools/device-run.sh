@@ -4,9 +4,11 @@
 # mtc's other libraries, and leaves every log in $OUT/out.tar.gz for tools/device-report.sh here.
 #   correctness runs side by side on the GPU: test_kernels, test_kernels_bf16 (bf16 activations); tiny-moe 20 steps (fp32 GEMMs and
 #   simple attention, bf16 GEMMs, Muon); mid (moe-1b's shapes, 2 layers) 3 steps; tiny-moe 8 layers with activation offload none/host;
-#   then alone: moe-1b 6 steps (tokens/s) and PyTorch eager on the same plan (tools/torch_moe_bench.py)
+#   then alone: attention forward and backward TFLOP/s (bench_attention: cuDNN's and the own flash kernel at
+#   head_dim 128, 48/16 heads, and MLA's 192/128, at 4,096 and 65,536 tokens), moe-1b 6 steps (tokens/s) and
+#   PyTorch eager on the same plan (tools/torch_moe_bench.py)
 # usage (device tool): carry [".devpack"], command "bash tools/device-run.sh [CHECK...]"
-#   CHECK: kernels tiny mid feat offload bench benchdbg torch (default: every one; feat: tiny-moe
+#   CHECK: kernels tiny mid feat offload attn bench benchdbg torch (default: every one; feat: tiny-moe
 #   with aux-free balancing, attention biases and qk-norm)
 set -u
 cd "$(dirname "$0")/.."
@@ -17,14 +19,16 @@ tar -xJf .devpack/kit.tar.xz
 K=$PWD/.devkit
 nccl=$(find /usr/local/cuda*/lib* /opt /usr/lib -name libnccl.so.2 2>/dev/null | head -1)
 pyl=$(python3 -c "import nvidia,os;p=os.path.dirname(nvidia.__path__[0]);print(':'.join(os.path.join(nvidia.__path__[0],d,'lib') for d in os.listdir(nvidia.__path__[0])))" 2>/dev/null)
-export LD_LIBRARY_PATH=$K/lib:${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:${pyl:+$pyl:}${LD_LIBRARY_PATH:-}
+# cuDNN: PyTorch's nvidia-cudnn-cu13 wheel (the programs check its version at start-up: >= 9.13)
+cudnn=$(python3 -c "import glob,nvidia,os;print(*glob.glob(os.path.join(nvidia.__path__[0],'**','libcudnn.so.9'),recursive=True)[:1])" 2>/dev/null)
+export LD_LIBRARY_PATH=$K/lib:${cudnn:+$(dirname "$cudnn"):}${nccl:+$(dirname "$nccl"):}/usr/local/cuda/lib64:${pyl:+$pyl:}${LD_LIBRARY_PATH:-}
 export OMPI_MCA_mca_base_component_path=$K/ompi/openmpi/lib/openmpi3
 export PMIX_MCA_mca_base_component_path=$K/ompi/pmix2/lib/pmix
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self OMPI_MCA_btl_base_warn_component_unused=0
 export MTC_KERNEL_CACHE=$K/cache
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
-  echo "nccl: ${nccl:-none found}"; ls -d /usr/local/cuda*/include 2>&1
+  echo "nccl: ${nccl:-none found}"; echo "cudnn: ${cudnn:-none found in the nvidia wheels}"; ls -d /usr/local/cuda*/include 2>&1
   for b in $K/bin/*; do ldd "$b" | grep "not found" | sed "s|^|$(basename "$b"): |"; done
 } 2>&1 | tee "$out/env.log"
 run() { # NAME SECONDS ENV... : one program's run, log in $out/NAME.log
@@ -46,7 +50,11 @@ want offload && { run off-none.fp32 120 MTC_GEMM=fp32 MTC_ATTENTION=simple & run
 wait
 cat "$out/exits.log" 2>/dev/null; tail -3 "$out/test_kernels.log" "$out/test_kernels_bf16.log" 2>/dev/null
 for f in "$out"/*.log; do case $f in *test_kernels*|*exits*|*env*) ;; *) echo "--- $f"; tail -4 "$f";; esac; done
-# alone on the GPU: the benchmark and PyTorch eager
+# alone on the GPU: attention's speed (cuDNN's and the own flash kernel), the benchmark, PyTorch eager
+if want attn; then
+  timeout 240 "$K/bin/bench_attention" templates/kernels/*.cu >"$out/attn.log" 2>&1
+  echo "attn exit $?"; grep -E "^ATTN_BENCH|error" "$out/attn.log"
+fi
 if want bench; then
   b0=$(date +%s.%N)
   timeout 200 "$K/bin/bench" --data "$K/text.txt" --steps 6 --metrics "$out/bench.jsonl" >"$out/bench.log" 2>&1

@@ -517,64 +517,64 @@
 #define HEAD_ADAM_V             10481171424 /*    3619872 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
 /* ---- the HBM span's real and int32 buffers (offsets in units of 2 B) ---- */
-#define L3_LOAD                 45955464448 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L4_LOAD                 45955464960 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L5_LOAD                 45955465472 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L6_LOAD                 45955465984 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L7_LOAD                 45955466496 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L8_LOAD                 45955467008 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L9_LOAD                 45955467520 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L10_LOAD                45955468032 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L11_LOAD                45955468544 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L12_LOAD                45955469056 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L13_LOAD                45955469568 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L14_LOAD                45955470080 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L15_LOAD                45955470592 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L16_LOAD                45955471104 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L17_LOAD                45955471616 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L18_LOAD                45955472128 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L19_LOAD                45955472640 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L20_LOAD                45955473152 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L21_LOAD                45955473664 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L22_LOAD                45955474176 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L23_LOAD                45955474688 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L24_LOAD                45955475200 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L25_LOAD                45955475712 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L26_LOAD                45955476224 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L27_LOAD                45955476736 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L28_LOAD                45955477248 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L29_LOAD                45955477760 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L30_LOAD                45955478272 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L31_LOAD                45955478784 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L32_LOAD                45955479296 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L33_LOAD                45955479808 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L34_LOAD                45955480320 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L35_LOAD                45955480832 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L36_LOAD                45955481344 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L37_LOAD                45955481856 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L38_LOAD                45955482368 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L39_LOAD                45955482880 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L40_LOAD                45955483392 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L41_LOAD                45955483904 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L42_LOAD                45955484416 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L43_LOAD                45955484928 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L44_LOAD                45955485440 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L45_LOAD                45955485952 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L46_LOAD                45955486464 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L47_LOAD                45955486976 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L48_LOAD                45955487488 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L49_LOAD                45955488000 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L50_LOAD                45955488512 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L51_LOAD                45955489024 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L52_LOAD                45955489536 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L53_LOAD                45955490048 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L54_LOAD                45955490560 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L55_LOAD                45955491072 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L56_LOAD                45955491584 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L57_LOAD                45955492096 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L58_LOAD                45955492608 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L59_LOAD                45955493120 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
-#define L60_LOAD                45955493632 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L3_LOAD                 42903893248 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L4_LOAD                 42903893760 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L5_LOAD                 42903894272 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L6_LOAD                 42903894784 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L7_LOAD                 42903895296 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L8_LOAD                 42903895808 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L9_LOAD                 42903896320 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L10_LOAD                42903896832 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L11_LOAD                42903897344 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L12_LOAD                42903897856 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L13_LOAD                42903898368 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L14_LOAD                42903898880 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L15_LOAD                42903899392 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L16_LOAD                42903899904 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L17_LOAD                42903900416 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L18_LOAD                42903900928 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L19_LOAD                42903901440 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L20_LOAD                42903901952 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L21_LOAD                42903902464 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L22_LOAD                42903902976 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L23_LOAD                42903903488 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L24_LOAD                42903904000 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L25_LOAD                42903904512 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L26_LOAD                42903905024 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L27_LOAD                42903905536 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L28_LOAD                42903906048 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L29_LOAD                42903906560 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L30_LOAD                42903907072 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L31_LOAD                42903907584 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L32_LOAD                42903908096 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L33_LOAD                42903908608 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L34_LOAD                42903909120 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L35_LOAD                42903909632 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L36_LOAD                42903910144 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L37_LOAD                42903910656 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L38_LOAD                42903911168 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L39_LOAD                42903911680 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L40_LOAD                42903912192 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L41_LOAD                42903912704 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L42_LOAD                42903913216 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L43_LOAD                42903913728 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L44_LOAD                42903914240 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L45_LOAD                42903914752 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L46_LOAD                42903915264 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L47_LOAD                42903915776 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L48_LOAD                42903916288 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L49_LOAD                42903916800 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L50_LOAD                42903917312 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L51_LOAD                42903917824 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L52_LOAD                42903918336 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L53_LOAD                42903918848 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L54_LOAD                42903919360 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L55_LOAD                42903919872 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L56_LOAD                42903920384 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L57_LOAD                42903920896 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L58_LOAD                42903921408 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L59_LOAD                42903921920 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
+#define L60_LOAD                42903922432 /*        256 [moe.expert_loads]: tokens per expert this step (aux_free) */
 #define WS_RSTD1                 3372220416 /*      49152 [activations.forward_layer]: its 1/rms per token */
 #define WS_RSTDQA                3447816192 /*      49152 [activations.forward_layer]: mla: q_a_layernorm's 1/rms per token */
 #define WS_RSTDKV                3473080320 /*      49152 [activations.forward_layer]: mla: kv_a_layernorm's 1/rms per token */
@@ -586,141 +586,140 @@
 #define WS_POS                   8243773440 /*     393216 [activations.forward_layer]: row of each assignment in expert order (int32) */
 #define WS_OFFSETS               8244559872 /*        257 [activations.forward_layer]: first row of each expert (int32) */
 #define WS_EOFF                 11767775776 /*         65 [activations.forward_layer]: first row of each local expert in the round (int32) */
-#define DWTS                    45954284800 /*     393216 [moe.grad_routing_weights]: gradient of the routing weights */
-#define AUX                     45955494144 /*       6144 [moe.tables]: load-balancing loss scratch */
-#define RSTDF                   45955071232 /*      49152 [activations.loss_stats]: its 1/rms per token */
-#define LSEF                    45955169536 /*      49152 [activations.loss_stats]: log-sum-exp of each token's logits */
+#define DWTS                    42902713600 /*     393216 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                     42903922944 /*       6144 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                   42903500032 /*      49152 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                    42903598336 /*      49152 [activations.loss_stats]: log-sum-exp of each token's logits */
 
 /* ---- the HBM span's activation buffers (offsets in units of 2 B) ---- */
-#define EMBED_PARAM             41219156736 /*    3619840 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM          41222776576 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM          41225055808 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM          41227335040 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM          41229614272 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM        41230524448 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM          41274564640 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM        41275474816 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM          41319515008 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM        41320425184 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM          41364465376 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM        41365375552 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM          41409415744 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM        41410325920 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM          41454366112 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM        41455276288 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM          41499316480 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM        41500226656 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM         41544266848 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM       41545177024 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM         41589217216 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM       41590127392 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM         41634167584 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM       41635077760 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM         41679117952 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM       41680028128 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM         41724068320 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM       41724978496 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM         41769018688 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM       41769928864 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM         41813969056 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM       41814879232 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM         41858919424 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM       41859829600 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM         41903869792 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM       41904779968 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM         41948820160 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM       41949730336 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM         41993770528 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM       41994680704 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM         42038720896 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM       42039631072 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM         42083671264 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM       42084581440 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM         42128621632 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM       42129531808 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM         42173572000 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM       42174482176 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM         42218522368 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM       42219432544 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM         42263472736 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM       42264382912 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM         42308423104 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM       42309333280 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM         42353373472 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM       42354283648 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM         42398323840 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM       42399234016 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM         42443274208 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM       42444184384 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM         42488224576 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM       42489134752 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_DENSE_PARAM         42533174944 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_EXPERTS_PARAM       42534085120 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_DENSE_PARAM         42578125312 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_EXPERTS_PARAM       42579035488 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_DENSE_PARAM         42623075680 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_EXPERTS_PARAM       42623985856 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_DENSE_PARAM         42668026048 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_EXPERTS_PARAM       42668936224 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_DENSE_PARAM         42712976416 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_EXPERTS_PARAM       42713886592 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_DENSE_PARAM         42757926784 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_EXPERTS_PARAM       42758836960 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_DENSE_PARAM         42802877152 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_EXPERTS_PARAM       42803787328 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_DENSE_PARAM         42847827520 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_EXPERTS_PARAM       42848737696 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_DENSE_PARAM         42892777888 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_EXPERTS_PARAM       42893688064 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_DENSE_PARAM         42937728256 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_EXPERTS_PARAM       42938638432 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_DENSE_PARAM         42982678624 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_EXPERTS_PARAM       42983588800 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_DENSE_PARAM         43027628992 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_EXPERTS_PARAM       43028539168 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_DENSE_PARAM         43072579360 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_EXPERTS_PARAM       43073489536 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_DENSE_PARAM         43117529728 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_EXPERTS_PARAM       43118439904 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_DENSE_PARAM         43162480096 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_EXPERTS_PARAM       43163390272 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_DENSE_PARAM         43207430464 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_EXPERTS_PARAM       43208340640 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L48_DENSE_PARAM         43252380832 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L48_EXPERTS_PARAM       43253291008 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L49_DENSE_PARAM         43297331200 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L49_EXPERTS_PARAM       43298241376 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L50_DENSE_PARAM         43342281568 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L50_EXPERTS_PARAM       43343191744 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L51_DENSE_PARAM         43387231936 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L51_EXPERTS_PARAM       43388142112 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L52_DENSE_PARAM         43432182304 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L52_EXPERTS_PARAM       43433092480 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L53_DENSE_PARAM         43477132672 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L53_EXPERTS_PARAM       43478042848 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L54_DENSE_PARAM         43522083040 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L54_EXPERTS_PARAM       43522993216 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L55_DENSE_PARAM         43567033408 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L55_EXPERTS_PARAM       43567943584 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L56_DENSE_PARAM         43611983776 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L56_EXPERTS_PARAM       43612893952 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L57_DENSE_PARAM         43656934144 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L57_EXPERTS_PARAM       43657844320 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L58_DENSE_PARAM         43701884512 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L58_EXPERTS_PARAM       43702794688 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L59_DENSE_PARAM         43746834880 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L59_EXPERTS_PARAM       43747745056 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L60_DENSE_PARAM         43791785248 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L60_EXPERTS_PARAM       43792695424 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM              43836735616 /*    3619872 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define GATHERED0               23142728448 /* 3051571200 [gathered.params[0]]: units u with u % 3 = 0: parameters all-gathered, dense then experts */
-#define GATHERED1               26194299648 /* 3051571200 [gathered.params[1]]: units u with u % 3 = 1: parameters all-gathered, dense then experts */
-#define GATHERED2               29245870848 /* 3051571200 [gathered.params[2]]: units u with u % 3 = 2: parameters all-gathered, dense then experts */
-#define GRAD0                   32297442048 /* 3051571200 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                   35349013248 /* 3051571200 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                  43840355584 /*  352321536 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  44192677120 /*  352321536 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  44544998656 /*  352321536 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
+#define EMBED_PARAM             38167585536 /*    3619840 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L0_DENSE_PARAM          38171205376 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L1_DENSE_PARAM          38173484608 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L2_DENSE_PARAM          38175763840 /*    2279232 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_DENSE_PARAM          38178043072 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L3_EXPERTS_PARAM        38178953248 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_DENSE_PARAM          38222993440 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L4_EXPERTS_PARAM        38223903616 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_DENSE_PARAM          38267943808 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L5_EXPERTS_PARAM        38268853984 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_DENSE_PARAM          38312894176 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L6_EXPERTS_PARAM        38313804352 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_DENSE_PARAM          38357844544 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L7_EXPERTS_PARAM        38358754720 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_DENSE_PARAM          38402794912 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L8_EXPERTS_PARAM        38403705088 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_DENSE_PARAM          38447745280 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L9_EXPERTS_PARAM        38448655456 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_DENSE_PARAM         38492695648 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L10_EXPERTS_PARAM       38493605824 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_DENSE_PARAM         38537646016 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L11_EXPERTS_PARAM       38538556192 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_DENSE_PARAM         38582596384 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L12_EXPERTS_PARAM       38583506560 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_DENSE_PARAM         38627546752 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L13_EXPERTS_PARAM       38628456928 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_DENSE_PARAM         38672497120 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L14_EXPERTS_PARAM       38673407296 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_DENSE_PARAM         38717447488 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L15_EXPERTS_PARAM       38718357664 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_DENSE_PARAM         38762397856 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L16_EXPERTS_PARAM       38763308032 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_DENSE_PARAM         38807348224 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L17_EXPERTS_PARAM       38808258400 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_DENSE_PARAM         38852298592 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L18_EXPERTS_PARAM       38853208768 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_DENSE_PARAM         38897248960 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L19_EXPERTS_PARAM       38898159136 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_DENSE_PARAM         38942199328 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L20_EXPERTS_PARAM       38943109504 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_DENSE_PARAM         38987149696 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L21_EXPERTS_PARAM       38988059872 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_DENSE_PARAM         39032100064 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L22_EXPERTS_PARAM       39033010240 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_DENSE_PARAM         39077050432 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L23_EXPERTS_PARAM       39077960608 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_DENSE_PARAM         39122000800 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L24_EXPERTS_PARAM       39122910976 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_DENSE_PARAM         39166951168 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L25_EXPERTS_PARAM       39167861344 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_DENSE_PARAM         39211901536 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L26_EXPERTS_PARAM       39212811712 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_DENSE_PARAM         39256851904 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L27_EXPERTS_PARAM       39257762080 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_DENSE_PARAM         39301802272 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L28_EXPERTS_PARAM       39302712448 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_DENSE_PARAM         39346752640 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L29_EXPERTS_PARAM       39347662816 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_DENSE_PARAM         39391703008 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L30_EXPERTS_PARAM       39392613184 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_DENSE_PARAM         39436653376 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L31_EXPERTS_PARAM       39437563552 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_DENSE_PARAM         39481603744 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L32_EXPERTS_PARAM       39482513920 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_DENSE_PARAM         39526554112 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L33_EXPERTS_PARAM       39527464288 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_DENSE_PARAM         39571504480 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L34_EXPERTS_PARAM       39572414656 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_DENSE_PARAM         39616454848 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L35_EXPERTS_PARAM       39617365024 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_DENSE_PARAM         39661405216 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L36_EXPERTS_PARAM       39662315392 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_DENSE_PARAM         39706355584 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L37_EXPERTS_PARAM       39707265760 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_DENSE_PARAM         39751305952 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L38_EXPERTS_PARAM       39752216128 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_DENSE_PARAM         39796256320 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L39_EXPERTS_PARAM       39797166496 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_DENSE_PARAM         39841206688 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L40_EXPERTS_PARAM       39842116864 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_DENSE_PARAM         39886157056 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L41_EXPERTS_PARAM       39887067232 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_DENSE_PARAM         39931107424 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L42_EXPERTS_PARAM       39932017600 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_DENSE_PARAM         39976057792 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L43_EXPERTS_PARAM       39976967968 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_DENSE_PARAM         40021008160 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L44_EXPERTS_PARAM       40021918336 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_DENSE_PARAM         40065958528 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L45_EXPERTS_PARAM       40066868704 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_DENSE_PARAM         40110908896 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L46_EXPERTS_PARAM       40111819072 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_DENSE_PARAM         40155859264 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L47_EXPERTS_PARAM       40156769440 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_DENSE_PARAM         40200809632 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L48_EXPERTS_PARAM       40201719808 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_DENSE_PARAM         40245760000 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L49_EXPERTS_PARAM       40246670176 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_DENSE_PARAM         40290710368 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L50_EXPERTS_PARAM       40291620544 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_DENSE_PARAM         40335660736 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L51_EXPERTS_PARAM       40336570912 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_DENSE_PARAM         40380611104 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L52_EXPERTS_PARAM       40381521280 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_DENSE_PARAM         40425561472 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L53_EXPERTS_PARAM       40426471648 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_DENSE_PARAM         40470511840 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L54_EXPERTS_PARAM       40471422016 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_DENSE_PARAM         40515462208 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L55_EXPERTS_PARAM       40516372384 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_DENSE_PARAM         40560412576 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L56_EXPERTS_PARAM       40561322752 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_DENSE_PARAM         40605362944 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L57_EXPERTS_PARAM       40606273120 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_DENSE_PARAM         40650313312 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L58_EXPERTS_PARAM       40651223488 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_DENSE_PARAM         40695263680 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L59_EXPERTS_PARAM       40696173856 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_DENSE_PARAM         40740214048 /*     910152 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define L60_EXPERTS_PARAM       40741124224 /*   44040192 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define HEAD_PARAM              40785164416 /*    3619872 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
+#define GATHERED0               23142728448 /* 3051571200 [gathered.params[0]]: units u with u % 2 = 0: parameters all-gathered, dense then experts */
+#define GATHERED1               26194299648 /* 3051571200 [gathered.params[1]]: units u with u % 2 = 1: parameters all-gathered, dense then experts */
+#define GRAD0                   29245870848 /* 3051571200 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   32297442048 /* 3051571200 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define XSLOT0                  40788784384 /*  352321536 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
+#define XSLOT1                  41141105920 /*  352321536 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
+#define XSLOT2                  41493427456 /*  352321536 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
 #define WS_EG                             0 /* 1006632960 [activations.forward_layer]: routed experts' gate */
 #define WS_G                          WS_EG /*  905969664 [activations.forward_layer]: mlp gate: in WS_EG (a dense layer's FFN and a MoE layer's experts are never alive together) */
 #define WS_EU                    1006632960 /* 1006632960 [activations.forward_layer]: routed experts' up */
@@ -744,9 +743,9 @@
 #define WS_SG                   11767775936 /*  100663296 [activations.forward_layer]: shared experts' gate */
 #define WS_SU                   11868439232 /*  100663296 [activations.forward_layer]: shared experts' up */
 #define WS_SH                   11969102528 /*  100663296 [activations.forward_layer]: shared experts' activation */
-#define DX_A                    44897320192 /*  352321536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
-#define DX_B                    45249641728 /*  352321536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
-#define DLN                     45601963264 /*  352321536 [activations.grad_norm]: gradient of a norm's output */
+#define DX_A                    41845748992 /*  352321536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    42198070528 /*  352321536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     42550392064 /*  352321536 [activations.grad_norm]: gradient of a norm's output */
 #define A2A                     12069765888 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
 #define EDG                             A2A /* 1006632960 [moe.a2a_staging]: routed experts' gate gradient: in A2A (an FFN's backward) */
 #define DG                              EDG /*  905969664 [moe.a2a_staging]: gradient of the mlp gate: in EDG (one FFN's backward at a time) */
@@ -778,7 +777,7 @@
 #define LNF                             A2A /*  352321536 [moe.a2a_staging]: final norm output: in A2A (the loss) */
 #define CE                     (A2A + 352321536) /*  805306368 [moe.a2a_staging]: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
 #define DLOGITS                         A2A /*   25165824 [moe.a2a_staging]: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
-#define DYP                     38400584448 /* 2818572288 [moe.grad_expert_out]: gradient of the expert outputs */
+#define DYP                     35349013248 /* 2818572288 [moe.grad_expert_out]: gradient of the expert outputs */
 #define DXP                             DYP /* 2818572288 [moe.grad_expert_out]: gradient of the token copies: in DYP's rows (each round's gradients land in the rows that round dispatched; rows of other rounds untouched) */
 #define DYE                           WS_YE /* 3523215360 [moe.combine_send]: gradient of the received rows' outputs: in WS_YE (the outputs of the backward's (re)computed forward, which nothing reads: dispatched into after them in each round) */
 
@@ -8425,54 +8424,52 @@ static void layer0_backward(RtCtx *c) {
 
 /* ---- one micro-batch ---------------------------------------------------------------- */
 
-/* Forward: embedding, layers 0-60, final norm and loss. The next 2 unit(s)' parameters are
+/* Forward: embedding, layers 0-60, final norm and loss. The next 1 unit(s)' parameters are
  * all-gathered while this one computes (the plan's prefetch depth; the cpu backend's MPI
  * all-gathers block, so there it only orders the calls). Returns the mean cross-entropy of
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(EMBED_PARAM), 3619840, 0); /* embedding: 256 ranks x 3619840 */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 2279232, 2); /* layer 0 dense: 256 ranks x 2279232, prefetch */
   rt_comm_all_gather_wait(0);
   c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L1_DENSE_PARAM), 2279232, 4); /* layer 1 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 2279232, 2); /* layer 0 dense: 256 ranks x 2279232, prefetch */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 49152, 7168);
   rt_comm_label("layer 0 forward");
   rt_comm_all_gather_wait(2);
   c->wd = A(GATHERED1);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L2_DENSE_PARAM), 2279232, 0); /* layer 2 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 2279232, 0); /* layer 1 dense: 256 ranks x 2279232, prefetch */
   layer0_forward(c, false);
   rt_offload_store(c, 0, H(HX0), A(X0), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 1 forward");
-  rt_comm_all_gather_wait(4);
-  c->wd = A(GATHERED2);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L3_DENSE_PARAM), 910152, 2); /* layer 3 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L3_EXPERTS_PARAM), 44040192, 3); /* layer 3 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 2279232, 2); /* layer 2 dense: 256 ranks x 2279232, prefetch */
   layer1_forward(c, false);
   rt_offload_store(c, 1, H(HX1), A(X1), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 2 forward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L4_DENSE_PARAM), 910152, 4); /* layer 4 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L4_EXPERTS_PARAM), 44040192, 5); /* layer 4 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 910152, 0); /* layer 3 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
   layer2_forward(c, false);
   rt_offload_store(c, 2, H(HX2), A(X2), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 3 forward");
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 910152, 2); /* layer 4 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
+  layer3_forward(c, false);
+  rt_offload_store(c, 3, H(HX3), A(X3), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 4 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 910152, 0); /* layer 5 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
-  layer3_forward(c, false);
-  rt_offload_store(c, 3, H(HX3), A(X3), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 4 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 910152, 2); /* layer 6 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
   layer4_forward(c, false);
   rt_offload_store(c, 4, H(HX4), A(X4), 352321536); /* to the host while the next layers run */
@@ -8480,8 +8477,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L7_DENSE_PARAM), 910152, 4); /* layer 7 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L7_EXPERTS_PARAM), 44040192, 5); /* layer 7 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 910152, 2); /* layer 6 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
   layer5_forward(c, false);
   rt_offload_store(c, 5, H(HX5), A(X5), 352321536); /* to the host while the next layers run */
@@ -8489,44 +8486,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L8_DENSE_PARAM), 910152, 0); /* layer 8 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L8_EXPERTS_PARAM), 44040192, 1); /* layer 8 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 910152, 0); /* layer 7 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
   layer6_forward(c, false);
   rt_offload_store(c, 6, H(HX6), A(X6), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 7 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L9_DENSE_PARAM), 910152, 2); /* layer 9 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L9_EXPERTS_PARAM), 44040192, 3); /* layer 9 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 910152, 2); /* layer 8 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
   layer7_forward(c, false);
   rt_offload_store(c, 7, H(HX7), A(X7), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 8 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L10_DENSE_PARAM), 910152, 4); /* layer 10 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L10_EXPERTS_PARAM), 44040192, 5); /* layer 10 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 910152, 0); /* layer 9 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
   layer8_forward(c, false);
   rt_offload_store(c, 8, H(HX8), A(X8), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 9 forward");
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 910152, 2); /* layer 10 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
+  layer9_forward(c, false);
+  rt_offload_store(c, 9, H(HX9), A(X9), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 10 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 910152, 0); /* layer 11 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
-  layer9_forward(c, false);
-  rt_offload_store(c, 9, H(HX9), A(X9), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 10 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 910152, 2); /* layer 12 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
   layer10_forward(c, false);
   rt_offload_store(c, 10, H(HX10), A(X10), 352321536); /* to the host while the next layers run */
@@ -8534,8 +8531,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L13_DENSE_PARAM), 910152, 4); /* layer 13 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L13_EXPERTS_PARAM), 44040192, 5); /* layer 13 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 910152, 2); /* layer 12 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
   layer11_forward(c, false);
   rt_offload_store(c, 11, H(HX11), A(X11), 352321536); /* to the host while the next layers run */
@@ -8543,44 +8540,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L14_DENSE_PARAM), 910152, 0); /* layer 14 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L14_EXPERTS_PARAM), 44040192, 1); /* layer 14 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 910152, 0); /* layer 13 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
   layer12_forward(c, false);
   rt_offload_store(c, 12, H(HX12), A(X12), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 13 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L15_DENSE_PARAM), 910152, 2); /* layer 15 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L15_EXPERTS_PARAM), 44040192, 3); /* layer 15 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 910152, 2); /* layer 14 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
   layer13_forward(c, false);
   rt_offload_store(c, 13, H(HX13), A(X13), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 14 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L16_DENSE_PARAM), 910152, 4); /* layer 16 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L16_EXPERTS_PARAM), 44040192, 5); /* layer 16 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 910152, 0); /* layer 15 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
   layer14_forward(c, false);
   rt_offload_store(c, 14, H(HX14), A(X14), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 15 forward");
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 910152, 2); /* layer 16 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
+  layer15_forward(c, false);
+  rt_offload_store(c, 15, H(HX15), A(X15), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 16 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 910152, 0); /* layer 17 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
-  layer15_forward(c, false);
-  rt_offload_store(c, 15, H(HX15), A(X15), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 16 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 910152, 2); /* layer 18 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
   layer16_forward(c, false);
   rt_offload_store(c, 16, H(HX16), A(X16), 352321536); /* to the host while the next layers run */
@@ -8588,8 +8585,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L19_DENSE_PARAM), 910152, 4); /* layer 19 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L19_EXPERTS_PARAM), 44040192, 5); /* layer 19 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 910152, 2); /* layer 18 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
   layer17_forward(c, false);
   rt_offload_store(c, 17, H(HX17), A(X17), 352321536); /* to the host while the next layers run */
@@ -8597,44 +8594,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L20_DENSE_PARAM), 910152, 0); /* layer 20 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L20_EXPERTS_PARAM), 44040192, 1); /* layer 20 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 910152, 0); /* layer 19 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
   layer18_forward(c, false);
   rt_offload_store(c, 18, H(HX18), A(X18), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 19 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L21_DENSE_PARAM), 910152, 2); /* layer 21 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L21_EXPERTS_PARAM), 44040192, 3); /* layer 21 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 910152, 2); /* layer 20 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
   layer19_forward(c, false);
   rt_offload_store(c, 19, H(HX19), A(X19), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 20 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L22_DENSE_PARAM), 910152, 4); /* layer 22 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L22_EXPERTS_PARAM), 44040192, 5); /* layer 22 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 910152, 0); /* layer 21 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
   layer20_forward(c, false);
   rt_offload_store(c, 20, H(HX20), A(X20), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 21 forward");
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 910152, 2); /* layer 22 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
+  layer21_forward(c, false);
+  rt_offload_store(c, 21, H(HX21), A(X21), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 22 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 910152, 0); /* layer 23 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
-  layer21_forward(c, false);
-  rt_offload_store(c, 21, H(HX21), A(X21), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 22 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 910152, 2); /* layer 24 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
   layer22_forward(c, false);
   rt_offload_store(c, 22, H(HX22), A(X22), 352321536); /* to the host while the next layers run */
@@ -8642,8 +8639,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L25_DENSE_PARAM), 910152, 4); /* layer 25 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L25_EXPERTS_PARAM), 44040192, 5); /* layer 25 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 910152, 2); /* layer 24 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
   layer23_forward(c, false);
   rt_offload_store(c, 23, H(HX23), A(X23), 352321536); /* to the host while the next layers run */
@@ -8651,44 +8648,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L26_DENSE_PARAM), 910152, 0); /* layer 26 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L26_EXPERTS_PARAM), 44040192, 1); /* layer 26 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 910152, 0); /* layer 25 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
   layer24_forward(c, false);
   rt_offload_store(c, 24, H(HX24), A(X24), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 25 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L27_DENSE_PARAM), 910152, 2); /* layer 27 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L27_EXPERTS_PARAM), 44040192, 3); /* layer 27 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 910152, 2); /* layer 26 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
   layer25_forward(c, false);
   rt_offload_store(c, 25, H(HX25), A(X25), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 26 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L28_DENSE_PARAM), 910152, 4); /* layer 28 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L28_EXPERTS_PARAM), 44040192, 5); /* layer 28 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 910152, 0); /* layer 27 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
   layer26_forward(c, false);
   rt_offload_store(c, 26, H(HX26), A(X26), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 27 forward");
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 910152, 2); /* layer 28 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
+  layer27_forward(c, false);
+  rt_offload_store(c, 27, H(HX27), A(X27), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 28 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 910152, 0); /* layer 29 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
-  layer27_forward(c, false);
-  rt_offload_store(c, 27, H(HX27), A(X27), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 28 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 910152, 2); /* layer 30 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
   layer28_forward(c, false);
   rt_offload_store(c, 28, H(HX28), A(X28), 352321536); /* to the host while the next layers run */
@@ -8696,8 +8693,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L31_DENSE_PARAM), 910152, 4); /* layer 31 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L31_EXPERTS_PARAM), 44040192, 5); /* layer 31 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 910152, 2); /* layer 30 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
   layer29_forward(c, false);
   rt_offload_store(c, 29, H(HX29), A(X29), 352321536); /* to the host while the next layers run */
@@ -8705,44 +8702,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L32_DENSE_PARAM), 910152, 0); /* layer 32 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L32_EXPERTS_PARAM), 44040192, 1); /* layer 32 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 910152, 0); /* layer 31 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
   layer30_forward(c, false);
   rt_offload_store(c, 30, H(HX30), A(X30), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 31 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L33_DENSE_PARAM), 910152, 2); /* layer 33 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L33_EXPERTS_PARAM), 44040192, 3); /* layer 33 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L32_DENSE_PARAM), 910152, 2); /* layer 32 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L32_EXPERTS_PARAM), 44040192, 3); /* layer 32 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
   layer31_forward(c, false);
   rt_offload_store(c, 31, H(HX31), A(X31), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 32 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L34_DENSE_PARAM), 910152, 4); /* layer 34 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L34_EXPERTS_PARAM), 44040192, 5); /* layer 34 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L33_DENSE_PARAM), 910152, 0); /* layer 33 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L33_EXPERTS_PARAM), 44040192, 1); /* layer 33 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 30); /* X30 is on the host: its slot takes X33 */
   layer32_forward(c, false);
   rt_offload_store(c, 32, H(HX32), A(X32), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 33 forward");
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L34_DENSE_PARAM), 910152, 2); /* layer 34 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L34_EXPERTS_PARAM), 44040192, 3); /* layer 34 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 31); /* X31 is on the host: its slot takes X34 */
+  layer33_forward(c, false);
+  rt_offload_store(c, 33, H(HX33), A(X33), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 34 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L35_DENSE_PARAM), 910152, 0); /* layer 35 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L35_EXPERTS_PARAM), 44040192, 1); /* layer 35 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 31); /* X31 is on the host: its slot takes X34 */
-  layer33_forward(c, false);
-  rt_offload_store(c, 33, H(HX33), A(X33), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 34 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L36_DENSE_PARAM), 910152, 2); /* layer 36 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L36_EXPERTS_PARAM), 44040192, 3); /* layer 36 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 32); /* X32 is on the host: its slot takes X35 */
   layer34_forward(c, false);
   rt_offload_store(c, 34, H(HX34), A(X34), 352321536); /* to the host while the next layers run */
@@ -8750,8 +8747,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L37_DENSE_PARAM), 910152, 4); /* layer 37 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L37_EXPERTS_PARAM), 44040192, 5); /* layer 37 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L36_DENSE_PARAM), 910152, 2); /* layer 36 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L36_EXPERTS_PARAM), 44040192, 3); /* layer 36 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 33); /* X33 is on the host: its slot takes X36 */
   layer35_forward(c, false);
   rt_offload_store(c, 35, H(HX35), A(X35), 352321536); /* to the host while the next layers run */
@@ -8759,44 +8756,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L38_DENSE_PARAM), 910152, 0); /* layer 38 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L38_EXPERTS_PARAM), 44040192, 1); /* layer 38 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L37_DENSE_PARAM), 910152, 0); /* layer 37 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L37_EXPERTS_PARAM), 44040192, 1); /* layer 37 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 34); /* X34 is on the host: its slot takes X37 */
   layer36_forward(c, false);
   rt_offload_store(c, 36, H(HX36), A(X36), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 37 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L39_DENSE_PARAM), 910152, 2); /* layer 39 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L39_EXPERTS_PARAM), 44040192, 3); /* layer 39 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L38_DENSE_PARAM), 910152, 2); /* layer 38 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L38_EXPERTS_PARAM), 44040192, 3); /* layer 38 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 35); /* X35 is on the host: its slot takes X38 */
   layer37_forward(c, false);
   rt_offload_store(c, 37, H(HX37), A(X37), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 38 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L40_DENSE_PARAM), 910152, 4); /* layer 40 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L40_EXPERTS_PARAM), 44040192, 5); /* layer 40 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L39_DENSE_PARAM), 910152, 0); /* layer 39 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L39_EXPERTS_PARAM), 44040192, 1); /* layer 39 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 36); /* X36 is on the host: its slot takes X39 */
   layer38_forward(c, false);
   rt_offload_store(c, 38, H(HX38), A(X38), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 39 forward");
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L40_DENSE_PARAM), 910152, 2); /* layer 40 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L40_EXPERTS_PARAM), 44040192, 3); /* layer 40 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 37); /* X37 is on the host: its slot takes X40 */
+  layer39_forward(c, false);
+  rt_offload_store(c, 39, H(HX39), A(X39), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 40 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L41_DENSE_PARAM), 910152, 0); /* layer 41 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L41_EXPERTS_PARAM), 44040192, 1); /* layer 41 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 37); /* X37 is on the host: its slot takes X40 */
-  layer39_forward(c, false);
-  rt_offload_store(c, 39, H(HX39), A(X39), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 40 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L42_DENSE_PARAM), 910152, 2); /* layer 42 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L42_EXPERTS_PARAM), 44040192, 3); /* layer 42 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 38); /* X38 is on the host: its slot takes X41 */
   layer40_forward(c, false);
   rt_offload_store(c, 40, H(HX40), A(X40), 352321536); /* to the host while the next layers run */
@@ -8804,8 +8801,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L43_DENSE_PARAM), 910152, 4); /* layer 43 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L43_EXPERTS_PARAM), 44040192, 5); /* layer 43 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L42_DENSE_PARAM), 910152, 2); /* layer 42 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L42_EXPERTS_PARAM), 44040192, 3); /* layer 42 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 39); /* X39 is on the host: its slot takes X42 */
   layer41_forward(c, false);
   rt_offload_store(c, 41, H(HX41), A(X41), 352321536); /* to the host while the next layers run */
@@ -8813,44 +8810,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L44_DENSE_PARAM), 910152, 0); /* layer 44 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L44_EXPERTS_PARAM), 44040192, 1); /* layer 44 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L43_DENSE_PARAM), 910152, 0); /* layer 43 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L43_EXPERTS_PARAM), 44040192, 1); /* layer 43 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 40); /* X40 is on the host: its slot takes X43 */
   layer42_forward(c, false);
   rt_offload_store(c, 42, H(HX42), A(X42), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 43 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L45_DENSE_PARAM), 910152, 2); /* layer 45 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L45_EXPERTS_PARAM), 44040192, 3); /* layer 45 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L44_DENSE_PARAM), 910152, 2); /* layer 44 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L44_EXPERTS_PARAM), 44040192, 3); /* layer 44 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 41); /* X41 is on the host: its slot takes X44 */
   layer43_forward(c, false);
   rt_offload_store(c, 43, H(HX43), A(X43), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 44 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L46_DENSE_PARAM), 910152, 4); /* layer 46 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L46_EXPERTS_PARAM), 44040192, 5); /* layer 46 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L45_DENSE_PARAM), 910152, 0); /* layer 45 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L45_EXPERTS_PARAM), 44040192, 1); /* layer 45 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 42); /* X42 is on the host: its slot takes X45 */
   layer44_forward(c, false);
   rt_offload_store(c, 44, H(HX44), A(X44), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 45 forward");
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L46_DENSE_PARAM), 910152, 2); /* layer 46 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L46_EXPERTS_PARAM), 44040192, 3); /* layer 46 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 43); /* X43 is on the host: its slot takes X46 */
+  layer45_forward(c, false);
+  rt_offload_store(c, 45, H(HX45), A(X45), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 46 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L47_DENSE_PARAM), 910152, 0); /* layer 47 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L47_EXPERTS_PARAM), 44040192, 1); /* layer 47 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 43); /* X43 is on the host: its slot takes X46 */
-  layer45_forward(c, false);
-  rt_offload_store(c, 45, H(HX45), A(X45), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 46 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L48_DENSE_PARAM), 910152, 2); /* layer 48 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L48_EXPERTS_PARAM), 44040192, 3); /* layer 48 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 44); /* X44 is on the host: its slot takes X47 */
   layer46_forward(c, false);
   rt_offload_store(c, 46, H(HX46), A(X46), 352321536); /* to the host while the next layers run */
@@ -8858,8 +8855,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L49_DENSE_PARAM), 910152, 4); /* layer 49 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L49_EXPERTS_PARAM), 44040192, 5); /* layer 49 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L48_DENSE_PARAM), 910152, 2); /* layer 48 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L48_EXPERTS_PARAM), 44040192, 3); /* layer 48 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 45); /* X45 is on the host: its slot takes X48 */
   layer47_forward(c, false);
   rt_offload_store(c, 47, H(HX47), A(X47), 352321536); /* to the host while the next layers run */
@@ -8867,44 +8864,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L50_DENSE_PARAM), 910152, 0); /* layer 50 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L50_EXPERTS_PARAM), 44040192, 1); /* layer 50 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L49_DENSE_PARAM), 910152, 0); /* layer 49 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L49_EXPERTS_PARAM), 44040192, 1); /* layer 49 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 46); /* X46 is on the host: its slot takes X49 */
   layer48_forward(c, false);
   rt_offload_store(c, 48, H(HX48), A(X48), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 49 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L51_DENSE_PARAM), 910152, 2); /* layer 51 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L51_EXPERTS_PARAM), 44040192, 3); /* layer 51 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L50_DENSE_PARAM), 910152, 2); /* layer 50 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L50_EXPERTS_PARAM), 44040192, 3); /* layer 50 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 47); /* X47 is on the host: its slot takes X50 */
   layer49_forward(c, false);
   rt_offload_store(c, 49, H(HX49), A(X49), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 50 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L52_DENSE_PARAM), 910152, 4); /* layer 52 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L52_EXPERTS_PARAM), 44040192, 5); /* layer 52 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L51_DENSE_PARAM), 910152, 0); /* layer 51 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L51_EXPERTS_PARAM), 44040192, 1); /* layer 51 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 48); /* X48 is on the host: its slot takes X51 */
   layer50_forward(c, false);
   rt_offload_store(c, 50, H(HX50), A(X50), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 51 forward");
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L52_DENSE_PARAM), 910152, 2); /* layer 52 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L52_EXPERTS_PARAM), 44040192, 3); /* layer 52 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 49); /* X49 is on the host: its slot takes X52 */
+  layer51_forward(c, false);
+  rt_offload_store(c, 51, H(HX51), A(X51), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 52 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L53_DENSE_PARAM), 910152, 0); /* layer 53 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L53_EXPERTS_PARAM), 44040192, 1); /* layer 53 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 49); /* X49 is on the host: its slot takes X52 */
-  layer51_forward(c, false);
-  rt_offload_store(c, 51, H(HX51), A(X51), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 52 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L54_DENSE_PARAM), 910152, 2); /* layer 54 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L54_EXPERTS_PARAM), 44040192, 3); /* layer 54 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 50); /* X50 is on the host: its slot takes X53 */
   layer52_forward(c, false);
   rt_offload_store(c, 52, H(HX52), A(X52), 352321536); /* to the host while the next layers run */
@@ -8912,8 +8909,8 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L55_DENSE_PARAM), 910152, 4); /* layer 55 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L55_EXPERTS_PARAM), 44040192, 5); /* layer 55 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L54_DENSE_PARAM), 910152, 2); /* layer 54 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L54_EXPERTS_PARAM), 44040192, 3); /* layer 54 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 51); /* X51 is on the host: its slot takes X54 */
   layer53_forward(c, false);
   rt_offload_store(c, 53, H(HX53), A(X53), 352321536); /* to the host while the next layers run */
@@ -8921,44 +8918,44 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L56_DENSE_PARAM), 910152, 0); /* layer 56 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L56_EXPERTS_PARAM), 44040192, 1); /* layer 56 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L55_DENSE_PARAM), 910152, 0); /* layer 55 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L55_EXPERTS_PARAM), 44040192, 1); /* layer 55 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 52); /* X52 is on the host: its slot takes X55 */
   layer54_forward(c, false);
   rt_offload_store(c, 54, H(HX54), A(X54), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 55 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L57_DENSE_PARAM), 910152, 2); /* layer 57 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L57_EXPERTS_PARAM), 44040192, 3); /* layer 57 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L56_DENSE_PARAM), 910152, 2); /* layer 56 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L56_EXPERTS_PARAM), 44040192, 3); /* layer 56 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 53); /* X53 is on the host: its slot takes X56 */
   layer55_forward(c, false);
   rt_offload_store(c, 55, H(HX55), A(X55), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 56 forward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L58_DENSE_PARAM), 910152, 4); /* layer 58 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L58_EXPERTS_PARAM), 44040192, 5); /* layer 58 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L57_DENSE_PARAM), 910152, 0); /* layer 57 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L57_EXPERTS_PARAM), 44040192, 1); /* layer 57 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 54); /* X54 is on the host: its slot takes X57 */
   layer56_forward(c, false);
   rt_offload_store(c, 56, H(HX56), A(X56), 352321536); /* to the host while the next layers run */
   rt_comm_label("layer 57 forward");
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L58_DENSE_PARAM), 910152, 2); /* layer 58 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L58_EXPERTS_PARAM), 44040192, 3); /* layer 58 experts: 64 ranks x 44040192, prefetch */
+  rt_offload_wait(c, 55); /* X55 is on the host: its slot takes X58 */
+  layer57_forward(c, false);
+  rt_offload_store(c, 57, H(HX57), A(X57), 352321536); /* to the host while the next layers run */
+  rt_comm_label("layer 58 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L59_DENSE_PARAM), 910152, 0); /* layer 59 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L59_EXPERTS_PARAM), 44040192, 1); /* layer 59 experts: 64 ranks x 44040192, prefetch */
-  rt_offload_wait(c, 55); /* X55 is on the host: its slot takes X58 */
-  layer57_forward(c, false);
-  rt_offload_store(c, 57, H(HX57), A(X57), 352321536); /* to the host while the next layers run */
-  rt_comm_label("layer 58 forward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L60_DENSE_PARAM), 910152, 2); /* layer 60 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L60_EXPERTS_PARAM), 44040192, 3); /* layer 60 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 56); /* X56 is on the host: its slot takes X59 */
   layer58_forward(c, false);
   rt_offload_store(c, 58, H(HX58), A(X58), 352321536); /* to the host while the next layers run */
@@ -8966,18 +8963,20 @@ real step_forward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(HEAD_PARAM), 3619872, 4); /* head: 256 ranks x 3619872, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L60_DENSE_PARAM), 910152, 2); /* layer 60 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L60_EXPERTS_PARAM), 44040192, 3); /* layer 60 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 57); /* X57 is on the host: its slot takes X60 */
   layer59_forward(c, false);
   rt_comm_label("layer 60 forward");
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(HEAD_PARAM), 3619872, 0); /* head: 256 ranks x 3619872, prefetch */
   rt_offload_wait(c, 58); /* X58 is on the host: its slot takes X61 */
   layer60_forward(c, false);
   rt_comm_label("head forward");
-  rt_comm_all_gather_wait(4);
-  c->wd = A(GATHERED2);
+  rt_comm_all_gather_wait(0);
+  c->wd = A(GATHERED0);
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X61), W(0), 49152, 7168, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(7168), I(TARGETS), 49152, 7168, 129280, 4096, RA(CE));
 }
@@ -8991,8 +8990,6 @@ void step_backward(RtCtx *c) {
   rt_comm_label("head backward");
   rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L60_DENSE_PARAM), 910152, 2); /* layer 60 dense: 256 ranks x 910152, prefetch */
   rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L60_EXPERTS_PARAM), 44040192, 3); /* layer 60 experts: 64 ranks x 44040192, prefetch */
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L59_DENSE_PARAM), 910152, 0); /* layer 59 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L59_EXPERTS_PARAM), 44040192, 1); /* layer 59 experts: 64 ranks x 44040192, prefetch */
   c->dwd = A(GRAD0);
   rt_zero(A(GRAD0), 926687232);
   rt_zero(A(DLN), 352321536);
@@ -9005,8 +9002,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L58_DENSE_PARAM), 910152, 4); /* layer 58 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L58_EXPERTS_PARAM), 44040192, 5); /* layer 58 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L59_DENSE_PARAM), 910152, 0); /* layer 59 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L59_EXPERTS_PARAM), 44040192, 1); /* layer 59 experts: 64 ranks x 44040192, prefetch */
   layer60_forward(c, true); /* recompute from X60 (full checkpointing) */
   rt_offload_load(c, 58, A(X58), H(HX58), 352321536); /* prefetch: X61's slot is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 232998912;
@@ -9019,8 +9016,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L57_DENSE_PARAM), 910152, 2); /* layer 57 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L57_EXPERTS_PARAM), 44040192, 3); /* layer 57 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L58_DENSE_PARAM), 910152, 2); /* layer 58 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L58_EXPERTS_PARAM), 44040192, 3); /* layer 58 experts: 64 ranks x 44040192, prefetch */
   layer59_forward(c, true); /* recompute from X59 (full checkpointing) */
   rt_offload_load(c, 57, A(X57), H(HX57), 352321536); /* prefetch: X60's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 62's: the buffer is free */
@@ -9031,11 +9028,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L59_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 59 experts: 64 ranks, bf16 on the wire */
   /* layer 58 */
   rt_comm_label("layer 58 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L56_DENSE_PARAM), 910152, 0); /* layer 56 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L56_EXPERTS_PARAM), 44040192, 1); /* layer 56 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L57_DENSE_PARAM), 910152, 0); /* layer 57 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L57_EXPERTS_PARAM), 44040192, 1); /* layer 57 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 58); /* X58 is back */
   layer58_forward(c, true); /* recompute from X58 (full checkpointing) */
   rt_offload_load(c, 56, A(X56), H(HX56), 352321536); /* prefetch: X59's slot is free */
@@ -9047,11 +9044,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L58_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 58 experts: 64 ranks, bf16 on the wire */
   /* layer 57 */
   rt_comm_label("layer 57 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L55_DENSE_PARAM), 910152, 4); /* layer 55 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L55_EXPERTS_PARAM), 44040192, 5); /* layer 55 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L56_DENSE_PARAM), 910152, 2); /* layer 56 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L56_EXPERTS_PARAM), 44040192, 3); /* layer 56 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 57); /* X57 is back */
   layer57_forward(c, true); /* recompute from X57 (full checkpointing) */
   rt_offload_load(c, 55, A(X55), H(HX55), 352321536); /* prefetch: X58's slot is free */
@@ -9063,11 +9060,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L57_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 57 experts: 64 ranks, bf16 on the wire */
   /* layer 56 */
   rt_comm_label("layer 56 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L54_DENSE_PARAM), 910152, 2); /* layer 54 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L54_EXPERTS_PARAM), 44040192, 3); /* layer 54 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L55_DENSE_PARAM), 910152, 0); /* layer 55 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L55_EXPERTS_PARAM), 44040192, 1); /* layer 55 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 56); /* X56 is back */
   layer56_forward(c, true); /* recompute from X56 (full checkpointing) */
   rt_offload_load(c, 54, A(X54), H(HX54), 352321536); /* prefetch: X57's slot is free */
@@ -9079,11 +9076,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L56_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 56 experts: 64 ranks, bf16 on the wire */
   /* layer 55 */
   rt_comm_label("layer 55 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L53_DENSE_PARAM), 910152, 0); /* layer 53 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L53_EXPERTS_PARAM), 44040192, 1); /* layer 53 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L54_DENSE_PARAM), 910152, 2); /* layer 54 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L54_EXPERTS_PARAM), 44040192, 3); /* layer 54 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 55); /* X55 is back */
   layer55_forward(c, true); /* recompute from X55 (full checkpointing) */
   rt_offload_load(c, 53, A(X53), H(HX53), 352321536); /* prefetch: X56's slot is free */
@@ -9098,8 +9095,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L52_DENSE_PARAM), 910152, 4); /* layer 52 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L52_EXPERTS_PARAM), 44040192, 5); /* layer 52 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L53_DENSE_PARAM), 910152, 0); /* layer 53 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L53_EXPERTS_PARAM), 44040192, 1); /* layer 53 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 54); /* X54 is back */
   layer54_forward(c, true); /* recompute from X54 (full checkpointing) */
   rt_offload_load(c, 52, A(X52), H(HX52), 352321536); /* prefetch: X55's slot is free */
@@ -9114,8 +9111,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L51_DENSE_PARAM), 910152, 2); /* layer 51 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L51_EXPERTS_PARAM), 44040192, 3); /* layer 51 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L52_DENSE_PARAM), 910152, 2); /* layer 52 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L52_EXPERTS_PARAM), 44040192, 3); /* layer 52 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 53); /* X53 is back */
   layer53_forward(c, true); /* recompute from X53 (full checkpointing) */
   rt_offload_load(c, 51, A(X51), H(HX51), 352321536); /* prefetch: X54's slot is free */
@@ -9127,11 +9124,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L53_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 53 experts: 64 ranks, bf16 on the wire */
   /* layer 52 */
   rt_comm_label("layer 52 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L50_DENSE_PARAM), 910152, 0); /* layer 50 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L50_EXPERTS_PARAM), 44040192, 1); /* layer 50 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L51_DENSE_PARAM), 910152, 0); /* layer 51 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L51_EXPERTS_PARAM), 44040192, 1); /* layer 51 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 52); /* X52 is back */
   layer52_forward(c, true); /* recompute from X52 (full checkpointing) */
   rt_offload_load(c, 50, A(X50), H(HX50), 352321536); /* prefetch: X53's slot is free */
@@ -9143,11 +9140,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L52_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 52 experts: 64 ranks, bf16 on the wire */
   /* layer 51 */
   rt_comm_label("layer 51 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L49_DENSE_PARAM), 910152, 4); /* layer 49 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L49_EXPERTS_PARAM), 44040192, 5); /* layer 49 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L50_DENSE_PARAM), 910152, 2); /* layer 50 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L50_EXPERTS_PARAM), 44040192, 3); /* layer 50 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 51); /* X51 is back */
   layer51_forward(c, true); /* recompute from X51 (full checkpointing) */
   rt_offload_load(c, 49, A(X49), H(HX49), 352321536); /* prefetch: X52's slot is free */
@@ -9159,11 +9156,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L51_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 51 experts: 64 ranks, bf16 on the wire */
   /* layer 50 */
   rt_comm_label("layer 50 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L48_DENSE_PARAM), 910152, 2); /* layer 48 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L48_EXPERTS_PARAM), 44040192, 3); /* layer 48 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L49_DENSE_PARAM), 910152, 0); /* layer 49 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L49_EXPERTS_PARAM), 44040192, 1); /* layer 49 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 50); /* X50 is back */
   layer50_forward(c, true); /* recompute from X50 (full checkpointing) */
   rt_offload_load(c, 48, A(X48), H(HX48), 352321536); /* prefetch: X51's slot is free */
@@ -9175,11 +9172,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L50_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 50 experts: 64 ranks, bf16 on the wire */
   /* layer 49 */
   rt_comm_label("layer 49 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L47_DENSE_PARAM), 910152, 0); /* layer 47 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L47_EXPERTS_PARAM), 44040192, 1); /* layer 47 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L48_DENSE_PARAM), 910152, 2); /* layer 48 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L48_EXPERTS_PARAM), 44040192, 3); /* layer 48 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 49); /* X49 is back */
   layer49_forward(c, true); /* recompute from X49 (full checkpointing) */
   rt_offload_load(c, 47, A(X47), H(HX47), 352321536); /* prefetch: X50's slot is free */
@@ -9194,8 +9191,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L46_DENSE_PARAM), 910152, 4); /* layer 46 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L46_EXPERTS_PARAM), 44040192, 5); /* layer 46 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L47_DENSE_PARAM), 910152, 0); /* layer 47 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L47_EXPERTS_PARAM), 44040192, 1); /* layer 47 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 48); /* X48 is back */
   layer48_forward(c, true); /* recompute from X48 (full checkpointing) */
   rt_offload_load(c, 46, A(X46), H(HX46), 352321536); /* prefetch: X49's slot is free */
@@ -9210,8 +9207,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L45_DENSE_PARAM), 910152, 2); /* layer 45 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L45_EXPERTS_PARAM), 44040192, 3); /* layer 45 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L46_DENSE_PARAM), 910152, 2); /* layer 46 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L46_EXPERTS_PARAM), 44040192, 3); /* layer 46 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 47); /* X47 is back */
   layer47_forward(c, true); /* recompute from X47 (full checkpointing) */
   rt_offload_load(c, 45, A(X45), H(HX45), 352321536); /* prefetch: X48's slot is free */
@@ -9223,11 +9220,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 47 experts: 64 ranks, bf16 on the wire */
   /* layer 46 */
   rt_comm_label("layer 46 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L44_DENSE_PARAM), 910152, 0); /* layer 44 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L44_EXPERTS_PARAM), 44040192, 1); /* layer 44 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L45_DENSE_PARAM), 910152, 0); /* layer 45 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L45_EXPERTS_PARAM), 44040192, 1); /* layer 45 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 46); /* X46 is back */
   layer46_forward(c, true); /* recompute from X46 (full checkpointing) */
   rt_offload_load(c, 44, A(X44), H(HX44), 352321536); /* prefetch: X47's slot is free */
@@ -9239,11 +9236,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 46 experts: 64 ranks, bf16 on the wire */
   /* layer 45 */
   rt_comm_label("layer 45 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L43_DENSE_PARAM), 910152, 4); /* layer 43 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L43_EXPERTS_PARAM), 44040192, 5); /* layer 43 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L44_DENSE_PARAM), 910152, 2); /* layer 44 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L44_EXPERTS_PARAM), 44040192, 3); /* layer 44 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 45); /* X45 is back */
   layer45_forward(c, true); /* recompute from X45 (full checkpointing) */
   rt_offload_load(c, 43, A(X43), H(HX43), 352321536); /* prefetch: X46's slot is free */
@@ -9255,11 +9252,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 45 experts: 64 ranks, bf16 on the wire */
   /* layer 44 */
   rt_comm_label("layer 44 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L42_DENSE_PARAM), 910152, 2); /* layer 42 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L42_EXPERTS_PARAM), 44040192, 3); /* layer 42 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L43_DENSE_PARAM), 910152, 0); /* layer 43 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L43_EXPERTS_PARAM), 44040192, 1); /* layer 43 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 44); /* X44 is back */
   layer44_forward(c, true); /* recompute from X44 (full checkpointing) */
   rt_offload_load(c, 42, A(X42), H(HX42), 352321536); /* prefetch: X45's slot is free */
@@ -9271,11 +9268,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 44 experts: 64 ranks, bf16 on the wire */
   /* layer 43 */
   rt_comm_label("layer 43 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L41_DENSE_PARAM), 910152, 0); /* layer 41 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L41_EXPERTS_PARAM), 44040192, 1); /* layer 41 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L42_DENSE_PARAM), 910152, 2); /* layer 42 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L42_EXPERTS_PARAM), 44040192, 3); /* layer 42 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 43); /* X43 is back */
   layer43_forward(c, true); /* recompute from X43 (full checkpointing) */
   rt_offload_load(c, 41, A(X41), H(HX41), 352321536); /* prefetch: X44's slot is free */
@@ -9290,8 +9287,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L40_DENSE_PARAM), 910152, 4); /* layer 40 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L40_EXPERTS_PARAM), 44040192, 5); /* layer 40 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L41_DENSE_PARAM), 910152, 0); /* layer 41 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L41_EXPERTS_PARAM), 44040192, 1); /* layer 41 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 42); /* X42 is back */
   layer42_forward(c, true); /* recompute from X42 (full checkpointing) */
   rt_offload_load(c, 40, A(X40), H(HX40), 352321536); /* prefetch: X43's slot is free */
@@ -9306,8 +9303,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L39_DENSE_PARAM), 910152, 2); /* layer 39 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L39_EXPERTS_PARAM), 44040192, 3); /* layer 39 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L40_DENSE_PARAM), 910152, 2); /* layer 40 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L40_EXPERTS_PARAM), 44040192, 3); /* layer 40 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 41); /* X41 is back */
   layer41_forward(c, true); /* recompute from X41 (full checkpointing) */
   rt_offload_load(c, 39, A(X39), H(HX39), 352321536); /* prefetch: X42's slot is free */
@@ -9319,11 +9316,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 41 experts: 64 ranks, bf16 on the wire */
   /* layer 40 */
   rt_comm_label("layer 40 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L38_DENSE_PARAM), 910152, 0); /* layer 38 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L38_EXPERTS_PARAM), 44040192, 1); /* layer 38 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L39_DENSE_PARAM), 910152, 0); /* layer 39 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L39_EXPERTS_PARAM), 44040192, 1); /* layer 39 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 40); /* X40 is back */
   layer40_forward(c, true); /* recompute from X40 (full checkpointing) */
   rt_offload_load(c, 38, A(X38), H(HX38), 352321536); /* prefetch: X41's slot is free */
@@ -9335,11 +9332,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 40 experts: 64 ranks, bf16 on the wire */
   /* layer 39 */
   rt_comm_label("layer 39 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L37_DENSE_PARAM), 910152, 4); /* layer 37 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L37_EXPERTS_PARAM), 44040192, 5); /* layer 37 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L38_DENSE_PARAM), 910152, 2); /* layer 38 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L38_EXPERTS_PARAM), 44040192, 3); /* layer 38 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 39); /* X39 is back */
   layer39_forward(c, true); /* recompute from X39 (full checkpointing) */
   rt_offload_load(c, 37, A(X37), H(HX37), 352321536); /* prefetch: X40's slot is free */
@@ -9351,11 +9348,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 39 experts: 64 ranks, bf16 on the wire */
   /* layer 38 */
   rt_comm_label("layer 38 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L36_DENSE_PARAM), 910152, 2); /* layer 36 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L36_EXPERTS_PARAM), 44040192, 3); /* layer 36 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L37_DENSE_PARAM), 910152, 0); /* layer 37 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L37_EXPERTS_PARAM), 44040192, 1); /* layer 37 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 38); /* X38 is back */
   layer38_forward(c, true); /* recompute from X38 (full checkpointing) */
   rt_offload_load(c, 36, A(X36), H(HX36), 352321536); /* prefetch: X39's slot is free */
@@ -9367,11 +9364,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 38 experts: 64 ranks, bf16 on the wire */
   /* layer 37 */
   rt_comm_label("layer 37 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L35_DENSE_PARAM), 910152, 0); /* layer 35 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L35_EXPERTS_PARAM), 44040192, 1); /* layer 35 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L36_DENSE_PARAM), 910152, 2); /* layer 36 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L36_EXPERTS_PARAM), 44040192, 3); /* layer 36 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 37); /* X37 is back */
   layer37_forward(c, true); /* recompute from X37 (full checkpointing) */
   rt_offload_load(c, 35, A(X35), H(HX35), 352321536); /* prefetch: X38's slot is free */
@@ -9386,8 +9383,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L34_DENSE_PARAM), 910152, 4); /* layer 34 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L34_EXPERTS_PARAM), 44040192, 5); /* layer 34 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L35_DENSE_PARAM), 910152, 0); /* layer 35 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L35_EXPERTS_PARAM), 44040192, 1); /* layer 35 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 36); /* X36 is back */
   layer36_forward(c, true); /* recompute from X36 (full checkpointing) */
   rt_offload_load(c, 34, A(X34), H(HX34), 352321536); /* prefetch: X37's slot is free */
@@ -9402,8 +9399,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L33_DENSE_PARAM), 910152, 2); /* layer 33 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L33_EXPERTS_PARAM), 44040192, 3); /* layer 33 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L34_DENSE_PARAM), 910152, 2); /* layer 34 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L34_EXPERTS_PARAM), 44040192, 3); /* layer 34 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 35); /* X35 is back */
   layer35_forward(c, true); /* recompute from X35 (full checkpointing) */
   rt_offload_load(c, 33, A(X33), H(HX33), 352321536); /* prefetch: X36's slot is free */
@@ -9415,11 +9412,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 35 experts: 64 ranks, bf16 on the wire */
   /* layer 34 */
   rt_comm_label("layer 34 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L32_DENSE_PARAM), 910152, 0); /* layer 32 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L32_EXPERTS_PARAM), 44040192, 1); /* layer 32 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L33_DENSE_PARAM), 910152, 0); /* layer 33 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L33_EXPERTS_PARAM), 44040192, 1); /* layer 33 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 34); /* X34 is back */
   layer34_forward(c, true); /* recompute from X34 (full checkpointing) */
   rt_offload_load(c, 32, A(X32), H(HX32), 352321536); /* prefetch: X35's slot is free */
@@ -9431,11 +9428,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 34 experts: 64 ranks, bf16 on the wire */
   /* layer 33 */
   rt_comm_label("layer 33 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L31_DENSE_PARAM), 910152, 4); /* layer 31 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L31_EXPERTS_PARAM), 44040192, 5); /* layer 31 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L32_DENSE_PARAM), 910152, 2); /* layer 32 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L32_EXPERTS_PARAM), 44040192, 3); /* layer 32 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 33); /* X33 is back */
   layer33_forward(c, true); /* recompute from X33 (full checkpointing) */
   rt_offload_load(c, 31, A(X31), H(HX31), 352321536); /* prefetch: X34's slot is free */
@@ -9447,11 +9444,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 33 experts: 64 ranks, bf16 on the wire */
   /* layer 32 */
   rt_comm_label("layer 32 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 910152, 2); /* layer 30 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L31_DENSE_PARAM), 910152, 0); /* layer 31 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L31_EXPERTS_PARAM), 44040192, 1); /* layer 31 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 32); /* X32 is back */
   layer32_forward(c, true); /* recompute from X32 (full checkpointing) */
   rt_offload_load(c, 30, A(X30), H(HX30), 352321536); /* prefetch: X33's slot is free */
@@ -9463,11 +9460,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 32 experts: 64 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 910152, 0); /* layer 29 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L30_DENSE_PARAM), 910152, 2); /* layer 30 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L30_EXPERTS_PARAM), 44040192, 3); /* layer 30 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 31); /* X31 is back */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
   rt_offload_load(c, 29, A(X29), H(HX29), 352321536); /* prefetch: X32's slot is free */
@@ -9482,8 +9479,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L28_DENSE_PARAM), 910152, 4); /* layer 28 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L28_EXPERTS_PARAM), 44040192, 5); /* layer 28 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L29_DENSE_PARAM), 910152, 0); /* layer 29 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L29_EXPERTS_PARAM), 44040192, 1); /* layer 29 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 30); /* X30 is back */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
   rt_offload_load(c, 28, A(X28), H(HX28), 352321536); /* prefetch: X31's slot is free */
@@ -9498,8 +9495,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L27_DENSE_PARAM), 910152, 2); /* layer 27 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L27_EXPERTS_PARAM), 44040192, 3); /* layer 27 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L28_DENSE_PARAM), 910152, 2); /* layer 28 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L28_EXPERTS_PARAM), 44040192, 3); /* layer 28 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 29); /* X29 is back */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
   rt_offload_load(c, 27, A(X27), H(HX27), 352321536); /* prefetch: X30's slot is free */
@@ -9511,11 +9508,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 29 experts: 64 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L26_DENSE_PARAM), 910152, 0); /* layer 26 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L26_EXPERTS_PARAM), 44040192, 1); /* layer 26 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L27_DENSE_PARAM), 910152, 0); /* layer 27 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L27_EXPERTS_PARAM), 44040192, 1); /* layer 27 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 28); /* X28 is back */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
   rt_offload_load(c, 26, A(X26), H(HX26), 352321536); /* prefetch: X29's slot is free */
@@ -9527,11 +9524,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 28 experts: 64 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L25_DENSE_PARAM), 910152, 4); /* layer 25 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L25_EXPERTS_PARAM), 44040192, 5); /* layer 25 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L26_DENSE_PARAM), 910152, 2); /* layer 26 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L26_EXPERTS_PARAM), 44040192, 3); /* layer 26 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 27); /* X27 is back */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
   rt_offload_load(c, 25, A(X25), H(HX25), 352321536); /* prefetch: X28's slot is free */
@@ -9543,11 +9540,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 27 experts: 64 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 910152, 2); /* layer 24 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L25_DENSE_PARAM), 910152, 0); /* layer 25 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L25_EXPERTS_PARAM), 44040192, 1); /* layer 25 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 26); /* X26 is back */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
   rt_offload_load(c, 24, A(X24), H(HX24), 352321536); /* prefetch: X27's slot is free */
@@ -9559,11 +9556,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 26 experts: 64 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 910152, 0); /* layer 23 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L24_DENSE_PARAM), 910152, 2); /* layer 24 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L24_EXPERTS_PARAM), 44040192, 3); /* layer 24 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 25); /* X25 is back */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
   rt_offload_load(c, 23, A(X23), H(HX23), 352321536); /* prefetch: X26's slot is free */
@@ -9578,8 +9575,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L22_DENSE_PARAM), 910152, 4); /* layer 22 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L22_EXPERTS_PARAM), 44040192, 5); /* layer 22 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L23_DENSE_PARAM), 910152, 0); /* layer 23 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L23_EXPERTS_PARAM), 44040192, 1); /* layer 23 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 24); /* X24 is back */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
   rt_offload_load(c, 22, A(X22), H(HX22), 352321536); /* prefetch: X25's slot is free */
@@ -9594,8 +9591,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L21_DENSE_PARAM), 910152, 2); /* layer 21 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L21_EXPERTS_PARAM), 44040192, 3); /* layer 21 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L22_DENSE_PARAM), 910152, 2); /* layer 22 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L22_EXPERTS_PARAM), 44040192, 3); /* layer 22 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 23); /* X23 is back */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
   rt_offload_load(c, 21, A(X21), H(HX21), 352321536); /* prefetch: X24's slot is free */
@@ -9607,11 +9604,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 23 experts: 64 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L20_DENSE_PARAM), 910152, 0); /* layer 20 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L20_EXPERTS_PARAM), 44040192, 1); /* layer 20 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L21_DENSE_PARAM), 910152, 0); /* layer 21 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L21_EXPERTS_PARAM), 44040192, 1); /* layer 21 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 22); /* X22 is back */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
   rt_offload_load(c, 20, A(X20), H(HX20), 352321536); /* prefetch: X23's slot is free */
@@ -9623,11 +9620,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 22 experts: 64 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L19_DENSE_PARAM), 910152, 4); /* layer 19 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L19_EXPERTS_PARAM), 44040192, 5); /* layer 19 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L20_DENSE_PARAM), 910152, 2); /* layer 20 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L20_EXPERTS_PARAM), 44040192, 3); /* layer 20 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 21); /* X21 is back */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
   rt_offload_load(c, 19, A(X19), H(HX19), 352321536); /* prefetch: X22's slot is free */
@@ -9639,11 +9636,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 21 experts: 64 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 910152, 2); /* layer 18 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L19_DENSE_PARAM), 910152, 0); /* layer 19 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L19_EXPERTS_PARAM), 44040192, 1); /* layer 19 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 20); /* X20 is back */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
   rt_offload_load(c, 18, A(X18), H(HX18), 352321536); /* prefetch: X21's slot is free */
@@ -9655,11 +9652,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 20 experts: 64 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 910152, 0); /* layer 17 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L18_DENSE_PARAM), 910152, 2); /* layer 18 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L18_EXPERTS_PARAM), 44040192, 3); /* layer 18 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 19); /* X19 is back */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
   rt_offload_load(c, 17, A(X17), H(HX17), 352321536); /* prefetch: X20's slot is free */
@@ -9674,8 +9671,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L16_DENSE_PARAM), 910152, 4); /* layer 16 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L16_EXPERTS_PARAM), 44040192, 5); /* layer 16 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L17_DENSE_PARAM), 910152, 0); /* layer 17 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L17_EXPERTS_PARAM), 44040192, 1); /* layer 17 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 18); /* X18 is back */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
   rt_offload_load(c, 16, A(X16), H(HX16), 352321536); /* prefetch: X19's slot is free */
@@ -9690,8 +9687,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L15_DENSE_PARAM), 910152, 2); /* layer 15 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L15_EXPERTS_PARAM), 44040192, 3); /* layer 15 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L16_DENSE_PARAM), 910152, 2); /* layer 16 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L16_EXPERTS_PARAM), 44040192, 3); /* layer 16 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 17); /* X17 is back */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
   rt_offload_load(c, 15, A(X15), H(HX15), 352321536); /* prefetch: X18's slot is free */
@@ -9703,11 +9700,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 17 experts: 64 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L14_DENSE_PARAM), 910152, 0); /* layer 14 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L14_EXPERTS_PARAM), 44040192, 1); /* layer 14 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L15_DENSE_PARAM), 910152, 0); /* layer 15 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L15_EXPERTS_PARAM), 44040192, 1); /* layer 15 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 16); /* X16 is back */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
   rt_offload_load(c, 14, A(X14), H(HX14), 352321536); /* prefetch: X17's slot is free */
@@ -9719,11 +9716,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 16 experts: 64 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L13_DENSE_PARAM), 910152, 4); /* layer 13 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L13_EXPERTS_PARAM), 44040192, 5); /* layer 13 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L14_DENSE_PARAM), 910152, 2); /* layer 14 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L14_EXPERTS_PARAM), 44040192, 3); /* layer 14 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 15); /* X15 is back */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
   rt_offload_load(c, 13, A(X13), H(HX13), 352321536); /* prefetch: X16's slot is free */
@@ -9735,11 +9732,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 15 experts: 64 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 910152, 2); /* layer 12 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L13_DENSE_PARAM), 910152, 0); /* layer 13 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L13_EXPERTS_PARAM), 44040192, 1); /* layer 13 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 14); /* X14 is back */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
   rt_offload_load(c, 12, A(X12), H(HX12), 352321536); /* prefetch: X15's slot is free */
@@ -9751,11 +9748,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 14 experts: 64 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 910152, 0); /* layer 11 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L12_DENSE_PARAM), 910152, 2); /* layer 12 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L12_EXPERTS_PARAM), 44040192, 3); /* layer 12 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 13); /* X13 is back */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
   rt_offload_load(c, 11, A(X11), H(HX11), 352321536); /* prefetch: X14's slot is free */
@@ -9770,8 +9767,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L10_DENSE_PARAM), 910152, 4); /* layer 10 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L10_EXPERTS_PARAM), 44040192, 5); /* layer 10 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L11_DENSE_PARAM), 910152, 0); /* layer 11 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L11_EXPERTS_PARAM), 44040192, 1); /* layer 11 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 12); /* X12 is back */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
   rt_offload_load(c, 10, A(X10), H(HX10), 352321536); /* prefetch: X13's slot is free */
@@ -9786,8 +9783,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L9_DENSE_PARAM), 910152, 2); /* layer 9 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L9_EXPERTS_PARAM), 44040192, 3); /* layer 9 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L10_DENSE_PARAM), 910152, 2); /* layer 10 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L10_EXPERTS_PARAM), 44040192, 3); /* layer 10 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 11); /* X11 is back */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
   rt_offload_load(c, 9, A(X9), H(HX9), 352321536); /* prefetch: X12's slot is free */
@@ -9799,11 +9796,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 11 experts: 64 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L8_DENSE_PARAM), 910152, 0); /* layer 8 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L8_EXPERTS_PARAM), 44040192, 1); /* layer 8 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L9_DENSE_PARAM), 910152, 0); /* layer 9 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L9_EXPERTS_PARAM), 44040192, 1); /* layer 9 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 10); /* X10 is back */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
   rt_offload_load(c, 8, A(X8), H(HX8), 352321536); /* prefetch: X11's slot is free */
@@ -9815,11 +9812,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 10 experts: 64 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L7_DENSE_PARAM), 910152, 4); /* layer 7 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L7_EXPERTS_PARAM), 44040192, 5); /* layer 7 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L8_DENSE_PARAM), 910152, 2); /* layer 8 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L8_EXPERTS_PARAM), 44040192, 3); /* layer 8 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 9); /* X9 is back */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
   rt_offload_load(c, 7, A(X7), H(HX7), 352321536); /* prefetch: X10's slot is free */
@@ -9831,11 +9828,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 9 experts: 64 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
-  rt_comm_all_gather_wait(0);
-  rt_comm_all_gather_wait(1);
-  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 910152, 2); /* layer 6 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L7_DENSE_PARAM), 910152, 0); /* layer 7 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L7_EXPERTS_PARAM), 44040192, 1); /* layer 7 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 8); /* X8 is back */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
   rt_offload_load(c, 6, A(X6), H(HX6), 352321536); /* prefetch: X9's slot is free */
@@ -9847,11 +9844,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 8 experts: 64 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 910152, 0); /* layer 5 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L6_DENSE_PARAM), 910152, 2); /* layer 6 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L6_EXPERTS_PARAM), 44040192, 3); /* layer 6 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 7); /* X7 is back */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
   rt_offload_load(c, 5, A(X5), H(HX5), 352321536); /* prefetch: X8's slot is free */
@@ -9866,8 +9863,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(2);
   rt_comm_all_gather_wait(3);
   c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L4_DENSE_PARAM), 910152, 4); /* layer 4 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED2) + 232998912, A(L4_EXPERTS_PARAM), 44040192, 5); /* layer 4 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L5_DENSE_PARAM), 910152, 0); /* layer 5 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L5_EXPERTS_PARAM), 44040192, 1); /* layer 5 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 6); /* X6 is back */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
   rt_offload_load(c, 4, A(X4), H(HX4), 352321536); /* prefetch: X7's slot is free */
@@ -9882,8 +9879,8 @@ void step_backward(RtCtx *c) {
   rt_comm_all_gather_wait(0);
   rt_comm_all_gather_wait(1);
   c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L3_DENSE_PARAM), 910152, 2); /* layer 3 dense: 256 ranks x 910152, prefetch */
-  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L3_EXPERTS_PARAM), 44040192, 3); /* layer 3 experts: 64 ranks x 44040192, prefetch */
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L4_DENSE_PARAM), 910152, 2); /* layer 4 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1) + 232998912, A(L4_EXPERTS_PARAM), 44040192, 3); /* layer 4 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 5); /* X5 is back */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
   rt_offload_load(c, 3, A(X3), H(HX3), 352321536); /* prefetch: X6's slot is free */
@@ -9895,10 +9892,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 5 experts: 64 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
-  rt_comm_all_gather_wait(4);
-  rt_comm_all_gather_wait(5);
-  c->wd = A(GATHERED2), c->we = A(GATHERED2) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L2_DENSE_PARAM), 2279232, 0); /* layer 2 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_wait(2);
+  rt_comm_all_gather_wait(3);
+  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L3_DENSE_PARAM), 910152, 0); /* layer 3 dense: 256 ranks x 910152, prefetch */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0) + 232998912, A(L3_EXPERTS_PARAM), 44040192, 1); /* layer 3 experts: 64 ranks x 44040192, prefetch */
   rt_offload_wait(c, 4); /* X4 is back */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
   rt_offload_load(c, 2, A(X2), H(HX2), 352321536); /* prefetch: X5's slot is free */
@@ -9910,10 +9908,10 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), A(GRAD1) + 232998912, 44040192, true, NULL, 3); /* layer 4 experts: 64 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
-  rt_comm_all_gather_wait(2);
-  rt_comm_all_gather_wait(3);
-  c->wd = A(GATHERED1), c->we = A(GATHERED1) + 232998912;
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED2), A(L1_DENSE_PARAM), 2279232, 4); /* layer 1 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_wait(0);
+  rt_comm_all_gather_wait(1);
+  c->wd = A(GATHERED0), c->we = A(GATHERED0) + 232998912;
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L2_DENSE_PARAM), 2279232, 2); /* layer 2 dense: 256 ranks x 2279232, prefetch */
   rt_offload_wait(c, 3); /* X3 is back */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
   rt_offload_load(c, 1, A(X1), H(HX1), 352321536); /* prefetch: X4's slot is free */
@@ -9925,9 +9923,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 232998912, 44040192, true, NULL, 1); /* layer 3 experts: 64 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
-  rt_comm_all_gather_wait(0);
-  c->wd = A(GATHERED0);
-  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 2279232, 2); /* layer 0 dense: 256 ranks x 2279232, prefetch */
+  rt_comm_all_gather_wait(2);
+  c->wd = A(GATHERED1);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED0), A(L1_DENSE_PARAM), 2279232, 0); /* layer 1 dense: 256 ranks x 2279232, prefetch */
   rt_offload_wait(c, 2); /* X2 is back */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
   rt_offload_load(c, 0, A(X0), H(HX0), 352321536); /* prefetch: X3's slot is free */
@@ -9938,8 +9936,9 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(L2_DENSE_GRAD), A(GRAD1), 2279232, true, NULL, 2); /* layer 2 dense: 256 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
-  rt_comm_all_gather_wait(4);
-  c->wd = A(GATHERED2);
+  rt_comm_all_gather_wait(0);
+  c->wd = A(GATHERED0);
+  rt_comm_all_gather_start(c->comm.fsdp_comm, A(GATHERED1), A(L0_DENSE_PARAM), 2279232, 2); /* layer 0 dense: 256 ranks x 2279232, prefetch */
   rt_offload_wait(c, 1); /* X1 is back */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */

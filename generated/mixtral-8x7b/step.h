@@ -8,7 +8,7 @@
 #define MODEL_NAME "mixtral-8x7b"
 #define SPEC_FILE "mixtral-8x7b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "6593b573f345f992"
+#define PLAN_HASH "2d914a570178f9f2"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
@@ -27,9 +27,13 @@
 #define SEQ_LEN 32768
 #define VOCAB 32000
 #define TOKENS 131072 /* per micro-batch and rank */
-/* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */
+/* model shapes the cuda runtime sizes its scratch and builds its attention plans by (kernels.cu has them all) */
 #define HIDDEN 4096
 #define HEADS 32
+#define KV_HEADS 8
+#define HEAD_DIM 128 /* q and k */
+#define V_HEAD_DIM 128
+#define ATTENTION_CUDNN 1 /* the plan's attention: 1 cuDNN's fused flash attention, 0 the own kernels (plan_attention_cudnn) */
 #define EXPERTS 8
 #define TOP_K 2
 #define AUX_FREE 0
@@ -42,10 +46,10 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 1.022550e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 3104.13 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 3223.87 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 83689335552 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HBM_BYTES 85836819200 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 59859675392 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "tiny-moe"
 #define SPEC_FILE "tiny-moe.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "753f778191837230"
+#define PLAN_HASH "2dd1e3df5bc9b2c8"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 2
 #define PLAN_FSDP 2
@@ -29,9 +29,13 @@
 #define SEQ_LEN 256
 #define VOCAB 256
 #define TOKENS 512 /* per micro-batch and rank */
-/* model shapes the cuda runtime sizes its scratch by (kernels.cu has them all) */
+/* model shapes the cuda runtime sizes its scratch and builds its attention plans by (kernels.cu has them all) */
 #define HIDDEN 128
 #define HEADS 4
+#define KV_HEADS 2
+#define HEAD_DIM 32 /* q and k */
+#define V_HEAD_DIM 32
+#define ATTENTION_CUDNN 1 /* the plan's attention: 1 cuDNN's fused flash attention, 0 the own kernels (plan_attention_cudnn) */
 #define EXPERTS 8
 #define TOP_K 2
 #define AUX_FREE 0
@@ -47,7 +51,7 @@
 #define PREDICTED_TOKENS_PER_S_PER_GPU 2006.72 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 5.000000e+10 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 2 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 130512896 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HBM_BYTES 130775040 /* the plan's packed HBM arena per GPU (plan.json memory) */
 #define PLAN_HOST_BYTES 97570048 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 68157440 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 67108864 /* of the host arena, reserved for the system */

@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "attn_cudnn.h"
 #include "cu_scratch.h"
 #include "mtrt_cuda.h"
 #include "mtrt_profile.h"
@@ -48,7 +49,7 @@ enum { CU_QK_BWD_ROWS = 16 };    /* rows per block of qk_norm_backward: kernels.
 typedef struct {
   int ready, device, sync_each; /* sync_each: $MTC_CUDA_SYNC=1 */
   int profile;                  /* $MTC_PROFILE=1: each op timed (profile.c) */
-  int flash;                    /* attention: 1 the flash kernels, -1 the simple ones, 0 not chosen yet */
+  int flash;                    /* attention: 2 cuDNN, 1 the flash kernels, -1 the simple ones, 0 not chosen yet */
   char arch[16], gemm_name[8];
   cudaStream_t stream;
   cublasHandle_t blas;
@@ -57,6 +58,7 @@ typedef struct {
   cudaKernel_t k[K_COUNT];
   RtCudaConfig cfg;
   float *delta;   /* attention: dout · out per (token, head) */
+  float *dqacc;   /* attention through cuDNN: dQ's fp32 accumulator (tokens × heads × qk head dim; bf16 build) */
   float *ce;      /* cross-entropy: sum (tokens), target logit (tokens), loss (1) */
   double *red;    /* one reduction result (the gradient norm's sum of squares) */
   void **gptr;    /* device: CU_GROUPED_SLOTS × 3 × experts pointers */
@@ -123,6 +125,10 @@ void cu_download(void *dst, const void *src, size_t bytes);
 int cu_comm_waited(void);
 /* The attention kernels in use, for the start-up line. */
 const char *cu_attention_name(void);
+/* attention through cuDNN: attn_cudnn.h */
+/* The workspace cuDNN's plans run in: cuBLAS's (the same stream), and its bytes (ops.c). */
+void *cu_attn_workspace(void);
+size_t cu_attn_workspace_bytes(void);
 /* Checks a CUDA runtime or cuBLAS status of op. */
 void cu_check(cudaError_t e, const char *op);
 void cu_blas_check(cublasStatus_t s, const char *op);

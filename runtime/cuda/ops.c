@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cudnn_graph.h>
+
 #include "cu_internal.h"
 #include "mtrt_ops.h"
 
@@ -80,8 +82,8 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
 }
 
 /* The runtime's own buffers for cfg, bytes: on the device cuBLAS's workspace (cfg's, as the plan sizes
- * it; 64 MiB when 0), attention's
- * delta (tokens × heads fp32), cross-entropy's sums (2 × tokens + 1 fp32), one double, the grouped GEMMs'
+ * it; 64 MiB when 0; cuDNN's attention plans run in it too), attention's
+ * delta (tokens × heads fp32) and, bf16 build, cuDNN's dQ accumulator (tokens × heads × head_dim fp32), cross-entropy's sums (2 × tokens + 1 fp32), one double, the grouped GEMMs'
  * pointer arrays (CU_GROUPED_SLOTS × 3 × experts), the MoE scratch (cu_moe_layout); on the host
  * (cu_host_scratch) the MoE scratch's mirror and CU_OFF_CACHE offsets arrays (experts + 1 ints
  * each), and pinned the readback buffer (cu_rb_layout). rt_cuda_setup allocates exactly these;
@@ -90,7 +92,7 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
  * together; its workspace.runtime_host item is the host part (plan_runtime_host_scratch, equal to
  * cu_host_scratch: tests/test_runtime_scratch.c). */
 typedef struct {
-  size_t delta, ce, red, gptr, rl, moe, off, rb;
+  size_t delta, dqacc, ce, red, gptr, rl, moe, off, rb;
 } Scratch;
 
 static size_t workspace_bytes(const RtCudaConfig *cfg) {
@@ -99,7 +101,9 @@ static size_t workspace_bytes(const RtCudaConfig *cfg) {
 
 static Scratch scratch_of(const RtCudaConfig *cfg) {
   size_t T = (size_t)cfg->tokens, E = (size_t)(cfg->experts > 0 ? cfg->experts : 1);
-  Scratch s = {sizeof(float) * T * (size_t)cfg->heads, sizeof(float) * (2 * T + 1), sizeof(double),
+  Scratch s = {sizeof(float) * T * (size_t)cfg->heads,
+               MTRT_ACT_IS_BF16 ? sizeof(float) * T * (size_t)cfg->heads * (size_t)cfg->head_dim : 0,
+               sizeof(float) * (2 * T + 1), sizeof(double),
                sizeof(void *) * CU_GROUPED_SLOTS * 3 * E, MTRT_ACT_IS_BF16 ? sizeof(act) * T * E : 0, 0, 0, 0};
   cu_host_scratch(E, &s.moe, &s.off, &s.rb); /* (s.moe: the device scratch's size too) */
   return s;
@@ -108,8 +112,14 @@ static Scratch scratch_of(const RtCudaConfig *cfg) {
 size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes, size_t *pinned_bytes) {
   Scratch s = scratch_of(cfg);
   *host_bytes = s.moe + s.off, *pinned_bytes = s.rb;
-  return workspace_bytes(cfg) + s.delta + s.ce + s.red + s.gptr + s.rl + s.moe;
+  return workspace_bytes(cfg) + s.delta + s.dqacc + s.ce + s.red + s.gptr + s.rl + s.moe;
 }
+
+static int use_cudnn(void);
+static CuAttnShape attn_shape(int B, int T, int nh, int nkv, int hd, int vd);
+
+void *cu_attn_workspace(void) { return cu.workspace; }
+size_t cu_attn_workspace_bytes(void) { return workspace_bytes(&cu.cfg); }
 
 int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t errlen) {
   memset(&cu, 0, sizeof cu);
@@ -157,19 +167,29 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
   Scratch sc = scratch_of(cfg);
   if (cudaMalloc((void **)&cu.delta, sc.delta) != cudaSuccess || cudaMalloc((void **)&cu.ce, sc.ce) != cudaSuccess ||
       cudaMalloc((void **)&cu.red, sc.red) != cudaSuccess || cudaMalloc((void **)&cu.gptr, sc.gptr) != cudaSuccess ||
-      (sc.rl && cudaMalloc(&cu.rl, sc.rl) != cudaSuccess) || cudaMalloc(&cu.moe, sc.moe) != cudaSuccess)
+      (sc.rl && cudaMalloc(&cu.rl, sc.rl) != cudaSuccess) || cudaMalloc(&cu.moe, sc.moe) != cudaSuccess ||
+      (sc.dqacc && cudaMalloc((void **)&cu.dqacc, sc.dqacc) != cudaSuccess))
     return snprintf(err, errlen, "cannot allocate the runtime's scratch on GPU %d", cu.device), -1;
   cu.moe_host = malloc(sc.moe), cu.off_host = malloc(sc.off);
   if (!cu.moe_host || !cu.off_host) return snprintf(err, errlen, "out of host memory"), -1;
   if (cudaMallocHost(&cu.rb, sc.rb) != cudaSuccess)
     return snprintf(err, errlen, "cannot allocate the runtime's pinned readback buffer"), -1;
   cu.ready = 1;
+  if (use_cudnn()) {
+    if (cu_attn_cudnn_init(err, errlen)) return -1;
+    if (cfg->head_dim > 0) {
+      CuAttnShape a = attn_shape(cfg->batch, cfg->seq, cfg->heads, cfg->kv_heads, cfg->head_dim, cfg->v_head_dim);
+      cu_attn_cudnn_prepare(&a);
+    }
+  }
   return 0;
 }
 
 void rt_cuda_teardown(void) {
   if (!cu.ready) return;
   cudaStreamSynchronize(cu.stream);
+  if (cu.flash == 2) cu_attn_cudnn_teardown();
+  cudaFree(cu.dqacc);
   cudaFree(cu.delta), cudaFree(cu.ce), cudaFree(cu.red), cudaFree(cu.gptr), cudaFree(cu.rl), cudaFree(cu.workspace);
   cudaFree(cu.moe), free(cu.moe_host), free(cu.off_host), cudaFreeHost(cu.rb);
   cudaLibraryUnload(cu.lib);
@@ -456,28 +476,55 @@ void rt_rope_llama3_backward(act *dx, int B, int T, int H, int hd, real theta, r
   rope_llama3(dx, B, T, H, -1.f, factor, low, high, orig);
 }
 
-/* Attention: the tiled tensor-core kernels of kernels.cu (FlashAttention-2's structure: 64
- * queries or keys per block of 4 warps, wmma bf16 with fp32 accumulation) where the plan's
- * shapes allow them (head_dim a multiple of 16 up to 128, seq_len a multiple of 64: kernels.cu
- * then defines them), else one warp per (token, head). $MTC_ATTENTION=simple forces the latter. */
-static int use_flash(void) {
+/* Attention: cuDNN's fused flash attention (attn_cudnn.c) in the bf16 build where the plan says
+ * (RtCudaConfig's attention_cudnn: the head dims cuDNN serves); else, or with
+ * $MTC_ATTENTION=flash|simple, the tiled tensor-core kernels of kernels.cu (FlashAttention-2's
+ * structure: 64 queries or keys per block of 4 warps, wmma bf16 with fp32 accumulation) where the
+ * plan's shapes allow them (head_dim a multiple of 16 up to 128, seq_len a multiple of 64:
+ * kernels.cu then defines them), else one warp per (token, head). */
+static int attention_choice(void) {
   if (cu.flash == 0) {
     const char *env = getenv("MTC_ATTENTION");
     cudaKernel_t k = NULL;
+    if (MTRT_ACT_IS_BF16 && cu.cfg.attention_cudnn && !(env && (strcmp(env, "flash") == 0 || strcmp(env, "simple") == 0)))
+      return cu.flash = 2;
     int ok = !(env && strcmp(env, "simple") == 0) &&
              cudaLibraryGetKernel(&k, cu.lib, "flash_attention_forward") == cudaSuccess && k;
     cudaGetLastError(); /* a failed lookup is an answer, not an error */
     cu.flash = ok ? 1 : -1;
   }
-  return cu.flash > 0;
+  return cu.flash;
+}
+static int use_cudnn(void) { return attention_choice() == 2; }
+static int use_flash(void) { return attention_choice() == 1; }
+
+const char *cu_attention_name(void) {
+  static char buf[1200];
+  size_t v = cudnnGetVersion();
+  if (use_cudnn())
+    return snprintf(buf, sizeof buf, "cuDNN %zu.%zu.%zu (%s)", v / 10000, v / 100 % 100, v % 100, cu_attn_cudnn_report()), buf;
+  return use_flash() ? "flash (tiled, tensor cores)" : "simple (warp per row)";
 }
 
-const char *cu_attention_name(void) { return use_flash() ? "flash (tiled, tensor cores)" : "simple (warp per row)"; }
+/* The program's contiguous q (B,T,nh,hd), k (B,T,nkv,hd), v (B,T,nkv,vd), out (B,T,nh,vd) as views. */
+static CuAttnShape attn_shape(int B, int T, int nh, int nkv, int hd, int vd) {
+  CuAttnShape a;
+  memset(&a, 0, sizeof a);
+  a.b = B, a.hq = nh, a.hkv = nkv, a.sq = a.skv = T, a.dqk = hd, a.dv = vd;
+  a.q = (CuAttnView){(int64_t)T * nh * hd, hd, (int64_t)nh * hd};
+  a.k = (CuAttnView){(int64_t)T * nkv * hd, hd, (int64_t)nkv * hd};
+  a.v = (CuAttnView){(int64_t)T * nkv * vd, vd, (int64_t)nkv * vd};
+  a.o = (CuAttnView){(int64_t)T * nh * vd, vd, (int64_t)nh * vd};
+  return a;
+}
 
 /* hd, vd: kernels.cu's HEAD_DIM and V_DIM (the flash kernels exist only where they are equal). */
 void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
                           int nkv, int hd, int vd) {
-  if (use_flash())
+  if (use_cudnn()) {
+    CuAttnShape a = attn_shape(B, T, nh, nkv, hd, vd);
+    cu_attn_cudnn_forward(&a, out, lse, q, k, v);
+  } else if (use_flash())
     cu_launch3(K_FLASH_FORWARD, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128, (void *[]){&out, &lse, &q, &k, &v});
   else
     cu_launch(K_ATTENTION_FORWARD, cu_blocks((long long)B * T * nh * 32, 128), 128, (void *[]){&out, &lse, &q, &k, &v});
@@ -487,6 +534,13 @@ void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act
                            const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
   need(dq && dk && dv, "rt_attention_backward", "dq, dk and dv are required on the cuda backend");
   float *delta = cu.delta;
+  if (use_cudnn()) {
+    need((size_t)B * T * nh * hd <= (size_t)cu.cfg.tokens * cu.cfg.heads * cu.cfg.head_dim, "rt_attention_backward",
+         "the shape fits the runtime's dQ accumulator (RtCudaConfig's tokens, heads, head_dim)");
+    CuAttnShape a = attn_shape(B, T, nh, nkv, hd, vd);
+    cu_attn_cudnn_backward(&a, dq, dk, dv, dout, q, k, v, out, lse, delta, cu.dqacc);
+    return;
+  }
   if (use_flash()) {
     cu_launch(K_FLASH_BACKWARD_PREP, cu_blocks((long long)B * T * nh, 4), 128, (void *[]){&delta, &dout, &out});
     cu_launch3(K_FLASH_BACKWARD_DQ, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128,

@@ -44,8 +44,9 @@ static const Pass passes[] = {
 };
 #else
 static const Pass passes[] = {
-    {"bf16act/flash", "bf16", NULL, ACT_TOL, 2 * ACT_TOL},
-    {"bf16act/simple", "bf16", "simple", ACT_TOL, ACT_TOL},
+    {"bf16act/cudnn", "bf16", NULL, ACT_TOL, 2 * ACT_TOL, 1},
+    {"bf16act/flash", "bf16", "flash", ACT_TOL, 2 * ACT_TOL, 0},
+    {"bf16act/simple", "bf16", "simple", ACT_TOL, ACT_TOL, 0},
 };
 #endif
 enum { NPASS = sizeof passes / sizeof passes[0] };
@@ -64,7 +65,7 @@ static void record(const char *name, double err, double tol) {
   while (i < nres && strcmp(res[i].name, name) != 0) i++;
   if (i == nres) {
     if (nres == MAXRES) fprintf(stderr, "test_kernels: too many checks\n"), exit(1);
-    res[nres++].name = name;
+    res[nres++].name = strdup(name); /* (names may be built in a buffer) */
     for (int p = 0; p < NPASS; p++) res[i].err[p] = NAN, res[i].tol[p] = -1;
   }
   res[i].err[pass] = err, res[i].tol[pass] = tol;
@@ -221,13 +222,15 @@ static int run_pass(const Pass *p, const char *src, size_t len) {
   setenv("MTC_GEMM", p->gemm, 1);
   if (p->attention) setenv("MTC_ATTENTION", p->attention, 1);
   else unsetenv("MTC_ATTENTION");
-  RtCudaConfig cfg = {src, len, MTRT_CUDA_INCLUDE, N, NH, E, K, 4 << 20};
+  /* the attention plans built at start-up: MLA's shape (the dQ accumulator sized for its q/k dim) */
+  RtCudaConfig cfg = {src, len, MTRT_CUDA_INCLUDE, N, NH, E, K, 4 << 20, B, T, NKV, MLA_HD, MLA_VD, 1};
   static char err[1 << 16];
   if (rt_cuda_setup(&cfg, 0, err, sizeof err) != 0) return fprintf(stderr, "test_kernels: %s\n", err), -1;
   char line[1024];
   rt_cuda_describe(line, sizeof line);
   printf("test_kernels: pass %s: %s\n", p->name, line);
-  CHECK(strstr(line, p->attention ? "attention simple" : "attention flash") != NULL);
+  CHECK(strstr(line, p->cudnn ? "attention cuDNN" : p->attention && strcmp(p->attention, "simple") == 0 ? "attention simple"
+                                                                                                 : "attention flash") != NULL);
   seed = 1; /* every pass draws the same inputs */
   test_elementwise();
   test_norms();

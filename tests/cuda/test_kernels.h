@@ -41,9 +41,11 @@ enum { B = 2, T = 128, N = B * T, C = 96, NH = 4, NKV = 2, HD = 32, V = 256, CH 
 enum { NE = 1003, OC = 80 /* a linear layer's outputs */ };
 #define THETA 10000.0f
 typedef struct {
-  const char *name, *gemm, *attention; /* $MTC_GEMM, $MTC_ATTENTION (NULL: flash) */
+  const char *name, *gemm, *attention; /* $MTC_GEMM, $MTC_ATTENTION (NULL: cuDNN in the bf16 build, else flash) */
   double gemm_tol, attn_tol;           /* for outputs of GEMMs, of the attention kernels */
+  int cudnn;                           /* the attention is cuDNN's (attn_cudnn.c) */
 } Pass;
+enum { MLA_HD = 48, MLA_VD = 32 }; /* the cuDNN pass's unequal head dims (q/k, v), as MLA's 192/128 */
 
 /* Tolerances: TOL for an op without GEMMs or attention kernels; a pass's gemm_tol and attn_tol
  * (test_kernels.c's passes) for those. */

@@ -1,7 +1,10 @@
 /* test_kernels_attention.c — test_kernels' checks of RoPE, MLA's keys and values and causal GQA
  * attention, flash or simple as the pass says (templates/kernels/20-rope.cu, 40-attention.cu,
- * 80-flash.cu): the cuda ops against the cpu ops (test_kernels.h). */
+ * 80-flash.cu, or cuDNN's: runtime/cuda/attn_cudnn.c): the cuda ops against the cpu ops (test_kernels.h). */
 #include "test_kernels.h"
+#if MTRT_ACT_IS_BF16
+#include "cuda/attn_cudnn.h" /* cuDNN's attention on a query chunk */
+#endif
 
 /* RoPE in place, forward and backward: plain, Llama 3.1's scaling, YaRN, and MLA's on a part of
  * each head (strided); MLA's keys and values from kv_b_proj's output and the shared RoPE key,
@@ -58,24 +61,81 @@ void test_rope(void) {
 }
 
 
-/* Causal GQA attention: lse is (B, NH, T) on the cpu and (tokens, NH) on the GPU (each backend
- * reads only its own); each backward runs from its own forward's out and lse. */
-void test_attention(const Pass *p) {
-  size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
-  float *q = rnd(nq, 4), *k = rnd(nk, 4), *v = rnd(nk, 2), *out = host(nq), *lse = host((size_t)N * NH);
-  float *dy = rnd(nq, 2), *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1), *lse_t = host((size_t)N * NH);
+/* Causal GQA attention of head dims hd (q, k) and vd (v): lse is (B, NH, T) on the cpu, and on the
+ * GPU (tokens, NH) from the own kernels, (B, NH, T) from cuDNN (each backend reads only its own);
+ * each backward runs from its own forward's out and lse. */
+static void attention(const Pass *p, const char *name, int hd, int vd) {
+  size_t nq = (size_t)N * NH * hd, nk = (size_t)N * NKV * hd, no = (size_t)N * NH * vd, nv = (size_t)N * NKV * vd;
+  float *q = rnd(nq, 4), *k = rnd(nk, 4), *v = rnd(nv, 2), *out = host(no), *lse = host((size_t)N * NH);
+  /* the own kernels add into dq, dk, dv (as the cpu op does); cuDNN's writes them (mtrt_ops.h) */
+  float *dy = rnd(no, 2), *lse_t = host((size_t)N * NH);
+  float *dq = p->cudnn ? host(nq) : rnd(nq, 1), *dk = p->cudnn ? host(nk) : rnd(nk, 1), *dv = p->cudnn ? host(nv) : rnd(nv, 1);
   float *dlse = devf(NULL, (size_t)N * NH);
-  act *dq_ = deva(q, nq), *dk_ = deva(k, nk), *dv_ = deva(v, nk), *dout = deva(NULL, nq);
-  act *ddy = deva(dy, nq), *ddq = deva(dq, nq), *ddk = deva(dk, nk), *ddv = deva(dv, nk);
-  ref_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HD, HD), rt_attention_forward(dout, dlse, dq_, dk_, dv_, B, T, NH, NKV, HD, HD);
-  check_dev("attention_forward out", dout, out, nq, p->attn_tol);
+  act *dq_ = deva(q, nq), *dk_ = deva(k, nk), *dv_ = deva(v, nv), *dout = deva(NULL, no);
+  act *ddy = deva(dy, no), *ddq = deva(dq, nq), *ddk = deva(dk, nk), *ddv = deva(dv, nv);
+  char what[96];
+  ref_attention_forward(out, lse, q, k, v, B, T, NH, NKV, hd, vd), rt_attention_forward(dout, dlse, dq_, dk_, dv_, B, T, NH, NKV, hd, vd);
+  snprintf(what, sizeof what, "%s forward out", name), check_dev(what, dout, out, no, p->attn_tol);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) lse_t[((size_t)b * T + t) * NH + h] = lse[((size_t)b * NH + h) * T + t];
-  check_dev("attention_forward lse", dlse, lse_t, (size_t)N * NH, p->attn_tol);
+      for (int t = 0; t < T; t++)
+        lse_t[p->cudnn ? ((size_t)b * NH + h) * T + t : ((size_t)b * T + t) * NH + h] = lse[((size_t)b * NH + h) * T + t];
+  snprintf(what, sizeof what, "%s forward lse", name), check_dev(what, dlse, lse_t, (size_t)N * NH, p->attn_tol);
+  ref_attention_backward(dq, dk, dv, dy, q, k, v, out, lse, B, T, NH, NKV, hd, vd);
+  rt_attention_backward(ddq, ddk, ddv, ddy, dq_, dk_, dv_, dout, dlse, B, T, NH, NKV, hd, vd);
+  snprintf(what, sizeof what, "%s backward dq", name), check_dev(what, ddq, dq, nq, 2 * p->attn_tol);
+  snprintf(what, sizeof what, "%s backward dk", name), check_dev(what, ddk, dk, nk, 2 * p->attn_tol);
+  snprintf(what, sizeof what, "%s backward dv", name), check_dev(what, ddv, dv, nv, 2 * p->attn_tol);
+}
+
+#if MTRT_ACT_IS_BF16
+/* cuDNN's attention of the last SQ queries of each sequence against all T keys (bottom-right
+ * causal: context parallelism's query chunk), the queries, output and gradients strided views
+ * into the whole sequence's buffers: equal to the last SQ rows of the whole causal attention, and,
+ * with dO zero on the earlier rows, dK and dV equal to the whole backward's. */
+static void attention_chunk(const Pass *p) {
+  enum { SQ = T / 2 };
+  size_t nq = (size_t)N * NH * HD, nk = (size_t)N * NKV * HD;
+  float *q = rnd(nq, 4), *k = rnd(nk, 4), *v = rnd(nk, 2), *out = host(nq), *lse = host((size_t)N * NH);
+  float *dy = rnd(nq, 2), *dq = host(nq), *dk = host(nk), *dv = host(nk);
+  for (int b = 0; b < B; b++) memset(dy + (size_t)b * T * NH * HD, 0, sizeof(float) * (T - SQ) * NH * HD);
+  ref_attention_forward(out, lse, q, k, v, B, T, NH, NKV, HD, HD);
   ref_attention_backward(dq, dk, dv, dy, q, k, v, out, lse, B, T, NH, NKV, HD, HD);
-  rt_attention_backward(ddq, ddk, ddv, ddy, dq_, dk_, dv_, dout, dlse, B, T, NH, NKV, HD, HD);
-  check_dev("attention_backward dq", ddq, dq, nq, 2 * p->attn_tol);
-  check_dev("attention_backward dk", ddk, dk, nk, 2 * p->attn_tol);
-  check_dev("attention_backward dv", ddv, dv, nk, 2 * p->attn_tol);
+  float *zero = host(nq);
+  act *dq_ = deva(q, nq), *dk_ = deva(k, nk), *dv_ = deva(v, nk), *dout = deva(zero, nq), *ddy = deva(dy, nq);
+  act *ddq = deva(zero, nq), *ddk = deva(NULL, nk), *ddv = deva(NULL, nk);
+  float *dlse = devf(NULL, (size_t)B * NH * SQ), *delta = devf(NULL, (size_t)B * NH * SQ);
+  float *acc = devf(NULL, (size_t)B * NH * SQ * HD);
+  CuAttnShape a;
+  memset(&a, 0, sizeof a);
+  a.b = B, a.hq = NH, a.hkv = NKV, a.sq = SQ, a.skv = T, a.dqk = a.dv = HD;
+  a.q = a.o = (CuAttnView){(int64_t)T * NH * HD, HD, NH * HD};
+  a.k = a.v = (CuAttnView){(int64_t)T * NKV * HD, HD, NKV * HD};
+  size_t skip = (size_t)(T - SQ) * NH * HD; /* the chunk's first query in each sequence */
+  cu_attn_cudnn_forward(&a, dout + skip, dlse, dq_ + skip, dk_, dv_);
+  cu_attn_cudnn_backward(&a, ddq + skip, ddk, ddv, ddy + skip, dq_ + skip, dk_, dv_, dout + skip, dlse, delta, acc);
+  /* the references' last SQ rows; the first T − SQ rows stay 0 on the device (uploaded zeros) */
+  float *ro = host(nq), *rq = host(nq), *rl = host((size_t)B * NH * SQ);
+  for (int b = 0; b < B; b++) {
+    size_t at = (size_t)b * T * NH * HD + skip, n = (size_t)SQ * NH * HD;
+    memcpy(ro + at, out + at, sizeof(float) * n), memcpy(rq + at, dq + at, sizeof(float) * n);
+    for (int h = 0; h < NH; h++)
+      memcpy(rl + ((size_t)b * NH + h) * SQ, lse + ((size_t)b * NH + h) * T + (T - SQ), sizeof(float) * SQ);
+  }
+  check_dev("attention chunk forward out", dout, ro, nq, p->attn_tol);
+  check_dev("attention chunk forward lse", dlse, rl, (size_t)B * NH * SQ, p->attn_tol);
+  check_dev("attention chunk backward dq", ddq, rq, nq, 2 * p->attn_tol);
+  check_dev("attention chunk backward dk", ddk, dk, nk, 2 * p->attn_tol);
+  check_dev("attention chunk backward dv", ddv, dv, nk, 2 * p->attn_tol);
+}
+#endif
+
+/* GQA at kernels.cu's head dim; through cuDNN also MLA's unequal q/k and v head dims (the own
+ * kernels have theirs compiled in) and a query chunk against a longer key sequence. */
+void test_attention(const Pass *p) {
+  attention(p, "attention", HD, HD);
+  if (p->cudnn) attention(p, "attention mla", MLA_HD, MLA_VD);
+#if MTRT_ACT_IS_BF16
+  if (p->cudnn) attention_chunk(p);
+#endif
 }

@@ -1457,3 +1457,14 @@ static struct Summary {
               n_warnings, launches);
   }
 } summary;
+
+// ---- lent to the other fakes (emu_bridge.h) ----
+#include "emu_bridge.h"
+void emu_issue(cudaStream_t s, const char *name, std::function<void()> op) { issue(stream_of(s, name), name, std::move(op)); }
+void emu_report_error(const char *msg) { emu_error("%s", msg); }
+void emu_report_trace(const char *msg) { trace("%s", msg); }
+bool emu_tracing(void) { return tracing(); }
+void emu_check_device(const void *p, size_t bytes, const char *what) { check_dev_range(p, bytes, what); }
+float emu_from_bf16(uint16_t h) { return from_bf16(h); }
+uint16_t emu_to_bf16(float f) { return to_bf16(f); }
+float emu_round_bf16(float f) { return round_bf16(f); }

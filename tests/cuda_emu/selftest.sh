@@ -11,6 +11,13 @@
 #   nccl-fail       2 ranks (FSDP 2): the 3rd NCCL operation never completes and its communicator
 #                   reports an error (EMU_NCCL_FAIL, a dead peer): the host wait names it
 #   nccl-hang       the same without the error (EMU_NCCL_HANG): named after MTC_NCCL_TIMEOUT=1
+#   cudnn-scale     the runtime's cuDNN attention forward with 1/d for its softmax scale, not 1/sqrt(d) (a
+#                   copy of runtime/ as EMU_RUNTIME): test_kernels_bf16's attention checks fail
+#   cudnn-stride    its Kᵀ and Vᵀ views with the head stride for the token stride: the same
+#   cudnn-heads     the K view's head stride 0 (every query head reads KV head 0): the same
+#   cudnn-workspace an engine whose workspace exceeds the runtime's (EMU_CUDNN_WORKSPACE): stops at start-up
+#                   naming the shape, the bytes and cluster.reserve.cublas_workspace
+#   cudnn-version   cuDNN 9.10.1 (EMU_CUDNN_VERSION=91001): refused at start-up by its name
 #   nccl-late       the hang, the host busy 3 s before its next wait (EMU_NCCL_LATE=3), MTC_NCCL_TIMEOUT=2:
 #                   the timeout counts from the collective's issue, so the wait ends at its first poll
 #                   (found 0.x s into it) naming the collective's age (3 s or more), not after 2 s more
@@ -81,6 +88,30 @@ run kernel-race
 got=$(norm kernel-race)
 if [ "$got" != "$ref" ]; then echo "ok    kernel-race: grad norm '$got', not $ref"
 else echo "FAIL  kernel-race: no difference"; fail=1; fi
+
+# mutant NAME FILE SED-EXPR: a copy of runtime/ with FILE (under it) edited (EMU_RUNTIME), and
+# test_kernels_bf16 against it: its cuDNN pass must fail the attention's checks (a training run's
+# loss and gradient norm over a few tiny-moe steps are not sensitive enough to the q/k gradients)
+mutant() {
+  local rt=$work/rt-$1
+  rm -rf "$rt" && cp -r "$root/runtime" "$rt" && sed -i "$3" "$rt/$2"
+  if cmp -s "$root/runtime/$2" "$rt/$2"; then echo "FAIL  $1: the mutation did not apply"; fail=1; return; fi
+  { cmake -S "$here" -B "$rt-build" -DEMU_RUNTIME="$rt" && cmake --build "$rt-build" -j2 --target test_kernels_bf16; } \
+    >"$work/$1.out" 2>&1 && "$rt-build/test_kernels_bf16" "$root"/templates/kernels/*.cu >>"$work/$1.out" 2>&1
+  expect "$1" "the attention checks failing" "FAIL attention .*(bf16act/cudnn)"
+}
+mutant cudnn-scale cuda/attn_cudnn.c \
+  's|float scale = (float)(1.0 / sqrt((double)a->dqk)), ninf = -INFINITY;|float scale = (float)(1.0 / (double)a->dqk), ninf = -INFINITY;|'
+mutant cudnn-stride cuda/attn_cudnn.c 's|str\[2\] = 1, str\[3\] = v->token;|str[2] = 1, str[3] = v->head;|'
+mutant cudnn-heads cuda/ops.c 's|a.k = (CuAttnView){(int64_t)T \* nkv \* hd, hd, |a.k = (CuAttnView){(int64_t)T * nkv * hd, 0, |'
+
+prog cudnn-workspace
+run cudnn-workspace EMU_CUDNN_WORKSPACE=$((1 << 30))
+expect cudnn-workspace "an attention engine whose workspace does not fit" \
+  "needs a 1073741824-byte workspace, and the runtime's (shared with cuBLAS) is [0-9]* bytes; raise cluster.reserve.cublas_workspace"
+run cudnn-workspace EMU_CUDNN_VERSION=91001
+mv "$work/cudnn-workspace.out" "$work/cudnn-version.out"
+expect cudnn-version "cuDNN 9.10.1 refused by name" "cuDNN 9.10.1 is known-bad for attention"
 
 prog nccl --set cluster.gpus_per_node=2 --set plan.fsdp=2
 run2() { # run2 NAME [VAR=VALUE...]: the 2-rank program nccl, one step
