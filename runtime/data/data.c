@@ -76,16 +76,19 @@ int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err,
     char msg[256];
     snprintf(msg, sizeof msg, "cannot open: %s; expected a token file (raw text or an llm.c .bin shard)",
              strerror(errno));
+    rt_data_close(d); /* (d->path) */
     return fail(err, errlen, path, msg);
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
+    rt_data_close(d);
     return fail(err, errlen, path, S_ISFIFO(st.st_mode) ? "a FIFO, not a regular file; expected a token file (mtc maps "
                                    "it into memory: a file on disk)" : "not a regular file; expected a token file");
   }
   if (st.st_size == 0) {
     close(fd);
+    rt_data_close(d);
     return fail(err, errlen, path, "the file is empty; expected tokens to train on");
   }
   void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
