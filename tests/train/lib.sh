@@ -50,3 +50,14 @@ same_losses() {
       if (r > 1e-5) { printf "step %d: %s, %s against %s\n", n, what, $2, $1; bad = 1 } }
     END { printf "%s: %d steps, worst relative loss difference %.2e\n", what, n, worst; exit (bad || n != want) }'
 }
+
+# cp2_against REF RUN NP: RUN, a cp 2 program, on NP ranks against REF's 6 steps on 1 rank
+# ($work/REF.jsonl), within 1e-5
+cp2_against() {
+  local ref=$1 d=$2 np=$3
+  grep -q '^#define PLAN_CP 2$' "$work/$d/step.h" || die "$d: the plan did not take cp 2"
+  (cd "$work" && "${mpirun[@]}" -np "$np" "./$d/build/train" --data "$text" --metrics "$d.jsonl" >/dev/null) ||
+    { die "$d: $np rank run"; return; }
+  same_losses "$ref" "$d" "1 rank against $np ($(sed -n 's/^policy     //p' "$work/$d/plan.txt"))" 6 ||
+    die "$d: losses differ from 1 rank"
+}
