@@ -218,6 +218,88 @@ static void test_attention(void) {
   }
 }
 
+/* ---- attention past one tile: 600 tokens (ops_attention.c visits 64 queries at a time against
+ * blocks of 256 keys) against the definition written out, softmax(q kᵀ / sqrt(hd)) v with its
+ * gradients dP = dO vᵀ, dS = P (dP − rowsum(P dP)), dq = dS k / sqrt(hd), dk = dSᵀ q / sqrt(hd),
+ * dv = Pᵀ dO; then the same rows from two cp ranks' spans of the sequence. */
+enum { LT = 600, LH = 2, LKV = 1, LD = 3, LVD = 2 };
+static void naive_attention(double *out, double *lse, double *dq, double *dk, double *dv, const double *q,
+                            const double *k, const double *v, const double *dout) {
+  static double P[LT], dP[LT];
+  for (int h = 0; h < LH; h++)
+    for (int t = 0; t < LT; t++) {
+      const double *qt = q + ((size_t)t * LH + h) * LD, *dot = dout + ((size_t)t * LH + h) * LVD;
+      double m = -INFINITY, z = 0, D = 0;
+      for (int j = 0; j <= t; j++) {
+        P[j] = 0;
+        for (int d = 0; d < LD; d++) P[j] += qt[d] * k[(size_t)j * LD + d] / sqrt((double)LD);
+        m = fmax(m, P[j]);
+      }
+      for (int j = 0; j <= t; j++) z += P[j] = exp(P[j] - m);
+      lse[(size_t)h * LT + t] = m + log(z);
+      for (int j = 0; j <= t; j++) {
+        P[j] /= z, dP[j] = 0;
+        for (int d = 0; d < LVD; d++) {
+          out[((size_t)t * LH + h) * LVD + d] += P[j] * v[(size_t)j * LVD + d];
+          dP[j] += dot[d] * v[(size_t)j * LVD + d];
+        }
+        D += P[j] * dP[j];
+      }
+      for (int j = 0; j <= t; j++) {
+        double ds = P[j] * (dP[j] - D) / sqrt((double)LD);
+        for (int d = 0; d < LD; d++) {
+          dq[((size_t)t * LH + h) * LD + d] += ds * k[(size_t)j * LD + d];
+          dk[(size_t)j * LD + d] += ds * qt[d];
+        }
+        for (int d = 0; d < LVD; d++) dv[(size_t)j * LVD + d] += P[j] * dot[d];
+      }
+    }
+}
+static void test_attention_long(void) {
+  int nq = LT * LH * LD, nk = LT * LKV * LD, nv = LT * LKV * LVD, no = LT * LH * LVD, c = LT / 4;
+  double *q = arr(nq), *k = arr(nk), *v = arr(nv), *dout = arr(no);
+  double *out = zeros(no), *lse = zeros(LH * LT), *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nv);
+  double *rout = zeros(no), *rlse = zeros(LH * LT), *rdq = zeros(nq), *rdk = zeros(nk), *rdv = zeros(nv);
+  for (int i = 0; i < nq; i++) q[i] *= 3; /* peaked rows: the running max moves between key blocks */
+  naive_attention(rout, rlse, rdq, rdk, rdv, q, k, v, dout);
+  rt_attention_forward(out, lse, q, k, v, 1, LT, LH, LKV, LD, LVD);
+  rt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, 1, LT, LH, LKV, LD, LVD);
+  double worst = 0;
+  for (int i = 0; i < no; i++) worst = fmax(worst, fabs(out[i] - rout[i]));
+  for (int i = 0; i < LH * LT; i++) worst = fmax(worst, fabs(lse[i] - rlse[i]));
+  for (int i = 0; i < nq; i++) worst = fmax(worst, fabs(dq[i] - rdq[i]));
+  for (int i = 0; i < nk; i++) worst = fmax(worst, fabs(dk[i] - rdk[i]));
+  for (int i = 0; i < nv; i++) worst = fmax(worst, fabs(dv[i] - rdv[i]));
+  CHECK(worst < 1e-10);
+  /* cp 2: rank r holds chunks r and 3 − r of c = 150 tokens; its dk, dv over the whole range */
+  double *sdk = zeros(nk), *sdv = zeros(nv);
+  worst = 0;
+  for (int r = 0; r < 2; r++) {
+    int64_t lo = (int64_t)r * c, hi = (int64_t)(3 - r) * c;
+    double *lq = zeros(2 * c * LH * LD), *ldo = zeros(2 * c * LH * LVD), *lout = zeros(2 * c * LH * LVD),
+           *llse = zeros(LH * 2 * c), *ldq = zeros(2 * c * LH * LD);
+    for (int t = 0; t < 2 * c; t++) {
+      int64_t pos = t < c ? lo + t : hi + t - c;
+      memcpy(lq + (size_t)t * LH * LD, q + pos * LH * LD, sizeof(double) * LH * LD);
+      memcpy(ldo + (size_t)t * LH * LVD, dout + pos * LH * LVD, sizeof(double) * LH * LVD);
+    }
+    rt_attention_span_forward(lout, llse, lq, k, v, 1, 2 * c, LT, lo, hi, LH, LKV, LD, LVD);
+    rt_attention_span_backward(ldq, sdk, sdv, ldo, lq, k, v, lout, llse, 1, 2 * c, LT, lo, hi, LH, LKV, LD, LVD);
+    for (int t = 0; t < 2 * c; t++) {
+      int64_t pos = t < c ? lo + t : hi + t - c;
+      for (int i = 0; i < LH * LVD; i++)
+        worst = fmax(worst, fabs(lout[(size_t)t * LH * LVD + i] - rout[pos * LH * LVD + i]));
+      for (int i = 0; i < LH * LD; i++)
+        worst = fmax(worst, fabs(ldq[(size_t)t * LH * LD + i] - rdq[pos * LH * LD + i]));
+      for (int h = 0; h < LH; h++)
+        worst = fmax(worst, fabs(llse[(size_t)h * 2 * c + t] - rlse[(size_t)h * LT + pos]));
+    }
+  }
+  for (int i = 0; i < nk; i++) worst = fmax(worst, fabs(sdk[i] - rdk[i]));
+  for (int i = 0; i < nv; i++) worst = fmax(worst, fabs(sdv[i] - rdv[i]));
+  CHECK(worst < 1e-10);
+}
+
 /* ---- MLA's parts: RoPE on the rope channels of each head (stride 7, 4 rotated from channel 3)
  * equals rt_rope_forward on those channels copied out, the rest untouched; rt_mla_kv_* against
  * its definition and the gradient check */
@@ -623,6 +705,7 @@ int main(void) {
   test_rope_llama3();
   test_rope_yarn();
   test_attention();
+  test_attention_long();
   test_span();
   test_mla();
   test_activations();

@@ -1,5 +1,5 @@
-/* ops_dense.c — cpu ops of the dense path: embedding, learned positions, RMSNorm, LayerNorm, biases, linear layers, RoPE, causal
- * GQA attention, activations, and the LM head with chunked cross-entropy. */
+/* ops_dense.c — cpu ops of the dense path: embedding, learned positions, RMSNorm, LayerNorm, biases, linear layers, RoPE,
+ * activations, and the LM head with chunked cross-entropy. */
 #include <math.h>
 #include <string.h>
 
@@ -278,103 +278,6 @@ void rt_rope_llama3_forward(act *x, int B, int T, int H, int hd, real theta, rea
 void rt_rope_llama3_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                              real orig) {
   rope_llama3(dx, B, T, H, hd, theta, factor, low, high, orig, -1);
-}
-
-/* Eight partial sums, so that the compiler can vectorize without reassociating on its own. */
-static real dot(const real *a, const real *b, int n) {
-  real p[8] = {0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; j++) p[j] += a[i + j] * b[i + j];
-  real s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-  for (; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-
-/* y += a x over n values (y and x do not overlap). */
-static void axpy(real *restrict y, real a, const real *restrict x, int n) {
-  for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-/* One pass over the keys in blocks of ATT_BLOCK scores kept on the stack: each score is
- * computed once, and the running max, sum and output are rescaled when the max grows (the
- * online softmax of Milakov & Gimelshein 2018, as in FlashAttention). */
-enum { ATT_BLOCK = 64 };
-
-void rt_attention_span_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int S,
-                               int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd) {
-  real scale = 1 / SQRT((real)hd), sc[ATT_BLOCK];
-  int group = nh / nkv, half = T / 2;
-  size_t stride = (size_t)nkv * hd, vstride = (size_t)nkv * vd;
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < nh; h++)
-      for (int t = 0; t < T; t++) {
-        const real *qt = q + (((size_t)b * T + t) * nh + h) * hd;
-        real *o = out + (((size_t)b * T + t) * nh + h) * vd;
-        const real *kb = k + ((size_t)b * S * nkv + h / group) * hd;
-        const real *vb = v + ((size_t)b * S * nkv + h / group) * vd;
-        int64_t pos = t < half ? lo + t : hi + (t - half); /* the query's place: keys 0..pos */
-        real m = -INFINITY, s = 0;
-        memset(o, 0, sizeof(real) * (size_t)vd);
-        for (int64_t j0 = 0; j0 <= pos; j0 += ATT_BLOCK) {
-          int n = pos + 1 - j0 < ATT_BLOCK ? (int)(pos + 1 - j0) : ATT_BLOCK;
-          real bm = m;
-          for (int j = 0; j < n; j++) {
-            sc[j] = scale * dot(qt, kb + (size_t)(j0 + j) * stride, hd);
-            if (sc[j] > bm) bm = sc[j];
-          }
-          real corr = EXP(m - bm); /* 0 on the first block (m = -inf) */
-          s *= corr;
-          for (int d = 0; d < vd; d++) o[d] *= corr;
-          for (int j = 0; j < n; j++) {
-            real p = EXP(sc[j] - bm);
-            const real *vj = vb + (size_t)(j0 + j) * vstride;
-            s += p;
-            for (int d = 0; d < vd; d++) o[d] += p * vj[d];
-          }
-          m = bm;
-        }
-        for (int d = 0; d < vd; d++) o[d] /= s;
-        lse[((size_t)b * nh + h) * T + t] = m + LOG(s);
-      }
-}
-
-void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
-                          int nkv, int hd, int vd) {
-  rt_attention_span_forward(out, lse, q, k, v, B, T, T, 0, T / 2, nh, nkv, hd, vd);
-}
-
-/* With P = softmax(S), D_t = Σ dO·O: dS = P (dO·v − D); dq = scale dS k; dk += scale dS q;
- * dv += P dO (Dao et al., FlashAttention-2, Algorithm 2). */
-void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k,
-                                const act *v, const act *out, const real *lse, int B, int T, int S, int64_t lo,
-                                int64_t hi, int nh, int nkv, int hd, int vd) {
-  real scale = 1 / SQRT((real)hd);
-  int group = nh / nkv, half = T / 2;
-  size_t stride = (size_t)nkv * hd, vstride = (size_t)nkv * vd;
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < nh; h++)
-      for (int t = 0; t < T; t++) {
-        size_t row = (((size_t)b * T + t) * nh + h) * hd, vrow = (((size_t)b * T + t) * nh + h) * vd;
-        const real *qt = q + row, *dot_ = dout + vrow;
-        size_t kv0 = ((size_t)b * S * nkv + h / group) * hd, v0 = ((size_t)b * S * nkv + h / group) * vd;
-        real l = lse[((size_t)b * nh + h) * T + t], D = dot(dot_, out + vrow, vd);
-        int64_t pos = t < half ? lo + t : hi + (t - half);
-        for (int64_t j = 0; j <= pos; j++) {
-          const real *kj = k + kv0 + j * stride, *vj = v + v0 + j * vstride;
-          real p = EXP(scale * dot(qt, kj, hd) - l);
-          real ds = p * (dot(dot_, vj, vd) - D);
-          /* three separate loops over distinct rows: each vectorizes */
-          if (dq) axpy(dq + row, scale * ds, kj, hd);
-          if (dk) axpy(dk + kv0 + j * stride, scale * ds, qt, hd);
-          if (dv) axpy(dv + v0 + j * vstride, p, dot_, vd);
-        }
-      }
-}
-
-void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
-                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
-  rt_attention_span_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, 0, T / 2, nh, nkv, hd, vd);
 }
 
 /* MLA's keys and values from kv_b_proj's output (see mtrt_ops.h). */

@@ -26,6 +26,7 @@
 
 /* ---- GEMMs: the class is the enclosing op's (grouped inside the experts) ---- */
 static RtProfClass gemm_class = RT_PROF_GEMM;
+static int gemm_flops = 1; /* 0 inside an op that counts its own FLOPs (attention) */
 
 #define GEMM_ARGS                                                                                              \
   OPENBLAS_CONST enum CBLAS_ORDER o, OPENBLAS_CONST enum CBLAS_TRANSPOSE ta,                                   \
@@ -37,7 +38,7 @@ void __real_cblas_sgemm(GEMM_ARGS, OPENBLAS_CONST float alpha, OPENBLAS_CONST fl
 void __wrap_cblas_sgemm(GEMM_ARGS, OPENBLAS_CONST float alpha, OPENBLAS_CONST float *A, OPENBLAS_CONST blasint lda,
                         OPENBLAS_CONST float *B, OPENBLAS_CONST blasint ldb, OPENBLAS_CONST float beta, float *C,
                         OPENBLAS_CONST blasint ldc) {
-  TIMED(gemm_class, 2.0 * M * N * K, 0, __real_cblas_sgemm(o, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+  TIMED(gemm_class, gemm_flops * 2.0 * M * N * K, 0, __real_cblas_sgemm(o, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
 }
 void __real_cblas_dgemm(GEMM_ARGS, OPENBLAS_CONST double alpha, OPENBLAS_CONST double *A,
                         OPENBLAS_CONST blasint lda, OPENBLAS_CONST double *B, OPENBLAS_CONST blasint ldb,
@@ -45,7 +46,7 @@ void __real_cblas_dgemm(GEMM_ARGS, OPENBLAS_CONST double alpha, OPENBLAS_CONST d
 void __wrap_cblas_dgemm(GEMM_ARGS, OPENBLAS_CONST double alpha, OPENBLAS_CONST double *A,
                         OPENBLAS_CONST blasint lda, OPENBLAS_CONST double *B, OPENBLAS_CONST blasint ldb,
                         OPENBLAS_CONST double beta, double *C, OPENBLAS_CONST blasint ldc) {
-  TIMED(gemm_class, 2.0 * M * N * K, 0, __real_cblas_dgemm(o, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
+  TIMED(gemm_class, gemm_flops * 2.0 * M * N * K, 0, __real_cblas_dgemm(o, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
 }
 
 /* ---- the ops: one wrapper per entry point the generated step calls ---- */
@@ -53,28 +54,36 @@ void __wrap_cblas_dgemm(GEMM_ARGS, OPENBLAS_CONST double alpha, OPENBLAS_CONST d
   __typeof__(name) __real_##name, __wrap_##name;                                                               \
   void __wrap_##name params { TIMED(cls, flops, bytes, __real_##name args); }
 
+/* Attention: the GEMMs inside it (cpu/ops_attention.c: scores, outputs, gradients) are its own time,
+ * and its FLOPs the causal count below, not the GEMMs' (whose tiles include masked scores). */
+#define WRAP_ATTN(name, params, args, cls, flops)                                                              \
+  __typeof__(name) __real_##name, __wrap_##name;                                                               \
+  void __wrap_##name params {                                                                                  \
+    gemm_class = cls, gemm_flops = 0;                                                                          \
+    TIMED(cls, flops, 0, (__real_##name args, gemm_class = RT_PROF_GEMM, gemm_flops = 1));                     \
+  }
 /* causal: T²/2 scores of q·k (hd) and p·v (vd) each, 2 FLOPs a multiply-add */
 static double attn_flops(int B, int T, int nh, int hd, int vd) { return B * (double)T * T * nh * (hd + vd); }
 
-WRAP(rt_attention_forward,
+WRAP_ATTN(rt_attention_forward,
      (act * out, real * lse, const act *q, const act *k, const act *v, int B, int T, int nh, int nkv, int hd, int vd),
-     (out, lse, q, k, v, B, T, nh, nkv, hd, vd), RT_PROF_ATTENTION_FWD, attn_flops(B, T, nh, hd, vd), 0)
-WRAP(rt_attention_backward,
+     (out, lse, q, k, v, B, T, nh, nkv, hd, vd), RT_PROF_ATTENTION_FWD, attn_flops(B, T, nh, hd, vd))
+WRAP_ATTN(rt_attention_backward,
      (act * dq, act * dk, act * dv, const act *dout, const act *q, const act *k, const act *v, const act *out,
       const real *lse, int B, int T, int nh, int nkv, int hd, int vd),
      (dq, dk, dv, dout, q, k, v, out, lse, B, T, nh, nkv, hd, vd), RT_PROF_ATTENTION_BWD,
-     2.5 * attn_flops(B, T, nh, hd, vd), 0)
+     2.5 * attn_flops(B, T, nh, hd, vd))
 /* context parallelism: T queries a rank holds against keys of sequences of S, its causal half on average */
-WRAP(rt_attention_span_forward,
+WRAP_ATTN(rt_attention_span_forward,
      (act * out, real * lse, const act *q, const act *k, const act *v, int B, int T, int S, int64_t lo, int64_t hi,
       int nh, int nkv, int hd, int vd),
      (out, lse, q, k, v, B, T, S, lo, hi, nh, nkv, hd, vd), RT_PROF_ATTENTION_FWD,
-     B * (double)T * S * nh * (hd + vd), 0)
-WRAP(rt_attention_span_backward,
+     B * (double)T * S * nh * (hd + vd))
+WRAP_ATTN(rt_attention_span_backward,
      (act * dq, act * dk, act * dv, const act *dout, const act *q, const act *k, const act *v, const act *out,
       const real *lse, int B, int T, int S, int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd),
      (dq, dk, dv, dout, q, k, v, out, lse, B, T, S, lo, hi, nh, nkv, hd, vd), RT_PROF_ATTENTION_BWD,
-     2.5 * B * (double)T * S * nh * (hd + vd), 0)
+     2.5 * B * (double)T * S * nh * (hd + vd))
 WRAP(rt_rope_span_forward, (act * x, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi),
      (x, B, T, H, stride, rd, theta, lo, hi), RT_PROF_ROPE, 0, B2 * 2 * B * (double)T * H * rd)
 WRAP(rt_rope_span_backward, (act * dx, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi),
