@@ -875,6 +875,16 @@ bool plan_recomputes(CheckpointPolicy ac, OpKind k);
  * (every token of all ep ranks sends min(top_k, experts / ep) copies to one rank; the mean is
  * top_k copies per token), and 1 when ep is 1 or the model has no experts (plan.c). */
 double plan_moe_imbalance(const Spec *s, int64_t ep);
+/* Whether choice ch's MoE all-to-all is the hierarchical one (its dispatch, over an EP group that
+ * spans whole nodes). */
+bool plan_hier(const Spec *s, const Choice *ch);
+/* The hierarchical exchange's staging, rows of hidden values per rank (the program's MOE_HIER_*,
+ * runtime/mtrt_hier.h): us, the origin's unique rows (tokens x min(top_k, nodes)); ur, the relay's
+ * (tokens x nodes); st, the relay's copies for one peer (R: the round's cap rows). */
+typedef struct {
+  int64_t g, nodes, us, ur, st;
+} PlanHierRows;
+PlanHierRows plan_hier_rows(const Spec *s, int64_t ep, int64_t tokens, int64_t cap);
 /* That maximum alone: ep · min(top_k, experts / ep) / top_k (1 for ep 1 or a dense model). */
 double plan_moe_imbalance_max(const Spec *s, int64_t ep);
 /* Builds the memory items of choice ch and packs them (plan.c). */
@@ -942,6 +952,8 @@ Plan *plan_search(Mem *m, const Model *md);
 /* Whether `mtc compile` emits the MoE all-to-all d (search.c): only those are searched, and a
  * spec that pins another is refused (check.c). */
 bool plan_dispatch_emitted(DispatchPolicy d);
+/* Whether the search tries dispatch d where the spec leaves plan.moe_dispatch auto. */
+bool plan_dispatch_auto(DispatchPolicy d);
 /* ---- plan_exact.c: the chosen plan's items at the program's own bytes ---- */
 /* Makes the items of p's chosen candidate (plan_search calls it on its result) that the
  * generated program holds in its arenas exactly the program's bytes (the emitter's layout of

@@ -86,4 +86,10 @@ void rt_moe_hier_combine(RtHier *h, const RtA2A *a, act *y, const act *ye, bool 
  * rows_recv, expert-major). */
 void rt_moe_hier_scalars_back(RtHier *h, const RtA2A *a, real *dw, const real *v);
 
+
+/* The owner's side of the routing weights' gradient, one round (rows rows of C, expert-major):
+ * dv[row] = dyu[row] · dye[row] (dye holds the experts' outputs on entry), then dye[row] =
+ * ew[row] · dyu[row] (the gradient of the outputs). cpu: comm/moe_hier.c. */
+void rt_moe_gate_rows(act *dye, real *dv, const act *dyu, const real *ew, int64_t rows, int C);
+
 #endif
