@@ -199,11 +199,16 @@ void em_moe_backward(Em *e, int l, const char *dy) {
     P(e, "  rt_hier_slots(&c->hier, I(%s));\n", pos);
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
-    P(e, "    if (rounds > 1) /* the forward kept its last round's rows: this round's again */\n"
-         "      rt_moe_hier_dispatch(&c->hier, &c->a2a, r, R(%s), I(%s), NULL, R(%s), NULL, %s, %lld);\n", xe, eo, ln2, stage, C);
-    P(e, "    rt_experts_forward(R(WS_YE), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld); /* the outputs, for the "
-         "routing weights' gradient */\n", eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, eo), exn(e), C,
-      (long long)e->Fe);
+    /* the experts' outputs meet the output's gradient at their owner (the routing weights'
+     * gradient): a recomputed forward (checkpointing) left its last round's in WS_YE; else, or
+     * for another round, the experts' forward runs again (cost_layer prices it) */
+    bool again = e->ac == AC_NONE;
+    P(e, "    if (rounds > 1) { /* the forward kept its last round's rows: this round's again */\n"
+         "      rt_moe_hier_dispatch(&c->hier, &c->a2a, r, R(%s), I(%s), NULL, R(%s), NULL, %s, %lld);\n%s", xe, eo, ln2,
+      stage, C, again ? "    }\n" : "");
+    P(e, "    %srt_experts_forward(R(WS_YE), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld); /* the outputs */\n%s",
+      again ? "" : "  ", eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, eo), exn(e), C, (long long)e->Fe,
+      again ? "" : "    }\n");
     P(e, "    rt_moe_hier_dispatch(&c->hier, &c->a2a, r, R(DXE), I(WS_EOFF), R(HEW), R(%s), R(%s), %s, %lld); /* the output's "
          "gradient, once per token and node */\n", dy, wts, stage, C);
     P(e, "    rt_moe_gate_rows(R(DYE), R(HDV), R(DXE), R(HEW), c->a2a.rows_recv, %lld); /* DYE: gate x gradient; HDV: "
