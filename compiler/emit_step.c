@@ -312,8 +312,8 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
        "#define MOE_MEAN_ROWS %lld /* rows a rank sends per MoE layer pass: tokens x top_k */\n",
     (long long)e->R, (long long)(e->N * e->K));
   if (e->hier)
-    P(e, "/* the hierarchical all-to-all (0: flat): EP ranks per node, and the staging rows of MOE_HIER: the origin's\n"
-       " * unique rows, the relay's, the relay's copies for one peer (mtrt_hier.h) */\n#define MOE_HIER_G %lld\n"
+    P(e, "/* the hierarchical all-to-all (mtrt_hier.h): EP ranks per node, and the staging rows of HS: the origin's\n"
+       " * unique rows, the relay's (then MOE_CAP_ROWS of the relay's copies for one peer) */\n#define MOE_HIER_G %lld\n"
        "#define MOE_HIER_US %lld\n#define MOE_HIER_UR %lld\n",
       (long long)e->hr.g, (long long)e->hr.us, (long long)e->hr.ur);
   P(e, "#define TRAIN_STEPS %lld\n#define LR %.9g\n#define WARMUP_STEPS %lld\n#define MIN_LR_RATIO %.9g\n"
