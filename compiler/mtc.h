@@ -712,6 +712,13 @@ int64_t plan_runtime_host_scratch(int64_t experts);
  * ep^2 x El counts, 4 B x (ep El + 1) offsets, 32 B x ep rows, 24 B x ep El regroup blocks, 16 B x
  * ep MPI counts), El the experts per EP rank. */
 int64_t plan_host_tables(int64_t tokens, int64_t fsdp, int64_t ep, int64_t El);
+/* Bytes of the hierarchical all-to-all's host tables (runtime/mtrt_hier.h, rt_hier_bytes; equal
+ * to it, tests/test_runtime_scratch.c): per permuted row (tokens x top_k) its slot, unique row,
+ * slot sent and gate (4 x 4 B); per token a mark and min(top_k, nodes) unique rows (4 B each);
+ * headers and MPI counts (4 B x nodes x (g + 1) x 2, 32 B x nodes); first rows (16 B x (nodes +
+ * 1), 8 B x ep, 8 B x (g + 1)); the relay's descriptors and gates (2 x 4 B x g x cap) and the
+ * gates staged and received (2 x 4 B x cap). */
+int64_t plan_hier_host_tables(int64_t ep, int64_t g, int64_t tokens, int64_t top_k, int64_t cap);
 
 /* ------------------------------------------------------------------ attn_ws.c */
 

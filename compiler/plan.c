@@ -402,6 +402,12 @@ static void build_items(Items *it, const Model *md) {
         item(it, "moe.hier_scalars", CAT_MOE, TIER_HBM, 2 * 4 * (double)cap, PHASE_LOSS(L) + 1, PHASE_OPT(L),
              "2 x 4 B x moe_imbalance x tokens x top_k: the gates of the rows received and their gradient (the "
              "backward)");
+        item(it, "moe.hier_tables", CAT_MOE, TIER_HOST,
+             (double)plan_hier_host_tables(ch->ep, hr.g, (int64_t)T, s->model.moe.top_k, cap), 0, END,
+             "16 B x tokens x top_k + 4 B x tokens x (1 + min(top_k, nodes)) + 8 B x g x cap + 8 B x cap + the "
+             "headers and first rows (about 40 B x nodes x g): the hierarchical all-to-all's host tables (slots, "
+             "unique rows, the relay's descriptors and gates; plan_hier_host_tables)");
+        it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own malloc) */
       }
     } else {
       item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
