@@ -685,7 +685,8 @@ void em_layout(Em *e) {
       alias_buf(e, "HUS", "HS", 0, h->us * C, "the origin's rows, one per token and destination node");
       alias_buf(e, "HUR", "HS", h->us * C, h->ur * C, "the relay's rows, one per token and origin node (summed "
                 "there by the combine)");
-      alias_buf(e, "HST", "HS", (h->us + h->ur) * C, h->st * C, "the relay's copies for one peer of its node");
+      alias_buf(e, "HST", "HS", (h->us + h->ur) * C, h->st * C, "the relay's staging of copies for a peer of its "
+                "node (a message's most)");
       e->item = "moe.hier_scalars";
       buf(e, "HEW", e->R, "the gates of the rows received (the backward's dispatch)");
       buf(e, "HDV", e->R, "their gradient, the output's gradient x the output, going back to the routing weights");

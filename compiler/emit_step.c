@@ -313,9 +313,9 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
     (long long)e->R, (long long)(e->N * e->K));
   if (e->hier)
     P(e, "/* the hierarchical all-to-all (mtrt_hier.h): EP ranks per node, and the staging rows of HS: the origin's\n"
-       " * unique rows, the relay's (then MOE_CAP_ROWS of the relay's copies for one peer) */\n#define MOE_HIER_G %lld\n"
-       "#define MOE_HIER_US %lld\n#define MOE_HIER_UR %lld\n",
-      (long long)e->hr.g, (long long)e->hr.us, (long long)e->hr.ur);
+       " * unique rows, the relay's, the relay's staging of copies (its messages' most) */\n#define MOE_HIER_G %lld\n"
+       "#define MOE_HIER_US %lld\n#define MOE_HIER_UR %lld\n#define MOE_HIER_ST %lld\n",
+      (long long)e->hr.g, (long long)e->hr.us, (long long)e->hr.ur, (long long)e->hr.st);
   P(e, "#define TRAIN_STEPS %lld\n#define LR %.9g\n#define WARMUP_STEPS %lld\n#define MIN_LR_RATIO %.9g\n"
        "#define WEIGHT_DECAY %.9g\n#define GRAD_CLIP %.9g\n",
     (long long)s->training.steps, s->training.lr, (long long)s->training.warmup_steps, s->training.min_lr_ratio,

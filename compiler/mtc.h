@@ -716,9 +716,10 @@ int64_t plan_host_tables(int64_t tokens, int64_t fsdp, int64_t ep, int64_t El);
  * to it, tests/test_runtime_scratch.c): per permuted row (tokens x top_k) its slot, unique row,
  * slot sent and gate (4 x 4 B); per token a mark and min(top_k, nodes) unique rows (4 B each);
  * headers and MPI counts (4 B x nodes x (g + 1) x 2, 32 B x nodes); first rows (16 B x (nodes +
- * 1), 8 B x ep, 8 B x (g + 1)); the relay's descriptors and gates (2 x 4 B x g x cap) and the
- * gates staged and received (2 x 4 B x cap). */
-int64_t plan_hier_host_tables(int64_t ep, int64_t g, int64_t tokens, int64_t top_k, int64_t cap);
+ * 1), 8 B x ep, 8 B x (g + 1)); the relay's descriptors and gates (2 x 4 B x g x cap), the
+ * gates staged and received (2 x 4 B x cap) and a step's messages in flight (MPI requests, taken
+ * as 8 B, Open MPI's: 8 B x (cap / st + 2), st the staging rows). */
+int64_t plan_hier_host_tables(int64_t ep, int64_t g, int64_t tokens, int64_t top_k, int64_t cap, int64_t st);
 
 /* ------------------------------------------------------------------ attn_ws.c */
 
@@ -887,7 +888,7 @@ double plan_moe_imbalance(const Spec *s, int64_t ep);
 bool plan_hier(const Spec *s, const Choice *ch);
 /* The hierarchical exchange's staging, rows of hidden values per rank (the program's MOE_HIER_*,
  * runtime/mtrt_hier.h): us, the origin's unique rows (tokens x min(top_k, nodes)); ur, the relay's
- * (tokens x nodes); st, the relay's copies for one peer (R: the round's cap rows). */
+ * (tokens x nodes); st, the relay's staging of copies (a message's most: ceil(cap / g)). */
 typedef struct {
   int64_t g, nodes, us, ur, st;
 } PlanHierRows;

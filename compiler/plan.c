@@ -116,7 +116,7 @@ bool plan_hier(const Spec *s, const Choice *ch) {
 
 PlanHierRows plan_hier_rows(const Spec *s, int64_t ep, int64_t tokens, int64_t cap) {
   int64_t g = s->cluster.gpus_per_node, nodes = ep / g, k = s->model.moe.top_k;
-  return (PlanHierRows){g, nodes, tokens * (k < nodes ? k : nodes), tokens * nodes, cap};
+  return (PlanHierRows){g, nodes, tokens * (k < nodes ? k : nodes), tokens * nodes, (cap + g - 1) / g};
 }
 
 /* Expert activations per token, the routed part grown by the imbalance an EP rank sees. */
@@ -397,16 +397,17 @@ static void build_items(Items *it, const Model *md) {
         int64_t cap = (int64_t)ceil(imb * T * (double)s->model.moe.top_k - 1e-9);
         PlanHierRows hr = plan_hier_rows(s, ch->ep, (int64_t)T, cap);
         item(it, "moe.hier_staging", CAT_MOE, TIER_HBM, 2 * H * (double)(hr.us + hr.ur + hr.st), 1, PHASE_OPT(L),
-             "2 B x hidden x (tokens x min(top_k, nodes) + tokens x nodes + moe_imbalance x tokens x top_k): the "
-             "hierarchical all-to-all's unique rows sent, the relay's unique rows received, its copies for one peer");
+             "2 B x hidden x (tokens x min(top_k, nodes) + tokens x nodes + moe_imbalance x tokens x top_k / g): the "
+             "hierarchical all-to-all's unique rows sent, the relay's unique rows received, its staging of the copies "
+             "(messages of at most a g-th of a round: g = gpus_per_node)");
         item(it, "moe.hier_scalars", CAT_MOE, TIER_HBM, 2 * 4 * (double)cap, PHASE_LOSS(L) + 1, PHASE_OPT(L),
              "2 x 4 B x moe_imbalance x tokens x top_k: the gates of the rows received and their gradient (the "
              "backward)");
         item(it, "moe.hier_tables", CAT_MOE, TIER_HOST,
-             (double)plan_hier_host_tables(ch->ep, hr.g, (int64_t)T, s->model.moe.top_k, cap), 0, END,
+             (double)plan_hier_host_tables(ch->ep, hr.g, (int64_t)T, s->model.moe.top_k, cap, hr.st), 0, END,
              "16 B x tokens x top_k + 4 B x tokens x (1 + min(top_k, nodes)) + 8 B x g x cap + 8 B x cap + the "
-             "headers and first rows (about 40 B x nodes x g): the hierarchical all-to-all's host tables (slots, "
-             "unique rows, the relay's descriptors and gates; plan_hier_host_tables)");
+             "headers, first rows and MPI requests (about 40 B x nodes x g + 8 B x (g + 2)): the hierarchical "
+             "all-to-all's host tables (slots, unique rows, the relay's descriptors and gates; plan_hier_host_tables)");
         it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own malloc) */
       }
     } else {

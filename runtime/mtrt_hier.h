@@ -18,13 +18,14 @@
  *           row, and its gate);
  *   relay   (m, i): expands the unique rows into copies and sends each local rank j its copies
  *           from origins (0, i), (1, i), ... in that order, in g shifted steps (step q: to local
- *           rank i + q, from i − q), so its staging holds one peer's copies (<= cap rows);
+ *           rank i + q, from i − q), in messages of at most st rows (its staging);
  *   owner   (m, j): receives relay-major (relay 0's copies, origin node-major, then relay 1's, ...)
  *           and regroups them into the flat expert-major layout.
  *
  * Sizes, rows of C reals: us (origin's unique rows) <= N · min(K, nodes); ur (relay's unique rows)
- * <= N · nodes; st (relay's staging of one peer's copies) and the owner's receive <= cap; the relay
- * keeps <= g · cap descriptors and gates (host memory, allocated at start-up).
+ * <= N · nodes; the relay's staging st rows (any >= 1: the messages of a step); the owner's
+ * receive <= cap; the relay keeps <= g · cap descriptors and gates (host memory, allocated at
+ * start-up).
  */
 #ifndef MTRT_HIER_H
 #define MTRT_HIER_H
@@ -38,6 +39,7 @@ typedef struct {
   int ep, g, nodes, node, li; /* EP ranks, per node, nodes; this rank's node and local index */
   int N, K;                   /* this rank's tokens and copies per token (N·K permuted rows) */
   int64_t cap;                /* the flat exchange's rows per round (RtA2A.cap) */
+  int64_t st;                 /* rows of the relay's staging: a node-local message's most */
   MPI_Comm node_comm, cross_comm;
   int32_t *slot;   /* (N·K) slot t·K + j of each permuted row: the inverse of rt_moe_permute's pos */
   int32_t *mark;   /* (N) scratch: a token's unique row in the node being planned, -1 when none */
@@ -57,16 +59,17 @@ typedef struct {
   int64_t *hrd;       /* (ep) first row of each source's copies in the relay-major receive order */
   int64_t *fromd;     /* (g + 1) first row from each relay */
   real *ow;           /* (cap) gates received, relay-major */
+  MPI_Request *req;   /* (cap / st + 2) a step's messages in flight */
 } RtHier;
 
 /* Splits node_comm and cross_comm from ep_comm (this rank's EP index me, g ranks per node, g
- * divides ep) and allocates the arrays for N tokens of K copies and rounds of cap rows. Returns 0,
- * or -1 (nothing left allocated) when g < 1, ep % g, N < 1, K < 1 or out of memory. Collective over
- * ep_comm. */
-int rt_hier_init(RtHier *h, MPI_Comm ep_comm, int ep, int me, int g, int N, int K, int64_t cap);
+ * divides ep) and allocates the arrays for N tokens of K copies, rounds of cap rows and a relay's
+ * staging of st rows. Returns 0, or -1 (nothing left allocated) when g < 1, ep % g, N < 1, K < 1,
+ * st < 1 or out of memory. Collective over ep_comm. */
+int rt_hier_init(RtHier *h, MPI_Comm ep_comm, int ep, int me, int g, int N, int K, int64_t cap, int64_t st);
 void rt_hier_free(RtHier *h);
 /* The host bytes rt_hier_init allocates (the memory report); exact. */
-size_t rt_hier_bytes(int ep, int g, int N, int K, int64_t cap);
+size_t rt_hier_bytes(int ep, int g, int N, int K, int64_t cap, int64_t st);
 /* After rt_moe_permute: slot[pos[s]] = s for the N·K slots (pos: host memory). */
 void rt_hier_slots(RtHier *h, const int32_t *pos);
 
@@ -74,7 +77,7 @@ void rt_hier_slots(RtHier *h, const int32_t *pos);
  * <= cap rows of C) and eoff (El + 1) = this rank's experts' rows of the round, exactly as
  * rt_moe_dispatch writes them; x (N, C) the tokens' rows (each copy is its token's row). ew
  * (rows_recv, expert-major) = each row's gate wts[slot] (wts: N·K; both NULL: no gates sent).
- * us, ur, st: the staging buffers above; tmp: cap rows (the owner's receive). */
+ * us, ur, st: the staging buffers above (st: h->st rows); tmp: cap rows (the owner's receive). */
 void rt_moe_hier_dispatch(RtHier *h, RtA2A *a, int r, act *xe, int *eoff, real *ew, const act *x,
                           const real *wts, act *us, act *ur, act *st, act *tmp, int C);
 /* The reverse of the last dispatch: y (N, C) += for each token, the sum over its copies of the

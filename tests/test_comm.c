@@ -168,8 +168,8 @@ static void moe_exchange(const RtComm *c, int cap) {
  * are exact). Each round's xe must equal the flat dispatch's bit for bit; the gated combine of ye =
  * 2 xe + 1 must equal the flat undispatch + rt_moe_combine, the ungated one rt_moe_gather_backward
  * of the same rows, and one scalar per row (its first value + expert / 2) must come back to its
- * copy's slot. */
-static void hier_exchange(const RtComm *c, int g, int cap) {
+ * copy's slot. The relay's staging holds st_rows rows (its messages' most). */
+static void hier_exchange(const RtComm *c, int g, int cap, int st_rows) {
   enum { El = 2, C = 3, N = 5, K = 3 };
   int ep = c->ep, me = c->ep_rank, E = ep * El, nodes = ep / g;
   int32_t idx[N * K], pos[N * K];
@@ -186,14 +186,14 @@ static void hier_exchange(const RtComm *c, int g, int cap) {
   rt_moe_gather(xp, x, pos, N, K, C);
   int us_rows = N * (K < nodes ? K : nodes), ur_rows = N * nodes;
   real *xe = malloc(sizeof(real) * C * (size_t)cap), *xe2 = malloc(sizeof(real) * C * (size_t)cap),
-       *tmp = malloc(sizeof(real) * C * (size_t)cap), *st = malloc(sizeof(real) * C * (size_t)cap),
+       *tmp = malloc(sizeof(real) * C * (size_t)cap), *st = malloc(sizeof(real) * C * (size_t)st_rows),
        *us = malloc(sizeof(real) * C * (size_t)us_rows), *ur = malloc(sizeof(real) * C * (size_t)ur_rows),
        *ew = malloc(sizeof(real) * (size_t)cap), *v = malloc(sizeof(real) * (size_t)cap);
   RtA2A a, b;
   RtHier h;
   CHECK_EQ(rt_a2a_init(&a, ep, El, me, cap, N * K), 0);
   CHECK_EQ(rt_a2a_init(&b, ep, El, me, cap, N * K), 0);
-  CHECK_EQ(rt_hier_init(&h, c->ep_comm, ep, me, g, N, K, cap), 0);
+  CHECK_EQ(rt_hier_init(&h, c->ep_comm, ep, me, g, N, K, cap, st_rows), 0);
   rt_hier_slots(&h, pos);
   int rounds = rt_moe_route(c->ep_comm, &a, off);
   CHECK_EQ(rt_moe_route(c->ep_comm, &b, off), rounds);
@@ -290,8 +290,10 @@ int main(int argc, char **argv) {
   moe_exchange(&c, 1);
   for (int g = 1; g < c.ep; g *= 2) /* nodes of g EP ranks: 1 (every rank a node), 2, ... */
     if (c.ep % g == 0) {
-      hier_exchange(&c, g, 3 * 5 * c.ep); /* the dropless worst case: one round */
-      hier_exchange(&c, g, 4);            /* several rounds */
+      hier_exchange(&c, g, 3 * 5 * c.ep, 3 * 5 * c.ep); /* the dropless worst case: one round */
+      hier_exchange(&c, g, 3 * 5 * c.ep, 2);            /* one round, messages of 2 rows */
+      hier_exchange(&c, g, 4, 4);                       /* several rounds */
+      hier_exchange(&c, g, 4, 1);                       /* several rounds, messages of 1 row */
     }
   int failures = check_failures, total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

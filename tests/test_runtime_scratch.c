@@ -59,12 +59,12 @@ static void tables(void) {
 /* The hierarchical all-to-all's host tables: the plan's figure against rt_hier_bytes, and the item
  * of a pinned hierarchical plan (tiny-moe on 2 nodes x 2, ep 4). */
 static void hier_tables(void) {
-  static const int64_t cases[][5] = {{4, 2, 128, 2, 320}, {8, 4, 49152, 8, 800000}, {32, 4, 4096, 8, 65536},
-                                     {4, 1, 7, 3, 5}};
+  static const int64_t cases[][6] = {{4, 2, 128, 2, 320, 160}, {8, 4, 49152, 8, 800000, 200000},
+                                     {32, 4, 4096, 8, 65536, 16384}, {4, 1, 7, 3, 5, 1}, {4, 2, 7, 3, 5, 3}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const int64_t *c = cases[i];
-    CHECK_EQ(plan_hier_host_tables(c[0], c[1], c[2], c[3], c[4]),
-             (int64_t)rt_hier_bytes((int)c[0], (int)c[1], (int)c[2], (int)c[3], c[4]));
+    CHECK_EQ(plan_hier_host_tables(c[0], c[1], c[2], c[3], c[4], c[5]),
+             (int64_t)rt_hier_bytes((int)c[0], (int)c[1], (int)c[2], (int)c[3], c[4], c[5]));
   }
   Mem m = {0};
   const char *sets[] = {"cluster.gpus_per_node=2", "cluster.nodes=2", "plan.ep=4", "plan.moe_dispatch=hierarchical"};
@@ -74,7 +74,7 @@ static void hier_tables(void) {
     const Choice *ch = &p->best.ch;
     int64_t T = ch->micro_batch * p->md->spec->training.seq_len / plan_cp(ch), K = p->md->spec->model.moe.top_k;
     int64_t cap = (int64_t)ceil(plan_moe_imbalance(p->md->spec, ch->ep) * (double)(T * K) - 1e-9);
-    CHECK_EQ(bytes(&p->best, "moe.hier_tables"), (int64_t)rt_hier_bytes((int)ch->ep, 2, (int)T, (int)K, cap));
+    CHECK_EQ(bytes(&p->best, "moe.hier_tables"), (int64_t)rt_hier_bytes((int)ch->ep, 2, (int)T, (int)K, cap, (cap + 1) / 2));
   }
   mem_free(&m);
 }

@@ -41,8 +41,9 @@
 #include "mtrt_profile.h"
 #include "step.h"
 
-#ifndef MOE_HIER_G /* step.h defines it with the hierarchical all-to-all: EP ranks per node */
+#ifndef MOE_HIER_G /* step.h defines them with the hierarchical all-to-all: EP ranks per node, staging rows */
 #define MOE_HIER_G 0
+#define MOE_HIER_ST 1
 #endif
 
 /* Where the host reads and writes the training state (HOST): the state arena itself when the
@@ -213,7 +214,8 @@ static Footprint footprint(void) {
   f.host = f.pinned + (int64_t)rt_muon_counts_bytes(PLAN_FSDP) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
            + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0)
-           + (MOE_HIER_G > 0 ? (int64_t)rt_hier_bytes(PLAN_EP, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS) : 0);
+           + (MOE_HIER_G > 0 ? (int64_t)rt_hier_bytes(PLAN_EP, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                                            MOE_HIER_ST) : 0);
 #ifdef MTC_BACKEND_CUDA
   RtCudaConfig cfg = cuda_config();
   size_t scratch_host = 0, scratch_pinned = 0;
@@ -617,7 +619,8 @@ static int alloc_arenas(Run *r) {
     return 2;
   }
   if (MOE_HIER_G > 0 &&
-      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS) != 0) {
+      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                      MOE_HIER_ST) != 0) {
     fprintf(stderr, "error: rank %d: no host memory for the hierarchical all-to-all's tables\n", c->comm.rank);
     return 2;
   }
@@ -642,7 +645,8 @@ static int alloc_arenas(Run *r) {
     return 2;
   }
   if (MOE_HIER_G > 0 &&
-      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS) != 0) {
+      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                      MOE_HIER_ST) != 0) {
     fprintf(stderr, "error: rank %d: no host memory for the hierarchical all-to-all's tables\n", c->comm.rank);
     return 2;
   }

@@ -123,24 +123,34 @@ void rt_moe_hier_dispatch(RtHier *h, RtA2A *a, int r, act *xe, int *eoff, real *
   if (wts)
     MPI_CHECK(MPI_Alltoallv(h->cw, mc, mc + Nn, MTRT_MPI_REAL, h->rw, mc + 2 * Nn, mc + 3 * Nn, MTRT_MPI_REAL,
                             h->cross_comm));
-  /* relay to owners: step q sends local rank li + q its copies, receives from li − q */
+  /* relay to owners: step q sends local rank li + q its copies, receives from li − q; the rows in
+   * messages of at most st rows (both sides cut a pair's rows the same way), the receives posted
+   * before any send */
   owner_layout(h, a);
   MPI_Datatype t = row_type(C);
   for (int q = 0; q < g; q++) {
-    int to = (h->li + q) % g, fr = (h->li - q + g) % g;
-    int64_t rows = 0;
+    int to = (h->li + q) % g, fr = (h->li - q + g) % g, nreq = 0;
+    int64_t rn = h->fromd[fr + 1] - h->fromd[fr];
+    for (int64_t at = 0; at < rn; at += h->st)
+      MPI_CHECK(MPI_Irecv((char *)tmp + (size_t)(h->fromd[fr] + at) * row,
+                          rt_mpi_count((size_t)(rn - at < h->st ? rn - at : h->st), "hierarchical all-to-all rows"), t,
+                          fr, 0, h->node_comm, &h->req[nreq++]));
+    int64_t rows = 0, held = 0;
     for (int n = 0; n < Nn; n++)
       for (int64_t ci = desc_at(h, n, to), e = 0; e < hdr_r(h, n)[1 + to]; e++, ci++, rows++) {
-        memcpy((char *)st + (size_t)rows * row, (char *)ur + (size_t)(h->urd[n] + h->rdesc[ci]) * row, row);
+        memcpy((char *)st + (size_t)held++ * row, (char *)ur + (size_t)(h->urd[n] + h->rdesc[ci]) * row, row);
         if (ew) h->sw[rows] = h->rw[ci];
+        if (held == h->st) {
+          MPI_CHECK(MPI_Send(st, (int)held, t, to, 0, h->node_comm));
+          held = 0;
+        }
       }
-    int sn = rt_mpi_count((size_t)rows, "hierarchical all-to-all rows to a local rank"),
-        rn = rt_mpi_count((size_t)(h->fromd[fr + 1] - h->fromd[fr]), "hierarchical all-to-all rows from a relay");
-    MPI_CHECK(MPI_Sendrecv(st, sn, t, to, 0, (char *)tmp + (size_t)h->fromd[fr] * row, rn, t, fr, 0, h->node_comm,
-                           MPI_STATUS_IGNORE));
+    if (held) MPI_CHECK(MPI_Send(st, (int)held, t, to, 0, h->node_comm));
+    MPI_CHECK(MPI_Waitall(nreq, h->req, MPI_STATUSES_IGNORE));
     if (wts && ew) /* the owners' gates: the backward's (the forward's combine gates at the relay) */
-      MPI_CHECK(MPI_Sendrecv(h->sw, sn, MTRT_MPI_REAL, to, 1, h->ow + h->fromd[fr], rn, MTRT_MPI_REAL, fr, 1,
-                             h->node_comm, MPI_STATUS_IGNORE));
+      MPI_CHECK(MPI_Sendrecv(h->sw, rt_mpi_count((size_t)rows, "hierarchical all-to-all gates"), MTRT_MPI_REAL, to, 1,
+                             h->ow + h->fromd[fr], rt_mpi_count((size_t)rn, "hierarchical all-to-all gates"),
+                             MTRT_MPI_REAL, fr, 1, h->node_comm, MPI_STATUS_IGNORE));
   }
   MPI_CHECK(MPI_Type_free(&t));
   regroup(h, a, xe, tmp, row, true);
@@ -154,23 +164,30 @@ void rt_moe_hier_combine(RtHier *h, const RtA2A *a, act *y, const act *ye, bool 
   regroup(h, a, (act *)ye, tmp, row, false);
   memset(ur, 0, (size_t)h->urd[Nn] * row);
   MPI_Datatype t = row_type(C);
-  /* owners to relays, the dispatch's steps reversed; each relay sums a token's copies */
+  /* owners to relays, the dispatch's steps reversed, in the same messages (the sends posted before
+   * any receive); each relay sums a token's copies */
   for (int q = 0; q < g; q++) {
-    int to = (h->li + q) % g, fr = (h->li - q + g) % g;
-    int64_t rows = 0;
-    for (int n = 0; n < Nn; n++) rows += hdr_r(h, n)[1 + to];
-    int sn = rt_mpi_count((size_t)(h->fromd[fr + 1] - h->fromd[fr]), "hierarchical combine rows to a relay"),
-        rn = rt_mpi_count((size_t)rows, "hierarchical combine rows from a local rank");
-    MPI_CHECK(MPI_Sendrecv((char *)tmp + (size_t)h->fromd[fr] * row, sn, t, fr, 2, st, rn, t, to, 2, h->node_comm,
-                           MPI_STATUS_IGNORE));
-    rows = 0;
+    int to = (h->li + q) % g, fr = (h->li - q + g) % g, nreq = 0;
+    int64_t sn = h->fromd[fr + 1] - h->fromd[fr];
+    for (int64_t at = 0; at < sn; at += h->st)
+      MPI_CHECK(MPI_Isend((char *)tmp + (size_t)(h->fromd[fr] + at) * row,
+                          rt_mpi_count((size_t)(sn - at < h->st ? sn - at : h->st), "hierarchical combine rows"), t, fr,
+                          2, h->node_comm, &h->req[nreq++]));
+    int64_t total = 0, held = 0, got = 0;
+    for (int n = 0; n < Nn; n++) total += hdr_r(h, n)[1 + to];
     for (int n = 0; n < Nn; n++)
-      for (int64_t ci = desc_at(h, n, to), e = 0; e < hdr_r(h, n)[1 + to]; e++, ci++, rows++) {
+      for (int64_t ci = desc_at(h, n, to), e = 0; e < hdr_r(h, n)[1 + to]; e++, ci++, got++) {
+        if (!held) { /* the next message */
+          held = total - got < h->st ? total - got : h->st;
+          MPI_CHECK(MPI_Recv(st, (int)held, t, to, 2, h->node_comm, MPI_STATUS_IGNORE));
+        }
         act *dst = ur + (size_t)(h->urd[n] + h->rdesc[ci]) * (size_t)C;
-        const act *src = st + (size_t)rows * (size_t)C;
+        const act *src = st + (size_t)(got % h->st) * (size_t)C; /* (messages start at multiples of st) */
         real w = gated ? h->rw[ci] : 1;
         for (int k = 0; k < C; k++) dst[k] += w * src[k];
+        held--;
       }
+    MPI_CHECK(MPI_Waitall(nreq, h->req, MPI_STATUSES_IGNORE));
   }
   MPI_CHECK(MPI_Type_free(&t));
   /* relays to origins over the nodes, the dispatch's first stage reversed */

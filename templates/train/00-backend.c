@@ -41,8 +41,9 @@
 #include "mtrt_profile.h"
 #include "step.h"
 
-#ifndef MOE_HIER_G /* step.h defines it with the hierarchical all-to-all: EP ranks per node */
+#ifndef MOE_HIER_G /* step.h defines them with the hierarchical all-to-all: EP ranks per node, staging rows */
 #define MOE_HIER_G 0
+#define MOE_HIER_ST 1
 #endif
 
 /* Where the host reads and writes the training state (HOST): the state arena itself when the

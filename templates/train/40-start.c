@@ -83,7 +83,8 @@ static int alloc_arenas(Run *r) {
     return 2;
   }
   if (MOE_HIER_G > 0 &&
-      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS) != 0) {
+      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                      MOE_HIER_ST) != 0) {
     fprintf(stderr, "error: rank %d: no host memory for the hierarchical all-to-all's tables\n", c->comm.rank);
     return 2;
   }
@@ -108,7 +109,8 @@ static int alloc_arenas(Run *r) {
     return 2;
   }
   if (MOE_HIER_G > 0 &&
-      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS) != 0) {
+      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                      MOE_HIER_ST) != 0) {
     fprintf(stderr, "error: rank %d: no host memory for the hierarchical all-to-all's tables\n", c->comm.rank);
     return 2;
   }
