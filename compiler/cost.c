@@ -117,6 +117,11 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
     t->fwd += o.fwd;
     t->bwd += o.bwd;
     if (plan_recomputes(ch->ac, md->ops[i].kind)) t->recompute += o.fwd;
+    /* the hierarchical all-to-all's backward needs the experts' outputs at their owner (the routing
+     * weights' gradient; emit_moe.c): a recomputed forward leaves them there, else the experts'
+     * forward runs again */
+    if (md->ops[i].kind == OP_EXPERTS && ch->ep > 1 && plan_hier(s, ch) && !plan_recomputes(ch->ac, OP_EXPERTS))
+      t->bwd += o.fwd;
   }
   if (ly->kind == LAYER_MOE && ch->ep > 1) {
     /* dispatch and combine: the token copies that leave the rank, on the links they cross */

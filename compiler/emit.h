@@ -88,6 +88,8 @@ typedef struct {
   int64_t vd, VW, AO, qr, kvr, nope, rope_dim;
   bool mla;
   int64_t fsdp, ep, efsdp, dpr, accum, world;
+  bool hier;         /* the MoE all-to-all is hierarchical (plan_hier): rows per stage in hr */
+  PlanHierRows hr;
   int prefetch; /* the plan's prefetch depth P: units u+1..u+P are gathered while u computes */
   /* the plan's reshard (keep[0]: every group but the routed experts) and reshard_experts
    * (keep[1]) after_step: those groups are gathered by the first micro-batch's forward into

@@ -665,8 +665,9 @@ void em_layout(Em *e) {
     e->item = "moe.grad_routing_weights";
     buf(e, "DWTS", N * K, "gradient of the routing weights");
     e->item = "moe.grad_expert_out";
-    abuf(e, "DYP", N * K * C, "gradient of the expert outputs");
-    if (e->ep > 1) /* undispatch of round r writes the rows dispatch r sent, as WS_YP in WS_XP */
+    if (!e->hier) /* (hierarchical: the gradient goes to the owners per token and comes back summed) */
+      abuf(e, "DYP", N * K * C, "gradient of the expert outputs");
+    if (e->ep > 1 && !e->hier) /* undispatch of round r writes the rows dispatch r sent, as WS_YP in WS_XP */
       alias_buf(e, "DXP", "DYP", 0, N * K * C, "gradient of the token copies: in DYP's rows (each round's "
                 "gradients land in the rows that round dispatched; rows of other rounds untouched)");
     /* (one rank: the backward writes the token copies' gradient into the layer's YP, WS_YP or
@@ -676,6 +677,21 @@ void em_layout(Em *e) {
                 "the backward's (re)computed forward, which nothing reads: dispatched into after them in each round)");
       e->item = "moe.tables";
       buf(e, "WS_EOFF", e->El + 1, "backward's first row of each local expert in the round (int32)");
+    }
+    if (e->hier) { /* the hierarchical all-to-all (mtrt_hier.h) */
+      const PlanHierRows *h = &e->hr;
+      e->item = "moe.hier_staging";
+      abuf(e, "HS", (h->us + h->ur + h->st) * C, "the hierarchical all-to-all's staging: HUS, HUR, HST");
+      alias_buf(e, "HUS", "HS", 0, h->us * C, "the origin's rows, one per token and destination node");
+      alias_buf(e, "HUR", "HS", h->us * C, h->ur * C, "the relay's rows, one per token and origin node (summed "
+                "there by the combine)");
+      alias_buf(e, "HST", "HS", (h->us + h->ur) * C, h->st * C, "the relay's staging of copies for a peer of its "
+                "node (a message's most)");
+      e->item = "moe.hier_scalars";
+      buf(e, "HEW", e->R, "the gates of the rows received (the backward's dispatch)");
+      buf(e, "HDV", e->R, "their gradient, the output's gradient x the output, going back to the routing weights");
+      alias_buf(e, "WS_YH", "WS_XP", 0, N * C, "the experts' outputs summed per token over the rounds (the "
+                "forward: WS_XP holds no copies with the hierarchical all-to-all)");
     }
     if (e->Fs) {
       if (e->s->model.moe.shared_expert_gate) {

@@ -62,7 +62,7 @@ void em_moe_forward(Em *e, int l) {
          "/* sequence-wise balance loss: N, E, K, T */\n", lg, idx, N, E, K, (long long)e->T, e->sigmoid ? "true" : "false",
       ms->seq_aux_loss_coef);
   P(e, "  rt_moe_permute(I(%s), I(%s), I(%s), %lld, %lld, %lld);\n", pos, offs, idx, N, E, K);
-  P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
+  if (!e->hier) P(e, "  rt_moe_gather(R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", xp, ln2, pos, N, K, C);
   long long wu = off(e, ge, "moe.experts.up_proj.weight"), wd = off(e, ge, "moe.experts.down_proj.weight");
   const char *eg = e->gelu_experts ? "NULL" : mem_printf(e->m, "R(%s)", A(e, l, "EG")), *eu = A(e, l, "EU"),
              *eh = A(e, l, "EH"), *wg = e->gelu_experts ? "NULL" : exw(e, "WE", off(e, ge, "moe.experts.gate_proj.weight"));
@@ -71,6 +71,24 @@ void em_moe_forward(Em *e, int l) {
          "/* experts, hidden, expert width%s */\n",
       yp, eg, eu, eh, xp, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C,
       (long long)e->Fe, e->gelu_experts ? "; GELU: no gate" : "");
+  } else if (e->hier) {
+    const char *xe = A(e, l, "XE"), *eo = A(e, l, "EOFF");
+    P(e, "  /* expert parallelism over %lld ranks on %lld nodes, the hierarchical all-to-all (mtrt_hier.h): a token's row\n"
+         "   * crosses once to each node holding one of its experts, then goes to them inside the node; the relay there\n"
+         "   * sums the token's gated outputs before the one crossing back; in rounds of at most MOE_CAP_ROWS rows */\n",
+      (long long)e->ep, (long long)e->hr.nodes);
+    P(e, "  rt_hier_slots(&c->hier, I(%s));\n", pos);
+    P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s));\n", offs);
+    P(e, "  if (!recompute) rt_moe_note(c); /* metrics: the busiest rank's load, extra rounds */\n");
+    P(e, "  rt_zero(R(WS_YH), %lld);\n", N * C);
+    P(e, "  for (int r = 0; r < rounds; r++) {\n");
+    P(e, "    rt_moe_hier_dispatch(&c->hier, &c->a2a, r, R(%s), I(%s), NULL, R(%s), R(%s), R(HUS), R(HUR), R(HST), R(A2A), "
+         "%lld);\n", xe, eo, ln2, wts, C);
+    P(e, "    rt_experts_forward(R(WS_YE), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld);\n", eg, eu, eh, xe, wg,
+      exw(e, "WE", wu), exw(e, "WE", wd), exo(e, eo), exn(e), C, (long long)e->Fe);
+    P(e, "    rt_moe_hier_combine(&c->hier, &c->a2a, R(WS_YH), R(WS_YE), true, R(HUS), R(HUR), R(HST), R(A2A), %lld); "
+         "/* gated, summed per token */\n  }\n", C);
+    P(e, "  rt_copy(R(WS_Y), R(WS_YH), %lld);\n", N * C);
   } else {
     const char *xe = A(e, l, "XE"), *ye = "WS_YE", *eo = A(e, l, "EOFF");
     P(e, "  /* expert parallelism over %lld ranks: this rank's experts take the rows routed to them, in rounds\n"
@@ -87,8 +105,10 @@ void em_moe_forward(Em *e, int l) {
       yp, ye, C);
     P(e, "  }\n");
   }
-  P(e, "  rt_zero(R(WS_Y), %lld);\n", N * C);
-  P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
+  if (!e->hier) {
+    P(e, "  rt_zero(R(WS_Y), %lld);\n", N * C);
+    P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
+  }
   if (e->Fs) {
     long long Fs = e->Fs;
     const char *su = A(e, l, "SU"), *sh = A(e, l, "SH");
@@ -153,8 +173,9 @@ void em_moe_backward(Em *e, int l, const char *dy) {
       (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
   }
   P(e, "  rt_zero_real(R(DWTS), %lld);\n", N * K);
-  P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
-    pos, N, K, C);
+  if (!e->hier) /* (hierarchical: at the experts' owners, rt_moe_gate_rows) */
+    P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
+      pos, N, K, C);
   int ge = e->layer_experts[l];
   long long wgo = e->gelu_experts ? 0 : off(e, ge, "moe.experts.gate_proj.weight"),
             wu = off(e, ge, "moe.experts.up_proj.weight"),
@@ -172,6 +193,32 @@ void em_moe_backward(Em *e, int l, const char *dy) {
     P(e, "  rt_zero(R(%s), %lld); /* the gradient of the token copies, in YP's bytes */\n  ", dxp, N * K * C);
     P(e, bwd, dxp, dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C, (long long)e->Fe, edg);
+  } else if (e->hier) {
+    const char *xe = A(e, l, "XE"), *eo = A(e, l, "EOFF");
+    const char *stage = "R(HUS), R(HUR), R(HST), R(A2A)";
+    P(e, "  rt_hier_slots(&c->hier, I(%s));\n", pos);
+    P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
+    P(e, "  for (int r = 0; r < rounds; r++) {\n");
+    /* the experts' outputs meet the output's gradient at their owner (the routing weights'
+     * gradient): a recomputed forward (checkpointing) left its last round's in WS_YE; else, or
+     * for another round, the experts' forward runs again (cost_layer prices it) */
+    bool again = e->ac == AC_NONE;
+    P(e, "    if (rounds > 1) { /* the forward kept its last round's rows: this round's again */\n"
+         "      rt_moe_hier_dispatch(&c->hier, &c->a2a, r, R(%s), I(%s), NULL, R(%s), NULL, %s, %lld);\n%s", xe, eo, ln2,
+      stage, C, again ? "    }\n" : "");
+    P(e, "    %srt_experts_forward(R(WS_YE), %s, R(%s), R(%s), R(%s), %s, %s, %s, %s, %s, %lld, %lld); /* the outputs */\n%s",
+      again ? "" : "  ", eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd), exo(e, eo), exn(e), C, (long long)e->Fe,
+      again ? "" : "    }\n");
+    P(e, "    rt_moe_hier_dispatch(&c->hier, &c->a2a, r, R(DXE), I(WS_EOFF), R(HEW), R(%s), R(%s), %s, %lld); /* the output's "
+         "gradient, once per token and node */\n", dy, wts, stage, C);
+    P(e, "    rt_moe_gate_rows(R(DYE), R(HDV), R(DXE), R(HEW), c->a2a.rows_recv, %lld); /* DYE: gate x gradient; HDV: "
+         "gradient . output */\n", C);
+    P(e, "    rt_zero(R(DXE), %lld);\n    ", (long long)(e->R * e->C));
+    P(e, bwd, "DXE", dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYE", xe, eg, eu, eh, wg,
+      exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
+    P(e, "    rt_moe_hier_combine(&c->hier, &c->a2a, R(DLN), R(DXE), false, %s, %lld); /* the rows' gradient, summed "
+         "per token */\n", stage, C);
+    P(e, "    rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));\n  }\n");
   } else {
     const char *xe = A(e, l, "XE"), *ye = "WS_YE", *eo = A(e, l, "EOFF");
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
@@ -189,7 +236,8 @@ void em_moe_backward(Em *e, int l, const char *dy) {
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }
-  P(e, "  rt_moe_gather_backward(R(DLN), R(%s), I(%s), %lld, %lld, %lld);\n", dxp, pos, N, K, C);
+  if (!e->hier)
+    P(e, "  rt_moe_gather_backward(R(DLN), R(%s), I(%s), %lld, %lld, %lld);\n", dxp, pos, N, K, C);
   P(e, "  rt_zero_real(R(DLOGITS), %lld);\n", N * E);
   if (reweight(e))
     P(e, "  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s, %s, %.9g);\n", lg,

@@ -311,6 +311,11 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
   P(e, "#define MOE_CAP_ROWS %lld /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */\n"
        "#define MOE_MEAN_ROWS %lld /* rows a rank sends per MoE layer pass: tokens x top_k */\n",
     (long long)e->R, (long long)(e->N * e->K));
+  if (e->hier)
+    P(e, "/* the hierarchical all-to-all (mtrt_hier.h): EP ranks per node, and the staging rows of HS: the origin's\n"
+       " * unique rows, the relay's, the relay's staging of copies (its messages' most) */\n#define MOE_HIER_G %lld\n"
+       "#define MOE_HIER_US %lld\n#define MOE_HIER_UR %lld\n#define MOE_HIER_ST %lld\n",
+      (long long)e->hr.g, (long long)e->hr.us, (long long)e->hr.ur, (long long)e->hr.st);
   P(e, "#define TRAIN_STEPS %lld\n#define LR %.9g\n#define WARMUP_STEPS %lld\n#define MIN_LR_RATIO %.9g\n"
        "#define WEIGHT_DECAY %.9g\n#define GRAD_CLIP %.9g\n",
     (long long)s->training.steps, s->training.lr, (long long)s->training.warmup_steps, s->training.min_lr_ratio,
@@ -569,6 +574,8 @@ void em_init(Em *e, Mem *m, const Plan *p) {
     /* rows one rank's experts take per round: the plan's moe_imbalance x the mean (tokens x top_k),
      * capped at the dropless worst case; routing past it runs in extra rounds (rt_moe_route) */
     e->R = e->ep > 1 ? (int64_t)ceil(plan_moe_imbalance(s, e->ep) * (double)(e->N * e->K) - 1e-9) : e->N * e->K;
+    e->hier = plan_hier(s, ch);
+    if (e->hier) e->hr = plan_hier_rows(s, e->ep, e->N, e->R);
     e->aux_free = s->model.moe.load_balance == LB_AUX_FREE;
     e->sigmoid = s->model.moe.router == ROUTER_SIGMOID;
     e->gelu_experts = s->model.moe.activation == ACT_GELU;

@@ -712,6 +712,14 @@ int64_t plan_runtime_host_scratch(int64_t experts);
  * ep^2 x El counts, 4 B x (ep El + 1) offsets, 32 B x ep rows, 24 B x ep El regroup blocks, 16 B x
  * ep MPI counts), El the experts per EP rank. */
 int64_t plan_host_tables(int64_t tokens, int64_t fsdp, int64_t ep, int64_t El);
+/* Bytes of the hierarchical all-to-all's host tables (runtime/mtrt_hier.h, rt_hier_bytes; equal
+ * to it, tests/test_runtime_scratch.c): per permuted row (tokens x top_k) its slot, unique row,
+ * slot sent and gate (4 x 4 B); per token a mark and min(top_k, nodes) unique rows (4 B each);
+ * headers and MPI counts (4 B x nodes x (g + 1) x 2, 32 B x nodes); first rows (16 B x (nodes +
+ * 1), 8 B x ep, 8 B x (g + 1)); the relay's descriptors and gates (2 x 4 B x g x cap), the
+ * gates staged and received (2 x 4 B x cap) and a step's messages in flight (MPI requests, taken
+ * as 8 B, Open MPI's: 8 B x (cap / st + 2), st the staging rows). */
+int64_t plan_hier_host_tables(int64_t ep, int64_t g, int64_t tokens, int64_t top_k, int64_t cap, int64_t st);
 
 /* ------------------------------------------------------------------ attn_ws.c */
 
@@ -875,6 +883,16 @@ bool plan_recomputes(CheckpointPolicy ac, OpKind k);
  * (every token of all ep ranks sends min(top_k, experts / ep) copies to one rank; the mean is
  * top_k copies per token), and 1 when ep is 1 or the model has no experts (plan.c). */
 double plan_moe_imbalance(const Spec *s, int64_t ep);
+/* Whether choice ch's MoE all-to-all is the hierarchical one (its dispatch, over an EP group that
+ * spans whole nodes). */
+bool plan_hier(const Spec *s, const Choice *ch);
+/* The hierarchical exchange's staging, rows of hidden values per rank (the program's MOE_HIER_*,
+ * runtime/mtrt_hier.h): us, the origin's unique rows (tokens x min(top_k, nodes)); ur, the relay's
+ * (tokens x nodes); st, the relay's staging of copies (a message's most: ceil(cap / g)). */
+typedef struct {
+  int64_t g, nodes, us, ur, st;
+} PlanHierRows;
+PlanHierRows plan_hier_rows(const Spec *s, int64_t ep, int64_t tokens, int64_t cap);
 /* That maximum alone: ep · min(top_k, experts / ep) / top_k (1 for ep 1 or a dense model). */
 double plan_moe_imbalance_max(const Spec *s, int64_t ep);
 /* Builds the memory items of choice ch and packs them (plan.c). */
@@ -942,6 +960,8 @@ Plan *plan_search(Mem *m, const Model *md);
 /* Whether `mtc compile` emits the MoE all-to-all d (search.c): only those are searched, and a
  * spec that pins another is refused (check.c). */
 bool plan_dispatch_emitted(DispatchPolicy d);
+/* Whether the search tries dispatch d where the spec leaves plan.moe_dispatch auto. */
+bool plan_dispatch_auto(DispatchPolicy d);
 /* ---- plan_exact.c: the chosen plan's items at the program's own bytes ---- */
 /* Makes the items of p's chosen candidate (plan_search calls it on its result) that the
  * generated program holds in its arenas exactly the program's bytes (the emitter's layout of

@@ -109,6 +109,16 @@ double plan_moe_imbalance(const Spec *s, int64_t ep) {
   return s->plan.moe_imbalance < max ? s->plan.moe_imbalance : max;
 }
 
+bool plan_hier(const Spec *s, const Choice *ch) {
+  return ch->dispatch == DISPATCH_HIERARCHICAL && ch->ep > s->cluster.gpus_per_node &&
+         ch->ep % s->cluster.gpus_per_node == 0;
+}
+
+PlanHierRows plan_hier_rows(const Spec *s, int64_t ep, int64_t tokens, int64_t cap) {
+  int64_t g = s->cluster.gpus_per_node, nodes = ep / g, k = s->model.moe.top_k;
+  return (PlanHierRows){g, nodes, tokens * (k < nodes ? k : nodes), tokens * nodes, (cap + g - 1) / g};
+}
+
 /* Expert activations per token, the routed part grown by the imbalance an EP rank sees. */
 static double expert_bytes(const Layer *ly, double imb) {
   return (double)(ly->saved_bytes[SAVE_EXPERT] - ly->saved_routed) + imb * (double)ly->saved_routed;
@@ -380,8 +390,26 @@ static void build_items(Items *it, const Model *md) {
       item(it, "moe.a2a_staging", CAT_MOE, TIER_HBM, fmax(b * imb, shared), 1, END,
            TEXT(it, "max(tokens x top_k x hidden x 2 B x moe_imbalance: one round's rows in source-rank "
                       "order; between all-to-alls, the shared workspace, %s)", shared_what));
-      item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
-           "tokens x top_k x hidden x 2 B: gradient of the experts' outputs, then of the token copies in its rows");
+      if (!plan_hier(s, ch))
+        item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
+             "tokens x top_k x hidden x 2 B: gradient of the experts' outputs, then of the token copies in its rows");
+      else { /* the hierarchical exchange: its staging; the outputs' gradient lies in combine_send */
+        int64_t cap = (int64_t)ceil(imb * T * (double)s->model.moe.top_k - 1e-9);
+        PlanHierRows hr = plan_hier_rows(s, ch->ep, (int64_t)T, cap);
+        item(it, "moe.hier_staging", CAT_MOE, TIER_HBM, 2 * H * (double)(hr.us + hr.ur + hr.st), 1, PHASE_OPT(L),
+             "2 B x hidden x (tokens x min(top_k, nodes) + tokens x nodes + moe_imbalance x tokens x top_k / g): the "
+             "hierarchical all-to-all's unique rows sent, the relay's unique rows received, its staging of the copies "
+             "(messages of at most a g-th of a round: g = gpus_per_node)");
+        item(it, "moe.hier_scalars", CAT_MOE, TIER_HBM, 2 * 4 * (double)cap, PHASE_LOSS(L) + 1, PHASE_OPT(L),
+             "2 x 4 B x moe_imbalance x tokens x top_k: the gates of the rows received and their gradient (the "
+             "backward)");
+        item(it, "moe.hier_tables", CAT_MOE, TIER_HOST,
+             (double)plan_hier_host_tables(ch->ep, hr.g, (int64_t)T, s->model.moe.top_k, cap, hr.st), 0, END,
+             "16 B x tokens x top_k + 4 B x tokens x (1 + min(top_k, nodes)) + 8 B x g x cap + 8 B x cap + the "
+             "headers, first rows and MPI requests (about 40 B x nodes x g + 8 B x (g + 2)): the hierarchical "
+             "all-to-all's host tables (slots, unique rows, the relay's descriptors and gates; plan_hier_host_tables)");
+        it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own malloc) */
+      }
     } else {
       item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),
            "tokens x top_k x hidden x 2 B: gradient of the experts' outputs (that of the token copies goes into "

@@ -85,7 +85,19 @@ static void print_placement(FILE *out, const Plan *p) {
                  "ranks of its FSDP group with that EP rank %s\n",
             (long long)ch->ep, (long long)El, (long long)El, (long long)El, (long long)ch->efsdp, how);
   int64_t gpn = p->md->spec->cluster.gpus_per_node;
-  if (pl->experts_per_rank && ch->ep > gpn) /* EP groups of whole nodes (consecutive ranks) */
+  if (pl->experts_per_rank && ch->ep > gpn && ch->dispatch == DISPATCH_HIERARCHICAL) {
+    const Spec *sp = p->md->spec;
+    fprintf(out, "           across nodes: an EP group is %lld consecutive ranks on %lld nodes; the group's node j "
+                 "(j < %lld) holds experts [%lld j, %lld j + %lld), %lld per GPU; the hierarchical all-to-all sends a "
+                 "token's row once to each other node holding one of its experts, to the GPU with the sender's local "
+                 "index there (%.2f rows over InfiniBand per token against %.2f of its %lld copies flat), which "
+                 "forwards it over NVLink\n",
+            (long long)ch->ep, (long long)(ch->ep / gpn), (long long)(ch->ep / gpn),
+            (long long)(gpn * pl->experts_per_rank), (long long)(gpn * pl->experts_per_rank),
+            (long long)(gpn * pl->experts_per_rank), (long long)pl->experts_per_rank,
+            cost_remote_nodes(sp, ch->ep, sp->model.moe.top_k),
+            (double)sp->model.moe.top_k * (double)(ch->ep - gpn) / (double)ch->ep, (long long)sp->model.moe.top_k);
+  } else if (pl->experts_per_rank && ch->ep > gpn) /* EP groups of whole nodes (consecutive ranks) */
     fprintf(out, "           across nodes: an EP group is %lld consecutive ranks on %lld nodes; the group's node j "
                  "(j < %lld) holds experts [%lld j, %lld j + %lld), %lld per GPU; the all-to-all sends %lld/%lld of "
                  "the token copies over InfiniBand, %lld/%lld over NVLink\n",

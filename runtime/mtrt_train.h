@@ -24,6 +24,7 @@
 #include <stdio.h>
 
 #include "mtrt_comm.h"
+#include "mtrt_hier.h"
 #include "mtrt_optim.h"
 #include "mtrt_real.h"
 
@@ -217,6 +218,7 @@ typedef struct {
   act *dwd, *dwe; /* their gradients in the backward, in the activation type (GRAD0 or GRAD1:
                      the other's reduce-scatter is in flight) */
   RtA2A a2a;      /* MoE all-to-all counts (ep > 1) */
+  RtHier hier;    /* the hierarchical all-to-all's communicators and tables (MOE_HIER_G > 0) */
   bool gather_kept; /* this micro-batch's forward gathers the groups the plan keeps gathered
                        until the optimizer step (reshard after_step: KEPT, DENSE_KEPT or
                        EXPERTS_KEPT): true for the first micro-batch of a step, false for the rest */

@@ -8,6 +8,8 @@
 
 #include "check.h"
 #include "mtrt_comm.h"
+#include "mtrt_hier.h"
+#include "mtrt_ops.h"
 
 static int size_of(MPI_Comm c) {
   int n;
@@ -160,6 +162,83 @@ static void moe_exchange(const RtComm *c, int cap) {
   free(off), free(seq), free(xp), free(yp), free(xe), free(tmp);
 }
 
+/* The hierarchical exchange (mtrt_hier.h) against the flat one, the EP group as nodes of g ranks:
+ * N tokens of K copies routed to experts b, b + 1, b + 3 (b = (me + 2t) mod E, so a token often has
+ * two copies on one node), rows of C values me·1000 + t·10 + c, gates 1/2, 1/4, 1/8 (the sums
+ * are exact). Each round's xe must equal the flat dispatch's bit for bit; the gated combine of ye =
+ * 2 xe + 1 must equal the flat undispatch + rt_moe_combine, the ungated one rt_moe_gather_backward
+ * of the same rows, and one scalar per row (its first value + expert / 2) must come back to its
+ * copy's slot. The relay's staging holds st_rows rows (its messages' most). */
+static void hier_exchange(const RtComm *c, int g, int cap, int st_rows) {
+  enum { El = 2, C = 3, N = 5, K = 3 };
+  int ep = c->ep, me = c->ep_rank, E = ep * El, nodes = ep / g;
+  int32_t idx[N * K], pos[N * K];
+  real wts[N * K], x[N * C], xp[N * K * C], yp[N * K * C], yf[N * C], yh[N * C], dxf[N * C], dxh[N * C];
+  real dw[N * K];
+  int off[64], eoff[El + 1], eoff2[El + 1];
+  for (int t = 0; t < N; t++) {
+    int b = (me + 2 * t) % E, o[K] = {0, 1, 3};
+    for (int j = 0; j < K; j++) idx[t * K + j] = (b + o[j]) % E, wts[t * K + j] = (real)(0.5 / (1 << j)), dw[t * K + j] = 0;
+    for (int k = 0; k < C; k++) x[t * C + k] = (real)(me * 1000 + t * 10 + k);
+  }
+  memset(yf, 0, sizeof yf), memset(yh, 0, sizeof yh), memset(dxf, 0, sizeof dxf), memset(dxh, 0, sizeof dxh);
+  rt_moe_permute(pos, off, idx, N, E, K);
+  rt_moe_gather(xp, x, pos, N, K, C);
+  int us_rows = N * (K < nodes ? K : nodes), ur_rows = N * nodes;
+  real *xe = malloc(sizeof(real) * C * (size_t)cap), *xe2 = malloc(sizeof(real) * C * (size_t)cap),
+       *tmp = malloc(sizeof(real) * C * (size_t)cap), *st = malloc(sizeof(real) * C * (size_t)st_rows),
+       *us = malloc(sizeof(real) * C * (size_t)us_rows), *ur = malloc(sizeof(real) * C * (size_t)ur_rows),
+       *ew = malloc(sizeof(real) * (size_t)cap), *v = malloc(sizeof(real) * (size_t)cap);
+  RtA2A a, b;
+  RtHier h;
+  CHECK_EQ(rt_a2a_init(&a, ep, El, me, cap, N * K), 0);
+  CHECK_EQ(rt_a2a_init(&b, ep, El, me, cap, N * K), 0);
+  CHECK_EQ(rt_hier_init(&h, c->ep_comm, ep, me, g, N, K, cap, st_rows), 0);
+  rt_hier_slots(&h, pos);
+  int rounds = rt_moe_route(c->ep_comm, &a, off);
+  CHECK_EQ(rt_moe_route(c->ep_comm, &b, off), rounds);
+  int bad = 0, wrong_w = 0;
+  for (int r = 0; r < rounds; r++) {
+    rt_moe_dispatch(c->ep_comm, &a, r, xe, eoff, tmp, xp, C);
+    rt_moe_hier_dispatch(&h, &b, r, xe2, eoff2, ew, x, wts, us, ur, st, tmp, C);
+    for (int k = 0; k <= El; k++) bad += eoff[k] != eoff2[k];
+    if (rounds == 1) /* one row per token and node holding any of its experts: what crosses to that node */
+      for (int m = 0; m < nodes; m++) {
+        int want = 0;
+        for (int t = 0; t < N; t++) {
+          bool there = false;
+          for (int j = 0; j < K; j++) there |= idx[t * K + j] / El / g == m;
+          want += there;
+        }
+        CHECK_EQ(h.hs[m * (g + 1)], want);
+      }
+    for (int64_t i = 0; i < a.rows_recv * C; i++) bad += xe[i] != xe2[i];
+    for (int k = 0; k < El; k++) /* a row's gate: the one its token gave that expert */
+      for (int row = eoff2[k]; row < eoff2[k + 1]; row++) {
+        int src = (int)xe2[row * C] / 1000, t = ((int)xe2[row * C] % 1000) / 10, o[K] = {0, 1, 3}, want = -1;
+        for (int j = 0; j < K; j++) /* the slot of source src's token t that chose this expert */
+          if ((src + 2 * t + o[j]) % E == me * El + k) want = j;
+        wrong_w += want < 0 || ew[row] != (real)(0.5 / (1 << want));
+      }
+    for (int64_t i = 0; i < a.rows_recv * C; i++) xe[i] = 2 * xe[i] + 1;
+    rt_moe_undispatch(c->ep_comm, &a, yp, tmp, xe, C);
+    rt_moe_hier_combine(&h, &b, yh, xe, true, us, ur, st, tmp, C);
+    rt_moe_hier_combine(&h, &b, dxh, xe, false, us, ur, st, tmp, C);
+    for (int k = 0; k < El; k++)
+      for (int row = eoff2[k]; row < eoff2[k + 1]; row++) v[row] = xe2[row * C] + (real)(me * El + k) / 2;
+    rt_moe_hier_scalars_back(&h, &b, dw, v);
+  }
+  rt_moe_combine(yf, yp, wts, pos, N, K, C);
+  rt_moe_gather_backward(dxf, yp, pos, N, K, C);
+  for (int i = 0; i < N * C; i++) bad += yf[i] != yh[i], bad += dxf[i] != dxh[i];
+  for (int s = 0; s < N * K; s++) bad += dw[s] != x[s / K * C] + (real)idx[s] / 2;
+  CHECK_EQ(bad, 0);
+  CHECK_EQ(wrong_w, 0);
+  rt_hier_free(&h);
+  rt_a2a_free(&a), rt_a2a_free(&b);
+  free(xe), free(xe2), free(tmp), free(st), free(us), free(ur), free(ew), free(v);
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) {
     fprintf(stderr, "usage: test_comm FSDP EP DP_REPLICATE [--mismatch]\n");
@@ -209,6 +288,13 @@ int main(int argc, char **argv) {
   moe_exchange(&c, 2 * c.ep * c.ep * 2); /* the dropless worst case: one round */
   moe_exchange(&c, 3);                   /* several rounds */
   moe_exchange(&c, 1);
+  for (int g = 1; g < c.ep; g *= 2) /* nodes of g EP ranks: 1 (every rank a node), 2, ... */
+    if (c.ep % g == 0) {
+      hier_exchange(&c, g, 3 * 5 * c.ep, 3 * 5 * c.ep); /* the dropless worst case: one round */
+      hier_exchange(&c, g, 3 * 5 * c.ep, 2);            /* one round, messages of 2 rows */
+      hier_exchange(&c, g, 4, 4);                       /* several rounds */
+      hier_exchange(&c, g, 4, 1);                       /* several rounds, messages of 1 row */
+    }
   int failures = check_failures, total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (c.rank == 0) fprintf(stderr, "test_comm fsdp %d ep %d dp %d: %d ranks, %d checks each, %d failed in all\n",

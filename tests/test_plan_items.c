@@ -210,11 +210,11 @@ static void placed_host(const char *spec, const Plan *p, bool *held) {
   mem_free(&m);
 }
 
-/* spec with the --set options sets (nsets of them; at most 4) */
+/* spec with the --set options sets (nsets of them; at most 6) */
 static void check_spec(const char *spec, const char *const *sets, int nsets) {
   Mem m = {0};
   Diag d = {.mem = &m};
-  const char *v[4];
+  const char *v[6];
   for (int i = 0; i < nsets; i++) v[i] = sets[i];
   Spec *s = spec_load(&m, &d, mem_printf(&m, "%s/%s", src_dir, spec), NULL, 0, v, nsets);
   Model *md = s ? model_build(&m, &d, s) : NULL;
@@ -322,7 +322,13 @@ int main(int argc, char **argv) {
     check_spec("tests/specs/mla.yaml", mla, 4);
     const char *dense[] = {"model.moe.first_dense_layers=1", "model.mlp.intermediate=256", "plan.ep=2", policies[a]};
     check_spec("specs/tiny-moe.yaml", dense, 4);
+    /* the hierarchical all-to-all: its staging (moe.hier_staging, moe.hier_scalars), no grad_expert_out */
+    const char *hier[] = {"cluster.gpus_per_node=2", "cluster.nodes=2", "plan.ep=4", "plan.moe_dispatch=hierarchical",
+                          policies[a]};
+    check_spec("specs/tiny-moe.yaml", hier, 5);
   }
+  const char *hier_ds[] = {"cluster.nodes=64", "plan.ep=8", "plan.moe_dispatch=hierarchical"};
+  check_spec("specs/deepseek-v3.yaml", hier_ds, 3);
   /* the host arena: offloaded boundaries with the state on the host and Muon's step on the GPU
    * (its exchange's pinned scratch) or on the host (its step's scratch), and with the state in HBM */
   const char *off_gpu[] = {"plan.activation_checkpoint=full", "plan.offload_activations=host",

@@ -5,11 +5,13 @@
  * experts; the parts by hand at 8 experts; and the item in the plans of a dense and MoE specs
  * (tiny-moe, llama-3.1-8b, europa-1t, europa-1t at 65,536 experts), in the host tier, alive the
  * whole step. Likewise the program's small host tables (data.host_tables: plan_host_tables against
- * rt_muon_counts_bytes and rt_a2a_bytes).   usage: test_runtime_scratch SOURCE_DIR */
+ * rt_muon_counts_bytes and rt_a2a_bytes), and the hierarchical all-to-all's (moe.hier_tables against
+ * rt_hier_bytes).   usage: test_runtime_scratch SOURCE_DIR */
 #include "../runtime/cuda/cu_scratch.h"
 #include "check.h"
 #include "mtc.h"
 #include "mtrt_a2a.h"
+#include "mtrt_hier.h"
 #include "mtrt_train.h"
 #include "plan_test.h"
 
@@ -54,6 +56,29 @@ static void tables(void) {
   }
 }
 
+/* The hierarchical all-to-all's host tables: the plan's figure against rt_hier_bytes, and the item
+ * of a pinned hierarchical plan (tiny-moe on 2 nodes x 2, ep 4). */
+static void hier_tables(void) {
+  static const int64_t cases[][6] = {{4, 2, 128, 2, 320, 160}, {8, 4, 49152, 8, 800000, 200000},
+                                     {32, 4, 4096, 8, 65536, 16384}, {4, 1, 7, 3, 5, 1}, {4, 2, 7, 3, 5, 3}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const int64_t *c = cases[i];
+    CHECK_EQ(plan_hier_host_tables(c[0], c[1], c[2], c[3], c[4], c[5]),
+             (int64_t)rt_hier_bytes((int)c[0], (int)c[1], (int)c[2], (int)c[3], c[4], c[5]));
+  }
+  Mem m = {0};
+  const char *sets[] = {"cluster.gpus_per_node=2", "cluster.nodes=2", "plan.ep=4", "plan.moe_dispatch=hierarchical"};
+  Plan *p = plan(&m, "specs/tiny-moe.yaml", sets, 4);
+  CHECK(p != NULL);
+  if (p) {
+    const Choice *ch = &p->best.ch;
+    int64_t T = ch->micro_batch * p->md->spec->training.seq_len / plan_cp(ch), K = p->md->spec->model.moe.top_k;
+    int64_t cap = (int64_t)ceil(plan_moe_imbalance(p->md->spec, ch->ep) * (double)(T * K) - 1e-9);
+    CHECK_EQ(bytes(&p->best, "moe.hier_tables"), (int64_t)rt_hier_bytes((int)ch->ep, 2, (int)T, (int)K, cap, (cap + 1) / 2));
+  }
+  mem_free(&m);
+}
+
 /* spec (with sets) plans workspace.runtime_host for its experts, on the host, the whole step. */
 static void item(const char *spec, const char *const *sets, int n, int64_t experts) {
   Mem m = {0};
@@ -85,6 +110,7 @@ int main(int argc, char **argv) {
   src_dir = argv[1];
   formula();
   tables();
+  hier_tables();
   item("specs/tiny-moe.yaml", NULL, 0, 8);
   item("specs/llama-3.1-8b.yaml", NULL, 0, 0);
   item("specs/europa-1t.yaml", NULL, 0, 384);

@@ -76,12 +76,17 @@ static void reshard_per_group(void) {
 }
 
 
-/* Only what compile emits is searched: deepseek-v3 on 64 and 32 nodes and with micro_batch 1
- * pinned (EP across nodes) never plans the hierarchical all-to-all, in the winner or its
- * alternatives; europa-1t keeps EP in a node. */
+/* Compile emits both all-to-alls; without a pin the search tries the flat one only (the cuda
+ * backend does not run the hierarchical one yet): deepseek-v3 on 64 and 32 nodes and with
+ * micro_batch 1 pinned (EP across nodes) never plans the hierarchical all-to-all, in the winner or
+ * its alternatives; europa-1t keeps EP in a node. Pinned, the search plans it (64 nodes, ep 8). */
 static void dispatch_in_search(void) {
   Mem m = {0};
-  CHECK(!plan_dispatch_emitted(DISPATCH_HIERARCHICAL) && plan_dispatch_emitted(DISPATCH_FLAT));
+  CHECK(plan_dispatch_emitted(DISPATCH_HIERARCHICAL) && plan_dispatch_emitted(DISPATCH_FLAT));
+  CHECK(!plan_dispatch_auto(DISPATCH_HIERARCHICAL) && plan_dispatch_auto(DISPATCH_FLAT));
+  const char *pin[] = {"cluster.nodes=64", "plan.ep=8", "plan.moe_dispatch=hierarchical"};
+  Plan *h = plan(&m, "specs/deepseek-v3.yaml", pin, 3);
+  CHECK(h && h->feasible && h->best.ch.dispatch == DISPATCH_HIERARCHICAL);
   const char *sets[][1] = {{"cluster.nodes=64"}, {"cluster.nodes=32"}, {"training.micro_batch=1"}};
   for (int i = 0; i < 3; i++) {
     Plan *p = plan(&m, "specs/deepseek-v3.yaml", sets[i], 1);

@@ -41,6 +41,11 @@
 #include "mtrt_profile.h"
 #include "step.h"
 
+#ifndef MOE_HIER_G /* step.h defines them with the hierarchical all-to-all: EP ranks per node, staging rows */
+#define MOE_HIER_G 0
+#define MOE_HIER_ST 1
+#endif
+
 /* Where the host reads and writes the training state (HOST): the state arena itself when the
  * host can read it (the cpu backend; the cuda backend when the plan keeps the state in host
  * memory), else a host mirror of it, copied to (to_device) and from (to_host) the GPU. to_host
@@ -208,7 +213,9 @@ static Footprint footprint(void) {
                  arena holds the state when on the host, and Muon's host scratch) */
   f.host = f.pinned + (int64_t)rt_muon_counts_bytes(PLAN_FSDP) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
-           + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
+           + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0)
+           + (MOE_HIER_G > 0 ? (int64_t)rt_hier_bytes(PLAN_EP, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                                            MOE_HIER_ST) : 0);
 #ifdef MTC_BACKEND_CUDA
   RtCudaConfig cfg = cuda_config();
   size_t scratch_host = 0, scratch_pinned = 0;
@@ -611,6 +618,12 @@ static int alloc_arenas(Run *r) {
     fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c->comm.rank);
     return 2;
   }
+  if (MOE_HIER_G > 0 &&
+      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                      MOE_HIER_ST) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the hierarchical all-to-all's tables\n", c->comm.rank);
+    return 2;
+  }
 #else
   (void)err;
   /* the host arena as the cuda build lays it out, in units of one act (real) each: the plan's
@@ -629,6 +642,12 @@ static int alloc_arenas(Run *r) {
   }
   if (PLAN_EP > 1 && rt_a2a_init(&c->a2a, PLAN_EP, EXPERTS_PER_RANK, c->comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
     fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c->comm.rank);
+    return 2;
+  }
+  if (MOE_HIER_G > 0 &&
+      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                      MOE_HIER_ST) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the hierarchical all-to-all's tables\n", c->comm.rank);
     return 2;
   }
   /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
@@ -1082,6 +1101,7 @@ static int train(Run *r) {
 static void release(Run *r) {
   RtCtx *c = &r->c;
   if (PLAN_EP > 1) rt_a2a_free(&c->a2a);
+  if (MOE_HIER_G > 0) rt_hier_free(&c->hier);
   free(r->muon_counts);
 #ifdef MTC_BACKEND_CUDA
   rt_cuda_free(c->acts);

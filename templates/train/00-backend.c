@@ -41,6 +41,11 @@
 #include "mtrt_profile.h"
 #include "step.h"
 
+#ifndef MOE_HIER_G /* step.h defines them with the hierarchical all-to-all: EP ranks per node, staging rows */
+#define MOE_HIER_G 0
+#define MOE_HIER_ST 1
+#endif
+
 /* Where the host reads and writes the training state (HOST): the state arena itself when the
  * host can read it (the cpu backend; the cuda backend when the plan keeps the state in host
  * memory), else a host mirror of it, copied to (to_device) and from (to_host) the GPU. to_host

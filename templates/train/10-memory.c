@@ -78,7 +78,9 @@ static Footprint footprint(void) {
                  arena holds the state when on the host, and Muon's host scratch) */
   f.host = f.pinned + (int64_t)rt_muon_counts_bytes(PLAN_FSDP) /* Muon's counts */
            + 2 * TOKENS * (int64_t)sizeof(int32_t) /* the loader's tokens */
-           + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0);
+           + (PLAN_EP > 1 ? (int64_t)rt_a2a_bytes(PLAN_EP, EXPERTS_PER_RANK) : 0)
+           + (MOE_HIER_G > 0 ? (int64_t)rt_hier_bytes(PLAN_EP, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                                            MOE_HIER_ST) : 0);
 #ifdef MTC_BACKEND_CUDA
   RtCudaConfig cfg = cuda_config();
   size_t scratch_host = 0, scratch_pinned = 0;

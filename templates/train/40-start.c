@@ -82,6 +82,12 @@ static int alloc_arenas(Run *r) {
     fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c->comm.rank);
     return 2;
   }
+  if (MOE_HIER_G > 0 &&
+      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                      MOE_HIER_ST) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the hierarchical all-to-all's tables\n", c->comm.rank);
+    return 2;
+  }
 #else
   (void)err;
   /* the host arena as the cuda build lays it out, in units of one act (real) each: the plan's
@@ -100,6 +106,12 @@ static int alloc_arenas(Run *r) {
   }
   if (PLAN_EP > 1 && rt_a2a_init(&c->a2a, PLAN_EP, EXPERTS_PER_RANK, c->comm.ep_rank, MOE_CAP_ROWS, MOE_MEAN_ROWS) != 0) {
     fprintf(stderr, "error: rank %d: no host memory for the MoE all-to-all's counts\n", c->comm.rank);
+    return 2;
+  }
+  if (MOE_HIER_G > 0 &&
+      rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
+                                      MOE_HIER_ST) != 0) {
+    fprintf(stderr, "error: rank %d: no host memory for the hierarchical all-to-all's tables\n", c->comm.rank);
     return 2;
   }
   /* touched now, as the cuda backend zeroes its arena: memory that is not there fails at start-up,
