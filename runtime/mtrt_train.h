@@ -293,8 +293,9 @@ typedef struct {
 } RtMetrics;
 
 /* Opens path for appending (created if missing): a regular file, or a character device such as
- * /dev/null; a FIFO, a directory, a socket or a symbolic link to nothing (which open would
- * create wherever it points) is refused. A new run (resume_step < 0) empties a regular file (its
+ * /dev/null; a FIFO, a directory, a socket, a symbolic link to nothing (which open would
+ * create wherever it points), a file of a kernel pseudo file system (/proc, /sys) and a file
+ * another run holds (each run flocks its regular file until it ends) are refused. A new run (resume_step < 0) empties a regular file (its
  * lines are an earlier run's; m->replaced says how many bytes); a resumed run (from the
  * checkpoint of step resume_step) drops a cut last line (a killed run's) and the last lines
  * whose step is past it, up to the first that is not. 0, or -1 with "PATH: why; expected ..." in err. */

@@ -40,6 +40,18 @@ static long long named_step(const char *dir) {
   return s;
 }
 
+int rt_write_all(int fd, const void *p, size_t n) {
+  const char *b = p;
+  while (n) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w == 0) errno = ENOSPC;
+    if (w <= 0) return -1;
+    b += w, n -= (size_t)w;
+  }
+  return 0;
+}
+
 char *rt_pathf(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -116,6 +128,17 @@ static int bad(char *err, size_t n, const char *man, const char *field, const ch
   if (k >= 0 && (size_t)k < n) vsnprintf(err + k, n - (size_t)k, fmt, ap);
   va_end(ap);
   return -1;
+}
+
+uint64_t rt_ckpt_manifest_sum(const void *root) {
+  json_t *copy = json_deep_copy(root);
+  json_object_del(copy, "manifest_fnv1a64");
+  char *text = json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!text) fprintf(stderr, "error: out of memory checksumming a manifest\n"), exit(1);
+  uint64_t h = rt_fnv1a(RT_FNV_SEED, text, strlen(text));
+  free(text);
+  json_decref(copy);
+  return h;
 }
 
 /* Whether s is exactly 16 hex digits (a seed or checksum as the writer prints it). */
@@ -394,8 +417,18 @@ static int opened(RtCkpt *k, const char *man, char *err, size_t errlen) {
     else if (!hex16(sum)) st = bad(err, errlen, man, f, "fnv1a64 is '%s'; expected 16 hex digits", sum);
     else k->shard_bytes[i] = bytes, k->shard_sum[i] = strtoull(sum, NULL, 16);
   }
-  json_decref(root);
   if (!st) st = validate(k, man, err, errlen);
+  /* the manifest's own checksum (absent in checkpoints of mtc before it had one): a field edited
+   * by hand (the seed, the names of two tensors of one shape) would resume as another run */
+  json_t *mj = json_object_get(root, "manifest_fnv1a64");
+  const char *msum = json_string_value(mj);
+  if (!st && mj && (!msum || !hex16(msum)))
+    st = bad(err, errlen, man, "manifest_fnv1a64", "%s", "is not 16 hex digits; expected the checksum the trainer wrote");
+  else if (!st && mj && strtoull(msum, NULL, 16) != rt_ckpt_manifest_sum(root))
+    st = bad(err, errlen, man, "manifest_fnv1a64", "is %s, but the manifest's fields sum to %016llx; expected the "
+             "manifest as the trainer wrote it (edited by hand or corrupt: resume from an older checkpoint by removing "
+             "this step's directory)", msum, (unsigned long long)rt_ckpt_manifest_sum(root));
+  json_decref(root);
   return st;
 }
 
