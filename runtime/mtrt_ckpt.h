@@ -10,7 +10,9 @@
  *                    tensors (name, group, offset, count, experts, rows, cols; routed tensors in
  *                    whole-expert shards also per and block: the shard layout), per shard
  *                    file its size and FNV-1a 64 checksum, and manifest_fnv1a64: FNV-1a 64 of
- *                    every other field (rt_ckpt_manifest_sum), so that no field is edited unseen
+ *                    every other field (rt_ckpt_manifest_sum), so that no field is edited unseen;
+ *                    run: the settings besides the model that shape what is trained and in
+ *                    which order, compared on resume (rt_ckpt_run_diff)
  *
  * A checkpoint is complete once its manifest exists: shards are written to a temporary name,
  * fsync'ed and renamed, then rank 0 writes the manifest the same way, last. A process killed
@@ -53,6 +55,7 @@ typedef struct {
   char optimizer[16]; /* "adamw" or "muon": what the moments are */
   int64_t step;
   uint64_t seed;
+  char *run;       /* the run's settings ("key value, key value, ..."; allocated), or NULL */
   int fsdp, ep, dp_replicate, experts_per_rank, real_bytes;
   RtCkptGroup *groups;
   int ngroups;
@@ -72,6 +75,12 @@ uint64_t rt_fnv1a(uint64_t h, const void *p, size_t n);
 /* The checksum of a manifest (a json_t *): FNV-1a 64 of its compact JSON with sorted keys, less
  * its manifest_fnv1a64 field. */
 uint64_t rt_ckpt_manifest_sum(const void *root);
+
+/* The items ("key value", separated by ", ") of run in which saved differs (or that saved lacks),
+ * as "key: V1 in the checkpoint, V2 now; ..." in out (n bytes; empty when they agree): what a
+ * resume says before it goes on with this run's settings. saved NULL (a checkpoint without
+ * them): out says so and lists run. */
+void rt_ckpt_run_diff(char *out, size_t n, const char *saved, const char *run);
 
 /* The newest complete checkpoint under dir: returns its step (its directory is
  * dir/step-%08lld of it); 0 when there is none (or dir does not exist). */

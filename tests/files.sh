@@ -9,6 +9,7 @@
 #             tensors and an empty tensor list among them), are refused by mtc export (exit 2,
 #             naming manifest.json, the field and the tensor) and by a resume (exit 2), never a
 #             crash; an edited seed and two tensors' names swapped fail the manifest's checksum;
+#             a resume with another data file says that the run's settings differ, and which;
 #             a resume refuses another model's checkpoint, naming both models
 #   model     the 4-layer checkpoint resumed by a 3-layer and by a 5-layer program: refused
 #             (exit 2), naming the tensor, what the checkpoint has and what the program expects
@@ -304,6 +305,12 @@ for edit in seed names; do
   out=$(timeout 60 "$mtc" export "sum-$edit" "sum-$edit.safetensors" 2>&1); rc=$?
   [ $rc -eq 2 ] && echo "$out" | grep -q "manifest_fnv1a64 is" || die "a manifest with its $edit edited: export exit $rc, $out"
 done
+# a resume under other settings than the checkpoint's (here another data file) says which differ
+head -c 100000 "$text" >small.txt && mkdir -p runnote && cp -r "$ck" runnote/
+out=$(timeout 60 t1/build/train --data small.txt --steps 2 --metrics rn.jsonl --checkpoint-dir runnote 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q '"run": "seq_len 64, global_batch' "$ck/manifest.json" &&
+  echo "$out" | grep -q "^note: this run's settings differ from the checkpoint's: data: raw-bytes $(wc -c <"$text") tokens in the checkpoint, raw-bytes 100000 tokens now$" ||
+  die "a resume with another data file: exit $rc, $out"
 # a checkpoint of another model (its tensors the same) is refused by a resume, naming both models
 mkdir -p other && cp -r "$ck" other/ && sed -i 's/"model": "tiny-moe"/"model": "other-moe"/' other/step-00000001/manifest.json &&
   resign other/step-00000001/manifest.json

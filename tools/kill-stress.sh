@@ -2,8 +2,10 @@
 # kill -9 at random points of a training run with a checkpoint after every step, TRIES times: after
 # each kill every step directory that holds a manifest must be a whole checkpoint (mtc export reads
 # and checksums all of it), the run resumed to the end must exit 0, and its metrics must equal an
-# unkilled run's bit for bit (every field but tokens_per_s). Kill times are uniform over the
-# unkilled run's wall time (x 1.1, so that some land after the end), from a seeded generator.
+# unkilled run's bit for bit (every field but tokens_per_s). Odd tries kill at a time uniform over
+# the unkilled run's wall time (x 1.1, so that some land after the end); even tries aim at a save:
+# 0-400 ms after the line of a random step appears (its checkpoint is written right after it).
+# Both from a seeded generator.
 # With NP > 1 the program runs under mpirun and the kill hits one rank chosen at random.
 # Prints one line per try (when the kill landed: before any checkpoint, inside a save, between
 # saves, after the end) and a summary; exit 1 on any failure.
@@ -32,6 +34,14 @@ for i in $(seq "$tries"); do
   delay=$(awk -v s=$((seed * 7919 + i)) -v d="$dur" 'BEGIN { srand(s); printf "%.3f", rand() * d * 1.1 }')
   (spawn --data "$data" --steps "$steps" --metrics "$m" --checkpoint-dir "$ck" --checkpoint-every 1 >"kill-$i.log" 2>&1) &
   pid=$! # the program itself (the subshell execs it), or mpirun
+  if [ $((i % 2)) -eq 0 ]; then # aim at the save after step k
+    k=$(awk -v s=$((seed * 7919 + i)) -v n="$steps" 'BEGIN { srand(s); printf "%d", 1 + int(rand() * n) }')
+    delay=$(awk -v s=$((seed * 104729 + i)) 'BEGIN { srand(s); printf "%.3f", rand() * 0.4 }')
+    for _ in $(seq 3000); do grep -Eqs "^step +$k/" "kill-$i.log" && break; kill -0 $pid 2>/dev/null || break; sleep 0.01; done
+    when="$delay s after step $k's line"
+  else
+    when="$delay s"
+  fi
   sleep "$delay"
   victim=$pid
   if [ "$np" -gt 1 ]; then # one rank at random (mpirun's children, or their children under orted)
@@ -58,7 +68,7 @@ for i in $(seq "$tries"); do
   [ $rc2 -eq 0 ] || die "try $i: the resume exited $rc2: $out"
   if cmp -s <(strip ref.jsonl) <(strip "$m"); then s=same; else s=DIFFERENT; die "try $i: metrics differ from the unkilled run's"; diff <(strip ref.jsonl) <(strip "$m") | head -6; fi
   resumed=$(echo "$out" | sed -n 's/^resumed from .*\/\(step-[0-9]*\) .*/\1/p')
-  printf 'try %2d: kill -9 at %6.3f s (%s), exit %d; resumed from %s; metrics %s\n' "$i" "$delay" "$where" "$rc" \
+  printf 'try %2d: kill -9 at %s (%s), exit %d; resumed from %s; metrics %s\n' "$i" "$when" "$where" "$rc" \
     "${resumed:-nothing}" "$s"
   landed[$where]=$((${landed[$where]:-0} + 1))
 done

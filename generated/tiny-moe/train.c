@@ -759,6 +759,17 @@ static void report_memory(const Run *r, int64_t rss0, int64_t rss1) {
 #endif
 }
 
+/* The run's settings besides the model that shape what is trained and in which order (the
+ * checkpoint keeps them; a resume says which differ): "key value, ..." in out. */
+static void run_settings(const Run *r, char *out, size_t n) {
+  snprintf(out, n, "seq_len %d, global_batch %lld, lr %.9g, min_lr_ratio %.9g, warmup_steps %lld, training.steps %lld, "
+           "weight_decay %.9g, grad_clip %.9g, grad_reduce %s, state %d-byte, data %s %lld tokens", SEQ_LEN,
+           (long long)GLOBAL_BATCH, (double)LR, (double)MIN_LR_RATIO, (long long)WARMUP_STEPS, (long long)TRAIN_STEPS,
+           (double)WEIGHT_DECAY, (double)GRAD_CLIP, GRAD_REDUCE_DTYPE, (int)sizeof(real),
+           r->data.format == RT_DATA_LLMC ? "llm.c-shard" : r->data.format == RT_DATA_MEGATRON ? "megatron" : "raw-bytes",
+           (long long)r->data.ntokens);
+}
+
 /* With --checkpoint-dir: resume from the newest complete checkpoint there (found by rank 0;
  * incomplete ones of an interrupted save removed), setting r->start, r->resumed and the seed.
  * Returns 0, 2 when the checkpoint cannot be read, or -1 when it is already at --steps. */
@@ -784,13 +795,17 @@ static int resume_from(Run *r, const char *path, char *err, size_t errlen) {
   Args *a = &r->a;
   int64_t at = 0;
   uint64_t seed = a->seed;
+  char run[512], note[1024];
+  run_settings(r, run, sizeof run);
   if (rt_ckpt_load(path, &at, &seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                   MODEL_NAME, OPTIMIZER, err, errlen) != 0) {
+                   MODEL_NAME, OPTIMIZER, run, note, sizeof note, err, errlen) != 0) {
     if (r->rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
     return 2;
   }
   if (r->rank0) {
     printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
+    if (note[0]) /* a continuation, but not of the same run: said, not refused (a new learning rate is a choice) */
+      printf("note: this run's settings differ from the checkpoint's: %s\n", note);
     if (a->seed_given && seed != a->seed)
       printf("note: --seed %llu ignored: a resumed run keeps the checkpoint's seed %llu\n", a->seed,
              (unsigned long long)seed);
@@ -918,8 +933,10 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
                              (!skip && (step + 1 == a->steps || (a->ckpt_every && (step + 1) % a->ckpt_every == 0))));
   if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
     to_host(&r->c, 0, STATE_ELEMS);
+  char run[512];
+  if (save) run_settings(r, run, sizeof run);
   if (save && rt_ckpt_save(a->ckpt_dir, done_steps, a->seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS,
-                           step_tensors, N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER,
+                           step_tensors, N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, run,
                            a->kill_at_save == done_steps, err, sizeof err) != 0) {
     if (r->rank0)
       fprintf(stderr, "error: saving the checkpoint of step %ld: %s; the run stops, and its partial files are "

@@ -417,6 +417,9 @@ static int opened(RtCkpt *k, const char *man, char *err, size_t errlen) {
     else if (!hex16(sum)) st = bad(err, errlen, man, f, "fnv1a64 is '%s'; expected 16 hex digits", sum);
     else k->shard_bytes[i] = bytes, k->shard_sum[i] = strtoull(sum, NULL, 16);
   }
+  json_t *runj = json_object_get(root, "run"); /* (absent in checkpoints of mtc before it) */
+  if (!st && runj && !json_is_string(runj)) st = bad(err, errlen, man, "run", "%s", "is not a string; expected the run's settings");
+  else if (!st && runj && !(k->run = dupstr(json_string_value(runj)))) st = bad(err, errlen, man, "run", "%s", "out of memory");
   if (!st) st = validate(k, man, err, errlen);
   /* the manifest's own checksum (absent in checkpoints of mtc before it had one): a field edited
    * by hand (the seed, the names of two tensors of one shape) would resume as another run */
@@ -432,6 +435,40 @@ static int opened(RtCkpt *k, const char *man, char *err, size_t errlen) {
   return st;
 }
 
+/* The value of key in a run string ("key value, ..."): its length in *len, or NULL. */
+static const char *run_value(const char *run, const char *key, size_t klen, size_t *len) {
+  for (const char *p = run; p && *p;) {
+    const char *end = strstr(p, ", ");
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == ' ') return *len = n - klen - 1, p + klen + 1;
+    p = end ? end + 2 : NULL;
+  }
+  return NULL;
+}
+
+void rt_ckpt_run_diff(char *out, size_t n, const char *saved, const char *run) {
+  size_t at = 0;
+  if (n) out[0] = 0;
+  if (!saved) { /* a checkpoint of an mtc before manifests had "run": nothing to compare */
+    snprintf(out, n, "the checkpoint does not record them (an older mtc's); this run's: %s", run);
+    return;
+  }
+  for (const char *p = run; p && *p && at < n;) {
+    const char *end = strstr(p, ", "), *sp = strchr(p, ' ');
+    size_t len = end ? (size_t)(end - p) : strlen(p), klen = sp && sp < p + len ? (size_t)(sp - p) : len, vlen = 0;
+    const char *mine = p + klen + (klen < len), *theirs = saved ? run_value(saved, p, klen, &vlen) : NULL;
+    size_t mlen = len - (size_t)(mine - p);
+    if (!theirs || vlen != mlen || strncmp(theirs, mine, mlen) != 0) {
+      int k = snprintf(out + at, n - at, "%s%.*s: %s%.*s%s, %.*s now", at ? "; " : "", (int)klen, p,
+                       theirs ? "" : "not recorded", theirs ? (int)vlen : 0, theirs ? theirs : "",
+                       theirs ? " in the checkpoint" : " in the checkpoint", (int)mlen, mine);
+      if (k < 0 || (size_t)k >= n - at) break;
+      at += (size_t)k;
+    }
+    p = end ? end + 2 : NULL;
+  }
+}
+
 int rt_ckpt_name(char *dst, size_t n, const RtCkptTensor *t, int e) {
   const char *slot = t->experts ? strstr(t->name, "%d") : NULL;
   int k = slot ? snprintf(dst, n, "%.*s%d%s", (int)(slot - t->name), t->name, e, slot + 2)
@@ -445,7 +482,7 @@ void rt_ckpt_close(RtCkpt *k) {
   for (int i = 0; k->fds && i < k->nshards; i++)
     if (k->fds[i] >= 0) close(k->fds[i]);
   free(k->groups), free(k->tensors), free(k->shard_bytes), free(k->shard_sum), free(k->fds), free(k->verified);
-  free(k->dir);
+  free(k->dir), free(k->run);
   memset(k, 0, sizeof *k);
 }
 
