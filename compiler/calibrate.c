@@ -24,7 +24,10 @@
  * The rate then differs per profile, so the fit is in u_i = w_i / rate_i, the seconds at the
  * full rate: factor = Σ u_i² / Σ u_i m_i. Seconds are the time a rank is blocked in the
  * collective: a transfer hidden behind compute makes the link look faster than it is (a fit
- * above 1 is refused, as for the compute factors).
+ * above 1 is refused, as for the memory-bound factors). A compute factor above 1 (a GEMM faster
+ * than the preset's gpu.bf16_flops, as a real core is than the cpu preset's guess) raises
+ * gpu.bf16_flops to the fastest measured rate instead, with a comment saying so, and the compute
+ * factors are fitted against that.
  *
  * The output is the base preset's text with the fitted keys of its efficiency section
  * rewritten, each with a comment citing the profiles and the figures it came from instead of
@@ -274,12 +277,29 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
                         rname, w / u / 1e9,
                         flops ? (sustained != 1 ? " GFLOP/s x sustained" : " GFLOP/s") : " GB/s");
     why[f] = mem_printf(&m, "fitted from %s: %s", cite, why[f]);
-    if (fit[f] > 1) {
+    if (fit[f] > 1 && !flops) {
       diag_error(&d, (Loc){0}, "%s: efficiency.%s would be %.3g, above 1: the measured rate (%.4g %s/s) beats the "
                  "preset's %s; expected a preset whose peak rates are at least what the machine does (raise "
-                 "%s in %s)", paths[0], factors[f].key, fit[f], w / s / 1e9, flops ? "GFLOP" : "GB", rname, fix, preset);
+                 "%s in %s)", paths[0], factors[f].key, fit[f], w / s / 1e9, "GB", rname, fix, preset);
       goto done;
     }
+  }
+  /* a compute rate above the preset's peak: the peak was set too low (the cpu preset's guess for a
+   * core), so it is raised to the fastest measured rate, and every compute factor is then a
+   * fraction of that (the fastest 1); the written preset says so at gpu.bf16_flops */
+  double raise = 1;
+  int fastest = -1;
+  for (int f = 0; f < NFACTORS; f++)
+    if (have[f] && factors[f].rate == RATE_PEAK && fit[f] > raise) raise = fit[f], fastest = f;
+  char *raised = NULL;
+  if (fastest >= 0) {
+    for (int f = 0; f < NFACTORS; f++)
+      if (have[f] && factors[f].rate == RATE_PEAK)
+        fit[f] /= raise, why[f] = mem_printf(&m, "%s; against gpu.bf16_flops raised to %.4g GFLOP/s", why[f],
+                                             peak * raise / 1e9);
+    raised = mem_printf(&m, "  bf16_flops: %.4g GFLOP/s   # raised by mtc calibrate from %s's %.4g GFLOP/s: "
+                        "efficiency.%s measured %.4g times that (a peak is at least what the machine does)\n",
+                        peak * raise / 1e9, preset, peak / 1e9, factors[fastest].key, raise);
   }
   bool any = false;
   for (int f = 0; f < NFACTORS; f++) any |= have[f];
@@ -341,6 +361,15 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
     if (have[f] && !done_key[f]) o = mem_printf(&m, "%s  %s: %.4g   # %s\n", o, factors[f].key, fit[f], why[f]);
   o = mem_printf(&m, "%s%s", o, text + hi);
   if (o[0] && o[strlen(o) - 1] != '\n') o = mem_printf(&m, "%s\n", o);
+  char *bf = raised ? strstr(o, "\n  bf16_flops:") : NULL; /* gpu.bf16_flops' line, replaced */
+  if (bf) {
+    char *eol = strchr(bf + 1, '\n');
+    o = mem_printf(&m, "%.*s\n%s%s", (int)(bf - o), o, raised, eol ? eol + 1 : "");
+  } else if (raised) {
+    diag_error(&d, (Loc){0}, "%s: no gpu.bf16_flops line to raise to %.4g GFLOP/s; expected a preset that states it",
+               preset, peak * raise / 1e9);
+    goto done;
+  }
 
   OutFile of; /* PATH.tmp renamed over PATH: never through a link, a FIFO or a device */
   FILE *fp = out_open(&d, &of, out);
@@ -348,6 +377,9 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
   fputs(o, fp); /* a write error is out_close's: ferror */
   if (!out_close(&d, &of)) goto done;
   printf("wrote %s: preset %s calibrated from %d profile(s)\n", out, preset, npaths);
+  if (raised)
+    printf("note: gpu.bf16_flops raised from %.4g to %.4g GFLOP/s: efficiency.%s measured faster than the preset's "
+           "peak\n", peak / 1e9, peak * raise / 1e9, factors[fastest].key);
   for (int f = 0; f < NFACTORS; f++)
     if (have[f]) printf("  efficiency.%-14s %.4g  (%s)\n", factors[f].key, fit[f], why[f]);
   status = EXIT_DONE;

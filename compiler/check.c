@@ -379,7 +379,7 @@ static bool merge_preset(Mem *m, Diag *d, Spec *s) {
 Spec *spec_load(Mem *m, Diag *d, const char *path, const char *text, size_t len,
                 const char *const *sets, int nsets) {
   const Source *src = text ? diag_source(m, path, text, len)
-                           : diag_read_source(m, d, path, YAML_MAX_FILE);
+                           : diag_read_source(m, d, path, YAML_MAX_FILE, "a spec file");
   if (!src) return NULL;
   Spec *s = mem_alloc(m, sizeof *s);
   s->path = path;

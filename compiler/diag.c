@@ -15,30 +15,30 @@ const Source *diag_source(Mem *m, const char *name, const char *text, size_t len
   return s;
 }
 
-const Source *diag_read_source(Mem *m, Diag *d, const char *path, size_t limit) {
+const Source *diag_read_source(Mem *m, Diag *d, const char *path, size_t limit, const char *what) {
   Loc none = {0};
   struct stat st;
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-    diag_error(d, none, "cannot read '%s': it is not a regular file; expected a spec file", path);
+    diag_error(d, none, "cannot read '%s': it is not a regular file; expected %s", path, what);
     return NULL;
   }
   FILE *f = fopen(path, "rb");
   if (!f) {
-    diag_error(d, none, "cannot open '%s': %s; expected a readable spec file", path,
-               strerror(errno));
+    diag_error(d, none, "cannot open '%s': %s; expected %s (a readable file)", path,
+               strerror(errno), what);
     return NULL;
   }
   char *buf = mem_alloc(m, limit + 1);
   size_t n = fread(buf, 1, limit + 1, f);
   bool bad = ferror(f);
+  int e = errno;
   fclose(f);
   if (bad) {
-    diag_error(d, none, "cannot read '%s'; expected a readable regular file", path);
+    diag_error(d, none, "cannot read '%s': %s; expected %s (a readable regular file)", path, strerror(e), what);
     return NULL;
   }
   if (n > limit) {
-    diag_error(d, none, "'%s' is larger than %zu bytes; a spec is a small YAML file", path,
-               limit);
+    diag_error(d, none, "'%s' is larger than %zu bytes; expected %s, a small file", path, limit, what);
     return NULL;
   }
   Source *s = mem_alloc(m, sizeof *s);

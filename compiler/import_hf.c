@@ -544,7 +544,7 @@ static bool gpt2(Hf *h) {
 }
 
 char *import_hf(Mem *m, Diag *d, const char *path) {
-  const Source *src = diag_read_source(m, d, path, YAML_MAX_FILE);
+  const Source *src = diag_read_source(m, d, path, YAML_MAX_FILE, "a Hugging Face config.json");
   if (!src) return NULL;
   json_error_t je;
   json_t *cfg = json_loadb(src->text, src->len, JSON_REJECT_DUPLICATES, &je); /* a key twice: which one? refused */

@@ -6,7 +6,10 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "mtc.h"
 
@@ -172,6 +175,21 @@ static bool make_dirs(Diag *d, const char *path) {
   return true;
 }
 
+/* One compile per output directory at a time: dir is flock'd (exclusively, held until mtc exits),
+ * so that two compiles into it at once cannot leave one's plan.json beside the other's step.h (they
+ * would also remove each other's .tmp files). shown: dir as messages print it. False with the error
+ * when another holds it. */
+static bool lock_dir(Diag *d, const char *dir, const char *shown) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return diag_error(d, (Loc){0}, "cannot open directory '%s': %s; expected a writable path for -o", shown,
+                                strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) return true; /* fd stays open: the lock lasts until exit */
+  int e = errno;
+  close(fd);
+  return diag_error(d, (Loc){0}, "-o %s: %s; expected one mtc compile at a time per directory (wait for the other, "
+                    "or give another -o)", shown, e == EWOULDBLOCK ? "another mtc compile is writing it now" : strerror(e));
+}
+
 static bool write_text(Diag *d, const char *path, const Plan *p) {
   OutFile o;
   FILE *f = out_open(d, &o, path);
@@ -255,7 +273,7 @@ static int run(Args *a) {
     report_plan_json(j, p, false);
     char *shown = out_shown(&mem, dir); /* dir as printed: no control bytes reach the terminal */
     bool ours = out_cmake_path_ok(&d, mem_printf(&mem, "-o %s", shown), dir) && out_dir_prepare(&d, dir, a->force) &&
-                make_dirs(&d, dir); /* mtc may write here */
+                make_dirs(&d, dir) && lock_dir(&d, dir, shown); /* mtc may write here, alone */
     /* every output to FILE.tmp first, renamed all together once all are written: a failure to
      * write any (a full disk) leaves every file of an earlier compile as it was */
     out_batch_begin();
@@ -288,7 +306,9 @@ static int run(Args *a) {
              p->feasible ? "" : " (no feasible plan: see plan.txt)");
       const char *note = program ? emit_program_note(&mem, p) : NULL;
       if (program) printf("wrote %s/step.h, step.c, train.c, kernels.cu, CMakeLists.txt and launch.sbatch; build with: "
-                          "mtc build %s\n%s", shown, shell_word(&mem, shown), note ? note : "");
+                          "mtc build %s\n%s", shown,
+                          shell_word(&mem, shown[0] == '-' ? mem_printf(&mem, "./%s", shown) : shown), /* not an option */
+                          note ? note : "");
       /* no program written (infeasible, a model with no program yet): none of an earlier compile stays */
       if (!program && out_remove_program(dir) > 0)
         printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ..., build/train): "

@@ -115,8 +115,9 @@ typedef struct {
 /* Records an error at loc (loc.src may be NULL: no position). Keeps only the first error.
  * Always returns false so that callers can `return diag_error(...)`. */
 bool diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Reads a whole file into a Source (arena-owned). Refuses files over limit bytes. */
-const Source *diag_read_source(Mem *m, Diag *d, const char *path, size_t limit);
+/* Reads a whole file into a Source (arena-owned). Refuses files over limit bytes and anything
+ * but a regular file; what names the file expected in messages ("a spec file"). */
+const Source *diag_read_source(Mem *m, Diag *d, const char *path, size_t limit, const char *what);
 const Source *diag_source(Mem *m, const char *name, const char *text, size_t len);
 /* Bytes of the line break at p (LF, CR, CRLF, U+0085, U+2028, U+2029, as YAML counts them),
  * or 0 if p does not start one. */
@@ -1194,7 +1195,8 @@ void report_summary(FILE *out, const Plan *p);
 void report_explain(FILE *out, const Plan *p);
 /* Adds feasible, layout, checkpoint, memory, predicted and search keys to root (a json_t *). */
 void report_plan_json(void *root, const Plan *p, bool timing);
-/* Writes obj to path (or stdout if path is NULL), indented, keys in insertion order. */
+/* Writes obj to path (or stdout if path is NULL: a failed write there is reported once, by main's
+ * check of stdout at exit), indented, keys in insertion order. */
 bool report_write_json(Diag *d, void *obj, const char *path);
 
 #endif

@@ -20,7 +20,7 @@ static bool valid_name(const char *n) {
 static YNode *try_file(Mem *m, Diag *d, const char *path, bool *found) {
   *found = access(path, R_OK) == 0;
   if (!*found) return NULL;
-  const Source *src = diag_read_source(m, d, path, YAML_MAX_FILE);
+  const Source *src = diag_read_source(m, d, path, YAML_MAX_FILE, "a cluster preset (YAML)");
   return src ? yaml_parse(m, d, src, PRESET_TOP) : NULL;
 }
 

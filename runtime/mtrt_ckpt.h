@@ -8,8 +8,11 @@
  *                    master shard, the first and the second optimizer moment (fp32)
  *   manifest.json    format, model, optimizer, step, seed, layout, groups (name, comm, full, shard),
  *                    tensors (name, group, offset, count, experts, rows, cols; routed tensors in
- *                    whole-expert shards also per and block: the shard layout) and per shard
- *                    file its size and FNV-1a 64 checksum
+ *                    whole-expert shards also per and block: the shard layout), per shard
+ *                    file its size and FNV-1a 64 checksum, and manifest_fnv1a64: FNV-1a 64 of
+ *                    every other field (rt_ckpt_manifest_sum), so that no field is edited unseen;
+ *                    run: the settings besides the model that shape what is trained and in
+ *                    which order, compared on resume (rt_ckpt_run_diff)
  *
  * A checkpoint is complete once its manifest exists: shards are written to a temporary name,
  * fsync'ed and renamed, then rank 0 writes the manifest the same way, last. A process killed
@@ -52,6 +55,7 @@ typedef struct {
   char optimizer[16]; /* "adamw" or "muon": what the moments are */
   int64_t step;
   uint64_t seed;
+  char *run;       /* the run's settings ("key value, key value, ..."; allocated), or NULL */
   int fsdp, ep, dp_replicate, experts_per_rank, real_bytes;
   RtCkptGroup *groups;
   int ngroups;
@@ -68,6 +72,16 @@ typedef struct {
 #define RT_FNV_SEED 0xcbf29ce484222325ull
 uint64_t rt_fnv1a(uint64_t h, const void *p, size_t n);
 
+/* The checksum of a manifest (a json_t *): FNV-1a 64 of its compact JSON with sorted keys, less
+ * its manifest_fnv1a64 field. */
+uint64_t rt_ckpt_manifest_sum(const void *root);
+
+/* The items ("key value", separated by ", ") of run in which saved differs (or that saved lacks),
+ * as "key: V1 in the checkpoint, V2 now; ..." in out (n bytes; empty when they agree): what a
+ * resume says before it goes on with this run's settings. saved NULL (a checkpoint without
+ * them): out says so and lists run. */
+void rt_ckpt_run_diff(char *out, size_t n, const char *saved, const char *run);
+
 /* The newest complete checkpoint under dir: returns its step (its directory is
  * dir/step-%08lld of it); 0 when there is none (or dir does not exist). */
 int64_t rt_ckpt_latest(const char *dir);
@@ -81,10 +95,13 @@ long long rt_ckpt_step_of(const char *name);
  * unlinked, and the directory when it is then empty; anything else there stays (err names it).
  * Incomplete directories (left by a killed save) and links stay. Returns how many it removed,
  * or -1 with err set (what it could remove is gone). */
-/* Takes dir/lock (created, flock'd exclusively) for this process's lifetime, so that a second
- * training run on the same checkpoint directory (a requeued job while the first still runs) is
- * refused instead of overwriting its shards. 0, or -1 with err saying which run holds it. Rank 0. */
-int rt_ckpt_lock(const char *dir, char *err, size_t errlen);
+/* Takes dir/lock (created if missing, flock'd exclusively) for this process's lifetime, so that a
+ * second training run on the same checkpoint directory (a requeued job while the first still
+ * runs) is refused instead of overwriting its shards. Returns the lock's descriptor (*created: the
+ * file was made by this call), or -1 with err saying which run holds it. Rank 0. rt_ckpt_unlock_refused: a run refused at start-up leaves nothing behind: it
+ * removes the lock file (remove_lock: it made it) and dir when empty (remove_dir: it made it). */
+int rt_ckpt_lock(const char *dir, int *created, char *err, size_t errlen);
+void rt_ckpt_unlock_refused(const char *dir, int fd, int remove_lock, int remove_dir);
 /* Bytes to spare under the system's limit on a path (pathconf PATH_MAX) for the longest name a
  * save writes under checkpoint directory dir: negative when a save there could not name its
  * files, which the trainer refuses at start-up. */
@@ -105,7 +122,8 @@ int rt_ckpt_clean_incomplete(const char *dir, char *removed, size_t removedlen, 
 /* Reads the manifest of checkpoint directory path (DIR/step-N) and checks every field: ranges,
  * the layout, each group's full = shard x ranks, each tensor inside its group with rows x cols =
  * count and a unique name (routed: one %d), each shard's size = the header + the groups'
- * sections (the files' sizes, checksums and headers are checked on first read). Returns 0, or
+ * sections, and the manifest's own checksum when it has one (the files' sizes, checksums and
+ * headers are checked on first read). Returns 0, or
  * -1 with "MANIFEST: FIELD ...; expected ..." in err. */
 int rt_ckpt_open(RtCkpt *k, const char *path, char *err, size_t errlen);
 void rt_ckpt_close(RtCkpt *k);
@@ -130,6 +148,10 @@ int rt_ckpt_read(RtCkpt *k, const char *name, int e, int64_t first, int64_t n, i
  * tmp removed. Neither closes or syncs the descriptor: the caller does, before commit. */
 int rt_replace_begin(const char *path, char **tmp, char *err, size_t errlen);
 int rt_replace_commit(const char *tmp, const char *path, char *err, size_t errlen);
+
+/* Writes all n bytes of p to fd, retrying short writes and EINTR: 0, or -1 with errno set (a
+ * write that makes no progress, as on a full disk, is -1 with errno ENOSPC). */
+int rt_write_all(int fd, const void *p, size_t n);
 
 /* A path built from fmt, allocated (the caller frees it): no path is cut to fit a buffer. Out of
  * memory exits with a message. */

@@ -11,7 +11,8 @@
  *     the document index (Megatron-LM, megatron/core/datasets/indexed_dataset.py). Documents
  *     are concatenated in order; a sample may cross a document boundary, as in Megatron's
  *     GPT dataset;
- *   anything else: raw bytes, one token per byte (a byte vocabulary of 256).
+ *   anything else: raw bytes, one token per byte (a byte vocabulary of 256), except a name
+ *     ending in .bin or .idx, which is refused (a dataset read as bytes would train on noise).
  */
 #ifndef MTRT_DATA_H
 #define MTRT_DATA_H
@@ -45,6 +46,9 @@ typedef struct {
  * with a vocabulary under 256, or a token outside [0, vocab). Returns 0 on success. */
 int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err, size_t errlen);
 void rt_data_close(RtData *d);
+/* The format of an open file, for the start-up line: "raw bytes, one token per byte", "llm.c
+ * shard, uint16 tokens" or "Megatron dataset, uint16 tokens" (its token width). */
+const char *rt_data_format_name(const RtData *d);
 
 /* The B sequences of one micro-batch: inputs and targets (B, T), targets shifted by one.
  * Returns 0, or -1 with "PATH: ...; expected ..." in err (errlen bytes) when the file no longer

@@ -181,6 +181,10 @@ void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act
 void rt_gelu_forward(act *h, const act *x, int64_t n);
 void rt_gelu_backward(act *dx, const act *dh, const act *x, int64_t n);
 
+/* cpu backend: FNV-1a 64 of every routing decision (the idx of rt_router_forward and
+ * rt_router_group_forward, folded in call order) since the caller last set it: --grad-check
+ * compares it between forwards to see a finite-difference step flip a token's experts. */
+extern uint64_t rt_route_hash;
 /* Router over E experts from logits (N,E): picks K experts per token and their weights.
  *   softmax: scores are the logits; weights = softmax over the K selected (Mixtral).
  *   sigmoid: scores s = sigmoid(logits); weights = s / Σ selected s (DeepSeek-V3).

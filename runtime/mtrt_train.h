@@ -249,19 +249,22 @@ void rt_offload_wait(RtCtx *c, int id);
  * manifest, last. A complete checkpoint already at dir/step-NNNNNNNN is kept as it is (0). On a
  * failure every rank removes what it wrote (temporary, shard; rank 0 the step directory if
  * empty) and returns -1 (err names the file and why). kill_halfway (tests only): rank 0 kills
- * itself with SIGKILL after the shards are written and before the manifest. */
+ * itself with SIGKILL after the shards are written and before the manifest. run: the run's
+ * settings besides the model ("key value, ..."), kept in the manifest for rt_ckpt_load. */
 int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *state, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, bool kill_halfway,
-                 char *err, size_t errlen);
+                 int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, const char *run,
+                 bool kill_halfway, char *err, size_t errlen);
 /* Loads checkpoint directory path (saved under any layout) into this rank's master shards and
  * optimizer moments (in state, the state arena on the host; a group without a second moment
  * skips the checkpoint's); sets *step and *seed. Refuses a checkpoint of another model (the
  * manifest's model is not this program's model name), of another optimizer, or one whose tensors differ from the program's: one missing on either side (a checkpoint with more
  * layers than the program is not cut), or of another shape or number of experts; err names the
  * tensor, both shapes and what to do. Collective; -1 on every rank if
- * any failed (a corrupt or truncated shard is named in err). */
+ * any failed (a corrupt or truncated shard is named in err). note (notelen bytes): which of this
+ * run's settings (run) differ from the checkpoint's (rt_ckpt_run_diff), empty when none does. */
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *state, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, const char *model, const char *optimizer, char *err, size_t errlen);
+                 int ng, const RtTensor *t, int nt, const char *model, const char *optimizer, const char *run,
+                 char *note, size_t notelen, char *err, size_t errlen);
 
 /* The process's peak resident memory so far (VmHWM of /proc/self/status), bytes; -1 where
  * the kernel does not report it. */
@@ -295,8 +298,9 @@ typedef struct {
 } RtMetrics;
 
 /* Opens path for appending (created if missing): a regular file, or a character device such as
- * /dev/null; a FIFO, a directory, a socket or a symbolic link to nothing (which open would
- * create wherever it points) is refused. A new run (resume_step < 0) empties a regular file (its
+ * /dev/null; a FIFO, a directory, a socket, a symbolic link to nothing (which open would
+ * create wherever it points), a file of a kernel pseudo file system (/proc, /sys) and a file
+ * another run holds (each run flocks its regular file until it ends) are refused. A new run (resume_step < 0) empties a regular file (its
  * lines are an earlier run's; m->replaced says how many bytes); a resumed run (from the
  * checkpoint of step resume_step) drops a cut last line (a killed run's) and the last lines
  * whose step is past it, up to the first that is not. 0, or -1 with "PATH: why; expected ..." in err. */

@@ -48,6 +48,15 @@ if [ -w /dev/full ]; then
   "$mtc" plan specs/tiny-moe.yaml >/dev/full 2>/dev/null; rc=$?
   [ $rc -eq 2 ] || { echo "FAIL: plan > /dev/full exited $rc, expected 2"; fail=1; }
 fi
+if [ -w /dev/full ]; then # one error, not two
+  n=$("$mtc" plan --json specs/tiny-moe.yaml 2>&1 >/dev/full | grep -c error); [ "$n" -eq 1 ] ||
+    { echo "FAIL: plan --json > /dev/full printed $n errors, expected 1"; fail=1; }
+fi
+# import-hf names what it expected: a config.json, not a spec
+expect 2 "cannot read '/dev/zero': it is not a regular file; expected a Hugging Face config.json" "$mtc" import-hf /dev/zero
+tmpb=$(mktemp -d); head -c 2000000 /dev/zero | tr '\0' ' ' >"$tmpb/big.json"
+expect 2 "big.json' is larger than 1048576 bytes; expected a Hugging Face config.json" "$mtc" import-hf "$tmpb/big.json"
+rm -rf "$tmpb"
 # a FIFO is refused, not waited on
 tmpf=$(mktemp -d); mkfifo "$tmpf/f.yaml"
 expect 2 'not a regular file' timeout 5 "$mtc" check "$tmpf/f.yaml"
@@ -274,9 +283,19 @@ expect 2 'field.json: classes.gemm.flops: missing or not a number >= 0; expected
   "$mtc" calibrate "$tmpc/field.json" --preset cpu -o "$tmpc/out.yaml"
 sed 's/mtc-profile-1/other/' "$tmpc/p.json" >"$tmpc/format.json"
 expect 2 'format.json: format: missing or not "mtc-profile-1"' "$mtc" calibrate "$tmpc/format.json" --preset cpu -o "$tmpc/out.yaml"
-sed 's/"seconds": 0.5,/"seconds": 0.1,/' "$tmpc/p.json" >"$tmpc/fast.json" # 100 GFLOP/s on a 50 GFLOP/s preset
-expect 2 'efficiency.dense_gemm would be 2, above 1.*raise gpu.bf16_flops in cpu' \
-  "$mtc" calibrate "$tmpc/fast.json" --preset cpu -o "$tmpc/out.yaml"
+# GEMMs at 100 GFLOP/s on the cpu preset's 50 (a real core beats its guess): gpu.bf16_flops is raised to
+# 100 GFLOP/s, saying so, and the compute factors are fractions of it: dense_gemm 1, attention 1e9 /
+# (100e9 x 0.25) = 0.04; a memory-bound rate above its peak is still refused
+sed 's/"seconds": 0.5,/"seconds": 0.1,/' "$tmpc/p.json" >"$tmpc/fast.json"
+expect 0 'note: gpu.bf16_flops raised from 50 to 100 GFLOP/s: efficiency.dense_gemm measured faster' \
+  "$mtc" calibrate "$tmpc/fast.json" --preset cpu -o "$tmpc/fast.yaml"
+grep -q '^  bf16_flops: 100 GFLOP/s   # raised by mtc calibrate from cpu.s 50 GFLOP/s: efficiency.dense_gemm measured 2 times' "$tmpc/fast.yaml" &&
+  grep -q '^  dense_gemm: 1   # fitted from' "$tmpc/fast.yaml" && grep -q '^  attention: 0.04   # fitted from' "$tmpc/fast.yaml" &&
+  env MTC_PRESET_DIR="$tmpc" "$mtc" plan specs/tiny-moe.yaml --set cluster.preset=fast >/dev/null ||
+  { echo "FAIL: calibrate's raised peak"; grep -E 'bf16_flops|dense_gemm|attention' "$tmpc/fast.yaml"; fail=1; }
+sed 's/"bytes": 1e8}/"bytes": 1e11}/' "$tmpc/p.json" >"$tmpc/fastmem.json" # 1e11 B in 0.25 s on a 10 GB/s preset
+expect 2 'efficiency.elementwise would be 40, above 1.*raise gpu.hbm_bandwidth in cpu' \
+  "$mtc" calibrate "$tmpc/fastmem.json" --preset cpu -o "$tmpc/out.yaml"
 expect 2 "unknown cluster preset 'nosuch'" "$mtc" calibrate "$tmpc/p.json" --preset nosuch -o "$tmpc/out.yaml"
 expect 2 'cannot write .*no/dir/out.yaml' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/no/dir/out.yaml"
 # a FIFO is refused, never waited on, as a profile and as -o; -o is never written through a link

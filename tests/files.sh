@@ -8,7 +8,9 @@
 #   manifest  copies of the checkpoint, each with one manifest field corrupted (overlapping
 #             tensors and an empty tensor list among them), are refused by mtc export (exit 2,
 #             naming manifest.json, the field and the tensor) and by a resume (exit 2), never a
-#             crash; a resume refuses another model's checkpoint, naming both models
+#             crash; an edited seed and two tensors' names swapped fail the manifest's checksum;
+#             a resume with another data file says that the run's settings differ, and which;
+#             a resume refuses another model's checkpoint, naming both models
 #   model     the 4-layer checkpoint resumed by a 3-layer and by a 5-layer program: refused
 #             (exit 2), naming the tensor, what the checkpoint has and what the program expects
 #   crash     (items 4 and 13) a run killed mid-save and resumed leaves a metrics file equal to
@@ -40,7 +42,13 @@
 #             and a step-00000005 holding step 1's checkpoint are refused, nothing written
 #   cut       the data file emptied during a run: no SIGBUS; named, the state saved, exit 1, resumed
 #   messages  compile -o FILE refused as not a directory; the build hint shell-quoted; SIGINT saves
-#             and stops as SIGTERM does
+#             and stops as SIGTERM does, and so does SIGHUP; a closed stdout pipe does not kill a
+#             run; --metrics /proc/self/status refused at start-up; a run refused at start-up
+#             creates no --checkpoint-dir and leaves no lock; a second run on one --metrics file and
+#             a second compile into one -o directory at once are refused; -o -dash's build hint is
+#             ./-dash
+#   kill      kill -9 at two random points of a run saving after every step: every checkpoint
+#             with a manifest is whole, every resume equals the unkilled run bit for bit
 #   usage: files.sh MTC SOURCE_DIR
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2")
@@ -272,8 +280,40 @@ corrupt not_a_number     'groups\[0\] is malformed'      "m['groups'][0]['shard'
 corrupt tensors_empty    'tensors is empty'              "m['tensors'] = []"
 corrupt overlap_dense    'q_proj.weight) has elements \[128, 16512) of group 1, which overlap tensors\[1\]' "dense['offset'] = 64"
 corrupt overlap_routed   'up_proj.weight) has elements \[262144, 524288) of group 2, which overlap' "routed['offset'] += 1"
+# resign MANIFEST: its manifest_fnv1a64 recomputed, as the trainer computes it (FNV-1a 64 of the
+# compact JSON with sorted keys, less that field): a hand edit that passes the checksum
+resign() {
+  python3 -c "
+import json, sys
+p = sys.argv[1]; m = json.load(open(p)); m.pop('manifest_fnv1a64', None)
+h = 0xcbf29ce484222325
+for b in json.dumps(m, sort_keys=True, separators=(',', ':'), ensure_ascii=False).encode():
+    h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+m['manifest_fnv1a64'] = '%016x' % h
+json.dump(m, open(p, 'w'), indent=1)" "$1"
+}
+# the manifest's own checksum: an edited seed (the data order) or two tensors of one shape with
+# their names swapped resume as another run: refused by resume and export, naming the field
+for edit in seed names; do
+  mkdir -p "sum-$edit" && cp -r "$ck" "sum-$edit/" && m=sum-$edit/step-00000001/manifest.json
+  if [ $edit = seed ]; then sed -i 's/"seed": "0000000000000001"/"seed": "0000000000000002"/' "$m"
+  else sed -i 's/self_attn\.k_proj/SWAP/; s/self_attn\.v_proj/self_attn.k_proj/; s/SWAP/self_attn.v_proj/' "$m"; fi
+  cmp -s "$m" "$ck/manifest.json" && die "sum-$edit: the edit changed nothing"
+  out=$(timeout 60 t1/build/train --data "$text" --steps 2 --metrics sum.jsonl --checkpoint-dir "sum-$edit" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "error: resuming from sum-$edit/step-00000001: $m: manifest_fnv1a64 is [0-9a-f]*, but the manifest's fields sum to [0-9a-f]*; expected the manifest as the trainer wrote it" ||
+    die "a manifest with its $edit edited: resume exit $rc, $out"
+  out=$(timeout 60 "$mtc" export "sum-$edit" "sum-$edit.safetensors" 2>&1); rc=$?
+  [ $rc -eq 2 ] && echo "$out" | grep -q "manifest_fnv1a64 is" || die "a manifest with its $edit edited: export exit $rc, $out"
+done
+# a resume under other settings than the checkpoint's (here another data file) says which differ
+head -c 100000 "$text" >small.txt && mkdir -p runnote && cp -r "$ck" runnote/
+out=$(timeout 60 t1/build/train --data small.txt --steps 2 --metrics rn.jsonl --checkpoint-dir runnote 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q '"run": "seq_len 64, global_batch' "$ck/manifest.json" &&
+  echo "$out" | grep -q "^note: this run's settings differ from the checkpoint's: data: raw-bytes $(wc -c <"$text") tokens in the checkpoint, raw-bytes 100000 tokens now$" ||
+  die "a resume with another data file: exit $rc, $out"
 # a checkpoint of another model (its tensors the same) is refused by a resume, naming both models
-mkdir -p other && cp -r "$ck" other/ && sed -i 's/"model": "tiny-moe"/"model": "other-moe"/' other/step-00000001/manifest.json
+mkdir -p other && cp -r "$ck" other/ && sed -i 's/"model": "tiny-moe"/"model": "other-moe"/' other/step-00000001/manifest.json &&
+  resign other/step-00000001/manifest.json
 out=$(timeout 60 t1/build/train --data "$text" --checkpoint-dir other 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "^error: resuming from other/step-00000001: the checkpoint is of model 'other-moe' (its manifest.json), this program of model 'tiny-moe'; expected a checkpoint of this program's model" ||
   die "a resume from another model's checkpoint: exit $rc, $out"
@@ -431,5 +471,53 @@ for _ in $(seq 600); do grep -q "^step     1/" int.out && break; kill -0 $pid 2>
 kill -INT $pid; wait $pid; rc=$?
 [ $rc -eq 0 ] && grep -q "^stopped after step [0-9]* on SIGINT; run the same command again to resume from ckint" int.out &&
   grep -q "^saved checkpoint ckint/step-" int.out || die "SIGINT: exit $rc, $(cat int.err), $(tail -3 int.out)"
-[ $fail -eq 0 ] && echo "ok: compile -o a file refused as such, the build hint quoted, SIGINT saves and stops"
+# --metrics on a kernel pseudo file system (/proc: a "regular" file that takes no lines) is refused at
+# start-up, not at step 1
+out=$(t1/build/train --data "$text" --steps 2 --metrics /proc/self/status 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: --metrics /proc/self/status: a file of the kernel's proc file system" &&
+  ! echo "$out" | grep -q "^step " || die "--metrics /proc/self/status: exit $rc, $out"
+# a run refused at start-up (its data missing) leaves no --checkpoint-dir and no lock behind
+out=$(t1/build/train --data no-such-data --steps 1 --checkpoint-dir refused-ck 2>&1); rc=$?
+[ $rc -eq 2 ] && [ ! -e refused-ck ] || die "a refused run created its --checkpoint-dir: exit $rc, $(ls -A refused-ck), $out"
+mkdir -p refused-ck2 && echo mine >refused-ck2/notes.txt
+out=$(t1/build/train --data no-such-data --steps 1 --checkpoint-dir refused-ck2 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$(ls -A refused-ck2)" = notes.txt ] || die "a refused run left a lock: exit $rc, $(ls -A refused-ck2), $out"
+# SIGHUP (a closed terminal) saves and stops as SIGTERM does; a closed stdout pipe (| head) is no signal to die
+env --default-signal=HUP t1/build/train --data "$text" --steps 400 --checkpoint-dir ckhup >hup.out 2>hup.err &
+pid=$!
+for _ in $(seq 600); do grep -q "^step     1/" hup.out && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+kill -HUP $pid; wait $pid; rc=$?
+[ $rc -eq 0 ] && grep -q "^stopped after step [0-9]* on SIGHUP; run the same command again to resume from ckhup" hup.out &&
+  grep -q "^saved checkpoint ckhup/step-" hup.out || die "SIGHUP: exit $rc, $(cat hup.err), $(tail -3 hup.out)"
+t1/build/train --data "$text" --steps 2 --checkpoint-dir ckpipe --metrics pipe.jsonl 2>/dev/null | head -1 >/dev/null
+rc=${PIPESTATUS[0]}
+[ $rc -eq 0 ] && [ -f ckpipe/step-00000002/manifest.json ] && [ "$(wc -l <pipe.jsonl)" -eq 2 ] ||
+  die "a run whose stdout pipe closed: exit $rc (141: killed by SIGPIPE), $(ls ckpipe)"
+# one run per metrics file: a second run on a file the first is writing is refused, the first's lines stay
+t1/build/train --data "$text" --steps 3 --metrics shared.jsonl >shared.out 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q "^step     1/" shared.out && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+out=$(t1/build/train --data "$text" --steps 3 --metrics shared.jsonl 2>&1); rc=$?
+wait $pid; rc1=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: --metrics shared.jsonl: in use by another training run" && [ $rc1 -eq 0 ] &&
+  [ "$(wc -l <shared.jsonl)" -eq 3 ] || die "two runs on one --metrics: exit $rc (first $rc1), $out, $(wc -l <shared.jsonl) lines"
+# one compile per -o directory at a time (a compile holds it flock'd); a name starting with '-' gets a
+# build hint that is not an option
+mkdir -p busy && flock busy sleep 30 &
+lockpid=$!
+for _ in $(seq 100); do flock -n busy true 2>/dev/null || break; sleep 0.1; done
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o busy 2>&1); rc=$?
+kill $lockpid 2>/dev/null; wait $lockpid 2>/dev/null
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: -o busy: another mtc compile is writing it now" && [ -z "$(ls -A busy)" ] ||
+  die "compile into a directory another compile holds: exit $rc, $out, $(ls -A busy)"
+out=$("$mtc" compile "$src/specs/tiny-moe.yaml" -o -dash 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -qF "build with: mtc build ./-dash" || die "the build hint for -o -dash: exit $rc, $out"
+[ $fail -eq 0 ] && echo "ok: compile -o a file refused as such, the build hint quoted, SIGINT saves and stops; a refused run leaves nothing"
+[ $fail -eq 0 ] && echo "ok: SIGHUP saves and stops, SIGPIPE is ignored; one run per metrics file, one compile per directory"
+# ---- kill: kill -9 at random points of a 3-step run that saves after every step, twice (the
+# 20-try run: tools/kill-stress.sh, BENCHMARKS.md): every checkpoint with a manifest whole, every
+# resume equal to the unkilled run bit for bit
+out=$(WORK="$work/kill" SEED=3 bash "$src/tools/kill-stress.sh" "$mtc" t1/build/train "$text" 2 3 2>&1) ||
+  die "kill -9 during a run: $out"
+echo "$out" | tail -1
 exit $fail

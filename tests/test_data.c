@@ -91,6 +91,7 @@ int main(int argc, char **argv) {
   char err[512];
   CHECK_EQ(rt_data_open(&d, raw, 256, T, err, sizeof err), 0);
   CHECK(d.format == RT_DATA_BYTES && d.ntokens == 1000);
+  CHECK(strcmp(rt_data_format_name(&d), "raw bytes, one token per byte") == 0);
   int32_t in[B * T], tg[B * T], in2[B * T], tg2[B * T];
   int64_t starts[RANKS * ACCUM * B];
   int ns = 0, bad = 0;
@@ -125,6 +126,7 @@ int main(int argc, char **argv) {
   const char *shard = write_shard("ok.bin", 500, 300, 500);
   CHECK_EQ(rt_data_open(&d, shard, 300, T, err, sizeof err), 0);
   CHECK(d.format == RT_DATA_LLMC && d.ntokens == 500);
+  CHECK(strcmp(rt_data_format_name(&d), "llm.c shard, uint16 tokens") == 0);
   rt_data_batch(&d, in, tg, B, T, 0, 1, 0, 0, 1, 7, NULL, 0);
   bad = 0;
   for (int b = 0; b < B; b++)
@@ -167,7 +169,11 @@ int main(int argc, char **argv) {
   rt_data_close(&d);
   CHECK_EQ(rt_data_open(&d, write_megatron("mega16", lens, 3, 8, 0), 3000, T, err, sizeof err), 0);
   CHECK(d.width == 2 && d.ntokens == 48);
+  CHECK(strcmp(rt_data_format_name(&d), "Megatron dataset, uint16 tokens") == 0);
   rt_data_close(&d);
+  /* a .bin without its .idx, or an .idx that is not Megatron's, is never read as raw bytes */
+  CHECK(open_fails(write_file("lone.bin", text, 1000), 256, T, "neither an llm.c shard nor a Megatron .bin"));
+  CHECK(open_fails(write_file("lone.idx", text, 1000), 256, T, "not a Megatron index (no MMIDIDX header)"));
   snprintf(path, sizeof path, "%s.idx", write_megatron("gap", lens, 3, 4, 1));
   CHECK(open_fails(path, 3000, T, "not stored back to back"));
   snprintf(path, sizeof path, "%s.idx", write_megatron("bigtok", lens, 3, 4, 0));

@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "mtrt_ckpt.h" /* rt_fnv1a */
+
+uint64_t rt_route_hash;
 
 static real sigmoid(real x) { return 1 / (1 + EXP(-x)); }
 
@@ -43,6 +46,7 @@ void rt_router_forward(int32_t *idx, real *wts, const real *logits, const real *
     }
     for (int j = 0; j < K; j++) w[j] /= sum;
   }
+  rt_route_hash = rt_fnv1a(rt_route_hash, idx, sizeof *idx * (size_t)N * (size_t)K);
 }
 
 /* Both weightings are w_j = a_j / Σ a: dA_j = (dw_j − Σ_i w_i dw_i) / Σ a; then through
@@ -118,6 +122,7 @@ void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const 
     for (int j = 0; j < K; j++) sum += w[j] = sig ? sigmoid(l[ix[j]]) : EXP(l[ix[j]] - m);
     for (int j = 0; j < K; j++) w[j] /= sum;
   }
+  rt_route_hash = rt_fnv1a(rt_route_hash, idx, sizeof *idx * (size_t)N * (size_t)K);
 }
 
 void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sig, bool norm,

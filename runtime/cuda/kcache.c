@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "mtrt_ckpt.h" /* rt_pathf, rt_fnv1a */
+#include "mtrt_ckpt.h" /* rt_pathf, rt_fnv1a, rt_write_all */
 #include "mtrt_kcache.h"
 
 enum { HEAD = 32 };
@@ -66,18 +66,6 @@ int rt_kcache_open(RtKcache *c, const char *dir, char *why, size_t whylen) {
   return 0;
 }
 
-/* Writes n bytes of p to fd: 0, or -1. */
-static int write_all(int fd, const void *p, size_t n) {
-  const char *b = p;
-  while (n) {
-    ssize_t w = write(fd, b, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    b += w, n -= (size_t)w;
-  }
-  return 0;
-}
-
 /* Reads n bytes at off of fd: 0, or -1. */
 static int read_at(int fd, void *p, size_t n, off_t off) {
   char *b = p;
@@ -116,7 +104,7 @@ int rt_kcache_put(const RtKcache *c, const char *name, uint64_t key, const void 
   unsigned char head[HEAD] = {0};
   uint64_t f[3] = {key, n, rt_fnv1a(RT_FNV_SEED, p, n)};
   memcpy(head, MAGIC, 8), memcpy(head + 8, f, sizeof f);
-  int ok = fd >= 0 && write_all(fd, head, HEAD) == 0 && write_all(fd, p, n) == 0;
+  int ok = fd >= 0 && rt_write_all(fd, head, HEAD) == 0 && rt_write_all(fd, p, n) == 0;
   if (fd >= 0) ok = close(fd) == 0 && ok;
   if (ok) ok = renameat(c->dfd, tmp, c->dfd, name) == 0;
   if (!ok && fd >= 0) unlinkat(c->dfd, tmp, 0); /* ours (O_EXCL): never a file planted there */

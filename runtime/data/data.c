@@ -112,6 +112,17 @@ int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err,
     d->ntokens = head[2];
     d->width = 2;
   } else {
+    size_t len = strlen(path);
+    const char *ext = len > 4 ? path + len - 4 : "";
+    if (strcmp(ext, ".bin") == 0 || strcmp(ext, ".idx") == 0) { /* read as bytes, a dataset's tokens would be noise */
+      char msg[400];
+      snprintf(msg, sizeof msg, "%s; expected a Megatron dataset (PREFIX.idx, starting MMIDIDX, beside PREFIX.bin) or "
+               "an llm.c shard (header magic 20240520); raw text to read one token per byte needs a name that does "
+               "not end in %s", strcmp(ext, ".idx") == 0 ? "not a Megatron index (no MMIDIDX header)"
+               : "neither an llm.c shard nor a Megatron .bin (no .idx with the MMIDIDX header beside it)", ext);
+      rt_data_close(d);
+      return fail(err, errlen, path, msg);
+    }
     if (vocab < 256) {
       rt_data_close(d);
       return fail(err, errlen, path, "raw bytes need a vocabulary of at least 256; expected an llm.c shard for this model");
@@ -122,6 +133,14 @@ int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err,
     d->width = 1;
   }
   return check_tokens(d, path, vocab, seq_len, err, errlen);
+}
+
+const char *rt_data_format_name(const RtData *d) {
+  if (d->format == RT_DATA_LLMC) return "llm.c shard, uint16 tokens";
+  if (d->format == RT_DATA_MEGATRON) return d->width == 1 ? "Megatron dataset, uint8 tokens"
+                                            : d->width == 2 ? "Megatron dataset, uint16 tokens"
+                                                            : "Megatron dataset, int32 tokens";
+  return "raw bytes, one token per byte";
 }
 
 void rt_data_close(RtData *d) {

@@ -26,16 +26,10 @@ static int agree(int failed, char *err, size_t errlen) {
   return -1;
 }
 
+/* rt_write_all, the bytes also hashed into *h (FNV-1a 64: the shard's checksum). */
 static int write_all(int fd, const void *p, size_t n, uint64_t *h) {
   *h = rt_fnv1a(*h, p, n);
-  const char *b = p;
-  while (n) {
-    ssize_t w = write(fd, b, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    b += w, n -= (size_t)w;
-  }
-  return 0;
+  return rt_write_all(fd, p, n);
 }
 
 /* fsync a directory so that the renames in it are durable. */
@@ -101,8 +95,8 @@ static int write_shard(const char *stepdir, const RtComm *c, const real *arena, 
 }
 
 static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const RtGroup *g, int ng,
-                          const RtTensor *t, int nt, int El, const char *model, const char *optimizer, const int64_t *bytes,
-                          const uint64_t *sums, char *err, size_t errlen) {
+                          const RtTensor *t, int nt, int El, const char *model, const char *optimizer, const char *run,
+                          const int64_t *bytes, const uint64_t *sums, char *err, size_t errlen) {
   char s[32];
   snprintf(s, sizeof s, "%016llx", (unsigned long long)seed);
   json_t *root = json_pack("{s:s, s:s, s:s, s:I, s:s, s:{s:i, s:i, s:i, s:i, s:i}, s:i}", "format",
@@ -132,6 +126,10 @@ static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, cons
   json_object_set_new(root, "groups", groups);
   json_object_set_new(root, "tensors", tensors);
   json_object_set_new(root, "shards", shards);
+  json_object_set_new(root, "run", json_string(run));
+  char sum[32];
+  snprintf(sum, sizeof sum, "%016llx", (unsigned long long)rt_ckpt_manifest_sum(root));
+  json_object_set_new(root, "manifest_fnv1a64", json_string(sum)); /* every field above, edits refused */
   char *path = rt_pathf("%s/manifest.json", stepdir), *tmp = NULL;
   int fd = rt_replace_begin(path, &tmp, err, errlen); /* path: a regular file or nothing */
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
@@ -165,13 +163,13 @@ static int discard(const char *stepdir, const RtComm *c, bool wrote) {
 
 static int save(const char *dir, const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const real *arena,
                 const RtGroup *g, int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer,
-                bool kill_halfway, char *err, size_t errlen);
+                const char *run, bool kill_halfway, char *err, size_t errlen);
 
 int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *arena, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, bool kill_halfway,
-                 char *err, size_t errlen) {
+                 int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, const char *run,
+                 bool kill_halfway, char *err, size_t errlen) {
   char *stepdir = rt_pathf("%s/step-%08lld", dir, (long long)step);
-  int st = save(dir, stepdir, step, seed, c, arena, g, ng, t, nt, El, model, optimizer, kill_halfway, err, errlen);
+  int st = save(dir, stepdir, step, seed, c, arena, g, ng, t, nt, El, model, optimizer, run, kill_halfway, err, errlen);
   free(stepdir);
   return st;
 }
@@ -187,7 +185,7 @@ long rt_ckpt_path_room(const char *dir) {
 /* rt_ckpt_save's work, with stepdir its step's directory. */
 static int save(const char *dir, const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const real *arena,
                 const RtGroup *g, int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer,
-                bool kill_halfway, char *err, size_t errlen) {
+                const char *run, bool kill_halfway, char *err, size_t errlen) {
   int bad = 0, complete = 0;
   if (c->rank == 0) {
     if ((mkdir(dir, 0777) != 0 && errno != EEXIST) || (mkdir(stepdir, 0777) != 0 && errno != EEXIST))
@@ -221,7 +219,7 @@ static int save(const char *dir, const char *stepdir, int64_t step, uint64_t see
     int64_t *b = malloc(sizeof(int64_t) * (size_t)c->fsdp);
     uint64_t *s = malloc(sizeof(uint64_t) * (size_t)c->fsdp);
     for (int r = 0; r < c->fsdp; r++) b[r] = (int64_t)all[2 * r], s[r] = all[2 * r + 1]; /* replica 0 = ranks 0..fsdp-1 */
-    bad = write_manifest(stepdir, step, seed, c, g, ng, t, nt, El, model, optimizer, b, s, err, errlen) != 0;
+    bad = write_manifest(stepdir, step, seed, c, g, ng, t, nt, El, model, optimizer, run, b, s, err, errlen) != 0;
     free(b), free(s), free(all);
   }
   return agree(bad, err, errlen) ? discard(stepdir, c, wrote) : 0;
@@ -288,7 +286,8 @@ static int compatible(const RtCkpt *k, const RtTensor *t, int nt, int ep, const 
 }
 
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, const char *model, const char *optimizer, char *err, size_t errlen) {
+                 int ng, const RtTensor *t, int nt, const char *model, const char *optimizer, const char *run,
+                 char *note, size_t notelen, char *err, size_t errlen) {
   RtCkpt k;
   /* (the tensors name their groups; ng sizes the second moments' running offsets) */
   int bad = rt_ckpt_open(&k, path, err, errlen) != 0;
@@ -333,24 +332,55 @@ int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *
   }
   free(buf), free(vat);
   if (!bad) *step = k.step, *seed = k.seed;
+  if (!bad) rt_ckpt_run_diff(note, notelen, k.run, run);
   rt_ckpt_close(&k);
   return agree(bad, err, errlen);
 }
 
-int rt_ckpt_lock(const char *dir, char *err, size_t errlen) {
+int rt_ckpt_lock(const char *dir, int *created, char *err, size_t errlen) {
   char *path = rt_pathf("%s/lock", dir);
-  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644), st = 0;
-  if (fd < 0) st = -1, snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", path, strerror(errno));
-  else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    int e = errno;
-    close(fd);
-    st = -1;
-    if (e == EWOULDBLOCK)
-      snprintf(err, errlen, "--checkpoint-dir %s is in use by another training run (it holds %s locked): two "
-               "runs saving into one directory would overwrite each other's shards; expected one run per "
-               "checkpoint directory (wait for the other to end, or use another directory)", dir, path);
-    else snprintf(err, errlen, "%s: cannot lock it: %s", path, strerror(e));
+  int fd = -1;
+  *created = 0;
+  if (errlen) err[0] = 0;
+  for (int tries = 0; fd < 0 && tries < 100; tries++) {
+    fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    int made = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) continue; /* removed between the two opens: again */
+    if (fd < 0) {
+      snprintf(err, errlen, "%s: %s; expected a writable checkpoint directory", path, strerror(errno));
+      break;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int e = errno;
+      close(fd), fd = -1;
+      if (e == EWOULDBLOCK)
+        snprintf(err, errlen, "--checkpoint-dir %s is in use by another training run (it holds %s locked): two "
+                 "runs saving into one directory would overwrite each other's shards; expected one run per "
+                 "checkpoint directory (wait for the other to end, or use another directory)", dir, path);
+      else snprintf(err, errlen, "%s: cannot lock it: %s", path, strerror(e));
+      break;
+    }
+    /* the file locked is still the one at path (a refused run removes the lock file it made:
+     * one opened just before that is locked in vain, and tried again) */
+    struct stat a, b;
+    if (fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+      close(fd), fd = -1;
+      continue;
+    }
+    *created = made;
   }
+  if (fd < 0 && !err[0]) snprintf(err, errlen, "%s: it keeps being replaced; expected one lock file", path);
   free(path);
-  return st; /* fd stays open: the lock is held until the process ends (a kill releases it) */
+  return fd; /* stays open: the lock is held until the process ends (a kill releases it) */
+}
+
+void rt_ckpt_unlock_refused(const char *dir, int fd, int remove_lock, int remove_dir) {
+  if (fd >= 0 && remove_lock) {
+    char *path = rt_pathf("%s/lock", dir);
+    unlink(path); /* while still locked: a run that opened it meanwhile is refused, or retries */
+    free(path);
+  }
+  if (fd >= 0) close(fd);
+  if (remove_dir) rmdir(dir); /* only when empty */
 }

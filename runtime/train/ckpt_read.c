@@ -40,6 +40,18 @@ static long long named_step(const char *dir) {
   return s;
 }
 
+int rt_write_all(int fd, const void *p, size_t n) {
+  const char *b = p;
+  while (n) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w == 0) errno = ENOSPC;
+    if (w <= 0) return -1;
+    b += w, n -= (size_t)w;
+  }
+  return 0;
+}
+
 char *rt_pathf(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -116,6 +128,17 @@ static int bad(char *err, size_t n, const char *man, const char *field, const ch
   if (k >= 0 && (size_t)k < n) vsnprintf(err + k, n - (size_t)k, fmt, ap);
   va_end(ap);
   return -1;
+}
+
+uint64_t rt_ckpt_manifest_sum(const void *root) {
+  json_t *copy = json_deep_copy(root);
+  json_object_del(copy, "manifest_fnv1a64");
+  char *text = json_dumps(copy, JSON_COMPACT | JSON_SORT_KEYS);
+  if (!text) fprintf(stderr, "error: out of memory checksumming a manifest\n"), exit(1);
+  uint64_t h = rt_fnv1a(RT_FNV_SEED, text, strlen(text));
+  free(text);
+  json_decref(copy);
+  return h;
 }
 
 /* Whether s is exactly 16 hex digits (a seed or checksum as the writer prints it). */
@@ -394,9 +417,56 @@ static int opened(RtCkpt *k, const char *man, char *err, size_t errlen) {
     else if (!hex16(sum)) st = bad(err, errlen, man, f, "fnv1a64 is '%s'; expected 16 hex digits", sum);
     else k->shard_bytes[i] = bytes, k->shard_sum[i] = strtoull(sum, NULL, 16);
   }
-  json_decref(root);
+  json_t *runj = json_object_get(root, "run"); /* (absent in checkpoints of mtc before it) */
+  if (!st && runj && !json_is_string(runj)) st = bad(err, errlen, man, "run", "%s", "is not a string; expected the run's settings");
+  else if (!st && runj && !(k->run = dupstr(json_string_value(runj)))) st = bad(err, errlen, man, "run", "%s", "out of memory");
   if (!st) st = validate(k, man, err, errlen);
+  /* the manifest's own checksum (absent in checkpoints of mtc before it had one): a field edited
+   * by hand (the seed, the names of two tensors of one shape) would resume as another run */
+  json_t *mj = json_object_get(root, "manifest_fnv1a64");
+  const char *msum = json_string_value(mj);
+  if (!st && mj && (!msum || !hex16(msum)))
+    st = bad(err, errlen, man, "manifest_fnv1a64", "%s", "is not 16 hex digits; expected the checksum the trainer wrote");
+  else if (!st && mj && strtoull(msum, NULL, 16) != rt_ckpt_manifest_sum(root))
+    st = bad(err, errlen, man, "manifest_fnv1a64", "is %s, but the manifest's fields sum to %016llx; expected the "
+             "manifest as the trainer wrote it (edited by hand or corrupt: resume from an older checkpoint by removing "
+             "this step's directory)", msum, (unsigned long long)rt_ckpt_manifest_sum(root));
+  json_decref(root);
   return st;
+}
+
+/* The value of key in a run string ("key value, ..."): its length in *len, or NULL. */
+static const char *run_value(const char *run, const char *key, size_t klen, size_t *len) {
+  for (const char *p = run; p && *p;) {
+    const char *end = strstr(p, ", ");
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == ' ') return *len = n - klen - 1, p + klen + 1;
+    p = end ? end + 2 : NULL;
+  }
+  return NULL;
+}
+
+void rt_ckpt_run_diff(char *out, size_t n, const char *saved, const char *run) {
+  size_t at = 0;
+  if (n) out[0] = 0;
+  if (!saved) { /* a checkpoint of an mtc before manifests had "run": nothing to compare */
+    snprintf(out, n, "the checkpoint does not record them (an older mtc's); this run's: %s", run);
+    return;
+  }
+  for (const char *p = run; p && *p && at < n;) {
+    const char *end = strstr(p, ", "), *sp = strchr(p, ' ');
+    size_t len = end ? (size_t)(end - p) : strlen(p), klen = sp && sp < p + len ? (size_t)(sp - p) : len, vlen = 0;
+    const char *mine = p + klen + (klen < len), *theirs = saved ? run_value(saved, p, klen, &vlen) : NULL;
+    size_t mlen = len - (size_t)(mine - p);
+    if (!theirs || vlen != mlen || strncmp(theirs, mine, mlen) != 0) {
+      int k = snprintf(out + at, n - at, "%s%.*s: %s%.*s%s, %.*s now", at ? "; " : "", (int)klen, p,
+                       theirs ? "" : "not recorded", theirs ? (int)vlen : 0, theirs ? theirs : "",
+                       theirs ? " in the checkpoint" : " in the checkpoint", (int)mlen, mine);
+      if (k < 0 || (size_t)k >= n - at) break;
+      at += (size_t)k;
+    }
+    p = end ? end + 2 : NULL;
+  }
 }
 
 int rt_ckpt_name(char *dst, size_t n, const RtCkptTensor *t, int e) {
@@ -412,7 +482,7 @@ void rt_ckpt_close(RtCkpt *k) {
   for (int i = 0; k->fds && i < k->nshards; i++)
     if (k->fds[i] >= 0) close(k->fds[i]);
   free(k->groups), free(k->tensors), free(k->shard_bytes), free(k->shard_sum), free(k->fds), free(k->verified);
-  free(k->dir);
+  free(k->dir), free(k->run);
   memset(k, 0, sizeof *k);
 }
 

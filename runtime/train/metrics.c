@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "mtrt_ckpt.h"
@@ -70,6 +72,23 @@ static int trim(RtMetrics *m, int64_t resume_step, char *err, size_t errlen) {
   return 0;
 }
 
+/* The kernel's pseudo file system that path lies on (proc, sysfs, cgroup, ...: files that look
+ * regular but take no appended lines), or NULL. Magic numbers from linux/magic.h. */
+static const char *pseudo_fs(const char *path) {
+  static const struct {
+    unsigned long magic;
+    const char *name;
+  } fs[] = {{0x9fa0, "proc"},           {0x62656572, "sysfs"},   {0x27e0eb, "cgroup"},
+            {0x63677270, "cgroup2"},    {0x64626720, "debugfs"}, {0x74726163, "tracefs"},
+            {0x73636673, "securityfs"}, {0x62656570, "configfs"}, {0xcafe4a11, "bpf"},
+            {0xde5e81e4, "efivarfs"}};
+  struct statfs sf;
+  if (statfs(path, &sf) != 0) return NULL;
+  for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+    if ((unsigned long)sf.f_type == fs[i].magic) return fs[i].name;
+  return NULL;
+}
+
 int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen) {
   *m = (RtMetrics){.fd = -1, .path = path};
   struct stat st, lst; /* a FIFO would block the open (and a reader would get cut lines) */
@@ -81,12 +100,27 @@ int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *e
              "exist, or a link to an existing file (mtc does not create files through links)", path, target);
     return free(target), -1;
   }
-  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
+  int exists = stat(path, &st) == 0;
+  if (exists && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
     return snprintf(err, errlen, "%s: %s; expected a regular file, a path that does not exist, or a character "
                     "device such as /dev/null", path, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"
                     : "not a regular file"), -1;
+  const char *pseudo = exists && S_ISREG(st.st_mode) ? pseudo_fs(path) : NULL;
+  if (pseudo)
+    return snprintf(err, errlen, "%s: a file of the kernel's %s file system, not a file on disk; expected a regular "
+                    "file, a path that does not exist, or a character device such as /dev/null", path, pseudo), -1;
   m->fd = open(path, flags, 0644);
   if (m->fd < 0) return snprintf(err, errlen, "%s: %s; expected a writable file path", path, strerror(errno)), -1;
+  /* one run per metrics file (held until the process ends): a second run on the same file (two runs
+   * started in one directory, both with the default metrics.jsonl) would empty it under the first */
+  if (fstat(m->fd, &st) == 0 && S_ISREG(st.st_mode) && flock(m->fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    close(m->fd);
+    m->fd = -1;
+    return snprintf(err, errlen, "%s: %s; expected a metrics file no other training run writes (give this run its "
+                    "own --metrics PATH)", path, e == EWOULDBLOCK ? "in use by another training run (it holds the "
+                    "file locked)" : strerror(e)), -1;
+  }
   if (trim(m, resume_step, err, errlen) != 0) {
     close(m->fd);
     m->fd = -1;

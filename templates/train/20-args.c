@@ -30,7 +30,8 @@ static const char usage_text[] =
     "                         over the steps after the first, as JSON (mtc calibrate reads it)\n"
     "  --inject-nan FIRST:COUNT      for tests: steps FIRST.. FIRST+COUNT-1 get a NaN gradient\n"
     "  --inject-kill-at-save STEP    for tests: SIGKILL itself in the save of STEP, before its manifest\n"
-    "  SIGUSR1, SIGTERM, SIGINT  save a checkpoint at the end of the step (with DIR) and stop\n"
+    "  SIGUSR1, SIGTERM, SIGINT, SIGHUP  save a checkpoint at the end of the step (with DIR)\n"
+    "                         and stop; SIGPIPE is ignored (a closed stdout pipe stops nothing)\n"
     "       train --memory    what this build allocates per GPU at start-up, as JSON\n"
     "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n";
 

@@ -9,6 +9,8 @@ typedef struct {
   int rank0;
   RtMetrics mf;
   long start, resumed; /* the first step this run trains; the step it resumed from, or -1 */
+  int stepped;         /* the training loop began: what it saved stays */
+  int lock_fd, lock_made, dir_made; /* rank 0: --checkpoint-dir's lock; whether this run made it, the directory */
   void *muon_counts;   /* Muon's all-to-all counts and displacements */
   real *muon_work;     /* Muon's scratch: in the activation arena (step.h) or on the host */
   real *muon_host;     /* the cuda Muon exchange's host scratch */
@@ -16,15 +18,27 @@ typedef struct {
   RtMuonShard muon_gs[N_GROUPS];
 } Run;
 
+/* A run refused at start-up (before its first step) leaves no trace in --checkpoint-dir: the lock
+ * file and the directory go when this run made them. Rank 0; nothing on the other ranks. */
+static void release_ckpt_dir(Run *r) {
+  if (r->rank0 && r->a.ckpt_dir) rt_ckpt_unlock_refused(r->a.ckpt_dir, r->lock_fd, r->lock_made, r->dir_made);
+  r->lock_fd = -1, r->lock_made = r->dir_made = 0;
+}
+
 /* --checkpoint-dir: a directory that cannot be written fails now, not at the first save; rank 0
- * creates it and takes its lock (held until exit). Returns 0 or 2 on every rank. */
-static int check_ckpt_dir(const Run *r) {
+ * creates it and takes its lock (held until exit; a run refused at start-up removes what it
+ * made: release_ckpt_dir). Returns 0 or 2 on every rank. */
+static int check_ckpt_dir(Run *r) {
   int bad = 0;
   const char *dir = r->a.ckpt_dir;
   if (r->rank0) {
     char err[1400];
     struct stat st;
-    int made = rt_ckpt_path_room(dir) < 0 || rt_ckpt_is_step_dir(dir) ? 0 : mkdir(dir, 0777) == 0 || errno == EEXIST ? 0 : errno; /* EROFS, EACCES: said, not ENOENT */
+    int made = 0; /* EROFS, EACCES: said, not ENOENT */
+    if (rt_ckpt_path_room(dir) >= 0 && !rt_ckpt_is_step_dir(dir)) {
+      if (mkdir(dir, 0777) == 0) r->dir_made = 1;
+      else if (errno != EEXIST) made = errno;
+    }
     long room = rt_ckpt_path_room(dir);
     char *parent = rt_ckpt_step_dir_parent(dir);
     if (parent) { /* a step directory: a run there would start from step 0 inside the old checkpoint */
@@ -44,10 +58,11 @@ static int check_ckpt_dir(const Run *r) {
               dir, stat(dir, &st) != 0 ? strerror(made ? made : errno)
                    : !S_ISDIR(st.st_mode) ? "not a directory" : "not writable");
       bad = 1;
-    } else if (rt_ckpt_lock(dir, err, sizeof err) != 0) {
+    } else if ((r->lock_fd = rt_ckpt_lock(dir, &r->lock_made, err, sizeof err)) < 0) {
       fprintf(stderr, "error: %s\n", err);
       bad = 1;
     }
+    if (bad) release_ckpt_dir(r);
   }
   MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
   return bad ? 2 : 0;
@@ -199,6 +214,17 @@ static void report_memory(const Run *r, int64_t rss0, int64_t rss1) {
 #endif
 }
 
+/* The run's settings besides the model that shape what is trained and in which order (the
+ * checkpoint keeps them; a resume says which differ): "key value, ..." in out. */
+static void run_settings(const Run *r, char *out, size_t n) {
+  snprintf(out, n, "seq_len %d, global_batch %lld, lr %.9g, min_lr_ratio %.9g, warmup_steps %lld, training.steps %lld, "
+           "weight_decay %.9g, grad_clip %.9g, grad_reduce %s, state %d-byte, data %s %lld tokens", SEQ_LEN,
+           (long long)GLOBAL_BATCH, (double)LR, (double)MIN_LR_RATIO, (long long)WARMUP_STEPS, (long long)TRAIN_STEPS,
+           (double)WEIGHT_DECAY, (double)GRAD_CLIP, GRAD_REDUCE_DTYPE, (int)sizeof(real),
+           r->data.format == RT_DATA_LLMC ? "llm.c-shard" : r->data.format == RT_DATA_MEGATRON ? "megatron" : "raw-bytes",
+           (long long)r->data.ntokens);
+}
+
 /* With --checkpoint-dir: resume from the newest complete checkpoint there (found by rank 0;
  * incomplete ones of an interrupted save removed), setting r->start, r->resumed and the seed.
  * Returns 0, 2 when the checkpoint cannot be read, or -1 when it is already at --steps. */
@@ -224,13 +250,17 @@ static int resume_from(Run *r, const char *path, char *err, size_t errlen) {
   Args *a = &r->a;
   int64_t at = 0;
   uint64_t seed = a->seed;
+  char run[512], note[1024];
+  run_settings(r, run, sizeof run);
   if (rt_ckpt_load(path, &at, &seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                   MODEL_NAME, OPTIMIZER, err, errlen) != 0) {
+                   MODEL_NAME, OPTIMIZER, run, note, sizeof note, err, errlen) != 0) {
     if (r->rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
     return 2;
   }
   if (r->rank0) {
     printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
+    if (note[0]) /* a continuation, but not of the same run: said, not refused (a new learning rate is a choice) */
+      printf("note: this run's settings differ from the checkpoint's: %s\n", note);
     if (a->seed_given && seed != a->seed)
       printf("note: --seed %llu ignored: a resumed run keeps the checkpoint's seed %llu\n", a->seed,
              (unsigned long long)seed);
@@ -254,10 +284,10 @@ static void report_start(const Run *r) {
   if (r->rank0)
     printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
            "%s, gradients reduced in %s; arenas %.1f MiB (activations and workspace) + %.1f MiB (state) per "
-           "rank; data %s (%lld tokens)\n",
+           "rank; data %s (%s, %lld tokens)\n",
            MODEL_NAME, r->c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
            SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a->data,
-           (long long)r->data.ntokens);
+           rt_data_format_name(&r->data), (long long)r->data.ntokens);
   if (r->rank0 && HOST_ELEMS > 0 && OFFLOAD_IDS > 0)
     printf("host arena: %.1f MiB per rank (%d layer boundaries waiting for the backward%s; the plan's host tier: "
            "%.1f MiB)\n", (double)HOST_ELEMS * sizeof(act) / 1048576.0, OFFLOAD_IDS,

@@ -55,8 +55,10 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
                              (!skip && (step + 1 == a->steps || (a->ckpt_every && (step + 1) % a->ckpt_every == 0))));
   if (save && (STATE_ON_HOST || !OPT_ON_HOST)) /* (a host step keeps the mirror current) */
     to_host(&r->c, 0, STATE_ELEMS);
+  char run[512];
+  if (save) run_settings(r, run, sizeof run);
   if (save && rt_ckpt_save(a->ckpt_dir, done_steps, a->seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS,
-                           step_tensors, N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER,
+                           step_tensors, N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, run,
                            a->kill_at_save == done_steps, err, sizeof err) != 0) {
     if (r->rank0)
       fprintf(stderr, "error: saving the checkpoint of step %ld: %s; the run stops, and its partial files are "
@@ -84,7 +86,8 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   }
   if (sig && !stop) {
     if (r->rank0)
-      printf("stopped after step %ld on %s%s%s\n", step + 1, sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : "SIGTERM",
+      printf("stopped after step %ld on %s%s%s\n", step + 1,
+             sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM",
              a->ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
              a->ckpt_dir ? a->ckpt_dir : "");
     return a->ckpt_dir ? 0 : 1;
@@ -113,6 +116,7 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
   int metrics_bad = 0, status = 0; /* metrics_bad: rank 0 could not write a metrics line */
   *timed = 0, *seconds = 0, *opt_seconds = 0;
   if (a->profile) rt_prof_start();
+  r->stepped = 1;
   for (long step = r->start; step < a->steps; step++) {
     double t0 = rt_now(), aux;
     double loss = run_micro_batches(c, &r->data, step, data_seed, &aux);
@@ -289,7 +293,7 @@ int main(int argc, char **argv) {
 #endif
   static Run run; /* zeroed */
   Run *r = &run;
-  r->mf.fd = -1, r->resumed = -1;
+  r->mf.fd = -1, r->resumed = -1, r->lock_fd = -1;
   MPI_Init(&argc, &argv); /* arguments first: a usage error is reported even on a wrong launch */
   int world_rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -297,6 +301,8 @@ int main(int argc, char **argv) {
   struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL); /* a closed terminal or session: save and stop, as for SIGTERM */
+  signal(SIGPIPE, SIG_IGN);     /* stdout into a pipe that closed (| head): the run goes on, unprinted */
   int status = parse_args(&r->a, argc, argv);
   if (status || rt_comm_init(&r->c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
                              SPEC_GPUS_PER_NODE) != 0) {
@@ -315,6 +321,7 @@ int main(int argc, char **argv) {
   if (!status) status = alloc_arenas(r);
   MPI_Allreduce(MPI_IN_PLACE, &status, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); /* one rank's failure stops all */
   if (status) {
+    release_ckpt_dir(r);
     rt_comm_finalize(&r->c.comm);
     return status;
   }
@@ -326,6 +333,7 @@ int main(int argc, char **argv) {
   status = muon_setup(r);
   if (!status) report_memory(r, rss0, rt_peak_rss_bytes());
   if (!status) status = r->a.grad_check ? grad_check(&r->c, &r->data, r->a.seed + 1) : train(r);
+  if (status == 2 && !r->stepped) release_ckpt_dir(r); /* refused before its first step */
   rt_data_close(&r->data);
   release(r);
   return status;
