@@ -909,15 +909,33 @@ typedef struct {
   double kv_fwd, kv_bwd;      /* their exposed parts, on the compute stream */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
-/* What pricing may reuse between the candidates of one search over one md: which layers are
- * priced alike, and the layer times and edge ops (embedding, head, loss) of the last (micro_batch,
- * fsdp, ep, checkpoint policy, dispatch), the only choices they depend on. Zero-initialized;
- * cost_memo_free releases it. */
+/* The two-stream simulation of a step's passes for one reshard pair and prefetch depth
+ * (CostMemo.passes), seconds: the first micro-batch's forward and forward + backward, a later
+ * micro-batch's passes, the kept groups' once-per-step gathers, and all FSDP collective time of
+ * one micro-batch's layers. */
 typedef struct {
-  Mem mem;
+  bool keep_d, keep_e;
+  int depth;
+  double pass_f, pass, pass_rest, ag_once, comm_total;
+} CostPasses;
+enum { COST_PASSES = 8 };
+/* What pricing may reuse between the candidates of one search over one md: which layers are
+ * priced alike, and for the last key (micro_batch, cp, fsdp, ep, checkpoint policy, dispatch;
+ * what the layer times depend on) the layer times, edge ops (embedding, head, loss), the passes'
+ * per-layer inputs with their sums, the offload's exposed time per offload policy and the passes
+ * simulated so far. Every figure is computed as cost_step computes it, in the same order: the
+ * same doubles. Zero-initialized; cost_memo_free releases it. */
+typedef struct {
+  Mem mem, scratch;
   int *rep;          /* (nlayers) the first layer priced like each; NULL until first use */
   LayerTime *times;  /* (nlayers) of key's choices; times[l] valid where rep[l] == l */
+  double *lanes;     /* (COST_LANES x nlayers) the passes' inputs in execution order (cost.c) */
   double edge;       /* seconds of the edge ops' forward + backward at key's micro_batch */
+  double compute, recompute, a2a, kvx, comm_total; /* one micro-batch's layers, summed in layer order */
+  double offload[4]; /* (OffloadPolicy) exposed offload seconds of one micro-batch, once known */
+  bool has_offload[4];
+  CostPasses passes[COST_PASSES];
+  int npasses;
   bool valid;
   Choice key;
 } CostMemo;

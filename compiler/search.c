@@ -367,7 +367,7 @@ static void search_pass(const Model *md, Found *f) {
             }
           }
         }
-        more = f->nfit > fit || unpacked_fits(&scratch, md, f);
+        more = mi + 1 < nmb && (f->nfit > fit || unpacked_fits(&scratch, md, f)); /* (no larger size: not asked) */
       }
     }
     }
