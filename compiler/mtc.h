@@ -566,6 +566,9 @@ typedef struct {
   int64_t muon_dense_params;       /* of them, those of matrices other than routed experts' */
   double ns_flops;                 /* Newton-Schulz, 5 iterations over all of them (see model.c) */
   int64_t muon_max_rows, muon_max_cols; /* the largest one, rows <= cols */
+  /* parameters of the units outside the layers as the program groups them (emit_layout.c): the
+   * embedding (with learned positions), and the head with the final norm; summed in op order */
+  double unit_embed_params, unit_head_params;
 } Model;
 
 /* Expands spec's model. Fails only on 64-bit overflow of a count (error at the model key). */
@@ -957,6 +960,9 @@ double cost_gemm(const Spec *s, double M, double N, double K, double groups, dou
  * sweep, diff and compile show. The plan's md is a copy whose spec carries the chosen
  * micro_batch. */
 Plan *plan_search(Mem *m, const Model *md);
+/* plan_search without the searches behind Plan.advice and Plan.hint (both NULL): for callers that
+ * print neither (mtc sweep). */
+Plan *plan_search_bare(Mem *m, const Model *md);
 /* Whether `mtc compile` emits the MoE all-to-all d (search.c): only those are searched, and a
  * spec that pins another is refused (check.c). */
 bool plan_dispatch_emitted(DispatchPolicy d);

@@ -63,12 +63,7 @@ static double gathered_group_bytes(const Model *md, int64_t ep, bool dense, bool
   /* the units outside the layers as the program groups them (emit_layout.c): the embedding
    * (with learned positions) and the head, which holds the final norm (a tied head: the
    * embedding group again) */
-  double emb = 0, head = 0;
-  for (int i = 0; i < md->nops; i++)
-    if (md->ops[i].layer < 0) {
-      bool e = md->ops[i].kind == OP_EMBED || md->ops[i].kind == OP_POS_EMBED;
-      for (int j = 0; j < md->ops[i].nparams; j++) *(e ? &emb : &head) += (double)md->ops[i].params[j].count;
-    }
+  double emb = md->unit_embed_params, head = md->unit_head_params;
   if (md->spec->model.tie_embeddings) head = emb;
   if (dense && emb > best) best = emb;
   if (dense && head > best) best = head;
@@ -133,6 +128,12 @@ static double recomputed_per_token(const Layer *ly, CheckpointPolicy ac, double 
   for (int c = SAVE_BOUNDARY; c <= SAVE_OTHER; c++)
     if (!plan_keeps(ac, (SaveClass)c)) b += class_bytes(ly, (SaveClass)c, imb);
   return b;
+}
+
+/* Whether layers a and b save the same bytes per token (kept_per_token and recomputed_per_token
+ * give the same for both). */
+static bool same_saves(const Layer *a, const Layer *b) {
+  return a->saved_routed == b->saved_routed && memcmp(a->saved_bytes, b->saved_bytes, sizeof a->saved_bytes) == 0;
 }
 
 static void build_items(Items *it, const Model *md) {
@@ -243,18 +244,35 @@ static void build_items(Items *it, const Model *md) {
   const double imb = plan_moe_imbalance(s, ch->ep);
   bool off = ch->offload == OFF_HOST || ch->offload == OFF_NVME;
   Tier off_tier = ch->offload == OFF_NVME ? TIER_NVME : TIER_HOST;
+  /* (while the search packs a candidate, the layers' items are one item per tier, as pack()
+   * stacks them: each layer's bytes in turn, 256-byte aligned, alive over their lifetimes' union) */
+  double per_token = 0; /* kept_per_token of the last layer whose saves differ from the one before */
+  int64_t stack_bytes = 0;
+  int stack_start = PHASE_MAX, stack_end = 0;
+  Tier stack_tier = off && ch->ac == AC_FULL ? off_tier : TIER_HBM;
   for (int l = 0; l < L; l++) {
     const Layer *ly = &md->layers[l];
-    double kept = kept_per_token(ly, ch->ac, imb) * T;
+    if (l == 0 || !same_saves(ly, ly - 1)) per_token = kept_per_token(ly, ch->ac, imb);
+    double kept = per_token * T;
     const char *what = ch->ac == AC_FULL ? "activations.boundary" : "activations.saved";
-    Tier t = off && ch->ac == AC_FULL ? off_tier : TIER_HBM;
+    Tier t = stack_tier;
     /* offloaded: the last two boundaries never leave the device (the program's OFFLOAD_IDS is
      * L - 2): they stay in activations.offload_staging's buffers until their backward */
     if (t != TIER_HBM && l >= L - 2) continue;
+    if (it->c->quick) {
+      stack_bytes = (stack_bytes + (int64_t)kept + 255) / 256 * 256;
+      if (PHASE_FWD(L, l) < stack_start) stack_start = PHASE_FWD(L, l);
+      if (PHASE_BWD(L, l) + 1 > stack_end) stack_end = PHASE_BWD(L, l) + 1;
+      continue;
+    }
     item(it, TEXT(it, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
          PHASE_BWD(L, l) + 1,
          ch->ac == AC_FULL ? "2 B x hidden x tokens (the layer's input)"
                            : "saved bytes per token of the layer (model graph) x tokens");
+    it->c->items[it->c->nitems - 1].stacked = true;
+  }
+  if (it->c->quick && stack_end > 0) {
+    item(it, "", CAT_ACTIVATIONS, stack_tier, (double)stack_bytes, stack_start, stack_end, "");
     it->c->items[it->c->nitems - 1].stacked = true;
   }
   /* with ep > 1 and the experts' activations recomputed, y_combined (the experts' outputs back in
@@ -268,7 +286,8 @@ static void build_items(Items *it, const Model *md) {
     const Layer *ly = &md->layers[l];
     double yc = ly->kind == LAYER_MOE && yp_in_send ? kH2 : 0;
     /* what the layer does not keep (never its input boundary: its stacked item or an offload slot) */
-    double re = recomputed_per_token(ly, ch->ac, imb) * T;
+    if (l == 0 || !same_saves(ly, ly - 1)) per_token = recomputed_per_token(ly, ch->ac, imb);
+    double re = per_token * T;
     if (re > 0) re -= yc * T;
     bool glu = ly->kind == LAYER_MOE ? moe_glu : mlp_glu;
     double w = fmax((double)ly->ffn_width, imb * (double)ly->routed_width);
@@ -495,7 +514,11 @@ static int64_t pack(Mem *m, MemItem **v, int n) {
     } else if (v[i]->stacked) stack[ns++] = v[i];
     else if (v[i]->outside) top[nt++] = v[i];
     else rest[nr++] = v[i];
-  qsort(rest, (size_t)nr, sizeof *rest, by_size_desc);
+  for (int i = 1; i < nr; i++) /* insertion sort by by_size_desc, a total order (a few dozen items) */
+    for (int j = i; j > 0 && by_size_desc(&rest[j - 1], &rest[j]) > 0; j--) {
+      MemItem *x = rest[j];
+      rest[j] = rest[j - 1], rest[j - 1] = x;
+    }
   MemItem **placed = mem_array(m, (size_t)nr + 3, sizeof *placed);
   if (state.bytes) placed[np++] = &state;
   block.offset = (state.bytes + 255) / 256 * 256;
@@ -548,20 +571,21 @@ void plan_pack(Mem *m, const Model *md, Candidate *c) {
   c->fits = true;
   c->over_bytes = 0;
   int nphase = PHASE_END(md->nlayers);
-  int64_t *live = mem_array(m, (size_t)nphase + 1, sizeof *live);
+  int64_t *live = c->quick ? NULL : mem_array(m, (size_t)nphase + 1, sizeof *live);
   for (int t = 0; t < TIER__COUNT; t++) {
     int n = 0;
-    memset(live, 0, ((size_t)nphase + 1) * sizeof *live);
+    if (live) memset(live, 0, ((size_t)nphase + 1) * sizeof *live);
     for (int i = 0; i < c->nitems; i++) /* difference array: + at start, - at end */
       if (c->items[i].tier == (Tier)t) {
         v[n++] = &c->items[i];
+        if (!live) continue;
         live[c->items[i].start] += c->items[i].bytes;
         live[c->items[i].end] -= c->items[i].bytes;
       }
     c->arena[t] = n ? pack(m, v, n) : 0;
     c->live_peak[t] = 0;
     int64_t sum = 0;
-    for (int p = 0; p < nphase; p++) {
+    for (int p = 0; p < nphase && !c->quick; p++) { /* (the search reads arenas only) */
       sum += live[p];
       if (sum > c->live_peak[t]) c->live_peak[t] = sum, c->peak_phase[t] = p;
     }

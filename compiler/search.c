@@ -621,7 +621,7 @@ const char *plan_reshard_name(ReshardPolicy r) {
 
 bool plan_dispatch_emitted(DispatchPolicy d) { return d == DISPATCH_FLAT; }
 
-Plan *plan_search(Mem *m, const Model *md) {
+static Plan *search(Mem *m, const Model *md, bool notes) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   Plan *p = mem_alloc(m, sizeof *p);
@@ -650,9 +650,12 @@ Plan *plan_search(Mem *m, const Model *md) {
       p->by_cp[j] = p->by_cp[j - 1], p->by_cp[j - 1] = t;
     }
   p->across = f.across, p->has_across = f.has_across;
-  if (!p->feasible) p->advice = advise(m, md, p->ncandidates > 0);
-  else p->hint = pin_note(m, md, &p->best);
+  if (notes && !p->feasible) p->advice = advise(m, md, p->ncandidates > 0);
+  else if (notes) p->hint = pin_note(m, md, &p->best);
   if (p->ncandidates) p->placement = plan_placement(m, p->md, &p->best.ch);
   plan_exact(m, p); /* the items the program holds: its bytes */
   return p;
 }
+
+Plan *plan_search(Mem *m, const Model *md) { return search(m, md, true); }
+Plan *plan_search_bare(Mem *m, const Model *md) { return search(m, md, false); }
