@@ -882,6 +882,12 @@ double plan_moe_imbalance(const Spec *s, int64_t ep);
 double plan_moe_imbalance_max(const Spec *s, int64_t ep);
 /* Builds the memory items of choice ch and packs them (plan.c). */
 void plan_memory(Mem *m, const Model *md, Candidate *c);
+/* plan_memory's first half: c's items, not packed (plan.c). */
+void plan_items(Mem *m, const Model *md, Candidate *c);
+/* A lower bound of the overage plan_pack finds for c's items (> 0: c cannot fit, and its
+ * over_bytes is at least this): per tier, the state block, the layers' stacked activations and
+ * the items outside the program's arena, which pack() lays end to end below its top (plan.c). */
+int64_t plan_over_bound(const Model *md, const Candidate *c);
 /* Packs c's items (as built, their bytes maybe changed since) into each tier's arena: offsets,
  * arena sizes, live peaks and whether it fits (plan.c). */
 void plan_pack(Mem *m, const Model *md, Candidate *c);

@@ -555,11 +555,29 @@ static int64_t pack(Mem *m, MemItem **v, int n) {
   return size;
 }
 
-void plan_memory(Mem *m, const Model *md, Candidate *c) {
+void plan_items(Mem *m, const Model *md, Candidate *c) {
   Items it = {m, c, 0};
   c->nitems = 0;
   build_items(&it, md);
+}
+
+void plan_memory(Mem *m, const Model *md, Candidate *c) {
+  plan_items(m, md, c);
   plan_pack(m, md, c);
+}
+
+int64_t plan_over_bound(const Model *md, const Candidate *c) {
+  const Spec *s = md->spec;
+  int64_t least[TIER__COUNT] = {0}, cap[TIER__COUNT] = {(int64_t)s->cluster.gpu.hbm, (int64_t)s->cluster.host.memory,
+                                                        s->cluster.nvme.present ? (int64_t)s->cluster.nvme.capacity : 0};
+  for (int i = 0; i < c->nitems; i++) {
+    const MemItem *x = &c->items[i];
+    if (x->state || x->stacked || x->outside) least[x->tier] += x->bytes;
+  }
+  int64_t over = least[0] - cap[0];
+  for (int t = 1; t < TIER__COUNT; t++)
+    if (least[t] - cap[t] > over) over = least[t] - cap[t];
+  return over;
 }
 
 void plan_pack(Mem *m, const Model *md, Candidate *c) {

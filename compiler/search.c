@@ -115,6 +115,17 @@ static bool cannot_matter(const Found *f, const Candidate *c, int64_t gpn) {
   return f->nalts == MAX_ALTS && f->alts[MAX_ALTS - 1].fits && c->cost.step >= f->alts[MAX_ALTS - 1].cost.step;
 }
 
+/* Whether a candidate that cannot fit, its overage at least lo (plan_over_bound), cannot change
+ * what the search returns: not closer than the closest misfit, not its cp's representative, not
+ * a rejected alternative kept (consider's rules for a rejected candidate). */
+static bool misfit_cannot_matter(const Found *f, const Choice *ch, int64_t lo) {
+  if (!f->any || lo < f->closest.over_bytes) return false;
+  int i = cp_slot(f, ch);
+  if (i == f->nby_cp ? i < CP_SLOTS : !f->by_cp[i].fits && lo < f->by_cp[i].over_bytes) return false;
+  if (f->cutoff > 0) return true;
+  return f->nalts == MAX_ALTS && (f->alts[MAX_ALTS - 1].fits || lo >= f->alts[MAX_ALTS - 1].over_bytes);
+}
+
 /* The least overage ch can have, from bytes every arena of a tier holds, known without building its
  * items (plan.c): the state block in the optimizer's tier (master, gradient and first-moment
  * shards, at least 4 B each per parameter / fsdp; AdamW's second moments too when the optimizer
@@ -166,7 +177,13 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned d
       if (!packed) {
         Cost k = c.cost;
         mem_reset(scratch);
-        plan_memory(scratch, md, &c);
+        plan_items(scratch, md, &c);
+        int64_t least = plan_over_bound(md, &c);
+        if (least > 0 && misfit_cannot_matter(f, &c.ch, least)) { /* rejected whatever its packing: listed once */
+          f->n++;
+          return;
+        }
+        plan_pack(scratch, md, &c);
         c.items = NULL, c.nitems = 0, c.cost = k;
         packed = true;
         f->npacked++;
@@ -184,7 +201,9 @@ static bool unpacked_fits(Mem *scratch, const Model *md, Found *f) {
     Candidate c = {.ch = f->unpacked[i], .quick = true};
     if (f->fast && least_over(md, &c.ch) > 0) continue;
     mem_reset(scratch);
-    plan_memory(scratch, md, &c);
+    plan_items(scratch, md, &c);
+    if (plan_over_bound(md, &c) > 0) continue; /* (cannot fit) */
+    plan_pack(scratch, md, &c);
     f->npacked++;
     if (c.fits) return true;
   }
