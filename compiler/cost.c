@@ -517,7 +517,7 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
      * flat expert group (plan_expert_per 0) the split ones move the same way inside the shard group */
     opt += 2 * ring(4 * (double)md->muon_dense_params / (double)ch->fsdp, ch->fsdp, group_bw(s, ch->fsdp, 1));
     double moving_experts = 0; /* elements of one EP rank's split expert matrices */
-    double per_rank = cost_ns_flops_busiest(md, ch, &moving_experts); /* the busiest owner rank's */
+    double per_rank = memo->bound ? 0 : cost_ns_flops_busiest(md, ch, &moving_experts); /* the busiest owner rank's */
     opt += 2 * ring(4 * moving_experts / (double)ch->efsdp, ch->efsdp, group_bw(s, ch->efsdp, ch->ep));
     opt += ch->opt_on_host ? per_rank / (cl->host.fp32_flops * e->host_gemm)
                            : per_rank / (cl->gpu.bf16_flops * e->dense_gemm);

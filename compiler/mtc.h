@@ -661,6 +661,7 @@ typedef struct {
 typedef struct {
   Choice ch;
   bool quick;                    /* search mode: items without names or formulas (only the winner's are read) */
+  bool bound;                    /* plan_items: only what plan_over_bound reads (no Muon placement) */
   MemItem *items;
   int nitems;
   int64_t capacity[TIER__COUNT]; /* bytes; 0 = no such tier */
@@ -945,6 +946,8 @@ typedef struct {
   bool has_offload[4];
   CostPasses passes[COST_PASSES];
   int npasses;
+  bool bound;        /* Newton-Schulz and the experts' moving pieces priced at 0 (no Muon placement): a
+                        lower bound of the step */
   bool valid;
   Choice key;
 } CostMemo;

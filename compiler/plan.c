@@ -275,6 +275,7 @@ static void build_items(Items *it, const Model *md) {
     item(it, "", CAT_ACTIVATIONS, stack_tier, (double)stack_bytes, stack_start, stack_end, "");
     it->c->items[it->c->nitems - 1].stacked = true;
   }
+  if (it->c->bound) goto outside; /* (only the items plan_over_bound reads) */
   /* with ep > 1 and the experts' activations recomputed, y_combined (the experts' outputs back in
    * token order) lives in moe.dispatch_send's bytes: each round's outputs come back into the rows
    * that round sent (the program's WS_YP is WS_XP) */
@@ -356,7 +357,8 @@ static void build_items(Items *it, const Model *md) {
   const double grad_router = md->n_moe_layers ? 4 * T * (double)s->model.moe.experts : 0;
   /* Muon's scratch (plan_muon_work, fp32), the optimizer step's group: the program lays it in
    * these bytes whichever backend runs the step */
-  const double muon_ws = s->training.optimizer == OPT_MUON ? 4 * (double)plan_muon_summary(md, ch).work.elems : 0;
+  const double muon_ws =
+      s->training.optimizer == OPT_MUON && !it->c->bound ? 4 * (double)plan_muon_summary(md, ch).work.elems : 0;
   double shared = fmax(fmax(fmax(fmax(grad_ffn, grad_attn), fmax(fmax(outputs, loss), grad_router)), muon_ws), mla_fwd);
   const char *shared_what =
       "max(2 B x tokens x (2 x widest FFN + widest gated FFN) (routed: top_k x width x imbalance): the FFN "
@@ -432,6 +434,7 @@ static void build_items(Items *it, const Model *md) {
            "2 B x hidden x tokens + 4 B x tokens: gradient of the shared experts' output before their gate and of the "
            "gate's logits");
   }
+outside:
   /* the cuda runtime's scratch (plan_runtime_scratch): attention's backward keeps one fp32 delta
    * per token and head and cuDNN's fp32 dQ accumulator, the cross-entropy's sums, the grouped
    * GEMMs' pointer arrays, the MoE counts and tables */
@@ -462,7 +465,7 @@ static void build_items(Items *it, const Model *md) {
    * gradient, update and Newton-Schulz scratch. With the step on the GPU (Newton-Schulz there,
    * batched), only its exchange goes through host memory: the Nesterov gradients of the groups
    * whose matrices move, and the pieces sent and received */
-  if (muon) {
+  if (muon && !it->c->bound) {
     PlanMuonWork w = plan_muon_summary(md, ch).work;
     if (ch->opt_on_host)
       item(it, "workspace.newton_schulz", CAT_WORKSPACE, TIER_HOST, 4 * (double)w.step, PHASE_OPT(L), END,

@@ -143,6 +143,19 @@ static double least_over(const Model *md, const Choice *ch) {
   return fmax(hbm - s->cluster.gpu.hbm, host - s->cluster.host.memory);
 }
 
+/* Counts a candidate not packed because it cannot matter, and remembers it for the micro-batch
+ * loop's fit test. */
+static void skip_unpacked(Found *f, const Choice *ch) {
+  f->n++;
+  if (f->nunpacked == f->capunpacked) {
+    int cap = f->capunpacked ? 2 * f->capunpacked : 256;
+    Choice *u = realloc(f->unpacked, sizeof *u * (size_t)cap);
+    if (u) f->unpacked = u, f->capunpacked = cap;
+  }
+  if (f->nunpacked < f->capunpacked) f->unpacked[f->nunpacked++] = *ch;
+  else f->unpacked_over = true;
+}
+
 /* The candidate ch with each MoE dispatch in dispatches (a bit per DispatchPolicy): they hold
  * the same memory, so it is packed once, and only when some dispatch's cost could matter
  * (cannot_matter); the others are counted, and remembered for the micro-batch loop's fit test. */
@@ -162,16 +175,32 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned d
         if (f->nhopeless == 1 || lo < f->hopeless_over) f->hopeless_over = lo;
         return; /* (a rejected candidate: listed once) */
       }
+      if (!f->fit_only && !packed) {
+        /* bounds first, without the Muon placement: the step's (cannot_matter only grows with the
+         * step) and, at the last dispatch (where skipping ends the candidate as packing it would),
+         * the overage's */
+        f->memo.bound = true;
+        cost_step_memo(md, &c, &f->memo);
+        f->memo.bound = false;
+        if (cannot_matter(f, &c, md->spec->cluster.gpus_per_node)) {
+          skip_unpacked(f, &c.ch);
+          continue;
+        }
+        if (!(dispatches >> (dp + 1))) {
+          mem_reset(scratch);
+          c.bound = true;
+          plan_items(scratch, md, &c);
+          int64_t least = plan_over_bound(md, &c);
+          c.bound = false, c.items = NULL, c.nitems = 0;
+          if (least > 0 && misfit_cannot_matter(f, &c.ch, least)) {
+            f->n++;
+            return;
+          }
+        }
+      }
       if (!f->fit_only) cost_step_memo(md, &c, &f->memo);
       if (!f->fit_only && !packed && cannot_matter(f, &c, md->spec->cluster.gpus_per_node)) {
-        f->n++;
-        if (f->nunpacked == f->capunpacked) {
-          int cap = f->capunpacked ? 2 * f->capunpacked : 256;
-          Choice *u = realloc(f->unpacked, sizeof *u * (size_t)cap);
-          if (u) f->unpacked = u, f->capunpacked = cap;
-        }
-        if (f->nunpacked < f->capunpacked) f->unpacked[f->nunpacked++] = c.ch;
-        else f->unpacked_over = true;
+        skip_unpacked(f, &c.ch);
         continue;
       }
       if (!packed) {
