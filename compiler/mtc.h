@@ -69,6 +69,8 @@ typedef struct {
 void *mem_alloc(Mem *m, size_t size);
 /* count × size with overflow check; overflow is reported like out-of-memory. */
 void *mem_array(Mem *m, size_t count, size_t size);
+/* mem_array without zeroing, for arrays whose elements are written before they are read. */
+void *mem_array_raw(Mem *m, size_t count, size_t size);
 char *mem_strndup(Mem *m, const char *s, size_t n);
 char *mem_strdup(Mem *m, const char *s);
 /* printf into the arena. */
@@ -661,7 +663,8 @@ typedef struct {
 typedef struct {
   Choice ch;
   bool quick;                    /* search mode: items without names or formulas (only the winner's are read) */
-  bool bound;                    /* plan_items: only what plan_over_bound reads (no Muon placement) */
+  bool bound;                    /* plan_items: no Muon placement (its scratch 0 B, its host items left out):
+                                    items for plan_over_bound only */
   MemItem *items;
   int nitems;
   int64_t capacity[TIER__COUNT]; /* bytes; 0 = no such tier */
@@ -885,10 +888,14 @@ double plan_moe_imbalance_max(const Spec *s, int64_t ep);
 void plan_memory(Mem *m, const Model *md, Candidate *c);
 /* plan_memory's first half: c's items, not packed (plan.c). */
 void plan_items(Mem *m, const Model *md, Candidate *c);
-/* A lower bound of the overage plan_pack finds for c's items (> 0: c cannot fit, and its
- * over_bytes is at least this): per tier, the state block, the layers' stacked activations and
- * the items outside the program's arena, which pack() lays end to end below its top (plan.c). */
-int64_t plan_over_bound(const Model *md, const Candidate *c);
+/* A lower bound of the overage plan_pack finds for c's items, or for any superset of them with
+ * the same or larger bytes (> 0: c cannot fit, and its over_bytes is at least this). Per tier:
+ * pack() puts the state block at 0 (alive all step) and the layers' stacked activations right
+ * above it; an item of 256 B or more alive together with them lies above both, items alive at the
+ * same phase do not overlap, and the items outside the program's arena go on top: so the arena
+ * holds at least state + max(block + the most such bytes alive at one phase of the block's life,
+ * the most alive at another phase) + outside (plan.c). m: scratch. */
+int64_t plan_over_bound(Mem *m, const Model *md, const Candidate *c);
 /* Packs c's items (as built, their bytes maybe changed since) into each tier's arena: offsets,
  * arena sizes, live peaks and whether it fits (plan.c). */
 void plan_pack(Mem *m, const Model *md, Candidate *c);

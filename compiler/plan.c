@@ -42,7 +42,7 @@ static void item(Items *it, const char *name, ItemCategory cat, Tier tier, doubl
   Candidate *c = it->c;
   if (c->nitems == it->cap) {
     int cap = it->cap ? 2 * it->cap : 64;
-    MemItem *n = mem_array(it->m, (size_t)cap, sizeof *n);
+    MemItem *n = mem_array_raw(it->m, (size_t)cap, sizeof *n); /* (each written whole by the line below) */
     if (c->nitems) memcpy(n, c->items, (size_t)c->nitems * sizeof *n);
     c->items = n, it->cap = cap;
   }
@@ -275,7 +275,6 @@ static void build_items(Items *it, const Model *md) {
     item(it, "", CAT_ACTIVATIONS, stack_tier, (double)stack_bytes, stack_start, stack_end, "");
     it->c->items[it->c->nitems - 1].stacked = true;
   }
-  if (it->c->bound) goto outside; /* (only the items plan_over_bound reads) */
   /* with ep > 1 and the experts' activations recomputed, y_combined (the experts' outputs back in
    * token order) lives in moe.dispatch_send's bytes: each round's outputs come back into the rows
    * that round sent (the program's WS_YP is WS_XP) */
@@ -434,7 +433,6 @@ static void build_items(Items *it, const Model *md) {
            "2 B x hidden x tokens + 4 B x tokens: gradient of the shared experts' output before their gate and of the "
            "gate's logits");
   }
-outside:
   /* the cuda runtime's scratch (plan_runtime_scratch): attention's backward keeps one fp32 delta
    * per token and head and cuDNN's fp32 dQ accumulator, the cross-entropy's sums, the grouped
    * GEMMs' pointer arrays, the MoE counts and tables */
@@ -569,17 +567,37 @@ void plan_memory(Mem *m, const Model *md, Candidate *c) {
   plan_pack(m, md, c);
 }
 
-int64_t plan_over_bound(const Model *md, const Candidate *c) {
+int64_t plan_over_bound(Mem *m, const Model *md, const Candidate *c) {
   const Spec *s = md->spec;
-  int64_t least[TIER__COUNT] = {0}, cap[TIER__COUNT] = {(int64_t)s->cluster.gpu.hbm, (int64_t)s->cluster.host.memory,
-                                                        s->cluster.nvme.present ? (int64_t)s->cluster.nvme.capacity : 0};
-  for (int i = 0; i < c->nitems; i++) {
-    const MemItem *x = &c->items[i];
-    if (x->state || x->stacked || x->outside) least[x->tier] += x->bytes;
+  const int64_t cap[TIER__COUNT] = {(int64_t)s->cluster.gpu.hbm, (int64_t)s->cluster.host.memory,
+                                    s->cluster.nvme.present ? (int64_t)s->cluster.nvme.capacity : 0};
+  const int nphase = PHASE_END(md->nlayers) + 1;
+  int64_t *live = mem_array_raw(m, (size_t)nphase + 1, sizeof *live), over = INT64_MIN;
+  for (int t = 0; t < TIER__COUNT; t++) {
+    int64_t state = 0, block = 0, outside = 0;
+    int bs = PHASE_MAX, be = 0;
+    memset(live, 0, ((size_t)nphase + 1) * sizeof *live);
+    for (int i = 0; i < c->nitems; i++) {
+      const MemItem *x = &c->items[i];
+      if (x->tier != (Tier)t) continue;
+      if (x->state) state += x->bytes;
+      else if (x->outside) outside += x->bytes;
+      else if (x->stacked) {
+        block += x->bytes;
+        if (x->start < bs) bs = x->start;
+        if (x->end > be) be = x->end;
+      } else if (x->bytes >= 256) /* (a smaller one may sit in the alignment gap below the block) */
+        live[x->start] += x->bytes, live[x->end] -= x->bytes;
+    }
+    int64_t in = 0, out = 0, sum = 0; /* the most bytes alive at once, inside the block's life and outside it */
+    for (int p = 0; p < nphase; p++) {
+      sum += live[p];
+      int64_t *most = block && p >= bs && p < be ? &in : &out;
+      if (sum > *most) *most = sum;
+    }
+    int64_t least = state + (block + in > out ? block + in : out) + outside;
+    if (least - cap[t] > over) over = least - cap[t];
   }
-  int64_t over = least[0] - cap[0];
-  for (int t = 1; t < TIER__COUNT; t++)
-    if (least[t] - cap[t] > over) over = least[t] - cap[t];
   return over;
 }
 

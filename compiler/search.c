@@ -190,7 +190,7 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned d
           mem_reset(scratch);
           c.bound = true;
           plan_items(scratch, md, &c);
-          int64_t least = plan_over_bound(md, &c);
+          int64_t least = plan_over_bound(scratch, md, &c);
           c.bound = false, c.items = NULL, c.nitems = 0;
           if (least > 0 && misfit_cannot_matter(f, &c.ch, least)) {
             f->n++;
@@ -207,7 +207,7 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned d
         Cost k = c.cost;
         mem_reset(scratch);
         plan_items(scratch, md, &c);
-        int64_t least = plan_over_bound(md, &c);
+        int64_t least = plan_over_bound(scratch, md, &c);
         if (least > 0 && misfit_cannot_matter(f, &c.ch, least)) { /* rejected whatever its packing: listed once */
           f->n++;
           return;
@@ -231,7 +231,7 @@ static bool unpacked_fits(Mem *scratch, const Model *md, Found *f) {
     if (f->fast && least_over(md, &c.ch) > 0) continue;
     mem_reset(scratch);
     plan_items(scratch, md, &c);
-    if (plan_over_bound(md, &c) > 0) continue; /* (cannot fit) */
+    if (plan_over_bound(scratch, md, &c) > 0) continue; /* (cannot fit) */
     plan_pack(scratch, md, &c);
     f->npacked++;
     if (c.fits) return true;
