@@ -663,8 +663,9 @@ typedef struct {
 typedef struct {
   Choice ch;
   bool quick;                    /* search mode: items without names or formulas (only the winner's are read) */
-  bool bound;                    /* plan_items: no Muon placement (its scratch 0 B, its host items left out):
-                                    items for plan_over_bound only */
+  int bound;                     /* plan_items for plan_over_bound only: 1, the state, stacked and outside
+                                    items; 2, all but the Muon placement's (its scratch 0 B, its host items
+                                    left out); 0: all */
   MemItem *items;
   int nitems;
   int64_t capacity[TIER__COUNT]; /* bytes; 0 = no such tier */

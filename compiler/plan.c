@@ -275,6 +275,7 @@ static void build_items(Items *it, const Model *md) {
     item(it, "", CAT_ACTIVATIONS, stack_tier, (double)stack_bytes, stack_start, stack_end, "");
     it->c->items[it->c->nitems - 1].stacked = true;
   }
+  if (it->c->bound == 1) goto outside;
   /* with ep > 1 and the experts' activations recomputed, y_combined (the experts' outputs back in
    * token order) lives in moe.dispatch_send's bytes: each round's outputs come back into the rows
    * that round sent (the program's WS_YP is WS_XP) */
@@ -433,6 +434,7 @@ static void build_items(Items *it, const Model *md) {
            "2 B x hidden x tokens + 4 B x tokens: gradient of the shared experts' output before their gate and of the "
            "gate's logits");
   }
+outside:
   /* the cuda runtime's scratch (plan_runtime_scratch): attention's backward keeps one fp32 delta
    * per token and head and cuDNN's fp32 dQ accumulator, the cross-entropy's sums, the grouped
    * GEMMs' pointer arrays, the MoE counts and tables */
@@ -571,12 +573,11 @@ int64_t plan_over_bound(Mem *m, const Model *md, const Candidate *c) {
   const Spec *s = md->spec;
   const int64_t cap[TIER__COUNT] = {(int64_t)s->cluster.gpu.hbm, (int64_t)s->cluster.host.memory,
                                     s->cluster.nvme.present ? (int64_t)s->cluster.nvme.capacity : 0};
-  const int nphase = PHASE_END(md->nlayers) + 1;
-  int64_t *live = mem_array_raw(m, (size_t)nphase + 1, sizeof *live), over = INT64_MIN;
+  const MemItem **rest = mem_array_raw(m, (size_t)c->nitems + 1, sizeof *rest);
+  int64_t over = INT64_MIN;
   for (int t = 0; t < TIER__COUNT; t++) {
     int64_t state = 0, block = 0, outside = 0;
-    int bs = PHASE_MAX, be = 0;
-    memset(live, 0, ((size_t)nphase + 1) * sizeof *live);
+    int bs = PHASE_MAX, be = 0, nr = 0;
     for (int i = 0; i < c->nitems; i++) {
       const MemItem *x = &c->items[i];
       if (x->tier != (Tier)t) continue;
@@ -587,11 +588,17 @@ int64_t plan_over_bound(Mem *m, const Model *md, const Candidate *c) {
         if (x->start < bs) bs = x->start;
         if (x->end > be) be = x->end;
       } else if (x->bytes >= 256) /* (a smaller one may sit in the alignment gap below the block) */
-        live[x->start] += x->bytes, live[x->end] -= x->bytes;
+        rest[nr++] = x;
     }
-    int64_t in = 0, out = 0, sum = 0; /* the most bytes alive at once, inside the block's life and outside it */
-    for (int p = 0; p < nphase; p++) {
-      sum += live[p];
+    /* the most bytes alive at one phase inside the block's life and outside it: the live sum
+     * changes only at an item's start, so its most in a span is at a start or the span's first
+     * phase (bs, be) */
+    int64_t in = 0, out = 0;
+    for (int k = -2; k < nr; k++) {
+      int p = k == -2 ? bs : k == -1 ? be : rest[k]->start;
+      if (k < 0 && !block) continue;
+      int64_t sum = 0;
+      for (int i = 0; i < nr; i++) sum += rest[i]->start <= p && p < rest[i]->end ? rest[i]->bytes : 0;
       int64_t *most = block && p >= bs && p < be ? &in : &out;
       if (sum > *most) *most = sum;
     }

@@ -186,12 +186,12 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned d
           skip_unpacked(f, &c.ch);
           continue;
         }
-        if (!(dispatches >> (dp + 1))) {
+        for (int level = 1; level <= 2 && !(dispatches >> (dp + 1)); level++) { /* (Candidate.bound) */
           mem_reset(scratch);
-          c.bound = true;
+          c.bound = level;
           plan_items(scratch, md, &c);
           int64_t least = plan_over_bound(scratch, md, &c);
-          c.bound = false, c.items = NULL, c.nitems = 0;
+          c.bound = 0, c.items = NULL, c.nitems = 0;
           if (least > 0 && misfit_cannot_matter(f, &c.ch, least)) {
             f->n++;
             return;
