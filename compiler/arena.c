@@ -19,7 +19,7 @@ static void oom(size_t n) {
   exit(EXIT_BAD_INPUT);
 }
 
-void *mem_alloc(Mem *m, size_t size) {
+static void *alloc_raw(Mem *m, size_t size) {
   size_t align = sizeof(max_align_t);
   if (size > SIZE_MAX - align) oom(size);
   size = (size + align - 1) / align * align;
@@ -36,6 +36,11 @@ void *mem_alloc(Mem *m, size_t size) {
   }
   void *p = (char *)c->data + c->used;
   c->used += size;
+  return p;
+}
+
+void *mem_alloc(Mem *m, size_t size) {
+  void *p = alloc_raw(m, size);
   memset(p, 0, size);
   return p;
 }
@@ -44,6 +49,12 @@ void *mem_array(Mem *m, size_t count, size_t size) {
   size_t n;
   if (__builtin_mul_overflow(count, size, &n)) oom(SIZE_MAX);
   return mem_alloc(m, n);
+}
+
+void *mem_array_raw(Mem *m, size_t count, size_t size) {
+  size_t n;
+  if (__builtin_mul_overflow(count, size, &n)) oom(SIZE_MAX);
+  return alloc_raw(m, n);
 }
 
 char *mem_strndup(Mem *m, const char *s, size_t n) {

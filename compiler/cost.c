@@ -270,6 +270,7 @@ void cost_step_trace(const Model *md, Candidate *c, void *trace) { step(md, c, t
 void cost_step_memo(const Model *md, Candidate *c, CostMemo *memo) { step(md, c, NULL, memo); }
 void cost_memo_free(CostMemo *memo) {
   mem_free(&memo->mem);
+  mem_free(&memo->scratch);
   *memo = (CostMemo){0};
 }
 
@@ -305,8 +306,148 @@ static bool same_layer(const Model *md, int a, int b) {
 
 /* Whether a and b give the same layer times and edge ops (CostMemo's key). */
 static bool same_key(const Choice *a, const Choice *b) {
-  return a->micro_batch == b->micro_batch && a->fsdp == b->fsdp && a->ep == b->ep && a->efsdp == b->efsdp &&
-         a->ac == b->ac && a->dispatch == b->dispatch;
+  return a->micro_batch == b->micro_batch && plan_cp(a) == plan_cp(b) && a->fsdp == b->fsdp && a->ep == b->ep &&
+         a->efsdp == b->efsdp && a->ac == b->ac && a->dispatch == b->dispatch;
+}
+
+/* The passes' per-layer inputs (CostMemo.lanes), nlayers each, in execution order: forward
+ * gathers and compute (the exposed all-to-all and K/V exchange in it), backward gathers, compute
+ * and reduce-scatters, and the all-to-all and K/V parts of each compute (for the trace). */
+enum { LANE_COMM_F, LANE_COMP_F, LANE_COMM_B, LANE_COMP_B, LANE_RS_B, LANE_A2A_F, LANE_A2A_B, LANE_KV_F, LANE_KV_B,
+       COST_LANES };
+
+/* memo's work for ch's key: which layers are priced alike (once per memo), the layer times, the
+ * edge ops, the lanes and their sums; kept while the key stays the same. */
+static void key_work(const Model *md, const Choice *ch, CostMemo *memo) {
+  const Spec *s = md->spec;
+  const int L = md->nlayers;
+  if (!memo->rep) { /* layers priced alike are priced once: rep[l] is the first layer like l */
+    memo->rep = mem_array(&memo->mem, (size_t)L + 1, sizeof *memo->rep);
+    memo->times = mem_array(&memo->mem, (size_t)L + 1, sizeof *memo->times);
+    memo->lanes = mem_array(&memo->mem, (size_t)COST_LANES * (size_t)L + 1, sizeof *memo->lanes);
+    for (int l = 0; l < L; l++) {
+      memo->rep[l] = l;
+      for (int j = 0; j < l; j++)
+        if (memo->rep[j] == j && same_layer(md, j, l)) {
+          memo->rep[l] = j;
+          break;
+        }
+    }
+  }
+  if (memo->valid && same_key(&memo->key, ch)) return;
+  const int *rep = memo->rep;
+  LayerTime *times = memo->times;
+  double *lane[COST_LANES];
+  for (int k = 0; k < COST_LANES; k++) lane[k] = memo->lanes + (size_t)k * (size_t)L;
+  double compute = 0, recompute = 0, a2a = 0, comm_total = 0, kvx = 0;
+  for (int l = 0; l < L; l++) {
+    if (rep[l] == l) cost_layer(md, ch, l, &times[l]);
+    LayerTime t = times[rep[l]];
+    lane[LANE_COMM_F][l] = t.ag;
+    lane[LANE_COMP_F][l] = t.fwd + t.a2a_fwd + t.kv_fwd;
+    lane[LANE_COMM_B][L - 1 - l] = t.ag; /* FSDP re-gathers for backward, then reduce-scatters */
+    lane[LANE_RS_B][L - 1 - l] = t.rs;
+    lane[LANE_COMP_B][L - 1 - l] = t.bwd + t.recompute + t.a2a_bwd + t.kv_bwd;
+    lane[LANE_KV_F][l] = t.kv_fwd, lane[LANE_KV_B][L - 1 - l] = t.kv_bwd, kvx += t.kv_fwd + t.kv_bwd;
+    lane[LANE_A2A_F][l] = t.a2a_fwd, lane[LANE_A2A_B][L - 1 - l] = t.a2a_bwd;
+    compute += t.fwd + t.bwd + t.recompute;
+    recompute += t.recompute;
+    a2a += t.a2a_fwd + t.a2a_bwd;
+    comm_total += 2 * t.ag + t.rs;
+  }
+  /* embedding, final norm, LM head and loss: outside the layer pipeline */
+  const double seq = (double)s->training.seq_len, T = (double)ch->micro_batch * seq / (double)plan_cp(ch);
+  double edge = 0;
+  for (int i = 0; i < md->nops; i++)
+    if (md->ops[i].layer < 0) {
+      OpTime o = cost_op(s, md, &md->ops[i], T, seq, 1, 1);
+      edge += o.fwd + o.bwd;
+    }
+  memo->compute = compute, memo->recompute = recompute, memo->a2a = a2a, memo->comm_total = comm_total;
+  memo->kvx = kvx, memo->edge = edge;
+  memset(memo->has_offload, 0, sizeof memo->has_offload);
+  memo->npasses = 0;
+  memo->key = *ch, memo->valid = true;
+}
+
+/* Offloaded boundaries travel over NVLink-C2C to host memory, or to NVMe at its bandwidth (through
+ * host memory: the slower of the two): seconds per boundary copy under ch's offload policy. */
+static double boundary_copy(const Spec *s, const Choice *ch) {
+  const ClusterSpec *cl = &s->cluster;
+  double c2c = cl->links.c2c * cl->efficiency.c2c;
+  double off_bw = ch->offload == OFF_NVME ? fmin(c2c, cl->nvme.bandwidth) : c2c;
+  double T = (double)ch->micro_batch * (double)s->training.seq_len / (double)plan_cp(ch);
+  return 2.0 * (double)s->model.hidden * T / off_bw;
+}
+
+/* One micro-batch's exposed offload under ch's policy: each boundary copied out after its layer's
+ * forward and back before its backward, hidden behind that compute (memo's key work done). */
+static double offload_exposed(const Model *md, const Choice *ch, CostMemo *memo) {
+  int o = (int)ch->offload;
+  if (memo->has_offload[o]) return memo->offload[o];
+  double offload = 0;
+  if (ch->offload != OFF_NONE) {
+    double copy = boundary_copy(md->spec, ch);
+    for (int l = 0; l < md->nlayers; l++) {
+      LayerTime t = memo->times[memo->rep[l]];
+      offload += fmax(0, copy - t.fwd) + fmax(0, copy - t.bwd - t.recompute);
+    }
+  }
+  memo->has_offload[o] = true;
+  return memo->offload[o] = offload;
+}
+
+/* Simulates ch's passes over memo's lanes (key work done) into *out; with events, records the
+ * first micro-batch's, its forward from emb_ag, its backward after the edge ops. */
+static void simulate_passes(const Model *md, const Choice *ch, CostMemo *memo, json_t *events, double emb_ag,
+                            int *flows, CostPasses *out) {
+  const int L = md->nlayers;
+  Mem *m = &memo->scratch;
+  mem_reset(m);
+  const double *lane[COST_LANES];
+  for (int k = 0; k < COST_LANES; k++) lane[k] = memo->lanes + (size_t)k * (size_t)L;
+  const double *comm_f = lane[LANE_COMM_F], *comp_f = lane[LANE_COMP_F], *comm_b = lane[LANE_COMM_B];
+  const double *comp_b = lane[LANE_COMP_B], *rs_b = lane[LANE_RS_B];
+  /* reshard per group: what a micro-batch after the first gathers (forward, and backward of
+   * every micro-batch), the groups kept gathered left out */
+  const bool keep_d = ch->reshard == RESHARD_AFTER_STEP, keep_e = ch->reshard_experts == RESHARD_AFTER_STEP;
+  const bool keep = keep_d || keep_e;
+  double *again_f = mem_array(m, (size_t)L + 1, sizeof(double)), *again_b = mem_array(m, (size_t)L + 1, sizeof(double));
+  int *order_f = mem_array(m, (size_t)L + 1, sizeof(int)), *order_b = mem_array(m, (size_t)L + 1, sizeof(int));
+  for (int l = 0; l < L; l++) {
+    LayerTime t = memo->times[memo->rep[l]];
+    again_f[l] = again_b[L - 1 - l] = (keep_d ? 0 : t.ag - t.ag_experts) + (keep_e ? 0 : t.ag_experts);
+    order_f[l] = l, order_b[L - 1 - l] = l;
+  }
+  double comm_total = memo->comm_total;
+  if (keep) /* the backward re-gathers only again_b: comm_total is then Σ (ag + again + rs) */
+    for (int l = 0; l < L; l++) comm_total -= comm_b[l] - again_b[l];
+  /* one micro-batch: embedding/head gathers, forward pass, head and loss, backward pass */
+  Sink fwd = {events, emb_ag, "forward", order_f, lane[LANE_A2A_F], lane[LANE_KV_F], flows};
+  double pass_f = simulate(comm_f, NULL, comp_f, L, ch->prefetch, m, &fwd);
+  Sink bwd = {events, emb_ag + pass_f + memo->edge, "backward", order_b, lane[LANE_A2A_B], lane[LANE_KV_B], flows};
+  double pass = pass_f + simulate(keep ? again_b : comm_b, rs_b, comp_b, L, ch->prefetch, m, &bwd);
+  /* the later micro-batches: the same, or gathering only the groups not kept */
+  double pass_rest = keep ? simulate(again_f, NULL, comp_f, L, ch->prefetch, m, NULL) +
+                                simulate(again_b, rs_b, comp_b, L, ch->prefetch, m, NULL)
+                          : pass;
+  double ag_once = 0; /* after_step: the kept groups' forward gathers, once per step */
+  for (int l = 0; keep && l < L; l++) ag_once += comm_f[l] - again_f[l];
+  *out = (CostPasses){keep_d, keep_e, ch->prefetch, pass_f, pass, pass_rest, ag_once, comm_total};
+}
+
+/* ch's passes: simulated once per reshard pair and prefetch depth of memo's key. */
+static CostPasses passes(const Model *md, const Choice *ch, CostMemo *memo) {
+  const bool keep_d = ch->reshard == RESHARD_AFTER_STEP, keep_e = ch->reshard_experts == RESHARD_AFTER_STEP;
+  int n = memo->npasses < COST_PASSES ? memo->npasses : COST_PASSES;
+  for (int i = 0; i < n; i++) {
+    const CostPasses *x = &memo->passes[i];
+    if (x->keep_d == keep_d && x->keep_e == keep_e && x->depth == ch->prefetch) return *x;
+  }
+  CostPasses x;
+  simulate_passes(md, ch, memo, NULL, 0, NULL, &x);
+  memo->passes[memo->npasses++ % COST_PASSES] = x;
+  return x;
 }
 
 static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) {
@@ -315,70 +456,14 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
   const ClusterSpec *cl = &s->cluster;
   const EfficiencySpec *e = &cl->efficiency;
   const int L = md->nlayers;
-  const double seq = (double)s->training.seq_len, T = (double)ch->micro_batch * seq / (double)plan_cp(ch);
-  Mem m = {0};
-  double *comm_f = mem_array(&m, (size_t)L, sizeof(double)), *comp_f = mem_array(&m, (size_t)L, sizeof(double));
-  double *comm_b = mem_array(&m, (size_t)L, sizeof(double)), *comp_b = mem_array(&m, (size_t)L, sizeof(double));
-  double *rs_b = mem_array(&m, (size_t)L, sizeof(double));
-  double *a2a_f = mem_array(&m, (size_t)L, sizeof(double)), *a2a_b = mem_array(&m, (size_t)L, sizeof(double));
-  double *copy_f = mem_array(&m, (size_t)L, sizeof(double));
-  double *kv_f = mem_array(&m, (size_t)L, sizeof(double)), *kv_b = mem_array(&m, (size_t)L, sizeof(double));
-  /* reshard per group: what a micro-batch after the first gathers (forward, and backward of
-   * every micro-batch), the groups kept gathered left out */
+  const double seq = (double)s->training.seq_len;
+  CostMemo local = {0};
+  if (!memo) memo = &local;
+  key_work(md, ch, memo);
+  double compute = memo->compute, recompute = memo->recompute, a2a = memo->a2a, kvx = memo->kvx;
+  double offload = offload_exposed(md, ch, memo), edge = memo->edge;
+  double c2c = cl->links.c2c * e->c2c;
   const bool keep_d = ch->reshard == RESHARD_AFTER_STEP, keep_e = ch->reshard_experts == RESHARD_AFTER_STEP;
-  double *again_f = mem_array(&m, (size_t)L, sizeof(double)), *again_b = mem_array(&m, (size_t)L, sizeof(double));
-  int *order_f = mem_array(&m, (size_t)L, sizeof(int)), *order_b = mem_array(&m, (size_t)L, sizeof(int));
-  double compute = 0, recompute = 0, a2a = 0, comm_total = 0, offload = 0, kvx = 0;
-  double c2c = cl->links.c2c * e->c2c, boundary = 2.0 * (double)s->model.hidden * T;
-  /* offloaded boundaries travel over NVLink-C2C to host memory, or to NVMe at its bandwidth
-   * (through host memory: the slower of the two) */
-  double off_bw = ch->offload == OFF_NVME ? fmin(c2c, cl->nvme.bandwidth) : c2c;
-  /* layers priced alike are priced once: rep[l] is the first layer like l */
-  int *rep = memo && memo->rep ? memo->rep : mem_array(memo ? &memo->mem : &m, (size_t)L, sizeof(int));
-  if (!memo || rep != memo->rep)
-    for (int l = 0; l < L; l++) {
-      rep[l] = l;
-      for (int j = 0; j < l; j++)
-        if (rep[j] == j && same_layer(md, j, l)) {
-          rep[l] = j;
-          break;
-        }
-    }
-  bool known = memo && memo->valid && same_key(&memo->key, ch);
-  LayerTime *times = memo ? memo->times : mem_array(&m, (size_t)L, sizeof(LayerTime));
-  if (memo && !times) times = memo->times = mem_array(&memo->mem, (size_t)L, sizeof(LayerTime));
-  if (memo) memo->rep = rep;
-  for (int l = 0; l < L; l++) {
-    if (!known && rep[l] == l) cost_layer(md, ch, l, &times[l]);
-    LayerTime t = times[rep[l]];
-    comm_f[l] = t.ag;
-    comp_f[l] = t.fwd + t.a2a_fwd + t.kv_fwd;
-    comm_b[L - 1 - l] = t.ag; /* FSDP re-gathers for backward, then reduce-scatters */
-    again_f[l] = again_b[L - 1 - l] = (keep_d ? 0 : t.ag - t.ag_experts) + (keep_e ? 0 : t.ag_experts);
-    rs_b[L - 1 - l] = t.rs;
-    comp_b[L - 1 - l] = t.bwd + t.recompute + t.a2a_bwd + t.kv_bwd;
-    kv_f[l] = t.kv_fwd, kv_b[L - 1 - l] = t.kv_bwd, kvx += t.kv_fwd + t.kv_bwd;
-    a2a_f[l] = t.a2a_fwd, a2a_b[L - 1 - l] = t.a2a_bwd, order_f[l] = l, order_b[L - 1 - l] = l;
-    copy_f[l] = ch->offload != OFF_NONE ? boundary / off_bw : 0;
-    compute += t.fwd + t.bwd + t.recompute;
-    recompute += t.recompute;
-    a2a += t.a2a_fwd + t.a2a_bwd;
-    comm_total += 2 * t.ag + t.rs;
-    if (ch->offload != OFF_NONE) { /* copy out after forward, back before backward */
-      double copy = boundary / off_bw;
-      offload += fmax(0, copy - t.fwd) + fmax(0, copy - t.bwd - t.recompute);
-    }
-  }
-  /* embedding, final norm, LM head and loss: outside the layer pipeline */
-  double edge = 0;
-  if (known) edge = memo->edge;
-  else
-    for (int i = 0; i < md->nops; i++)
-      if (md->ops[i].layer < 0) {
-        OpTime o = cost_op(s, md, &md->ops[i], T, seq, 1, 1);
-        edge += o.fwd + o.bwd;
-      }
-  if (memo) memo->edge = edge, memo->key = *ch, memo->valid = true;
   compute += edge;
   /* embedding and LM head: gathered for forward and again for backward, their gradients
    * reduce-scattered; counted as exposed (they bracket the layer pipeline) */
@@ -391,24 +476,17 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
    * embedding and head are in the dense group. */
   bool keep = keep_d || keep_e;
   double emb_ag = (keep_d ? 1 + wire_rs : 2 + wire_rs) * emb_one, emb_rest = keep_d ? wire_rs * emb_one : emb_ag;
-  if (keep) /* the backward re-gathers only again_b: comm_total is then Σ (ag + again + rs) */
-    for (int l = 0; l < L; l++) comm_total -= comm_b[l] - again_b[l];
-  /* one micro-batch: embedding/head gathers, forward pass, head and loss, backward pass */
   int flows = 0;
-  Sink fwd = {events, emb_ag, "forward", order_f, a2a_f, kv_f, &flows};
-  double pass_f = simulate(comm_f, NULL, comp_f, L, ch->prefetch, &m, &fwd);
-  Sink bwd = {events, emb_ag + pass_f + edge, "backward", order_b, a2a_b, kv_b, &flows};
-  double pass = pass_f + simulate(keep ? again_b : comm_b, rs_b, comp_b, L, ch->prefetch, &m, &bwd);
-  /* the later micro-batches: the same, or gathering only the groups not kept */
-  double pass_rest = keep ? simulate(again_f, NULL, comp_f, L, ch->prefetch, &m, NULL) +
-                                simulate(again_b, rs_b, comp_b, L, ch->prefetch, &m, NULL)
-                          : pass;
-  double ag_once = 0; /* after_step: the kept groups' forward gathers, once per step */
-  for (int l = 0; keep && l < L; l++) ag_once += comm_f[l] - again_f[l];
+  CostPasses pp;
+  if (events) simulate_passes(md, ch, memo, events, emb_ag, &flows, &pp);
+  else pp = passes(md, ch, memo);
+  double pass_f = pp.pass_f, pass = pp.pass, pass_rest = pp.pass_rest, ag_once = pp.ag_once;
+  double comm_total = pp.comm_total;
   event(events, TR_COMM, "embedding + LM head gathers, their reduce-scatter", 0, emb_ag, -1);
   event(events, TR_COMPUTE, "embedding, LM head and loss", emb_ag + pass_f, edge, -1);
+  double copy = ch->offload != OFF_NONE ? boundary_copy(s, ch) : 0;
   for (int l = 0; l < L && events; l++) /* boundaries out after each layer's forward (overlapped) */
-    event(events, TR_D2H, "boundary to host", emb_ag + pass_f * (l + 1) / L, copy_f[l], l);
+    event(events, TR_D2H, "boundary to host", emb_ag + pass_f * (l + 1) / L, copy, l);
   double P = (double)md->params_total, shard = P / (double)ch->fsdp;
   double host_bw = cl->host.bandwidth * e->host_memory; /* bytes/s the host cores stream */
   double per_micro = pass + edge + emb_ag + offload, per_rest = pass_rest + edge + emb_rest + offload;
@@ -444,7 +522,7 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
      * flat expert group (plan_expert_per 0) the split ones move the same way inside the shard group */
     opt += 2 * ring(4 * (double)md->muon_dense_params / (double)ch->fsdp, ch->fsdp, group_bw(s, ch->fsdp, 1));
     double moving_experts = 0; /* elements of one EP rank's split expert matrices */
-    double per_rank = cost_ns_flops_busiest(md, ch, &moving_experts); /* the busiest owner rank's */
+    double per_rank = memo->bound ? 0 : cost_ns_flops_busiest(md, ch, &moving_experts); /* the busiest owner rank's */
     opt += 2 * ring(4 * moving_experts / (double)ch->efsdp, ch->efsdp, group_bw(s, ch->efsdp, ch->ep));
     opt += ch->opt_on_host ? per_rank / (cl->host.fp32_flops * e->host_gemm)
                            : per_rank / (cl->gpu.bf16_flops * e->dense_gemm);
@@ -490,5 +568,5 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
   double best = parts[0].v;
   for (int i = 1; i < (int)(sizeof parts / sizeof parts[0]); i++)
     if (parts[i].v > best) best = parts[i].v, k->bottleneck = parts[i].name;
-  mem_free(&m);
+  if (memo == &local) cost_memo_free(&local);
 }

@@ -358,6 +358,10 @@ Model *model_build(Mem *m, Diag *d, const Spec *s) {
     if (op->kind == OP_LM_HEAD && ms->tie_embeddings)
       md->active_matmul = add(&c, md->active_matmul, op->active_matmul);
     for (int j = 0; j < op->nparams; j++) muon_account(&c, md, &op->params[j]);
+    if (op->layer < 0) {
+      bool e = op->kind == OP_EMBED || op->kind == OP_POS_EMBED;
+      for (int j = 0; j < op->nparams; j++) *(e ? &md->unit_embed_params : &md->unit_head_params) += (double)op->params[j].count;
+    }
     if (op->layer >= 0) {
       Layer *ly = &md->layers[op->layer];
       if (op->kind == OP_EXPERTS) ly->routed_params = add(&c, ly->routed_params, op->param_count);

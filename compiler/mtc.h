@@ -69,6 +69,8 @@ typedef struct {
 void *mem_alloc(Mem *m, size_t size);
 /* count × size with overflow check; overflow is reported like out-of-memory. */
 void *mem_array(Mem *m, size_t count, size_t size);
+/* mem_array without zeroing, for arrays whose elements are written before they are read. */
+void *mem_array_raw(Mem *m, size_t count, size_t size);
 char *mem_strndup(Mem *m, const char *s, size_t n);
 char *mem_strdup(Mem *m, const char *s);
 /* printf into the arena. */
@@ -567,6 +569,9 @@ typedef struct {
   int64_t muon_dense_params;       /* of them, those of matrices other than routed experts' */
   double ns_flops;                 /* Newton-Schulz, 5 iterations over all of them (see model.c) */
   int64_t muon_max_rows, muon_max_cols; /* the largest one, rows <= cols */
+  /* parameters of the units outside the layers as the program groups them (emit_layout.c): the
+   * embedding (with learned positions), and the head with the final norm; summed in op order */
+  double unit_embed_params, unit_head_params;
 } Model;
 
 /* Expands spec's model. Fails only on 64-bit overflow of a count (error at the model key). */
@@ -659,6 +664,9 @@ typedef struct {
 typedef struct {
   Choice ch;
   bool quick;                    /* search mode: items without names or formulas (only the winner's are read) */
+  int bound;                     /* plan_items for plan_over_bound only: 1, the state, stacked and outside
+                                    items; 2, all but the Muon placement's (its scratch 0 B, its host items
+                                    left out); 0: all */
   MemItem *items;
   int nitems;
   int64_t capacity[TIER__COUNT]; /* bytes; 0 = no such tier */
@@ -898,6 +906,16 @@ PlanHierRows plan_hier_rows(const Spec *s, int64_t ep, int64_t tokens, int64_t c
 double plan_moe_imbalance_max(const Spec *s, int64_t ep);
 /* Builds the memory items of choice ch and packs them (plan.c). */
 void plan_memory(Mem *m, const Model *md, Candidate *c);
+/* plan_memory's first half: c's items, not packed (plan.c). */
+void plan_items(Mem *m, const Model *md, Candidate *c);
+/* A lower bound of the overage plan_pack finds for c's items, or for any superset of them with
+ * the same or larger bytes (> 0: c cannot fit, and its over_bytes is at least this). Per tier:
+ * pack() puts the state block at 0 (alive all step) and the layers' stacked activations right
+ * above it; an item of 256 B or more alive together with them lies above both, items alive at the
+ * same phase do not overlap, and the items outside the program's arena go on top: so the arena
+ * holds at least state + max(block + the most such bytes alive at one phase of the block's life,
+ * the most alive at another phase) + outside (plan.c). m: scratch. */
+int64_t plan_over_bound(Mem *m, const Model *md, const Candidate *c);
 /* Packs c's items (as built, their bytes maybe changed since) into each tier's arena: offsets,
  * arena sizes, live peaks and whether it fits (plan.c). */
 void plan_pack(Mem *m, const Model *md, Candidate *c);
@@ -928,15 +946,35 @@ typedef struct {
   double kv_fwd, kv_bwd;      /* their exposed parts, on the compute stream */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
-/* What pricing may reuse between the candidates of one search over one md: which layers are
- * priced alike, and the layer times and edge ops (embedding, head, loss) of the last (micro_batch,
- * fsdp, ep, checkpoint policy, dispatch), the only choices they depend on. Zero-initialized;
- * cost_memo_free releases it. */
+/* The two-stream simulation of a step's passes for one reshard pair and prefetch depth
+ * (CostMemo.passes), seconds: the first micro-batch's forward and forward + backward, a later
+ * micro-batch's passes, the kept groups' once-per-step gathers, and all FSDP collective time of
+ * one micro-batch's layers. */
 typedef struct {
-  Mem mem;
+  bool keep_d, keep_e;
+  int depth;
+  double pass_f, pass, pass_rest, ag_once, comm_total;
+} CostPasses;
+enum { COST_PASSES = 8 };
+/* What pricing may reuse between the candidates of one search over one md: which layers are
+ * priced alike, and for the last key (micro_batch, cp, fsdp, ep, checkpoint policy, dispatch;
+ * what the layer times depend on) the layer times, edge ops (embedding, head, loss), the passes'
+ * per-layer inputs with their sums, the offload's exposed time per offload policy and the passes
+ * simulated so far. Every figure is computed as cost_step computes it, in the same order: the
+ * same doubles. Zero-initialized; cost_memo_free releases it. */
+typedef struct {
+  Mem mem, scratch;
   int *rep;          /* (nlayers) the first layer priced like each; NULL until first use */
   LayerTime *times;  /* (nlayers) of key's choices; times[l] valid where rep[l] == l */
+  double *lanes;     /* (COST_LANES x nlayers) the passes' inputs in execution order (cost.c) */
   double edge;       /* seconds of the edge ops' forward + backward at key's micro_batch */
+  double compute, recompute, a2a, kvx, comm_total; /* one micro-batch's layers, summed in layer order */
+  double offload[4]; /* (OffloadPolicy) exposed offload seconds of one micro-batch, once known */
+  bool has_offload[4];
+  CostPasses passes[COST_PASSES];
+  int npasses;
+  bool bound;        /* Newton-Schulz and the experts' moving pieces priced at 0 (no Muon placement): a
+                        lower bound of the step */
   bool valid;
   Choice key;
 } CostMemo;
@@ -958,6 +996,9 @@ double cost_gemm(const Spec *s, double M, double N, double K, double groups, dou
  * sweep, diff and compile show. The plan's md is a copy whose spec carries the chosen
  * micro_batch. */
 Plan *plan_search(Mem *m, const Model *md);
+/* plan_search without the searches behind Plan.advice and Plan.hint (both NULL): for callers that
+ * print neither (mtc sweep). */
+Plan *plan_search_bare(Mem *m, const Model *md);
 /* Whether `mtc compile` emits the MoE all-to-all d (search.c): only those are searched, and a
  * spec that pins another is refused (check.c). */
 bool plan_dispatch_emitted(DispatchPolicy d);

@@ -42,7 +42,7 @@ static void item(Items *it, const char *name, ItemCategory cat, Tier tier, doubl
   Candidate *c = it->c;
   if (c->nitems == it->cap) {
     int cap = it->cap ? 2 * it->cap : 64;
-    MemItem *n = mem_array(it->m, (size_t)cap, sizeof *n);
+    MemItem *n = mem_array_raw(it->m, (size_t)cap, sizeof *n); /* (each written whole by the line below) */
     if (c->nitems) memcpy(n, c->items, (size_t)c->nitems * sizeof *n);
     c->items = n, it->cap = cap;
   }
@@ -63,12 +63,7 @@ static double gathered_group_bytes(const Model *md, int64_t ep, bool dense, bool
   /* the units outside the layers as the program groups them (emit_layout.c): the embedding
    * (with learned positions) and the head, which holds the final norm (a tied head: the
    * embedding group again) */
-  double emb = 0, head = 0;
-  for (int i = 0; i < md->nops; i++)
-    if (md->ops[i].layer < 0) {
-      bool e = md->ops[i].kind == OP_EMBED || md->ops[i].kind == OP_POS_EMBED;
-      for (int j = 0; j < md->ops[i].nparams; j++) *(e ? &emb : &head) += (double)md->ops[i].params[j].count;
-    }
+  double emb = md->unit_embed_params, head = md->unit_head_params;
   if (md->spec->model.tie_embeddings) head = emb;
   if (dense && emb > best) best = emb;
   if (dense && head > best) best = head;
@@ -143,6 +138,12 @@ static double recomputed_per_token(const Layer *ly, CheckpointPolicy ac, double 
   for (int c = SAVE_BOUNDARY; c <= SAVE_OTHER; c++)
     if (!plan_keeps(ac, (SaveClass)c)) b += class_bytes(ly, (SaveClass)c, imb);
   return b;
+}
+
+/* Whether layers a and b save the same bytes per token (kept_per_token and recomputed_per_token
+ * give the same for both). */
+static bool same_saves(const Layer *a, const Layer *b) {
+  return a->saved_routed == b->saved_routed && memcmp(a->saved_bytes, b->saved_bytes, sizeof a->saved_bytes) == 0;
 }
 
 static void build_items(Items *it, const Model *md) {
@@ -253,20 +254,38 @@ static void build_items(Items *it, const Model *md) {
   const double imb = plan_moe_imbalance(s, ch->ep);
   bool off = ch->offload == OFF_HOST || ch->offload == OFF_NVME;
   Tier off_tier = ch->offload == OFF_NVME ? TIER_NVME : TIER_HOST;
+  /* (while the search packs a candidate, the layers' items are one item per tier, as pack()
+   * stacks them: each layer's bytes in turn, 256-byte aligned, alive over their lifetimes' union) */
+  double per_token = 0; /* kept_per_token of the last layer whose saves differ from the one before */
+  int64_t stack_bytes = 0;
+  int stack_start = PHASE_MAX, stack_end = 0;
+  Tier stack_tier = off && ch->ac == AC_FULL ? off_tier : TIER_HBM;
   for (int l = 0; l < L; l++) {
     const Layer *ly = &md->layers[l];
-    double kept = kept_per_token(ly, ch->ac, imb) * T;
+    if (l == 0 || !same_saves(ly, ly - 1)) per_token = kept_per_token(ly, ch->ac, imb);
+    double kept = per_token * T;
     const char *what = ch->ac == AC_FULL ? "activations.boundary" : "activations.saved";
-    Tier t = off && ch->ac == AC_FULL ? off_tier : TIER_HBM;
+    Tier t = stack_tier;
     /* offloaded: the last two boundaries never leave the device (the program's OFFLOAD_IDS is
      * L - 2): they stay in activations.offload_staging's buffers until their backward */
     if (t != TIER_HBM && l >= L - 2) continue;
+    if (it->c->quick) {
+      stack_bytes = (stack_bytes + (int64_t)kept + 255) / 256 * 256;
+      if (PHASE_FWD(L, l) < stack_start) stack_start = PHASE_FWD(L, l);
+      if (PHASE_BWD(L, l) + 1 > stack_end) stack_end = PHASE_BWD(L, l) + 1;
+      continue;
+    }
     item(it, TEXT(it, "%s[%d]", what, l), CAT_ACTIVATIONS, t, kept, PHASE_FWD(L, l),
          PHASE_BWD(L, l) + 1,
          ch->ac == AC_FULL ? "2 B x hidden x tokens (the layer's input)"
                            : "saved bytes per token of the layer (model graph) x tokens");
     it->c->items[it->c->nitems - 1].stacked = true;
   }
+  if (it->c->quick && stack_end > 0) {
+    item(it, "", CAT_ACTIVATIONS, stack_tier, (double)stack_bytes, stack_start, stack_end, "");
+    it->c->items[it->c->nitems - 1].stacked = true;
+  }
+  if (it->c->bound == 1) goto outside;
   /* with ep > 1 and the experts' activations recomputed, y_combined (the experts' outputs back in
    * token order) lives in moe.dispatch_send's bytes: each round's outputs come back into the rows
    * that round sent (the program's WS_YP is WS_XP) */
@@ -278,7 +297,8 @@ static void build_items(Items *it, const Model *md) {
     const Layer *ly = &md->layers[l];
     double yc = ly->kind == LAYER_MOE && yp_in_send ? kH2 : 0;
     /* what the layer does not keep (never its input boundary: its stacked item or an offload slot) */
-    double re = recomputed_per_token(ly, ch->ac, imb) * T;
+    if (l == 0 || !same_saves(ly, ly - 1)) per_token = recomputed_per_token(ly, ch->ac, imb);
+    double re = per_token * T;
     if (re > 0) re -= yc * T;
     bool glu = ly->kind == LAYER_MOE ? moe_glu : mlp_glu;
     double w = fmax((double)ly->ffn_width, imb * (double)ly->routed_width);
@@ -347,7 +367,8 @@ static void build_items(Items *it, const Model *md) {
   const double grad_router = md->n_moe_layers ? 4 * T * (double)s->model.moe.experts : 0;
   /* Muon's scratch (plan_muon_work, fp32), the optimizer step's group: the program lays it in
    * these bytes whichever backend runs the step */
-  const double muon_ws = s->training.optimizer == OPT_MUON ? 4 * (double)plan_muon_summary(md, ch).work.elems : 0;
+  const double muon_ws =
+      s->training.optimizer == OPT_MUON && !it->c->bound ? 4 * (double)plan_muon_summary(md, ch).work.elems : 0;
   double shared = fmax(fmax(fmax(fmax(grad_ffn, grad_attn), fmax(fmax(outputs, loss), grad_router)), muon_ws), mla_fwd);
   const char *shared_what =
       "max(2 B x tokens x (2 x widest FFN + widest gated FFN) (routed: top_k x width x imbalance): the FFN "
@@ -441,6 +462,7 @@ static void build_items(Items *it, const Model *md) {
            "2 B x hidden x tokens + 4 B x tokens: gradient of the shared experts' output before their gate and of the "
            "gate's logits");
   }
+outside:
   /* the cuda runtime's scratch (plan_runtime_scratch): attention's backward keeps one fp32 delta
    * per token and head and cuDNN's fp32 dQ accumulator, the cross-entropy's sums, the grouped
    * GEMMs' pointer arrays, the MoE counts and tables */
@@ -471,7 +493,7 @@ static void build_items(Items *it, const Model *md) {
    * gradient, update and Newton-Schulz scratch. With the step on the GPU (Newton-Schulz there,
    * batched), only its exchange goes through host memory: the Nesterov gradients of the groups
    * whose matrices move, and the pieces sent and received */
-  if (muon) {
+  if (muon && !it->c->bound) {
     PlanMuonWork w = plan_muon_summary(md, ch).work;
     if (ch->opt_on_host)
       item(it, "workspace.newton_schulz", CAT_WORKSPACE, TIER_HOST, 4 * (double)w.step, PHASE_OPT(L), END,
@@ -523,7 +545,11 @@ static int64_t pack(Mem *m, MemItem **v, int n) {
     } else if (v[i]->stacked) stack[ns++] = v[i];
     else if (v[i]->outside) top[nt++] = v[i];
     else rest[nr++] = v[i];
-  qsort(rest, (size_t)nr, sizeof *rest, by_size_desc);
+  for (int i = 1; i < nr; i++) /* insertion sort by by_size_desc, a total order (a few dozen items) */
+    for (int j = i; j > 0 && by_size_desc(&rest[j - 1], &rest[j]) > 0; j--) {
+      MemItem *x = rest[j];
+      rest[j] = rest[j - 1], rest[j - 1] = x;
+    }
   MemItem **placed = mem_array(m, (size_t)nr + 3, sizeof *placed);
   if (state.bytes) placed[np++] = &state;
   block.offset = (state.bytes + 255) / 256 * 256;
@@ -560,11 +586,54 @@ static int64_t pack(Mem *m, MemItem **v, int n) {
   return size;
 }
 
-void plan_memory(Mem *m, const Model *md, Candidate *c) {
+void plan_items(Mem *m, const Model *md, Candidate *c) {
   Items it = {m, c, 0};
   c->nitems = 0;
   build_items(&it, md);
+}
+
+void plan_memory(Mem *m, const Model *md, Candidate *c) {
+  plan_items(m, md, c);
   plan_pack(m, md, c);
+}
+
+int64_t plan_over_bound(Mem *m, const Model *md, const Candidate *c) {
+  const Spec *s = md->spec;
+  const int64_t cap[TIER__COUNT] = {(int64_t)s->cluster.gpu.hbm, (int64_t)s->cluster.host.memory,
+                                    s->cluster.nvme.present ? (int64_t)s->cluster.nvme.capacity : 0};
+  const MemItem **rest = mem_array_raw(m, (size_t)c->nitems + 1, sizeof *rest);
+  int64_t over = INT64_MIN;
+  for (int t = 0; t < TIER__COUNT; t++) {
+    int64_t state = 0, block = 0, outside = 0;
+    int bs = PHASE_MAX, be = 0, nr = 0;
+    for (int i = 0; i < c->nitems; i++) {
+      const MemItem *x = &c->items[i];
+      if (x->tier != (Tier)t) continue;
+      if (x->state) state += x->bytes;
+      else if (x->outside) outside += x->bytes;
+      else if (x->stacked) {
+        block += x->bytes;
+        if (x->start < bs) bs = x->start;
+        if (x->end > be) be = x->end;
+      } else if (x->bytes >= 256) /* (a smaller one may sit in the alignment gap below the block) */
+        rest[nr++] = x;
+    }
+    /* the most bytes alive at one phase inside the block's life and outside it: the live sum
+     * changes only at an item's start, so its most in a span is at a start or the span's first
+     * phase (bs, be) */
+    int64_t in = 0, out = 0;
+    for (int k = -2; k < nr; k++) {
+      int p = k == -2 ? bs : k == -1 ? be : rest[k]->start;
+      if (k < 0 && !block) continue;
+      int64_t sum = 0;
+      for (int i = 0; i < nr; i++) sum += rest[i]->start <= p && p < rest[i]->end ? rest[i]->bytes : 0;
+      int64_t *most = block && p >= bs && p < be ? &in : &out;
+      if (sum > *most) *most = sum;
+    }
+    int64_t least = state + (block + in > out ? block + in : out) + outside;
+    if (least - cap[t] > over) over = least - cap[t];
+  }
+  return over;
 }
 
 void plan_pack(Mem *m, const Model *md, Candidate *c) {
@@ -576,20 +645,21 @@ void plan_pack(Mem *m, const Model *md, Candidate *c) {
   c->fits = true;
   c->over_bytes = 0;
   int nphase = PHASE_END(md->nlayers);
-  int64_t *live = mem_array(m, (size_t)nphase + 1, sizeof *live);
+  int64_t *live = c->quick ? NULL : mem_array(m, (size_t)nphase + 1, sizeof *live);
   for (int t = 0; t < TIER__COUNT; t++) {
     int n = 0;
-    memset(live, 0, ((size_t)nphase + 1) * sizeof *live);
+    if (live) memset(live, 0, ((size_t)nphase + 1) * sizeof *live);
     for (int i = 0; i < c->nitems; i++) /* difference array: + at start, - at end */
       if (c->items[i].tier == (Tier)t) {
         v[n++] = &c->items[i];
+        if (!live) continue;
         live[c->items[i].start] += c->items[i].bytes;
         live[c->items[i].end] -= c->items[i].bytes;
       }
     c->arena[t] = n ? pack(m, v, n) : 0;
     c->live_peak[t] = 0;
     int64_t sum = 0;
-    for (int p = 0; p < nphase; p++) {
+    for (int p = 0; p < nphase && !c->quick; p++) { /* (the search reads arenas only) */
       sum += live[p];
       if (sum > c->live_peak[t]) c->live_peak[t] = sum, c->peak_phase[t] = p;
     }

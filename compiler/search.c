@@ -115,6 +115,17 @@ static bool cannot_matter(const Found *f, const Candidate *c, int64_t gpn) {
   return f->nalts == MAX_ALTS && f->alts[MAX_ALTS - 1].fits && c->cost.step >= f->alts[MAX_ALTS - 1].cost.step;
 }
 
+/* Whether a candidate that cannot fit, its overage at least lo (plan_over_bound), cannot change
+ * what the search returns: not closer than the closest misfit, not its cp's representative, not
+ * a rejected alternative kept (consider's rules for a rejected candidate). */
+static bool misfit_cannot_matter(const Found *f, const Choice *ch, int64_t lo) {
+  if (!f->any || lo < f->closest.over_bytes) return false;
+  int i = cp_slot(f, ch);
+  if (i == f->nby_cp ? i < CP_SLOTS : !f->by_cp[i].fits && lo < f->by_cp[i].over_bytes) return false;
+  if (f->cutoff > 0) return true;
+  return f->nalts == MAX_ALTS && (f->alts[MAX_ALTS - 1].fits || lo >= f->alts[MAX_ALTS - 1].over_bytes);
+}
+
 /* The least overage ch can have, from bytes every arena of a tier holds, known without building its
  * items (plan.c): the state block in the optimizer's tier (master, gradient and first-moment
  * shards, at least 4 B each per parameter / fsdp; AdamW's second moments too when the optimizer
@@ -130,6 +141,19 @@ static double least_over(const Model *md, const Choice *ch) {
   if (ch->opt_tier == TIER_HBM) hbm += state, host += state; /* (the host mirror: 3 shards + moments) */
   else host += state;
   return fmax(hbm - s->cluster.gpu.hbm, host - s->cluster.host.memory);
+}
+
+/* Counts a candidate not packed because it cannot matter, and remembers it for the micro-batch
+ * loop's fit test. */
+static void skip_unpacked(Found *f, const Choice *ch) {
+  f->n++;
+  if (f->nunpacked == f->capunpacked) {
+    int cap = f->capunpacked ? 2 * f->capunpacked : 256;
+    Choice *u = realloc(f->unpacked, sizeof *u * (size_t)cap);
+    if (u) f->unpacked = u, f->capunpacked = cap;
+  }
+  if (f->nunpacked < f->capunpacked) f->unpacked[f->nunpacked++] = *ch;
+  else f->unpacked_over = true;
 }
 
 /* The candidate ch with each MoE dispatch in dispatches (a bit per DispatchPolicy): they hold
@@ -151,22 +175,44 @@ static void evaluate(Mem *scratch, const Model *md, const Choice *ch, unsigned d
         if (f->nhopeless == 1 || lo < f->hopeless_over) f->hopeless_over = lo;
         return; /* (a rejected candidate: listed once) */
       }
+      if (!f->fit_only && !packed) {
+        /* bounds first, without the Muon placement: the step's (cannot_matter only grows with the
+         * step) and, at the last dispatch (where skipping ends the candidate as packing it would),
+         * the overage's */
+        f->memo.bound = true;
+        cost_step_memo(md, &c, &f->memo);
+        f->memo.bound = false;
+        if (cannot_matter(f, &c, md->spec->cluster.gpus_per_node)) {
+          skip_unpacked(f, &c.ch);
+          continue;
+        }
+        for (int level = 1; level <= 2 && !(dispatches >> (dp + 1)); level++) { /* (Candidate.bound) */
+          mem_reset(scratch);
+          c.bound = level;
+          plan_items(scratch, md, &c);
+          int64_t least = plan_over_bound(scratch, md, &c);
+          c.bound = 0, c.items = NULL, c.nitems = 0;
+          if (least > 0 && misfit_cannot_matter(f, &c.ch, least)) {
+            f->n++;
+            return;
+          }
+        }
+      }
       if (!f->fit_only) cost_step_memo(md, &c, &f->memo);
       if (!f->fit_only && !packed && cannot_matter(f, &c, md->spec->cluster.gpus_per_node)) {
-        f->n++;
-        if (f->nunpacked == f->capunpacked) {
-          int cap = f->capunpacked ? 2 * f->capunpacked : 256;
-          Choice *u = realloc(f->unpacked, sizeof *u * (size_t)cap);
-          if (u) f->unpacked = u, f->capunpacked = cap;
-        }
-        if (f->nunpacked < f->capunpacked) f->unpacked[f->nunpacked++] = c.ch;
-        else f->unpacked_over = true;
+        skip_unpacked(f, &c.ch);
         continue;
       }
       if (!packed) {
         Cost k = c.cost;
         mem_reset(scratch);
-        plan_memory(scratch, md, &c);
+        plan_items(scratch, md, &c);
+        int64_t least = plan_over_bound(scratch, md, &c);
+        if (least > 0 && misfit_cannot_matter(f, &c.ch, least)) { /* rejected whatever its packing: listed once */
+          f->n++;
+          return;
+        }
+        plan_pack(scratch, md, &c);
         c.items = NULL, c.nitems = 0, c.cost = k;
         packed = true;
         f->npacked++;
@@ -184,7 +230,9 @@ static bool unpacked_fits(Mem *scratch, const Model *md, Found *f) {
     Candidate c = {.ch = f->unpacked[i], .quick = true};
     if (f->fast && least_over(md, &c.ch) > 0) continue;
     mem_reset(scratch);
-    plan_memory(scratch, md, &c);
+    plan_items(scratch, md, &c);
+    if (plan_over_bound(scratch, md, &c) > 0) continue; /* (cannot fit) */
+    plan_pack(scratch, md, &c);
     f->npacked++;
     if (c.fits) return true;
   }
@@ -368,7 +416,7 @@ static void search_pass(const Model *md, Found *f) {
             }
           }
         }
-        more = f->nfit > fit || unpacked_fits(&scratch, md, f);
+        more = mi + 1 < nmb && (f->nfit > fit || unpacked_fits(&scratch, md, f)); /* (no larger size: not asked) */
       }
     }
     }
@@ -626,7 +674,7 @@ bool plan_dispatch_emitted(DispatchPolicy d) { return d == DISPATCH_FLAT || d ==
  * until the cuda backend runs it too, a pin chooses it, the search without one does not. */
 bool plan_dispatch_auto(DispatchPolicy d) { return d == DISPATCH_FLAT; }
 
-Plan *plan_search(Mem *m, const Model *md) {
+static Plan *search(Mem *m, const Model *md, bool notes) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   Plan *p = mem_alloc(m, sizeof *p);
@@ -655,9 +703,12 @@ Plan *plan_search(Mem *m, const Model *md) {
       p->by_cp[j] = p->by_cp[j - 1], p->by_cp[j - 1] = t;
     }
   p->across = f.across, p->has_across = f.has_across;
-  if (!p->feasible) p->advice = advise(m, md, p->ncandidates > 0);
-  else p->hint = pin_note(m, md, &p->best);
+  if (notes && !p->feasible) p->advice = advise(m, md, p->ncandidates > 0);
+  else if (notes) p->hint = pin_note(m, md, &p->best);
   if (p->ncandidates) p->placement = plan_placement(m, p->md, &p->best.ch);
   plan_exact(m, p); /* the items the program holds: its bytes */
   return p;
 }
+
+Plan *plan_search(Mem *m, const Model *md) { return search(m, md, true); }
+Plan *plan_search_bare(Mem *m, const Model *md) { return search(m, md, false); }

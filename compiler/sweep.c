@@ -102,7 +102,7 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
       mem_free(&mem);
       return EXIT_BAD_INPUT;
     }
-    Plan *p = plan_search(&m, md);
+    Plan *p = plan_search_bare(&m, md); /* (a row shows neither advice nor hint) */
     for (int i = 0; i < nover; i++) printf(csv ? "%s%s" : "%-14s%s", ax[i].vals[idx[i]], sep);
     const Candidate *c = &p->best;
     const Choice *ch = &c->ch;
