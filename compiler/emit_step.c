@@ -311,6 +311,9 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
   P(e, "#define MOE_CAP_ROWS %lld /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */\n"
        "#define MOE_MEAN_ROWS %lld /* rows a rank sends per MoE layer pass: tokens x top_k */\n",
     (long long)e->R, (long long)(e->N * e->K));
+  P(e, "#define EXPERT_LOOP_ROWS %lld /* the experts' GEMMs: one cuBLAS GEMM per expert over 4 streams when a pass's experts "
+       "with rows average at least this many, else one grouped call (0: always grouped; plan.txt's experts line) */\n",
+    (long long)(e->E ? cost_expert_loop_rows(s, e->ep) : 0));
   P(e, "#define TRAIN_STEPS %lld\n#define LR %.9g\n#define WARMUP_STEPS %lld\n#define MIN_LR_RATIO %.9g\n"
        "#define WEIGHT_DECAY %.9g\n#define GRAD_CLIP %.9g\n",
     (long long)s->training.steps, s->training.lr, (long long)s->training.warmup_steps, s->training.min_lr_ratio,
