@@ -1,7 +1,9 @@
 /* cost_kernel.c — the seconds of one op's kernels on one GPU, as a stack runs them.
  *
  * GEMMs: FLOPs at efficiency × bf16_flops (the preset's dense_gemm is the measured best-shape
- * fraction, its grouped_gemm the grouped kernel's), with the shape effects NVIDIA's
+ * fraction, its grouped_gemm the grouped kernel's; the generated program's experts run as a loop of
+ * cuBLAS GEMMs at expert_gemm_loop or one cuBLAS grouped call at grouped_gemm_cublas, by their rows:
+ * cost_expert_gemm), with the shape effects NVIDIA's
  * "Matrix Multiplication Background User's Guide" (DU-09799-001, ch. 3) describes: each
  * output tile of gemm_tile_rows × gemm_tile_cols is computed whole (tile quantization: rows
  * and each expert's rows are padded to the tile) and the tiles run in waves of one per SM
@@ -62,15 +64,52 @@ double cost_gemm(const Spec *s, double M, double N, double K, double groups, dou
   return launch_floor(s, math > mem ? math : mem, 1);
 }
 
+static double loop_eff(const EfficiencySpec *e) { return e->expert_gemm_loop > 0 ? e->expert_gemm_loop : e->dense_gemm; }
+static double grouped_cublas_eff(const EfficiencySpec *e) {
+  return e->grouped_gemm_cublas > 0 ? e->grouped_gemm_cublas : e->grouped_gemm;
+}
+
+double cost_expert_gemm(const Spec *s, double rows, double N, double K, double local, bool loop) {
+  const EfficiencySpec *e = &s->cluster.efficiency;
+  if (!loop) return cost_gemm(s, rows, N, K, local, grouped_cublas_eff(e));
+  /* the streams run the experts' tiles side by side (one wave count for all); the host issues one
+   * launch per expert */
+  double t = cost_gemm(s, rows, N, K, local, loop_eff(e)), l = local * e->kernel_launch;
+  return t > l ? t : l;
+}
+
+int64_t cost_expert_loop_rows(const Spec *s, int64_t ep) {
+  const MoeSpec *m = &s->model.moe;
+  if (!m->present || m->experts <= 0 || ep < 1) return 0;
+  const EfficiencySpec *e = &s->cluster.efficiency;
+  double local = (double)(m->experts / ep), N = (double)m->expert_intermediate, K = (double)s->model.hidden;
+  if (loop_eff(e) <= grouped_cublas_eff(e)) return 0;
+  /* with the loop's rate above the grouped call's, the loop is no slower exactly when the grouped
+   * call takes at least the loop's launches, and the grouped call's time does not fall as rows
+   * grow: a bisection over multiples of 8 finds the least such rows */
+#define LOOP_WINS(r) (cost_expert_gemm(s, 8.0 * (r), N, K, local, true) <= cost_expert_gemm(s, 8.0 * (r), N, K, local, false))
+  int64_t lo = 1, hi = 8192;
+  if (!LOOP_WINS(hi)) return 0;
+  while (lo < hi) {
+    int64_t mid = (lo + hi) / 2;
+    if (LOOP_WINS(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+#undef LOOP_WINS
+  return 8 * lo;
+}
+
+double cost_expert_rows(const Spec *s, double T, int64_t ep) {
+  const MoeSpec *m = &s->model.moe;
+  return m->present && m->experts > 0 ? T * (double)m->top_k * (double)ep / (double)m->experts : 0;
+}
+
 /* Forward and backward of one weight: Y (M×N) = X (M×K) · Wᵀ; backward dX = dY · W
  * (M×K, reducing N) and dW = dYᵀ · X (N×K, reducing M). */
-static OpTime gemm_fwd_bwd(const Spec *s, double M, double N, double K, double groups, double eff,
-                           double wgrad_calls) {
+static OpTime gemm_fwd_bwd(const Spec *s, double M, double N, double K, double groups, double eff) {
   OpTime t;
   t.fwd = cost_gemm(s, M, N, K, groups, eff);
-  double wgrad = wgrad_calls > 1 ? wgrad_calls * cost_gemm(s, N, K, M, groups / wgrad_calls, eff)
-                                 : cost_gemm(s, N, K, M, groups, eff);
-  t.bwd = cost_gemm(s, M, K, N, groups, eff) + wgrad;
+  t.bwd = cost_gemm(s, M, K, N, groups, eff) + cost_gemm(s, N, K, M, groups, eff);
   return t;
 }
 
@@ -125,15 +164,21 @@ OpTime cost_op(const Spec *s, const Model *md, const Op *o, double T, double seq
       if (p->ndim == 3) { /* routed experts: E/ep local experts, each with its rows padded */
         double E = (double)p->shape[0], local = E / (double)ep;
         double rows = T * (double)s->model.moe.top_k * imbalance * (double)ep / E; /* per expert */
-        /* the generated program computes each expert's dW in its own GEMM call */
-        add(&t, gemm_fwd_bwd(s, rows, (double)p->shape[1], (double)p->shape[2], local, e->grouped_gemm,
-                             st == STACK_MTC ? local : 1));
+        double N = (double)p->shape[1], K = (double)p->shape[2];
+        if (st == STACK_MTC) { /* the generated program's path (ops_moe.c) at the plan's rows */
+          int64_t lr = cost_expert_loop_rows(s, ep);
+          bool loop = lr > 0 && cost_expert_rows(s, T, ep) >= (double)lr;
+          t.fwd += cost_expert_gemm(s, rows, N, K, local, loop);
+          t.bwd += cost_expert_gemm(s, rows, K, N, local, loop) + cost_expert_gemm(s, N, K, rows, local, loop);
+        } else {
+          add(&t, gemm_fwd_bwd(s, rows, N, K, local, e->grouped_gemm));
+        }
       } else {
-        add(&t, gemm_fwd_bwd(s, T, (double)p->shape[0], (double)p->shape[1], 1, e->dense_gemm, 1));
+        add(&t, gemm_fwd_bwd(s, T, (double)p->shape[0], (double)p->shape[1], 1, e->dense_gemm));
       }
     }
     if (!any) /* a tied LM head multiplies by the embedding: V × hidden */
-      add(&t, gemm_fwd_bwd(s, T, (double)s->model.vocab, (double)s->model.hidden, 1, e->dense_gemm, 1));
+      add(&t, gemm_fwd_bwd(s, T, (double)s->model.vocab, (double)s->model.hidden, 1, e->dense_gemm));
     /* the generated program keeps only each token's log-sum-exp from the forward and
      * recomputes every vocabulary chunk's logits in the backward (rt_lm_head_ce_backward):
      * a fourth V × hidden GEMM. PyTorch keeps the logits: three. */

@@ -316,6 +316,9 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
        " * unique rows, the relay's, the relay's staging of copies (its messages' most) */\n#define MOE_HIER_G %lld\n"
        "#define MOE_HIER_US %lld\n#define MOE_HIER_UR %lld\n#define MOE_HIER_ST %lld\n",
       (long long)e->hr.g, (long long)e->hr.us, (long long)e->hr.ur, (long long)e->hr.st);
+  P(e, "#define EXPERT_LOOP_ROWS %lld /* the experts' GEMMs: one cuBLAS GEMM per expert over 4 streams when a pass's experts "
+       "with rows average at least this many, else one grouped call (0: always grouped; plan.txt's experts line) */\n",
+    (long long)(e->E ? cost_expert_loop_rows(s, e->ep) : 0));
   P(e, "#define TRAIN_STEPS %lld\n#define LR %.9g\n#define WARMUP_STEPS %lld\n#define MIN_LR_RATIO %.9g\n"
        "#define WEIGHT_DECAY %.9g\n#define GRAD_CLIP %.9g\n",
     (long long)s->training.steps, s->training.lr, (long long)s->training.warmup_steps, s->training.min_lr_ratio,

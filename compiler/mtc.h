@@ -319,6 +319,8 @@ typedef struct {
   double host_memory;    /* of host.bandwidth the host cores' streaming reaches */
   double attention_bwd;  /* of bf16_flops flash attention's backward reaches (0: attention) */
   double attention_cudnn, attention_cudnn_bwd; /* the same for cuDNN's, the generated program's (0: attention, attention_bwd) */
+  double expert_gemm_loop;    /* of bf16_flops each routed expert's own cuBLAS GEMM reaches (the program's loop; 0: dense_gemm) */
+  double grouped_gemm_cublas; /* of bf16_flops cublasGemmGroupedBatchedEx reaches (the program's grouped path; 0: grouped_gemm) */
   double gemm_tile_rows, gemm_tile_cols; /* output tile of a GEMM kernel (tile and wave
                                             quantization, with gpu.sms) */
   double kernel_launch;  /* seconds: the least time one kernel takes (launch and dispatch) */
@@ -991,6 +993,18 @@ OpTime cost_op(const Spec *s, const Model *md, const Op *o, double T, double seq
  * bf16_flops: tile and wave quantization, bounded below by its bytes at HBM speed and by
  * kernel_launch (cost_kernel.c). */
 double cost_gemm(const Spec *s, double M, double N, double K, double groups, double eff);
+/* The generated program's routed-expert GEMMs (runtime/cuda/ops_moe.c): `local` experts of rows × N
+ * × K each, as a loop of one cuBLAS GEMM per expert over 4 streams (loop: expert_gemm_loop, each
+ * GEMM at least kernel_launch) or as one cublasGemmGroupedBatchedEx (grouped_gemm_cublas); seconds. */
+double cost_expert_gemm(const Spec *s, double rows, double N, double K, double local, bool loop);
+/* The least mean rows per expert (a multiple of 8, at most 65,536) at which cost_expert_gemm prices the
+ * loop no slower than the grouped call, for the forward up projection of the E / ep local experts of
+ * the spec's model (hidden × expert_intermediate); 0 when it never is (or no MoE). The program runs
+ * the loop for a pass whose experts with rows average at least this many (step.h EXPERT_LOOP_ROWS). */
+int64_t cost_expert_loop_rows(const Spec *s, int64_t ep);
+/* The mean rows each of a MoE layer's experts gets per micro-batch of T tokens (per GPU) with ep ranks:
+ * T × top_k × ep / experts (0: no MoE). */
+double cost_expert_rows(const Spec *s, double T, int64_t ep);
 /* Enumerates every layout × policy × micro-batch size allowed by the spec's pins that the
  * generated program implements, keeps the fastest that fits: the one plan that plan, explain,
  * sweep, diff and compile show. The plan's md is a copy whose spec carries the chosen

@@ -136,6 +136,40 @@ static void print_placement(FILE *out, const Plan *p) {
           pl->moving_expert_matrices ? ex : "none");
 }
 
+/* The generated program's path for the routed experts' GEMMs (runtime/cuda/ops_moe.c), at the plan's
+ * mean rows per expert, and why: both paths priced for one forward up projection of the local
+ * experts (cost_expert_gemm). Fills path, why; returns the loop's threshold (EXPERT_LOOP_ROWS). */
+static int64_t expert_path(Mem *m, const Plan *p, double *rows, const char **path, const char **why) {
+  const Spec *s = p->md->spec;
+  const Choice *ch = &p->best.ch;
+  const MoeSpec *ms = &s->model.moe;
+  double T = (double)(ch->micro_batch * s->training.seq_len / plan_cp(ch));
+  int64_t lr = cost_expert_loop_rows(s, ch->ep);
+  double local = (double)(ms->experts / ch->ep), N = (double)ms->expert_intermediate, K = (double)s->model.hidden;
+  *rows = cost_expert_rows(s, T, ch->ep);
+  bool loop = lr > 0 && *rows >= (double)lr;
+  double tl = cost_expert_gemm(s, *rows, N, K, local, true), tg = cost_expert_gemm(s, *rows, N, K, local, false);
+  *path = loop ? "loop" : "grouped";
+  *why = mem_printf(m, "at %.0f rows per expert, one up projection of the %.0f local experts (%.0f x %.0f each) is "
+                       "priced %.1f us as a loop of cuBLAS GEMMs (expert_gemm_loop, one launch each) and %.1f us as one "
+                       "grouped call (grouped_gemm_cublas); %s",
+                    *rows, local, N, K, 1e6 * tl, 1e6 * tg,
+                    lr ? mem_printf(m, "the loop is priced no slower from %lld rows per expert", (long long)lr)
+                       : "the loop is priced slower at any rows (EXPERT_LOOP_ROWS 0)");
+  return lr;
+}
+
+static void print_experts(FILE *out, Mem *m, const Plan *p) {
+  if (!p->md->spec->model.moe.present || !p->ncandidates) return;
+  double rows;
+  const char *path, *why;
+  int64_t lr = expert_path(m, p, &rows, &path, &why);
+  fprintf(out, "experts    GEMMs %s: %s at the plan's rows; each pass of the program picks by its own rows "
+               "(step.h EXPERT_LOOP_ROWS %lld)\n  why: %s\n",
+          path, strcmp(path, "loop") == 0 ? "one cuBLAS GEMM per expert over 4 streams" : "one cuBLAS grouped GEMM per projection",
+          (long long)lr, why);
+}
+
 /* One row per distinct layer kind: what a layer's step does on each stream. */
 static void print_schedule(FILE *out, const Plan *p) {
   const Model *md = p->md;
@@ -229,6 +263,7 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
     fprintf(out, "note       plan.cp is pinned above 1, but the program does not implement %s with context "
                  "parallelism yet: `mtc compile` writes this plan and no program\n", em_cp_unsupported(s));
   print_placement(out, p);
+  print_experts(out, &m, p);
   for (int t = 0; t < TIER__COUNT; t++) {
     if (!c->capacity[t] && !c->arena[t]) continue;
     units_fmt_bytes_dec(a, sizeof a, (double)c->capacity[t]);
@@ -593,6 +628,19 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
                                       "owner and moving the same"));
     }
     json_object_set_new(root, "placement", po);
+  }
+  if (s->model.moe.present && p->ncandidates) {
+    Mem m = {0};
+    double rows;
+    const char *path, *why;
+    int64_t lr = expert_path(&m, p, &rows, &path, &why);
+    json_t *ex = json_object();
+    json_object_set_new(ex, "path", json_string(path));
+    json_object_set_new(ex, "loop_from_rows", jint(lr));
+    json_object_set_new(ex, "rows_per_expert", json_real(rows));
+    json_object_set_new(ex, "why", json_string(why));
+    json_object_set_new(root, "experts", ex);
+    mem_free(&m);
   }
   json_t *se = json_object();
   json_object_set_new(se, "candidates", json_integer(p->ncandidates));

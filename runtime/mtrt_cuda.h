@@ -55,6 +55,8 @@ typedef struct {
   int batch, seq;          /* the attention's: sequences per micro-batch (batch × seq = tokens), tokens each */
   int kv_heads, head_dim, v_head_dim; /* KV heads, q/k and v head dims (0: no attention plans at start-up) */
   int attention_cudnn;     /* the plan's attention: 1 cuDNN's (bf16 build), 0 the own kernels */
+  int expert_loop_rows;    /* the plan's expert path: a pass whose experts with rows average at least this many
+                            * runs one cuBLAS GEMM per expert over CU_LANES streams, else one grouped call (0: always grouped) */
 } RtCudaConfig;
 
 /* Picks this rank's GPU (local rank modulo the visible devices), creates the stream and the

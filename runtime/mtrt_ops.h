@@ -291,7 +291,8 @@ void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp,
  * Weight layout (the gradients' too): expert e's matrix of OC × IC elements starts at
  * w + (e / per) · stride + (e % per) · OC · IC — whole-expert shards of `per` experts each,
  * `stride` elements apart (step.h's SHARD_EXPERTS_ELEMS); flat, contiguous experts: per = E
- * (stride unused). One call covers all E experts (cuda: one grouped GEMM per projection). */
+ * (stride unused). One call covers all E experts (cuda: one cuBLAS GEMM per expert over a few
+ * streams, or one grouped GEMM per projection, by the rows per expert: ops_moe.c). */
 void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg,
                         const act *wu, const act *wd, const int *offsets, int E, int per,
                         int64_t stride, int C, int F);

@@ -33,15 +33,18 @@ static void cost_by_hand(void) {
   CHECK_EQ(md->layers[0].routed_params, 49152);
 
   /* 1. the busiest EP rank's expert GEMMs: moe_imbalance x the mean. Forward FLOPs of the
-   * experts per token: 2 x top_k x 3 x 64 x 32 = 24576; 128 tokens at 100 TFLOP/s x 0.45;
-   * and its SwiGLU: 6 B x top_k x 32 units per token at 1 TB/s x 0.7 */
+   * experts per token: 2 x top_k x 3 x 64 x 32 = 24576; 128 tokens at 100 TFLOP/s x 0.6 (the
+   * program's loop of cuBLAS GEMMs, expert_gemm_loop = dense_gemm: with kernel_launch 0 it is
+   * priced faster than the grouped call at any rows); and its SwiGLU: 6 B x top_k x 32 units per
+   * token at 1 TB/s x 0.7 */
   Choice ch = hand_choice(2, 1, TIER_HBM);
   LayerTime a, b;
   s->plan.moe_imbalance = 1;
   cost_layer(md, &ch, 0, &a);
   s->plan.moe_imbalance = 2; /* the maximum for ep 2: 2 x min(2, 4) / 2 */
   cost_layer(md, &ch, 0, &b);
-  double mean = 128.0 * 24576 / (100e12 * 0.45) + 128.0 * 6 * 64 / 0.7e12; /* 6.99e-8 + 7.02e-8 s */
+  CHECK_EQ(cost_expert_loop_rows(s, 2), 8);
+  double mean = 128.0 * 24576 / (100e12 * 0.6) + 128.0 * 6 * 64 / 0.7e12; /* 5.24e-8 + 7.02e-8 s */
   CHECK_NEAR(b.fwd - a.fwd, mean, 1e-9);
   CHECK_NEAR(b.bwd - a.bwd, 2 * mean, 1e-9);
   CHECK_NEAR(b.recompute - a.recompute, mean, 1e-9); /* full checkpointing re-runs them */
@@ -128,10 +131,25 @@ static void kernels_by_hand(void) {
   s->cluster.gpu.sms = 4;
   const Op *ex = find_op(md, OP_EXPERTS);
   OpTime t = cost_op(s, md, ex, 128, 128, 2, 1.25);
-  double gate = cost_gemm(s, 80, 32, 64, 4, 0.45), down = cost_gemm(s, 80, 64, 32, 4, 0.45);
+  double gate = cost_gemm(s, 80, 32, 64, 4, 0.6), down = cost_gemm(s, 80, 64, 32, 4, 0.6);
   double swiglu = 128 * 1.25 * 6 * 64 / 0.7e12;
-  CHECK_NEAR(gate, 2.0 * 1 * 4 * 128 * 128 * 64 / 45e12, 1e-9); /* 4 tiles: 1 wave */
+  CHECK_NEAR(gate, 2.0 * 1 * 4 * 128 * 128 * 64 / 60e12, 1e-9); /* 4 tiles: 1 wave, the loop's rate */
   CHECK_NEAR(t.fwd, 2 * gate + down + swiglu, 1e-9);
+  /* the program's two expert paths (cost_expert_gemm): with kernel_launch 1e-7 the loop costs at
+   * least its 4 launches (4e-7 s), the grouped call its tiles at 0.45 (1.86e-7 s a wave of 4 SMs);
+   * the loop wins from the least rows at which the grouped call takes the launches' time */
+  s->cluster.efficiency.kernel_launch = 1e-7;
+  int64_t lr = cost_expert_loop_rows(s, 2);
+  CHECK(lr > 8);
+  CHECK(cost_expert_gemm(s, (double)lr, 32, 64, 4, true) <= cost_expert_gemm(s, (double)lr, 32, 64, 4, false));
+  CHECK(cost_expert_gemm(s, (double)lr - 8, 32, 64, 4, true) > cost_expert_gemm(s, (double)lr - 8, 32, 64, 4, false));
+  CHECK_NEAR(cost_expert_gemm(s, 80, 32, 64, 4, true), 4e-7, 1e-12); /* the launches */
+  CHECK_NEAR(cost_expert_gemm(s, 80, 32, 64, 4, false), cost_gemm(s, 80, 32, 64, 4, 0.45), 1e-15);
+  /* a grouped call priced at least as fast as the loop's GEMMs: never the loop */
+  s->cluster.efficiency.grouped_gemm_cublas = 0.6;
+  CHECK_EQ(cost_expert_loop_rows(s, 2), 0);
+  s->cluster.efficiency.grouped_gemm_cublas = 0;
+  s->cluster.efficiency.kernel_launch = 0;
 
   /* memory-bound ops by the stack: an RMSNorm reads and writes 2 B x 64 per token */
   const Op *norm = find_op(md, OP_NORM);

@@ -2,7 +2,7 @@
 # Prepares the device check on this machine, for a GPU machine that cannot install packages (the
 # device tool's H200: CUDA and PyTorch but no libyaml, jansson, OpenBLAS or Open MPI, no network).
 # Everything is built here; the GPU machine only runs it (tools/device-run.sh):
-#   .devkit/bin      test_kernels, test_kernels_bf16, bench_attention and the cuda train programs (tiny-moe and tiny-moe with Muon, each
+#   .devkit/bin      test_kernels, test_kernels_bf16, bench_attention, bench_experts and the cuda train programs (tiny-moe and tiny-moe with Muon, each
 #                    with bf16 activations and with fp32 ones (NAME-f32), moe-1b,
 #                    tiny-moe 8 layers with and without activation offload; mid: moe-1b with
 #                    2 layers and one 4096-token sequence per step, small enough for a cpu reference)
@@ -31,8 +31,9 @@ rm -rf "$kit"; mkdir -p $kit/bin $kit/lib $kit/ompi $kit/cache $kit/ref $kit/pla
 cmake -B "$build" -S . -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 mtc=$PWD/$build/mtc
-cp "$build/tests/test_kernels" "$build/tests/test_kernels_bf16" "$build/tests/bench_attention" $kit/bin/
+cp "$build/tests/test_kernels" "$build/tests/test_kernels_bf16" "$build/tests/bench_attention" "$build/tests/bench_experts" $kit/bin/
 MTC_KERNEL_CACHE=$PWD/$kit/cache "$build/tests/bench_attention" --check-kernels sm_90a templates/kernels/*.cu | tail -1
+MTC_KERNEL_CACHE=$PWD/$kit/cache "$build/tests/bench_experts" --check-kernels sm_90a templates/kernels/*.cu | tail -1
 [ "$keep" = 1 ] || cat README.md BENCHMARKS.md templates/train/*.c runtime/*/*.c compiler/*.c >$kit/text.txt
 one="--set cluster.nodes=1 --set cluster.gpus_per_node=1"
 gen() { # NAME SPEC [--set ...]: compile and build both backends, copy the cuda program

@@ -5,10 +5,12 @@
 #   correctness runs side by side on the GPU: test_kernels, test_kernels_bf16 (bf16 activations); tiny-moe 20 steps (fp32 GEMMs and
 #   simple attention, bf16 GEMMs, Muon); mid (moe-1b's shapes, 2 layers) 3 steps; tiny-moe 8 layers with activation offload none/host;
 #   then alone: attention forward and backward TFLOP/s (bench_attention: cuDNN's and the own flash kernel at
-#   head_dim 128, 48/16 heads, and MLA's 192/128, at 4,096 and 65,536 tokens), moe-1b 6 steps (tokens/s) and
-#   PyTorch eager on the same plan (tools/torch_moe_bench.py)
+#   head_dim 128, 48/16 heads, and MLA's 192/128, at 4,096 and 65,536 tokens), the routed experts' TFLOP/s per path
+#   (bench_experts: the GEMM loop over streams and the grouped call against the same FFN as dense GEMMs, at europa-1t's,
+#   moe-1b's and 64-expert moe-1b's shapes), moe-1b 6 steps (tokens/s) and PyTorch eager on the same plan
+#   (tools/torch_moe_bench.py)
 # usage (device tool): carry [".devpack"], command "bash tools/device-run.sh [CHECK...]"
-#   CHECK: kernels tiny mid feat offload attn bench benchdbg torch (default: every one; feat: tiny-moe
+#   CHECK: kernels tiny mid feat offload attn experts bench benchdbg torch (default: every one; feat: tiny-moe
 #   with aux-free balancing, attention biases and qk-norm)
 set -u
 cd "$(dirname "$0")/.."
@@ -54,6 +56,10 @@ for f in "$out"/*.log; do case $f in *test_kernels*|*exits*|*env*) ;; *) echo "-
 if want attn; then
   timeout 240 "$K/bin/bench_attention" templates/kernels/*.cu >"$out/attn.log" 2>&1
   echo "attn exit $?"; grep -E "^ATTN_BENCH|error" "$out/attn.log"
+fi
+if want experts; then # about 50 GB of device memory at europa-1t's shape; a few seconds a shape
+  timeout 180 "$K/bin/bench_experts" templates/kernels/*.cu >"$out/experts.log" 2>&1
+  echo "experts exit $?"; grep -E "^EXPERTS_BENCH|error" "$out/experts.log"
 fi
 if want bench; then
   b0=$(date +%s.%N)

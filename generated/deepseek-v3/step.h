@@ -8,7 +8,7 @@
 #define MODEL_NAME "deepseek-v3"
 #define SPEC_FILE "deepseek-v3.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "1f824ed5d31d2cab"
+#define PLAN_HASH "a376b91d9966ee09"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 256
 #define PLAN_FSDP 256
@@ -41,6 +41,7 @@
 #define AUX_FREE 1
 #define MOE_CAP_ROWS 491520 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
 #define MOE_MEAN_ROWS 393216 /* rows a rank sends per MoE layer pass: tokens x top_k */
+#define EXPERT_LOOP_ROWS 8 /* the experts' GEMMs: one cuBLAS GEMM per expert over 4 streams when a pass's experts with rows average at least this many, else one grouped call (0: always grouped; plan.txt's experts line) */
 #define TRAIN_STEPS 1000
 #define LR 0.00022
 #define WARMUP_STEPS 0
@@ -48,7 +49,7 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 2.498113e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 891.652 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 894.511 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 92871529216 /* the plan's packed HBM arena per GPU (plan.json memory) */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "ff4ed078512f638f"
+#define PLAN_HASH "b8a25bb44960863c"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -41,6 +41,7 @@
 #define AUX_FREE 0
 #define MOE_CAP_ROWS 655360 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
 #define MOE_MEAN_ROWS 524288 /* rows a rank sends per MoE layer pass: tokens x top_k */
+#define EXPERT_LOOP_ROWS 8 /* the experts' GEMMs: one cuBLAS GEMM per expert over 4 streams when a pass's experts with rows average at least this many, else one grouped call (0: always grouped; plan.txt's experts line) */
 #define TRAIN_STEPS 1000
 #define LR 0.0003
 #define WARMUP_STEPS 0
@@ -48,7 +49,7 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 3.648982e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 732.703 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 792.534 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 91192368640 /* the plan's packed HBM arena per GPU (plan.json memory) */

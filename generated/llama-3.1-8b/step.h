@@ -39,6 +39,7 @@
 #define AUX_FREE 0
 #define MOE_CAP_ROWS 0 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
 #define MOE_MEAN_ROWS 0 /* rows a rank sends per MoE layer pass: tokens x top_k */
+#define EXPERT_LOOP_ROWS 0 /* the experts' GEMMs: one cuBLAS GEMM per expert over 4 streams when a pass's experts with rows average at least this many, else one grouped call (0: always grouped; plan.txt's experts line) */
 #define TRAIN_STEPS 1000
 #define LR 0.0003
 #define WARMUP_STEPS 0

@@ -945,22 +945,34 @@ extern "C" __global__ void router_weights_backward(float *dlogits, const float *
 }
 
 // Qwen2-MoE's gated shared expert: y += σ(logit) · x per token row (the cpu's
-// rt_sigmoid_gate_forward). grid TOKENS, block ROW_THREADS.
+// rt_sigmoid_gate_forward), VEC values per 16-byte access. grid TOKENS, block ROW_THREADS.
 extern "C" __global__ void sigmoid_gate_forward(act *y, const act *x, const float *logit) {
-  size_t row = (size_t)blockIdx.x * HIDDEN;
+  size_t row = (size_t)blockIdx.x * HIDDEN / VEC;
   float g = 1.f / (1.f + __expf(-logit[blockIdx.x]));
-  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) y[row + i] = to_act(f32(y[row + i]) + g * f32(x[row + i]));
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+    Vec a, b;
+    a.u = ((const uint4 *)y)[row + i], b.u = ((const uint4 *)x)[row + i];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) a.h[j] = to_act(f32(a.h[j]) + g * f32(b.h[j]));
+    ((uint4 *)y)[row + i] = a.u;
+  }
 }
 
 // Its backward: dx += σ dy; dlogit += σ (1 − σ) Σ dy x. grid TOKENS, block ROW_THREADS.
 extern "C" __global__ void sigmoid_gate_backward(act *dx, float *dlogit, const act *dy, const act *x,
                                                  const float *logit) {
   __shared__ float shared[32];
-  size_t row = (size_t)blockIdx.x * HIDDEN;
+  size_t row = (size_t)blockIdx.x * HIDDEN / VEC;
   float g = 1.f / (1.f + __expf(-logit[blockIdx.x])), dot = 0;
-  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-    dot += f32(dy[row + i]) * f32(x[row + i]);
-    dx[row + i] = to_act(f32(dx[row + i]) + g * f32(dy[row + i]));
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+    Vec d, a, o;
+    d.u = ((const uint4 *)dy)[row + i], a.u = ((const uint4 *)x)[row + i], o.u = ((const uint4 *)dx)[row + i];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      dot += f32(d.h[j]) * f32(a.h[j]);
+      o.h[j] = to_act(f32(o.h[j]) + g * f32(d.h[j]));
+    }
+    ((uint4 *)dx)[row + i] = o.u;
   }
   dot = block_sum(dot, shared);
   if (threadIdx.x == 0) dlogit[blockIdx.x] += g * (1.f - g) * dot;
@@ -999,15 +1011,28 @@ extern "C" __global__ void moe_gather(act *xp, const act *x, const int *pos) {
   for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) dst[i] = src[i];
 }
 
+// The gather, combine and their backward move token rows of HIDDEN values, a multiple of 8
+// (00-common.cu's #error), as HIDDEN / VEC 16-byte vectors: no scalar tail exists.
 // y[n] += Σ_k wts[n, k] · yp[pos[n, k]]: grid TOKENS.
 extern "C" __global__ void moe_combine(act *y, const act *yp, const float *wts, const int *pos) {
   size_t n = blockIdx.x;
-  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-    float acc = f32(y[n * HIDDEN + i]);
+  uint4 *yr = (uint4 *)(y + n * HIDDEN);
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+    Vec o, v;
+    o.u = yr[i];
+    float acc[VEC];
 #pragma unroll
-    for (int k = 0; k < TOP_K; k++)
-      acc += wts[n * TOP_K + k] * f32(yp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
-    y[n * HIDDEN + i] = to_act(acc);
+    for (int j = 0; j < VEC; j++) acc[j] = f32(o.h[j]);
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++) {
+      float w = wts[n * TOP_K + k];
+      v.u = ((const uint4 *)(yp + (size_t)pos[n * TOP_K + k] * HIDDEN))[i];
+#pragma unroll
+      for (int j = 0; j < VEC; j++) acc[j] += w * f32(v.h[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) o.h[j] = to_act(acc[j]);
+    yr[i] = o.u;
   }
 }
 // dyp (set) = w · dy at each copy's row; dwts (added to) += dy · yp. grid TOKENS.
@@ -1015,14 +1040,20 @@ extern "C" __global__ void moe_combine_backward(act *dyp, float *dwts, const act
                                                 const int *pos) {
   __shared__ float shared[32];
   size_t n = blockIdx.x;
+  const uint4 *dr = (const uint4 *)(dy + n * HIDDEN);
 #pragma unroll
   for (int k = 0; k < TOP_K; k++) {
     size_t r = (size_t)pos[n * TOP_K + k] * HIDDEN;
     float w = wts[n * TOP_K + k], d = 0;
-    for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-      float g = f32(dy[n * HIDDEN + i]);
-      dyp[r + i] = to_act(w * g);
-      d += g * f32(yp[r + i]);
+    for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+      Vec g, v, o;
+      g.u = dr[i], v.u = ((const uint4 *)(yp + r))[i];
+#pragma unroll
+      for (int j = 0; j < VEC; j++) {
+        o.h[j] = to_act(w * f32(g.h[j]));
+        d += f32(g.h[j]) * f32(v.h[j]);
+      }
+      ((uint4 *)(dyp + r))[i] = o.u;
     }
     d = block_sum(d, shared);
     if (threadIdx.x == 0) dwts[n * TOP_K + k] += d;
@@ -1032,11 +1063,47 @@ extern "C" __global__ void moe_combine_backward(act *dyp, float *dwts, const act
 // dx[n] += Σ_k dxp[pos[n, k]]. grid TOKENS.
 extern "C" __global__ void moe_gather_backward(act *dx, const act *dxp, const int *pos) {
   size_t n = blockIdx.x;
-  for (int i = threadIdx.x; i < HIDDEN; i += blockDim.x) {
-    float acc = f32(dx[n * HIDDEN + i]);
+  uint4 *xr = (uint4 *)(dx + n * HIDDEN);
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+    Vec o, v;
+    o.u = xr[i];
+    float acc[VEC];
 #pragma unroll
-    for (int k = 0; k < TOP_K; k++) acc += f32(dxp[(size_t)pos[n * TOP_K + k] * HIDDEN + i]);
-    dx[n * HIDDEN + i] = to_act(acc);
+    for (int j = 0; j < VEC; j++) acc[j] = f32(o.h[j]);
+#pragma unroll
+    for (int k = 0; k < TOP_K; k++) {
+      v.u = ((const uint4 *)(dxp + (size_t)pos[n * TOP_K + k] * HIDDEN))[i];
+#pragma unroll
+      for (int j = 0; j < VEC; j++) acc[j] += f32(v.h[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) o.h[j] = to_act(acc[j]);
+    xr[i] = o.u;
+  }
+}
+
+// The grouped GEMM's device pointer arrays (ops_moe.c's grouped): for the g experts of off
+// (EXPERTS + 1 row offsets at most, E of them used) with rows, in expert order, A at d[i], B at
+// d[g + i], C at d[2 g + i]. kind 0 forward (A the weight, B x's rows, C out's rows), 1 input
+// gradient (the same with x the output gradient), 2 weight gradient (A x's rows, B y's rows, C the
+// expert's slot of out). Expert e's matrix lies (e / per) · stride + (e % per) · OC · IC elements
+// from w (or out). Built on the device in stream order, so no host array is copied up and none
+// can be rewritten before the GEMM reads it. One thread: E is at most a few hundred.
+extern "C" __global__ void moe_group_ptrs(void **d, const int *off, int E, int g, int kind, act *out, const act *x,
+                                          const act *y, const act *w, int per, long long stride, int IC, int OC) {
+  if (blockIdx.x || threadIdx.x) return;
+  int i = 0;
+  for (int e = 0; e < E && i < g; e++) {
+    long long r0 = off[e], rows = off[e + 1] - r0;
+    if (!rows) continue;
+    long long we = (long long)(e / per) * stride + (long long)(e % per) * OC * IC;
+    const act *a, *b;
+    act *c;
+    if (kind == 0) a = w + we, b = x + r0 * IC, c = out + r0 * OC;
+    else if (kind == 1) a = w + we, b = x + r0 * OC, c = out + r0 * IC;
+    else a = x + r0 * IC, b = y + r0 * OC, c = out + we;
+    d[i] = (void *)a, d[g + i] = (void *)b, d[2 * g + i] = (void *)c;
+    i++;
   }
 }
 

@@ -39,10 +39,14 @@ enum {
   K_ACCUMULATE_ACT_F32, K_ACCUMULATE_F32, K_MUON_MOMENTUM, K_MUON_APPLY, K_NS_INV_NORM, K_NS_PREP, K_NS_FINISH,
   K_CAST_ACT_F32, K_ROUND_BF16, K_MOE_COUNT, K_MOE_POSITIONS, K_MOE_REGROUP, K_ROPE_STRIDED, K_MLA_KV_FORWARD,
   K_MLA_KV_BACKWARD, K_MOE_LOAD_ADD, K_ROUTER_BIAS_UPDATE, K_SEQ_AUX_STATS, K_SEQ_AUX_BACKWARD,
-  K_SEQ_AUX_LOSS_SUM, K_COUNT
+  K_SEQ_AUX_LOSS_SUM, K_MOE_GROUP_PTRS, K_COUNT
 };
 
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
+/* Streams the per-expert GEMM loop spreads its GEMMs over: the compute stream and 3 more, as
+ * TransformerEngine's multi-stream cuBLAS grouped GEMM (num_compute_streams 4,
+ * transformer_engine/common/util/multi_stream.h) that Megatron's grouped MLP calls. */
+enum { CU_LANES = 4 };
 enum { CU_RMS_BWD_ROWS = 16 };   /* rows per block of rmsnorm_backward: kernels.cu's RMS_BWD_ROWS */
 enum { CU_QK_BWD_ROWS = 16 };    /* rows per block of qk_norm_backward: kernels.cu's QK_BWD_ROWS */
 
@@ -62,6 +66,13 @@ typedef struct {
   float *ce;      /* cross-entropy: sum (tokens), target logit (tokens), loss (1) */
   double *red;    /* one reduction result (the gradient norm's sum of squares) */
   void **gptr;    /* device: CU_GROUPED_SLOTS × 3 × experts pointers */
+  /* the expert GEMM loop's lanes (MoE models): lane 0 is the compute stream; each lane has its own
+   * cuBLAS handle on a 1/CU_LANES slice of cuBLAS's workspace (the lanes run only between a fork
+   * from the compute stream and the join back into it, when nothing else uses the workspace) */
+  cudaStream_t lane[CU_LANES];
+  cublasHandle_t lane_blas[CU_LANES];
+  cudaEvent_t fork, join[CU_LANES];
+  int expert_path; /* $MTC_EXPERTS: 0 the plan's rule (cfg.expert_loop_rows), 1 always the loop, 2 always grouped */
   void *workspace; /* cuBLAS's (cublasSetWorkspace) */
   /* MoE (ops_moe.c, comm_nccl.c): device scratch moe and its host mirror moe_host, laid out by
    * cu_moe_layout; off_host: the host copies of offsets arrays the device holds (cu_offsets) */

@@ -29,7 +29,7 @@ static const char *const kernel_names[K_COUNT] = {
     "bias_forward", "accumulate_act_f32", "accumulate_f32", "muon_momentum", "muon_apply", "ns_inv_norm", "ns_prep",
     "ns_finish", "cast_act_f32", "round_bf16", "moe_count", "moe_positions", "moe_regroup",
     "rope_strided", "mla_kv_forward", "mla_kv_backward", "moe_load_add", "router_bias_update",
-    "seq_aux_stats", "seq_aux_backward", "seq_aux_loss_sum"};
+    "seq_aux_stats", "seq_aux_backward", "seq_aux_loss_sum", "moe_group_ptrs"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -121,6 +121,33 @@ static CuAttnShape attn_shape(int B, int T, int nh, int nkv, int hd, int vd);
 void *cu_attn_workspace(void) { return cu.workspace; }
 size_t cu_attn_workspace_bytes(void) { return workspace_bytes(&cu.cfg); }
 
+/* The expert GEMM loop's lanes (cu_internal.h): lane 0 the compute stream, the others non-blocking
+ * streams; each lane a cuBLAS handle on its slice of cuBLAS's workspace (256-byte aligned), so no
+ * device memory beyond the plan's. Returns nonzero on a failure. */
+static int lanes_setup(const RtCudaConfig *cfg) {
+  size_t part = workspace_bytes(cfg) / CU_LANES / 256 * 256;
+  if (cudaEventCreateWithFlags(&cu.fork, cudaEventDisableTiming) != cudaSuccess) return 1;
+  for (int l = 0; l < CU_LANES; l++) {
+    if (l == 0) cu.lane[l] = cu.stream;
+    else if (cudaStreamCreateWithFlags(&cu.lane[l], cudaStreamNonBlocking) != cudaSuccess) return 1;
+    if (cudaEventCreateWithFlags(&cu.join[l], cudaEventDisableTiming) != cudaSuccess ||
+        cublasCreate(&cu.lane_blas[l]) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(cu.lane_blas[l], cu.lane[l]) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(cu.lane_blas[l], (char *)cu.workspace + (size_t)l * part, part) != CUBLAS_STATUS_SUCCESS)
+      return 1;
+  }
+  return 0;
+}
+
+static void lanes_teardown(void) {
+  for (int l = 0; l < CU_LANES; l++) {
+    if (cu.lane_blas[l]) cublasDestroy(cu.lane_blas[l]);
+    if (l && cu.lane[l]) cudaStreamDestroy(cu.lane[l]);
+    if (cu.join[l]) cudaEventDestroy(cu.join[l]);
+  }
+  if (cu.fork) cudaEventDestroy(cu.fork);
+}
+
 int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t errlen) {
   memset(&cu, 0, sizeof cu);
   cu.cfg = *cfg;
@@ -146,6 +173,12 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
       cudaMalloc(&cu.workspace, workspace_bytes(cfg)) != cudaSuccess ||
       cublasSetWorkspace(cu.blas, cu.workspace, workspace_bytes(cfg)) != CUBLAS_STATUS_SUCCESS)
     return snprintf(err, errlen, "cuBLAS set-up failed on GPU %d", cu.device), -1;
+  const char *ex = getenv("MTC_EXPERTS");
+  if (ex && strcmp(ex, "loop") && strcmp(ex, "grouped") && strcmp(ex, "plan"))
+    return snprintf(err, errlen, "MTC_EXPERTS=%s; expected loop, grouped or plan", ex), -1;
+  cu.expert_path = !ex || !strcmp(ex, "plan") ? 0 : !strcmp(ex, "loop") ? 1 : 2;
+  if (cfg->experts > 0 && lanes_setup(cfg))
+    return snprintf(err, errlen, "cannot set up the expert GEMM streams on GPU %d", cu.device), -1;
   if (rt_cuda_arch(cu.arch, sizeof cu.arch) != 0) return snprintf(err, errlen, "cannot read GPU %d's architecture", cu.device), -1;
   void *cubin = NULL;
   size_t bytes = 0;
@@ -189,6 +222,7 @@ void rt_cuda_teardown(void) {
   if (!cu.ready) return;
   cudaStreamSynchronize(cu.stream);
   if (cu.flash == 2) cu_attn_cudnn_teardown();
+  lanes_teardown(); /* before the workspace they run in is freed */
   cudaFree(cu.dqacc);
   cudaFree(cu.delta), cudaFree(cu.ce), cudaFree(cu.red), cudaFree(cu.gptr), cudaFree(cu.rl), cudaFree(cu.workspace);
   cudaFree(cu.moe), free(cu.moe_host), free(cu.off_host), cudaFreeHost(cu.rb);

@@ -1,7 +1,7 @@
 /* ops_moe.c — the cuda backend's MoE ops (mtrt_ops.h over device pointers): router, balancing
  * loss, permutation, gather/combine, and the routed experts as grouped GEMMs
- * (cublasGemmGroupedBatchedEx: one call per projection for all experts, never a loop of
- * per-expert launches).
+ * (a loop of cuBLAS GEMMs over a few streams, or one cublasGemmGroupedBatchedEx per projection, by the
+ * rows each expert has: below).
  *
  * Dropless routing needs the tokens per expert on the host (the grouped GEMMs' shapes, the
  * all-to-all's counts). The permutation runs on the device (kernels.cu's moe_count and
@@ -247,67 +247,95 @@ void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp,
   cu_launch(K_MOE_COMBINE_BACKWARD, (unsigned)N, 128, (void *[]){&dyp, &dwts, &dy, &yp, &wts, &pos});
 }
 
-/* ---- grouped GEMMs over the experts: rows [off[e], off[e+1]) belong to expert e ----
+/* ---- the experts' GEMMs: rows [off[e], off[e+1]) belong to expert e ----
  *   FWD: out rows (r, OC) = x rows (r, IC) · w_eᵀ         (w: E × (OC, IC))
  *   DX:  out rows (r, IC) += x rows (r, OC) · w_e         (x is the output gradient)
  *   DW:  out_e (OC, IC)   += yᵀ rows (r, OC) · x rows (r, IC)
  * Column-major as cuBLAS sees row-major data, as in ops.c's rt_matmul_*. Expert e's matrix w_e
  * (and out_e) lies at (e / per) · stride + (e % per) · OC · IC elements: shards of per whole
- * experts, stride apart (mtrt_ops.h). The A, B and C pointer arrays go to the device in one copy. */
+ * experts, stride apart (mtrt_ops.h).
+ *
+ * Two paths, picked per call from the rows the host already has (the counts' copy):
+ *   loop:    one cublasGemmEx per expert with rows, round robin over CU_LANES streams forked from
+ *            and joined back into the compute stream. Each expert is then a GEMM at cuBLAS's dense
+ *            heuristics: on H100, 128 experts of K 2048, N 1536 over 65,536 tokens, such a loop
+ *            reached 129.5 TFLOP/s where cublasGemmGroupedBatchedEx reached 85.2
+ *            (tgale96/grouped_gemm PR #37); NVIDIA's cuBLAS 12.5 post ("Introducing Grouped GEMM
+ *            APIs in cuBLAS") says its grouped kernels use only warp-level MMA, not Hopper's
+ *            warpgroup MMA (wgmma) that its dense kernels use.
+ *   grouped: one cublasGemmGroupedBatchedEx for all experts, where experts are too small for a
+ *            GEMM each to outrun its launch (the same post: 1.2x a loop at MoE batch sizes 8 and
+ *            64). Experts without rows are left out of it (TransformerEngine PR #2765: cuBLAS
+ *            13.2's grouped weight gradient is wrong when a group is empty).
+ * The plan says where the loop starts (cfg.expert_loop_rows: the mean rows of the experts with
+ * rows; compiler/cost_kernel.c's cost_expert_loop_rows prices both paths); $MTC_EXPERTS=loop|grouped forces one.
+ * The grouped call's A, B and C pointer arrays are built on the device (kernels.cu's
+ * moe_group_ptrs) from the device's copy of the offsets, in stream order: no host array is copied
+ * up, so none can be rewritten before the GEMM reads it, and no pageable copy is left here. Its
+ * shape arrays are host arrays cuBLAS reads during the call (static: the call has returned
+ * before they are rewritten). */
 enum { G_FWD, G_DX, G_DW };
 
 static const char *compute_name(cublasComputeType_t c) {
   return c == CUBLAS_COMPUTE_32F_FAST_16BF ? "bf16" : c == CUBLAS_COMPUTE_32F_FAST_TF32 ? "tf32" : "fp32";
 }
 
-static void grouped(const char *op, int kind, int slot, void *out, const act *x, const act *y, const act *w,
-                    const int *off, int E, int per, int64_t stride, int IC, int OC) {
+/* One call's experts: the arguments of each expert's GEMM, the non-empty ones in expert order. */
+typedef struct {
+  cublasOperation_t ta, tb;
+  int m, n, k, lda, ldb, ldc;
+  float beta;
+  const act *A, *B;
+  act *C;
+} ExpertGemm;
+
+/* Whether the loop runs the g experts of rows total rows (the plan's rule, or $MTC_EXPERTS). */
+static int use_loop(int g, int64_t rows) {
+  if (cu.expert_path) return cu.expert_path == 1;
+  return cu.cfg.expert_loop_rows > 0 && rows >= (int64_t)cu.cfg.expert_loop_rows * g;
+}
+
+/* The loop: expert i on lane i % CU_LANES; the other lanes wait for the compute stream's work so far
+ * (fork), and the compute stream waits for every lane (join). */
+static void loop(const char *op, const ExpertGemm *x, int g) {
+  const float one = 1;
+  cublasComputeType_t math = MTRT_ACT_IS_BF16 ? CUBLAS_COMPUTE_32F : cu.compute;
+  int L = g < CU_LANES ? g : CU_LANES;
+  if (L > 1) {
+    cu_check(cudaEventRecord(cu.fork, cu.stream), op);
+    for (int l = 1; l < L; l++) cu_check(cudaStreamWaitEvent(cu.lane[l], cu.fork, 0), op);
+  }
+  for (int i = 0; i < g; i++)
+    cu_blas_check(cublasGemmEx(cu.lane_blas[i % L], x[i].ta, x[i].tb, x[i].m, x[i].n, x[i].k, &one, x[i].A, CU_ACT,
+                               x[i].lda, x[i].B, CU_ACT, x[i].ldb, &x[i].beta, x[i].C, CU_ACT, x[i].ldc, math,
+                               CUBLAS_GEMM_DEFAULT),
+                  op);
+  for (int l = 1; l < L; l++) {
+    cu_check(cudaEventRecord(cu.join[l], cu.lane[l]), op);
+    cu_check(cudaStreamWaitEvent(cu.stream, cu.join[l], 0), op);
+  }
+}
+
+/* The grouped call: the pointer arrays built on the device into this call's slot of cu.gptr. */
+static void grouped_call(const char *op, int kind, int slot, const ExpertGemm *x, int g, void *out, const act *xa,
+                         const act *ya, const act *w, const int *dev_off, int E, int per, int64_t stride, int IC,
+                         int OC) {
   enum { MAXG = 1024 };
   static cublasOperation_t ta[MAXG], tb[MAXG];
   static int m[MAXG], n[MAXG], k[MAXG], lda[MAXG], ldb[MAXG], ldc[MAXG], size[MAXG];
   static float alpha[MAXG], beta[MAXG];
-  static const void *host[3 * MAXG], *pa[MAXG], *pb[MAXG], *pc[MAXG];
-  if (E > MAXG || E > cu.cfg.experts) rt_cuda_fail(op, "more experts than the grouped GEMM was sized for");
-  if (per < 1) rt_cuda_fail(op, "experts per shard must be at least 1");
-  /* C is the activation type, the weight gradients (G_DW) too: fp32 accumulation added into it (beta 1) */
-  cudaDataType_t ct = CU_ACT;
-  size_t cs = sizeof(act);
-  int g = 0;
-  for (int e = 0; e < E; e++) {
-    int rows = off[e + 1] - off[e];
-    if (!rows) continue;
-    size_t we = (size_t)(e / per) * (size_t)stride + (size_t)(e % per) * OC * IC;
-    const act *A, *B;
-    char *C;
-    alpha[g] = 1, size[g] = 1;
-    if (kind == G_FWD) {
-      ta[g] = CUBLAS_OP_T, tb[g] = CUBLAS_OP_N, m[g] = OC, n[g] = rows, k[g] = IC, beta[g] = 0;
-      A = w + we, lda[g] = IC, B = x + (size_t)off[e] * IC, ldb[g] = IC, C = (char *)out + cs * (size_t)off[e] * OC, ldc[g] = OC;
-    } else if (kind == G_DX) {
-      ta[g] = CUBLAS_OP_N, tb[g] = CUBLAS_OP_N, m[g] = IC, n[g] = rows, k[g] = OC, beta[g] = 1;
-      A = w + we, lda[g] = IC, B = x + (size_t)off[e] * OC, ldb[g] = OC, C = (char *)out + cs * (size_t)off[e] * IC, ldc[g] = IC;
-    } else {
-      ta[g] = CUBLAS_OP_N, tb[g] = CUBLAS_OP_T, m[g] = IC, n[g] = OC, k[g] = rows, beta[g] = 1;
-      A = x + (size_t)off[e] * IC, lda[g] = IC, B = y + (size_t)off[e] * OC, ldb[g] = OC, C = (char *)out + cs * we, ldc[g] = IC;
-    }
-    pa[g] = A, pb[g] = B, pc[g] = C;
-    g++;
+  for (int i = 0; i < g; i++) {
+    ta[i] = x[i].ta, tb[i] = x[i].tb, m[i] = x[i].m, n[i] = x[i].n, k[i] = x[i].k;
+    lda[i] = x[i].lda, ldb[i] = x[i].ldb, ldc[i] = x[i].ldc, alpha[i] = 1, beta[i] = x[i].beta, size[i] = 1;
   }
-  if (!g) return;
-  /* A, B, C pointer arrays back to back: one upload of 3g pointers */
-  memcpy(host, pa, sizeof(void *) * (size_t)g);
-  memcpy(host + g, pb, sizeof(void *) * (size_t)g);
-  memcpy(host + 2 * g, pc, sizeof(void *) * (size_t)g);
-  CU_PROF_BEGIN();
-  cu_prof_flops = 0;
-  for (int i = 0; i < g; i++) cu_prof_flops += 2.0 * m[i] * n[i] * k[i];
-  size_t E3 = (size_t)cu.cfg.experts;
-  void **d = cu.gptr + (size_t)slot * 3 * E3; /* this call's slot: A, B, C pointer arrays */
-  cu_check(cudaMemcpyAsync(d, host, sizeof(void *) * 3 * (size_t)g, cudaMemcpyHostToDevice, cu.stream), op);
+  void **d = cu.gptr + (size_t)slot * 3 * (size_t)cu.cfg.experts; /* this call's slot: A, B, C pointer arrays */
+  long long st = stride;
+  cu_launch(K_MOE_GROUP_PTRS, 1, 32,
+            (void *[]){&d, &dev_off, &E, &g, &kind, &out, &xa, &ya, &w, &per, &st, &IC, &OC});
   for (;;) {
     cublasStatus_t s = cublasGemmGroupedBatchedEx(
         cu.blas, ta, tb, m, n, k, alpha, (const void *const *)d, CU_ACT, lda, (const void *const *)(d + g), CU_ACT,
-        ldb, beta, d + 2 * g, ct, ldc, g, size, MTRT_ACT_IS_BF16 ? CUBLAS_COMPUTE_32F : cu.grouped_compute);
+        ldb, beta, d + 2 * g, CU_ACT, ldc, g, size, MTRT_ACT_IS_BF16 ? CUBLAS_COMPUTE_32F : cu.grouped_compute);
     /* not every math mode is documented for fp32 storage in grouped GEMMs: fall back on failure */
     if (s != CUBLAS_STATUS_SUCCESS && !MTRT_ACT_IS_BF16 && cu.grouped_compute != CUBLAS_COMPUTE_32F) {
       cublasComputeType_t next = cu.grouped_compute == CUBLAS_COMPUTE_32F_FAST_16BF ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -324,8 +352,39 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
     cu_blas_check(s, op);
     break;
   }
-  /* the shape arrays are read by cuBLAS during the call, and a pageable host-to-device copy has
-   * taken its source when it returns, so the static host arrays may be rewritten now */
+}
+
+/* One projection's GEMMs over the experts of off (host) / dev_off (the same offsets on the device),
+ * C in the activation type, the weight gradients (G_DW) too: fp32 accumulation added into it
+ * (beta 1). */
+static void grouped(const char *op, int kind, int slot, void *out, const act *x, const act *y, const act *w,
+                    const int *off, const int *dev_off, int E, int per, int64_t stride, int IC, int OC) {
+  enum { MAXG = 1024 };
+  static ExpertGemm gm[MAXG];
+  if (E > MAXG || E > cu.cfg.experts) rt_cuda_fail(op, "more experts than the grouped GEMM was sized for");
+  if (per < 1) rt_cuda_fail(op, "experts per shard must be at least 1");
+  int g = 0;
+  for (int e = 0; e < E; e++) {
+    int rows = off[e + 1] - off[e];
+    if (!rows) continue;
+    size_t we = (size_t)(e / per) * (size_t)stride + (size_t)(e % per) * OC * IC;
+    ExpertGemm *q = &gm[g++];
+    if (kind == G_FWD)
+      *q = (ExpertGemm){CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, IC, IC, IC, OC, 0, w + we, x + (size_t)off[e] * IC,
+                        (act *)out + (size_t)off[e] * OC};
+    else if (kind == G_DX)
+      *q = (ExpertGemm){CUBLAS_OP_N, CUBLAS_OP_N, IC, rows, OC, IC, OC, IC, 1, w + we, x + (size_t)off[e] * OC,
+                        (act *)out + (size_t)off[e] * IC};
+    else
+      *q = (ExpertGemm){CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, rows, IC, OC, IC, 1, x + (size_t)off[e] * IC,
+                        y + (size_t)off[e] * OC, (act *)out + we};
+  }
+  if (!g) return;
+  CU_PROF_BEGIN();
+  cu_prof_flops = 0;
+  for (int i = 0; i < g; i++) cu_prof_flops += 2.0 * gm[i].m * gm[i].n * gm[i].k;
+  if (use_loop(g, (int64_t)off[E] - off[0])) loop(op, gm, g);
+  else grouped_call(op, kind, slot, gm, g, out, x, y, w, dev_off, E, per, stride, IC, OC);
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), op);
   CU_PROF_END(op);
 }
@@ -333,14 +392,14 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
 void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg, const act *wu, const act *wd,
                         const int *offsets, int E, int per, int64_t stride, int C, int F) {
   const int *off = cu_offsets(offsets, (size_t)E + 1);
-  grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, E, per, stride, C, F);
+  grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, offsets, E, per, stride, C, F);
   if (wg) {
-    grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, E, per, stride, C, F);
+    grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, offsets, E, per, stride, C, F);
     rt_swiglu_forward(h, g, u, (int64_t)off[E] * F);
   } else {
     rt_gelu_forward(h, u, (int64_t)off[E] * F); /* GELU experts (mtrt_ops.h) */
   }
-  grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, E, per, stride, F, C);
+  grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, offsets, E, per, stride, F, C);
 }
 
 void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp, const act *xp, const act *g,
@@ -350,14 +409,14 @@ void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp,
   size_t n = (size_t)off[E] * F;
   rt_zero(dh, n), rt_zero(du, n);
   if (wg) rt_zero(dg, n);
-  grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, E, per, stride, F, C);
-  if (dwd) grouped("experts down_proj dw", G_DW, 1, dwd, h, dyp, NULL, off, E, per, stride, F, C);
+  grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, offsets, E, per, stride, F, C);
+  if (dwd) grouped("experts down_proj dw", G_DW, 1, dwd, h, dyp, NULL, off, offsets, E, per, stride, F, C);
   if (wg) rt_swiglu_backward(dg, du, dh, g, u, (int64_t)n);
   else rt_gelu_backward(du, dh, u, (int64_t)n); /* GELU experts: no gate */
   if (dxp) {
-    if (wg) grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, E, per, stride, C, F);
-    grouped("experts up_proj dx", G_DX, 3, dxp, du, NULL, wu, off, E, per, stride, C, F);
+    if (wg) grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, offsets, E, per, stride, C, F);
+    grouped("experts up_proj dx", G_DX, 3, dxp, du, NULL, wu, off, offsets, E, per, stride, C, F);
   }
-  if (wg && dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, E, per, stride, C, F);
-  if (dwu) grouped("experts up_proj dw", G_DW, 5, dwu, xp, du, NULL, off, E, per, stride, C, F);
+  if (wg && dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, offsets, E, per, stride, C, F);
+  if (dwu) grouped("experts up_proj dw", G_DW, 5, dwu, xp, du, NULL, off, offsets, E, per, stride, C, F);
 }

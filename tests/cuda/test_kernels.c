@@ -8,7 +8,7 @@
  * of the test's shapes, fp32 storage (ACT_FLOAT), as compiler/emit_prog.c writes it. Three
  * passes, each a fresh set-up:
  *   fp32 GEMMs (MTC_GEMM=fp32), flash attention            tight, but bf16 tensor-core attention
- *   fp32 GEMMs, simple attention (MTC_ATTENTION=simple)    tight everywhere
+ *   fp32 GEMMs, simple attention (MTC_ATTENTION=simple)    tight everywhere; the experts as the GEMM loop
  *   bf16 GEMMs (the default, CUBLAS_COMPUTE_32F_FAST_16BF) loose where a GEMM is involved
  * The reference is the cpu backend's ops, linked under ref_ names (tests/cuda/ref_ops.cmake):
  * ref_matmul_forward is runtime/cpu's rt_matmul_forward, rt_matmul_forward the cuda one.
@@ -39,13 +39,13 @@ int check_failures, check_count; /* check.h's counts (CHECK_SHARED), for every f
 #ifndef MTRT_ACT_BF16
 static const Pass passes[] = {
     {"fp32/flash", "fp32", NULL, TOL, 2e-2},
-    {"fp32/simple", "fp32", "simple", TOL, TOL},
+    {"fp32/simple", "fp32", "simple", TOL, TOL, 0, 1},
     {"bf16/flash", "bf16", NULL, 2e-2, 2e-2},
 };
 #else
 static const Pass passes[] = {
     {"bf16act/cudnn", "bf16", NULL, ACT_TOL, 2 * ACT_TOL, 1},
-    {"bf16act/flash", "bf16", "flash", ACT_TOL, 2 * ACT_TOL, 0},
+    {"bf16act/flash", "bf16", "flash", ACT_TOL, 2 * ACT_TOL, 0, 1},
     {"bf16act/simple", "bf16", "simple", ACT_TOL, ACT_TOL, 0},
 };
 #endif
@@ -223,7 +223,7 @@ static int run_pass(const Pass *p, const char *src, size_t len) {
   if (p->attention) setenv("MTC_ATTENTION", p->attention, 1);
   else unsetenv("MTC_ATTENTION");
   /* the attention plans built at start-up: MLA's shape (the dQ accumulator sized for its q/k dim) */
-  RtCudaConfig cfg = {src, len, MTRT_CUDA_INCLUDE, N, NH, E, K, 4 << 20, B, T, NKV, MLA_HD, MLA_VD, 1};
+  RtCudaConfig cfg = {src, len, MTRT_CUDA_INCLUDE, N, NH, E, K, 4 << 20, B, T, NKV, MLA_HD, MLA_VD, 1, p->loop_rows};
   static char err[1 << 16];
   if (rt_cuda_setup(&cfg, 0, err, sizeof err) != 0) return fprintf(stderr, "test_kernels: %s\n", err), -1;
   char line[1024];

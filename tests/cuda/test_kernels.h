@@ -44,6 +44,7 @@ typedef struct {
   const char *name, *gemm, *attention; /* $MTC_GEMM, $MTC_ATTENTION (NULL: cuDNN in the bf16 build, else flash) */
   double gemm_tol, attn_tol;           /* for outputs of GEMMs, of the attention kernels */
   int cudnn;                           /* the attention is cuDNN's (attn_cudnn.c) */
+  int loop_rows;                       /* RtCudaConfig's expert_loop_rows: 1 the experts' GEMM loop, 0 the grouped call */
 } Pass;
 enum { MLA_HD = 48, MLA_VD = 32 }; /* the cuDNN pass's unequal head dims (q/k, v), as MLA's 192/128 */
 

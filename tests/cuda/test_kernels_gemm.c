@@ -36,7 +36,8 @@ void test_matmul(const Pass *p) {
 }
 
 
-/* The routed experts (grouped GEMMs) over uneven rows per expert, one of them 0 and one 1, with
+/* The routed experts (the pass's path: the GEMM loop over streams, or the grouped call) over uneven
+ * rows per expert, one of them 0 and one 1, with
  * the weights in whole-expert shards of PER experts (the last one short), SHARD elements apart
  * with a gap after each: expert e at (e / PER) · SHARD + (e % PER) · F · C. */
 void test_experts(const Pass *p) {

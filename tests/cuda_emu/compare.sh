@@ -121,7 +121,7 @@ for c in $cases; do
   fp32-flash) case_run "$c" 1 1e-3 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON ;;
   fp32-exact) case_run "$c" 1 1e-5 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON -DEMU_BF16_EXACT=ON ;;
   bf16) case_run "$c" 1 2e-2 ;;
-  bf16-ep2) case_run "$c" 2 2e-2 plan.ep=2 EMU_STREAMS=lazy ;;
+  bf16-ep2) case_run "$c" 2 2e-2 plan.ep=2 EMU_STREAMS=lazy MTC_EXPERTS=loop ;;
   bf16-offload) case_run "$c" 2 2e-2 plan.ep=2 plan.activation_checkpoint=full plan.offload_activations=host \
     EMU_STREAMS=lazy ;;
   2rank) case_run "$c" 2 1e-3 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON ;;
@@ -129,7 +129,7 @@ for c in $cases; do
   lazy2) case_run "$c" 2 1e-3 plan.reshard=every_micro_batch MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
   statehost) case_run "$c" 1 1e-4 cluster.gpu.hbm=150MB cluster.host.fp32_flops=1e9 cluster.host.bandwidth=1e9 \
     MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON MTC_ATTENTION=simple EMU_STREAMS=lazy ;;
-  prefetch3) case_run "$c" 2 1e-3 plan.prefetch=3 plan.ep=2 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
+  prefetch3) case_run "$c" 2 1e-3 plan.prefetch=3 plan.ep=2 MTC_EXPERTS=loop MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
   statehost2) case_run "$c" 2 1e-3 cluster.gpu.hbm=150MB cluster.gpus_per_node=2 plan.fsdp=1 plan.dp_replicate=2 \
     MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
   muon) case_run "$c" 2 2e-2 training.optimizer=muon ;;
