@@ -599,7 +599,7 @@ static void test_span(void) {
     memcpy(lrq, lq, sizeof(double) * SB * T * q1);
     rt_rope_span_forward(lrq, SB, T, SH, SD, SD, 10000, lo, hi);
     rt_attention_span_forward(lo_, llse, lq, k, v, SB, T, SS, lo, hi, SH, SKV, SD, SD);
-    rt_attention_span_backward(ldq, sk, sv, ldo, lq, k, v, lo_, llse, SB, T, SS, lo, hi, SH, SKV, SD, SD);
+    rt_attention_span_backward(ldq, sk, sv, ldo, lq, k, v, lo_, llse, NULL, SB, T, SS, lo, hi, SH, SKV, SD, SD);
     for (int b = 0; b < SB; b++)
       for (int t = 0; t < T; t++) {
         int64_t pos = t < c ? lo + t : hi + t - c;

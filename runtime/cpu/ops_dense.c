@@ -347,8 +347,9 @@ void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const
 /* With P = softmax(S), D_t = Σ dO·O: dS = P (dO·v − D); dq = scale dS k; dk += scale dS q;
  * dv += P dO (Dao et al., FlashAttention-2, Algorithm 2). */
 void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k,
-                                const act *v, const act *out, const real *lse, int B, int T, int S, int64_t lo,
-                                int64_t hi, int nh, int nkv, int hd, int vd) {
+                                const act *v, const act *out, const real *lse, act *work, int B, int T, int S,
+                                int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd) {
+  (void)work;
   real scale = 1 / SQRT((real)hd);
   int group = nh / nkv, half = T / 2;
   size_t stride = (size_t)nkv * hd, vstride = (size_t)nkv * vd;
@@ -374,7 +375,7 @@ void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, cons
 
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
                            const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
-  rt_attention_span_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, 0, T / 2, nh, nkv, hd, vd);
+  rt_attention_span_backward(dq, dk, dv, dout, q, k, v, out, lse, NULL, B, T, T, 0, T / 2, nh, nkv, hd, vd);
 }
 
 /* MLA's keys and values from kv_b_proj's output (see mtrt_ops.h). */
