@@ -508,6 +508,7 @@ const char *cu_attention_name(void) {
   size_t v = cudnnGetVersion();
   if (use_cudnn())
     return snprintf(buf, sizeof buf, "cuDNN %zu.%zu.%zu (%s)", v / 10000, v / 100 % 100, v % 100, cu_attn_cudnn_report()), buf;
+  if (cu.cfg.cp > 1) return "span (warp per row: context parallelism's chunks, ops_cp.c)";
   return use_flash() ? "flash (tiled, tensor cores)" : "simple (warp per row)";
 }
 
