@@ -55,7 +55,7 @@ enum {
   OP_KR_A,         /* DLN += kv_a_proj_with_mqa backward: the RoPE key (reads DKRP) */
 };
 
-PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens) {
+PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens, int64_t cp) {
   const AttentionSpec *a = &s->model.attention;
   const bool mla = a->kind == ATTN_MLA;
   const int64_t N = tokens, nh = a->heads, nkv = mla ? a->heads : a->kv_heads;
@@ -70,6 +70,12 @@ PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens) {
   place(&g, "DQ", "gradient of the queries", N * Q, OP_CORE, qlast);
   place(&g, "DK", "gradient of the keys", N * KV, OP_CORE, mla ? OP_KV : OP_KR_A);
   place(&g, "DV", "gradient of the values", N * nkv * vd, OP_CORE, mla ? OP_KV : OP_KR_A);
+  /* context parallelism through cuDNN: the core's backward writes (not adds) dK, dV of each query
+   * chunk's keys, and the second chunk's keys include the first's; the first chunk's, of one
+   * sequence at a time, go here and are added in (runtime/cuda/ops_cp.c) */
+  if (cp > 1 && plan_attention_cudnn(md))
+    place(&g, "DKV1", "context parallelism: the first query chunk's dK then dV of one sequence (cuDNN's span backward)",
+          s->training.seq_len / 2 * nkv * (hd + vd), OP_CORE, OP_CORE);
   if (a->qk_norm != QKN_NONE) { /* (not with MLA: check.c) */
     place(&g, "DQR", "gradient of the queries before qk-norm", N * Q, OP_CORE, OP_KR_A);
     place(&g, "DKR", "gradient of the keys before qk-norm", N * KV, OP_CORE, OP_KR_A);

@@ -196,7 +196,7 @@ static void attention_forward(Em *e, int l) {
   else attention_qkv(e, l, ind);
   if (e->cp > 1) {
     cp_gather(e, ind, k, v);
-    P(e, "%srt_attention_span_forward(R(%s), R(%s), R(%s), R(KVG), R(KVG + %lld), %lld, %lld, %lld, CP_LO, CP_HI, %lld, "
+    P(e, "%srt_attention_span_forward(R(%s), R(%s), R(%s), R(KVG), A(KVG + %lld), %lld, %lld, %lld, CP_LO, CP_HI, %lld, "
          "%lld, %lld, %lld); /* B, T / cp, T, this rank's chunks' first positions, heads, kv_heads, head_dim, "
          "v_head_dim */\n", ind, att, lse, q, (long long)(e->B * e->T * e->KV), (long long)e->B,
       (long long)(e->T / e->cp), (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd, (long long)e->vd);
@@ -323,9 +323,9 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
     long long kvn = e->B * e->T * e->KV;
     cp_gather(e, "  ", A(e, l, "K"), A(e, l, "V"));
     P(e, "  rt_zero(R(DKVG), %lld);\n", kvn + e->B * e->T * e->VW);
-    P(e, "  rt_attention_span_backward(R(DQ), R(DKVG), R(DKVG + %lld), R(DATT), R(%s), R(KVG), R(KVG + %lld), R(%s), "
-         "R(%s), %lld, %lld, %lld, CP_LO, CP_HI, %lld, %lld, %lld, %lld);\n", kvn, A(e, l, "Q"), kvn, A(e, l, "ATT"),
-      A(e, l, "LSE"), (long long)e->B, (long long)(e->T / e->cp), (long long)e->T, (long long)e->nh, (long long)e->nkv,
+    P(e, "  rt_attention_span_backward(R(DQ), R(DKVG), A(DKVG + %lld), R(DATT), R(%s), R(KVG), A(KVG + %lld), R(%s), "
+         "R(%s), %s, %lld, %lld, %lld, CP_LO, CP_HI, %lld, %lld, %lld, %lld);\n", kvn, A(e, l, "Q"), kvn, A(e, l, "ATT"),
+      A(e, l, "LSE"), plan_attention_cudnn(e->md) ? "R(DKV1)" : "NULL", (long long)e->B, (long long)(e->T / e->cp), (long long)e->T, (long long)e->nh, (long long)e->nkv,
       (long long)e->hd, (long long)e->vd);
     P(e, "  rt_comm_cp_reduce_scatter(c->comm.cp_comm, PLAN_CP, A(DK), A(DKVG), %lld, %lld, %lld);\n", (long long)e->B,
       (long long)(e->T / e->cp), (long long)e->KV);

@@ -280,7 +280,7 @@ static void shared_ws(Em *e) {
   /* the attention backward's group and MLA's forward group, laid out by attn_ws.c (the plan's
    * figures); then the other groups: (name, elements of act, or fp32 values for the real ones) in
    * order */
-  PlanWsGroup att = plan_ws_attention(s, e->md, N), mla = plan_ws_mla_forward(s, N);
+  PlanWsGroup att = plan_ws_attention(s, e->md, N, e->cp), mla = plan_ws_mla_forward(s, N);
   bool y2 = moe && e->Fs && !s->model.moe.shared_expert_gate;
   struct {
     const char *name, *what;

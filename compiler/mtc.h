@@ -749,9 +749,10 @@ typedef struct {
   int nb;
   int64_t size;
 } PlanWsGroup;
-/* The attention backward's group for tokens tokens per micro-batch: DATT, DQ, DK, DV (DQR, DKR
- * with qk-norm) and with MLA its backward's buffers in their dead bytes (attn_ws.c says how). */
-PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens);
+/* The attention backward's group for tokens tokens per micro-batch and rank: DATT, DQ, DK, DV (DQR,
+ * DKR with qk-norm), with cp > 1 and cuDNN DKV1 (a first query chunk's dK, dV of one sequence), and
+ * with MLA its backward's buffers in their dead bytes (attn_ws.c says how). */
+PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens, int64_t cp);
 /* MLA's forward group (WS_QAN, WS_KVN, WS_KRP, WS_KVB); empty (size 0) without MLA. */
 PlanWsGroup plan_ws_mla_forward(const Spec *s, int64_t tokens);
 /* Whether the cuda program's attention is cuDNN's fused flash attention: the head dims it serves

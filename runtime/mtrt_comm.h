@@ -65,8 +65,9 @@ void rt_comm_finalize(RtComm *c);
 /* Context parallelism after rt_comm_init: the cp group of cp consecutive ranks of an FSDP group
  * (cp_rank = fsdp_rank % cp). cp 1: no group. */
 void rt_comm_cp_init(RtComm *c, int cp);
-/* cpu backend (comm_cp.c). Each of B sequences of S = cp T tokens is split over the cp group in
- * 2 cp chunks of T / 2, cp_rank r holding chunks r and 2 cp - 1 - r (mtrt_ops.h's lo, hi).
+/* comm_cp.c over MPI (cpu backend), comm_nccl.c over NCCL (cuda). Each of B sequences of S = cp T
+ * tokens is split over the cp group in 2 cp chunks of T / 2, cp_rank r holding chunks r and
+ * 2 cp - 1 - r (mtrt_ops.h's lo, hi).
  * gather: full (B, S, width) = every rank's local (B, T, width) in position order.
  * reduce_scatter: local (B, T, width) = Σ over the group of full's rows at local's positions;
  * full is consumed (its blocks reordered in place). */

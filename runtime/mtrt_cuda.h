@@ -52,11 +52,12 @@ typedef struct {
   int experts;             /* experts in one grouped GEMM at most (0: dense) */
   int top_k;
   size_t cublas_workspace; /* bytes: the plan's reserve.cublas_workspace (0: 64 MiB), cuDNN's too */
-  int batch, seq;          /* the attention's: sequences per micro-batch (batch × seq = tokens), tokens each */
+  int batch, seq;          /* the attention's: sequences per micro-batch (batch × seq = cp × tokens), tokens each */
   int kv_heads, head_dim, v_head_dim; /* KV heads, q/k and v head dims (0: no attention plans at start-up) */
   int attention_cudnn;     /* the plan's attention: 1 cuDNN's (bf16 build), 0 the own kernels */
   int expert_loop_rows;    /* the plan's expert path: a pass whose experts with rows average at least this many
                             * runs one cuBLAS GEMM per expert over CU_LANES streams, else one grouped call (0: always grouped) */
+  int cp, cp_rank;         /* context parallelism: each sequence split over cp ranks, this one cp_rank (0: 1) */
 } RtCudaConfig;
 
 /* Picks this rank's GPU (local rank modulo the visible devices), creates the stream and the

@@ -129,7 +129,7 @@ void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act
                            const act *k, const act *v, const act *out, const real *lse,
                            int B, int T, int nh, int nkv, int hd, int vd);
 
-/* Context parallelism (cpu backend; the cuda backend refuses cp > 1 at build): a rank holds T
+/* Context parallelism (both backends; cuda: runtime/cuda/ops_cp.c): a rank holds T
  * tokens of each of B sequences of S tokens, in two chunks of T/2: its tokens t < T/2 are at
  * positions lo + t of their sequence, the others at hi + t − T/2 (rank r of cp: lo = r T/2, hi =
  * (2 cp − 1 − r) T/2, S = cp T). lo 0, hi T/2, S T is the plain causal layout (what
@@ -138,12 +138,13 @@ void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act
  * and v (B,S,nkv,vd) the keys and values of the whole sequences (all-gathered over the cp group,
  * in position order); the query at position p attends to keys 0..p (each chunk's queries are the
  * last of their key range: a bottom-right aligned causal mask). Backward: dk, dv (B,S,...) of the
- * whole range, added into (reduce-scattered by the caller). */
+ * whole range, added into (reduce-scattered by the caller); work: S/2 × nkv × (hd + vd) values of
+ * scratch where the cuda backend's attention is cuDNN's (the plan's DKV1), else NULL (unused). */
 void rt_attention_span_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int S,
                                int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd);
 void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k,
-                                const act *v, const act *out, const real *lse, int B, int T, int S, int64_t lo,
-                                int64_t hi, int nh, int nkv, int hd, int vd);
+                                const act *v, const act *out, const real *lse, act *work, int B, int T, int S,
+                                int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd);
 /* Plain RoPE (rt_rope_strided_forward's with factor <= 1: rd channels of H heads `stride` apart)
  * at the tokens' positions lo + t / hi + t − T/2, as above. */
 void rt_rope_span_forward(act *x, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi);
@@ -238,15 +239,16 @@ real rt_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, i
 void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E,
                           int K, real alpha, real dloss, real *scratch /* 2E */);
 /* The same loss over a micro-batch split over a cp group (context parallelism): stats writes this
- * rank's f (scratch + E: its share of the assignments, / (N K)) and P (scratch + 2 E: mean
- * affinity over its N tokens); the caller averages both over the cp group (rt_comm_cp_mean);
+ * rank's f (its share of the assignments, / (N K)) and P (mean affinity over its N tokens) into the
+ * 2E values at scratch + E (cpu: f then P; cuda: P then f); the caller averages those 2E values over
+ * the cp group (rt_comm_cp_mean);
  * value returns alpha E Σ f P of the averaged ones; backward_stats adds this rank's tokens'
- * gradient with f the averaged one at scratch + E, dloss α E / N p (f − Σ p f) per token (every
+ * gradient with f the averaged one, dloss α E / N p (f − Σ p f) per token (every
  * rank of the group counts the group's loss once: cp × 1 / (cp N)). */
 void rt_aux_loss_stats(const real *logits, const int32_t *idx, int N, int E, int K, real *scratch /* 3E */);
 real rt_aux_loss_value(const real *scratch, int E, real alpha);
 void rt_aux_loss_backward_stats(real *dlogits, const real *logits, int N, int E, real alpha, real dloss,
-                                real *scratch /* 3E: f at + E */);
+                                real *scratch /* 3E: the averaged statistics at + E */);
 
 /* Sequence-wise balance loss (DeepSeek-V2 §2.2.4 with HF `seq_aux: true`; DeepSeek-V3 §2.3.3's
  * complementary loss, eqs. 17-20): alpha · (1/B) Σ_b Σ_e f_{b,e} P_{b,e} over the N / T sequences b

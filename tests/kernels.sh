@@ -37,5 +37,11 @@ if ! nvidia-smi >/dev/null 2>&1; then
   { [ $rc -eq 2 ] && grep -q "no usable GPU" "$work/af.out"; } || { cat "$work/af.out"; echo "FAIL: aux_free on cuda without a GPU: exit $rc"; fail=1; }
   [ $fail -eq 0 ] && echo "ok: without a GPU the cuda program stops at start with the reason (aux_free too: it runs on cuda)"
 fi
-[ $fail -eq 0 ] && [ $n -ge 3 ] && echo "ok: the kernels of $n example specs compile for sm_90a"
+# context parallelism: a cp 2 plan's cuda program links and its kernels (the span kernels at a rank's
+# shapes: TOKENS, SEQ_LEN and CP_SEQ_LEN) compile for sm_90a
+"$mtc" compile "$src/specs/tiny-moe.yaml" -o "$work/cp2" --set cluster.nodes=1 --set cluster.gpus_per_node=2 \
+  --set plan.cp=2 >/dev/null && grep -q "^#define CP_SEQ_LEN" "$work/cp2/kernels.cu" &&
+  "$mtc" build "$work/cp2" --backend cuda >"$work/cp2.log" 2>&1 && "$work/cp2/build-cuda/train" --check-kernels --arch sm_90a ||
+  { tail -20 "$work/cp2.log"; echo "FAIL: the cuda program of a cp 2 plan"; fail=1; }
+[ $fail -eq 0 ] && [ $n -ge 3 ] && echo "ok: the kernels of $n example specs and of a cp 2 plan compile for sm_90a"
 exit $fail

@@ -284,7 +284,7 @@ static void test_attention_long(void) {
       memcpy(ldo + (size_t)t * LH * LVD, dout + pos * LH * LVD, sizeof(double) * LH * LVD);
     }
     rt_attention_span_forward(lout, llse, lq, k, v, 1, 2 * c, LT, lo, hi, LH, LKV, LD, LVD);
-    rt_attention_span_backward(ldq, sdk, sdv, ldo, lq, k, v, lout, llse, 1, 2 * c, LT, lo, hi, LH, LKV, LD, LVD);
+    rt_attention_span_backward(ldq, sdk, sdv, ldo, lq, k, v, lout, llse, NULL, 1, 2 * c, LT, lo, hi, LH, LKV, LD, LVD);
     for (int t = 0; t < 2 * c; t++) {
       int64_t pos = t < c ? lo + t : hi + t - c;
       for (int i = 0; i < LH * LVD; i++)
@@ -681,7 +681,7 @@ static void test_span(void) {
     memcpy(lrq, lq, sizeof(double) * SB * T * q1);
     rt_rope_span_forward(lrq, SB, T, SH, SD, SD, 10000, lo, hi);
     rt_attention_span_forward(lo_, llse, lq, k, v, SB, T, SS, lo, hi, SH, SKV, SD, SD);
-    rt_attention_span_backward(ldq, sk, sv, ldo, lq, k, v, lo_, llse, SB, T, SS, lo, hi, SH, SKV, SD, SD);
+    rt_attention_span_backward(ldq, sk, sv, ldo, lq, k, v, lo_, llse, NULL, SB, T, SS, lo, hi, SH, SKV, SD, SD);
     for (int b = 0; b < SB; b++)
       for (int t = 0; t < T; t++) {
         int64_t pos = t < c ? lo + t : hi + t - c;

@@ -156,7 +156,7 @@ extern const unsigned long kernels_cu_len;
 static RtCudaConfig cuda_config(void) {
   return (RtCudaConfig){kernels_cu, kernels_cu_len, MTRT_CUDA_INCLUDE, TOKENS, HEADS, EXPERTS, TOP_K,
                         PLAN_CUBLAS_WORKSPACE_BYTES, MICRO_BATCH, SEQ_LEN, KV_HEADS, HEAD_DIM, V_HEAD_DIM,
-                        ATTENTION_CUDNN, EXPERT_LOOP_ROWS};
+                        ATTENTION_CUDNN, EXPERT_LOOP_ROWS, PLAN_CP, 0};
 }
 #endif
 
@@ -539,6 +539,7 @@ static int cuda_start(RtCtx *c, const Args *a) {
   RT_MPI_CHECK(MPI_Comm_rank(local, &local_rank));
   MPI_Comm_free(&local);
   RtCudaConfig cfg = cuda_config();
+  cfg.cp_rank = c->comm.cp_rank; /* (its attention shapes: this rank's chunks) */
   char err[1 << 12];
   int bad = rt_cuda_setup(&cfg, local_rank, err, sizeof err) != 0;
   if (bad) fprintf(stderr, "error: rank %d: %s\n", c->comm.rank, err);

@@ -90,8 +90,9 @@ void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const
 /* With P = softmax(S), D_i = Σ dO·O: dS = P (dO vᵀ − D); dq += scale dS k; dk += scale dSᵀ q;
  * dv += Pᵀ dO (Dao et al., FlashAttention-2, Algorithm 2). dq, dk or dv NULL: not computed. */
 void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k,
-                                const act *v, const act *out, const real *lse, int B, int T, int S, int64_t lo,
-                                int64_t hi, int nh, int nkv, int hd, int vd) {
+                                const act *v, const act *out, const real *lse, act *work, int B, int T, int S,
+                                int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd) {
+  (void)work; /* the cuda backend's cuDNN scratch (mtrt_ops.h) */
   real scale = 1 / SQRT((real)hd), s[ATT_TQ * ATT_TK], p[ATT_TQ * ATT_TK], D[ATT_TQ], l[ATT_TQ];
   int group = nh / nkv, ldq = nh * hd, ldo = nh * vd, ldk = nkv * hd, ldv = nkv * vd;
   for (int b = 0; b < B; b++)
@@ -132,5 +133,5 @@ void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, cons
 
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
                            const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
-  rt_attention_span_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, 0, T / 2, nh, nkv, hd, vd);
+  rt_attention_span_backward(dq, dk, dv, dout, q, k, v, out, lse, NULL, B, T, T, 0, T / 2, nh, nkv, hd, vd);
 }

@@ -81,8 +81,8 @@ WRAP_ATTN(rt_attention_span_forward,
      B * (double)T * S * nh * (hd + vd))
 WRAP_ATTN(rt_attention_span_backward,
      (act * dq, act * dk, act * dv, const act *dout, const act *q, const act *k, const act *v, const act *out,
-      const real *lse, int B, int T, int S, int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd),
-     (dq, dk, dv, dout, q, k, v, out, lse, B, T, S, lo, hi, nh, nkv, hd, vd), RT_PROF_ATTENTION_BWD,
+      const real *lse, act *work, int B, int T, int S, int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd),
+     (dq, dk, dv, dout, q, k, v, out, lse, work, B, T, S, lo, hi, nh, nkv, hd, vd), RT_PROF_ATTENTION_BWD,
      2.5 * B * (double)T * S * nh * (hd + vd))
 WRAP(rt_rope_span_forward, (act * x, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi),
      (x, B, T, H, stride, rd, theta, lo, hi), RT_PROF_ROPE, 0, B2 * 2 * B * (double)T * H * rd)

@@ -55,7 +55,7 @@ typedef struct {
   const char *name;
 } Group;
 
-enum { N_GROUPS = 5 }; /* fsdp, ep, expert shard, replicate, world (its NCCL communicator: world_nccl) */
+enum { N_GROUPS = 6 }; /* fsdp, ep, expert shard, replicate, world (its NCCL communicator: world_nccl), cp */
 static Group groups[N_GROUPS];
 static ncclComm_t world_nccl;
 static int world_rank;
@@ -282,12 +282,20 @@ int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen) {
   Group *w = &groups[4]; /* the world: world_nccl itself (freed once, below), on the FSDP stream */
   w->mpi = MPI_COMM_WORLD, w->name = "world", w->nccl = c->world > 1 ? world_nccl : NULL, w->s = cs;
   w->size = c->world, w->rank = c->rank;
+  if (c->cp > 1) { /* context parallelism: the cp group (rt_comm_cp_init), on the FSDP stream */
+    Group *g = &groups[5];
+    g->mpi = c->cp_comm, g->name = "cp", g->nccl = NULL, g->s = cs, g->size = c->cp, g->rank = c->cp_rank;
+    int root = c->rank;
+    RT_MPI_CHECK(MPI_Bcast(&root, 1, MPI_INT, 0, g->mpi));
+    if ((r = ncclCommSplit(world_nccl, root, g->rank, &g->nccl, NULL)) != ncclSuccess)
+      return snprintf(err, errlen, "ncclCommSplit (group cp): %s", ncclGetErrorString(r)), -1;
+  }
   return 0;
 }
 
 void rt_comm_nccl_free(void) {
-  for (int i = 0; i < 4; i++)
-    if (groups[i].nccl) ncclCommDestroy(groups[i].nccl);
+  for (int i = 0; i < N_GROUPS; i++)
+    if (i != 4 && groups[i].nccl) ncclCommDestroy(groups[i].nccl);
   if (world_nccl) ncclCommDestroy(world_nccl);
   if (cs) cudaStreamDestroy(cs);
   if (cs_ep) cudaStreamDestroy(cs_ep);
@@ -382,6 +390,62 @@ void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count) {
   begin(g, "all-reduce");
   nccl_check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, g->nccl, g->s), "ncclAllReduce");
   finish(g, "all-reduce", count);
+}
+
+/* ---- context parallelism (mtrt_comm.h's rt_comm_cp_*) over the cp group's communicator ----
+ * Chunk j of a sequence (2 cp chunks of T / 2 tokens) is rank j's first chunk for j < cp and rank
+ * 2 cp − 1 − j's second for j >= cp: the first chunks all-gather straight into slots 0..cp−1 (rank
+ * order), the second ones into slots cp..2cp−1 in rank order, the reverse of position order, which
+ * cp_reverse (kernels.cu) turns around on the compute stream; the reduce-scatter the other way. Each
+ * collective per sequence (B of them, the micro-batch) on the FSDP stream; the compute stream waits
+ * for them on the device. */
+
+/* In each of B sequences of full (S values apart), the cp second-chunk slots of c values reversed. */
+static void cp_reverse(act *full, int cp, size_t c, size_t S, int B) {
+  act *x = full + (size_t)cp * c;
+  long long len = (long long)c, stride = (long long)S, n = (long long)B * (cp / 2) * len;
+  cu_launch(K_CP_REVERSE, cu_blocks(n, 256), 256, (void *[]){&x, &cp, &len, &stride, &n});
+}
+
+void rt_comm_cp_gather(MPI_Comm comm, int cp, act *full, const act *local, int B, int T, int64_t width) {
+  const char *op = "cp all-gather (keys, values)";
+  Group *g = group_of(comm, op);
+  if (!g->nccl || g->size != cp) rt_cuda_fail(op, "the cp group has no NCCL communicator of cp ranks");
+  size_t c = (size_t)(T / 2) * (size_t)width, S = (size_t)cp * (size_t)T * (size_t)width;
+  begin(g, op);
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  for (int b = 0; b < B; b++) {
+    const act *l = local + (size_t)b * T * (size_t)width;
+    nccl_check(ncclAllGather(l, full + (size_t)b * S, c, NCCL_ACT, g->nccl, g->s), "ncclAllGather");
+    nccl_check(ncclAllGather(l + c, full + (size_t)b * S + (size_t)cp * c, c, NCCL_ACT, g->nccl, g->s), "ncclAllGather");
+  }
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  finish(g, op, 2 * (size_t)B * c * (size_t)cp);
+  cp_reverse(full, cp, c, S, B);
+}
+
+void rt_comm_cp_reduce_scatter(MPI_Comm comm, int cp, act *local, act *full, int B, int T, int64_t width) {
+  const char *op = "cp reduce-scatter (keys' and values' gradient)";
+  Group *g = group_of(comm, op);
+  if (!g->nccl || g->size != cp) rt_cuda_fail(op, "the cp group has no NCCL communicator of cp ranks");
+  size_t c = (size_t)(T / 2) * (size_t)width, S = (size_t)cp * (size_t)T * (size_t)width;
+  cp_reverse(full, cp, c, S, B); /* the second chunks' slots in rank order */
+  begin(g, op);
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  for (int b = 0; b < B; b++) {
+    act *l = local + (size_t)b * T * (size_t)width, *f = full + (size_t)b * S;
+    nccl_check(ncclReduceScatter(f, l, c, NCCL_ACT, ncclSum, g->nccl, g->s), "ncclReduceScatter");
+    nccl_check(ncclReduceScatter(f + (size_t)cp * c, l + c, c, NCCL_ACT, ncclSum, g->nccl, g->s), "ncclReduceScatter");
+  }
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  finish(g, op, 2 * (size_t)B * c);
+}
+
+void rt_comm_cp_mean(MPI_Comm comm, int cp, real *buf, size_t n) {
+  rt_cu_all_reduce(comm, buf, n);
+  float s = 1.f / (float)cp;
+  long ln = (long)n;
+  cu_launch(K_SCALE_F32, cu_blocks(ln, 256), 256, (void *[]){&buf, &s, &ln});
 }
 
 /* ---- the MoE token exchange (mtrt_comm.h): counts over MPI, rows over NCCL ----

@@ -39,7 +39,8 @@ enum {
   K_ACCUMULATE_ACT_F32, K_ACCUMULATE_F32, K_MUON_MOMENTUM, K_MUON_APPLY, K_NS_INV_NORM, K_NS_PREP, K_NS_FINISH,
   K_CAST_ACT_F32, K_ROUND_BF16, K_MOE_COUNT, K_MOE_POSITIONS, K_MOE_REGROUP, K_ROPE_STRIDED, K_MLA_KV_FORWARD,
   K_MLA_KV_BACKWARD, K_MOE_LOAD_ADD, K_ROUTER_BIAS_UPDATE, K_SEQ_AUX_STATS, K_SEQ_AUX_BACKWARD,
-  K_SEQ_AUX_LOSS_SUM, K_MOE_GROUP_PTRS, K_COUNT
+  K_SEQ_AUX_LOSS_SUM, K_MOE_GROUP_PTRS, K_ROPE_SPAN, K_ATTENTION_SPAN_FORWARD, K_ATTENTION_SPAN_BACKWARD_DQ,
+  K_ATTENTION_SPAN_BACKWARD_DKV, K_CP_REVERSE, K_SCALE_F32, K_COUNT
 };
 
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
@@ -134,8 +135,12 @@ void cu_download(void *dst, const void *src, size_t bytes);
 /* Whether the stream was made to wait for a collective since the last host wait (comm_nccl.c):
  * a blocking copy then polls first (rt_cu_host_wait), so that a hung collective is named. */
 int cu_comm_waited(void);
-/* The attention kernels in use, for the start-up line. */
+/* The attention kernels in use, for the start-up line; whether they are cuDNN's. */
 const char *cu_attention_name(void);
+int cu_attention_cudnn(void);
+/* Context parallelism (ops_cp.c): builds the cuDNN plans of this rank's two query chunks (cu.cfg's
+ * cp, cp_rank) at start-up. */
+void cu_attn_span_prepare(void);
 /* attention through cuDNN: attn_cudnn.h */
 /* The workspace cuDNN's plans run in: cuBLAS's (the same stream), and its bytes (ops.c). */
 void *cu_attn_workspace(void);

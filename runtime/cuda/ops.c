@@ -29,7 +29,8 @@ static const char *const kernel_names[K_COUNT] = {
     "bias_forward", "accumulate_act_f32", "accumulate_f32", "muon_momentum", "muon_apply", "ns_inv_norm", "ns_prep",
     "ns_finish", "cast_act_f32", "round_bf16", "moe_count", "moe_positions", "moe_regroup",
     "rope_strided", "mla_kv_forward", "mla_kv_backward", "moe_load_add", "router_bias_update",
-    "seq_aux_stats", "seq_aux_backward", "seq_aux_loss_sum", "moe_group_ptrs"};
+    "seq_aux_stats", "seq_aux_backward", "seq_aux_loss_sum", "moe_group_ptrs", "rope_span", "attention_span_forward",
+    "attention_span_backward_dq", "attention_span_backward_dkv", "cp_reverse", "scale_f32"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -106,6 +107,7 @@ static Scratch scratch_of(const RtCudaConfig *cfg) {
                sizeof(float) * (2 * T + 1), sizeof(double),
                sizeof(void *) * CU_GROUPED_SLOTS * 3 * E, MTRT_ACT_IS_BF16 ? sizeof(act) * T * E : 0, 0, 0, 0};
   cu_host_scratch(E, &s.moe, &s.off, &s.rb); /* (s.moe: the device scratch's size too) */
+  return s;
   return s;
 }
 
@@ -210,7 +212,9 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
   cu.ready = 1;
   if (use_cudnn()) {
     if (cu_attn_cudnn_init(err, errlen)) return -1;
-    if (cfg->head_dim > 0) {
+    if (cfg->head_dim > 0 && cfg->cp > 1) {
+      cu_attn_span_prepare();
+    } else if (cfg->head_dim > 0) {
       CuAttnShape a = attn_shape(cfg->batch, cfg->seq, cfg->heads, cfg->kv_heads, cfg->head_dim, cfg->v_head_dim);
       cu_attn_cudnn_prepare(&a);
     }
@@ -530,6 +534,7 @@ static int attention_choice(void) {
   return cu.flash;
 }
 static int use_cudnn(void) { return attention_choice() == 2; }
+int cu_attention_cudnn(void) { return use_cudnn(); }
 static int use_flash(void) { return attention_choice() == 1; }
 
 const char *cu_attention_name(void) {
@@ -537,6 +542,7 @@ const char *cu_attention_name(void) {
   size_t v = cudnnGetVersion();
   if (use_cudnn())
     return snprintf(buf, sizeof buf, "cuDNN %zu.%zu.%zu (%s)", v / 10000, v / 100 % 100, v % 100, cu_attn_cudnn_report()), buf;
+  if (cu.cfg.cp > 1) return "span (warp per row: context parallelism's chunks, ops_cp.c)";
   return use_flash() ? "flash (tiled, tensor cores)" : "simple (warp per row)";
 }
 

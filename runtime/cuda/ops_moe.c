@@ -109,6 +109,30 @@ void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx,
   cu_launch(K_AUX_LOSS_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &logits, &scratch, &coef});
 }
 
+/* Context parallelism (mtrt_ops.h): this rank's statistics at scratch + E, 2E values in aux_stats'
+ * order (P, then f: the caller averages all 2E over the cp group, whichever is where); the value
+ * from the averaged ones, read down (one host synchronization: the permutation then counts on its
+ * own); the backward with the averaged f. */
+void rt_aux_loss_stats(const real *logits, const int32_t *idx, int N, int E, int K, real *scratch) {
+  (void)K;
+  aux_stats(scratch + E, logits, idx, N, E);
+}
+
+real rt_aux_loss_value(const real *scratch, int E, real alpha) {
+  const float *st = cu.moe_host; /* (its statistics' slot: 2E floats, before the counts) */
+  cu_download(cu.moe_host, scratch + E, sizeof(float) * 2 * (size_t)E);
+  double s = 0;
+  for (int e = 0; e < E; e++) s += (double)st[e] * st[E + e];
+  return (real)(alpha * E * s);
+}
+
+void rt_aux_loss_backward_stats(real *dlogits, const real *logits, int N, int E, real alpha, real dloss,
+                                real *scratch) {
+  float coef = dloss * alpha * (float)E / (float)N;
+  real *st = scratch + E;
+  cu_launch(K_AUX_LOSS_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &logits, &st, &coef});
+}
+
 /* The sequence-wise loss's statistics (2 E per sequence: P then f) into scratch (2 (N / T) E). */
 static void seq_aux_stats(real *stats, const real *logits, const int32_t *idx, int N, int E, int K, int T, bool sig) {
   if (N != cu.cfg.tokens || K != cu.cfg.top_k || E != cu.cfg.experts || T < 1 || N % T)

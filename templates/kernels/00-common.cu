@@ -14,7 +14,8 @@
 // below is the last guard). Backward kernels ADD into the gradients they are given, as the cpu
 // ops do (mtrt_ops.h); forward kernels overwrite their outputs.
 // Expected from the prelude: TOKENS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, SEQ_LEN, ROPE_THETA,
-// VOCAB, VOCAB_CHUNK, EXPERTS (0: dense), TOP_K, RMS_EPS; V_DIM (default HEAD_DIM).
+// VOCAB, VOCAB_CHUNK, EXPERTS (0: dense), TOP_K, RMS_EPS; V_DIM (default HEAD_DIM); CP_SEQ_LEN
+// (context parallelism: the whole sequence, TOKENS and SEQ_LEN then a rank's; default SEQ_LEN).
 #include <cuda_bf16.h>
 
 typedef __nv_bfloat16 bf16;

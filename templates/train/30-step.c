@@ -178,6 +178,7 @@ static int cuda_start(RtCtx *c, const Args *a) {
   RT_MPI_CHECK(MPI_Comm_rank(local, &local_rank));
   MPI_Comm_free(&local);
   RtCudaConfig cfg = cuda_config();
+  cfg.cp_rank = c->comm.cp_rank; /* (its attention shapes: this rank's chunks) */
   char err[1 << 12];
   int bad = rt_cuda_setup(&cfg, local_rank, err, sizeof err) != 0;
   if (bad) fprintf(stderr, "error: rank %d: %s\n", c->comm.rank, err);

@@ -30,8 +30,17 @@
 #                EMU_STREAMS=lazy, fp32                                                     (tol 1e-3)
 #   statehost2   2 replicas (dp_replicate 2), the state and the step on the host: the gradient
 #                all-reduce through a device staging buffer, EMU_STREAMS=lazy, fp32        (tol 1e-3)
+#   cp2          2 ranks, context parallelism 2 (each sequence in 4 chunks over both ranks: K/V
+#                all-gathered and dK/dV reduce-scattered over NCCL, RoPE at the true positions,
+#                the balancing loss's statistics averaged), bf16 with cuDNN's span attention
+#                (bottom-right causal per query chunk), EMU_STREAMS=lazy                    (tol 2e-2)
+#   cp2-own      as cp2 with fp32 activations: the own span kernels (warp per row)         (tol 1e-3)
+#   cp2-mla      as cp2 on tests/specs/mla.yaml (MLA, q/k heads of 12, values of 6: the own span
+#                kernels in bf16, RoPE on the rope part)                                    (tol 2e-2)
+#   cp2-ep2      4 ranks, cp 2 x ep 2, bf16, cuDNN (not in the default list: 4 emulated ranks) (tol 2e-2)
 # A case may also be given as NAME:NP:TOL:ARG,ARG,... where an ARG is a spec key=value (--set)
-# or an environment VAR=value or a cmake -DVAR=value, e.g. ep2:2:1e-3:plan.ep=2,MTC_GEMM=fp32
+# or an environment VAR=value or a cmake -DVAR=value, or SPEC=PATH (the case's spec), e.g.
+# ep2:2:1e-3:plan.ep=2,MTC_GEMM=fp32
 # Environment: SPEC (another spec than specs/tiny-moe.yaml), STEPS, DATA (default /usr/share/games/fortunes/cookie), WORK (default
 # /tmp/cuda-emu-compare). Exit status 1 when a case is past its tolerance or fails to run.
 set -uo pipefail
@@ -50,7 +59,7 @@ program() {
   local name=$1; shift
   local dir=$work/$name
   rm -rf "$dir"
-  "$mtc" compile "${SPEC:-$root/specs/tiny-moe.yaml}" -o "$dir" "$@" >"$work/$name.compile.log" 2>&1 &&
+  "$mtc" compile "${case_spec:-${SPEC:-$root/specs/tiny-moe.yaml}}" -o "$dir" "$@" >"$work/$name.compile.log" 2>&1 &&
     cmake -S "$here" -B "$dir/build-emu" -DEMU_PROGRAM="$dir" "${cmake_args[@]}" >"$work/$name.build.log" 2>&1 &&
     cmake --build "$dir/build-emu" -j"$(nproc)" >>"$work/$name.build.log" 2>&1 ||
     { echo "compare.sh: building $name failed (see $work/$name.*.log)" >&2; return 1; }
@@ -99,10 +108,11 @@ check() {
 case_run() {
   local name=$1 np=$2 tol=$3; shift 3
   local -a sets=() envs=()
-  cmake_args=()
+  cmake_args=() case_spec=
   for a in "$@"; do
     case $a in
     -D*) cmake_args+=("$a") ;;
+    SPEC=*) case_spec=${a#SPEC=} ;;
     *=*) if [[ $a == [A-Z]* ]]; then envs+=("$a"); else sets+=(--set "$a"); fi ;;
     esac
   done
@@ -114,7 +124,7 @@ case_run() {
 }
 
 cases=${*:-fp32-simple fp32-flash fp32-exact bf16 bf16-ep2 bf16-offload 2rank offload lazy2 statehost prefetch3 statehost2 muon
-keep2 keepd2}
+keep2 keepd2 cp2 cp2-own cp2-mla}
 for c in $cases; do
   case $c in
   fp32-simple) case_run "$c" 1 1e-4 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON MTC_ATTENTION=simple ;;
@@ -139,6 +149,11 @@ for c in $cases; do
     training.global_batch=16 training.micro_batch=1 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy EMU_POISON_ARENA=1 ;;
   keepd2) case_run "$c" 2 2e-2 plan.ep=1 plan.reshard=after_step plan.reshard_experts=every_micro_batch plan.prefetch=2 \
     training.global_batch=8 training.micro_batch=1 EMU_STREAMS=lazy EMU_POISON_ARENA=1 ;;
+  cp2) case_run "$c" 2 2e-2 plan.cp=2 EMU_STREAMS=lazy ;;
+  cp2-own) case_run "$c" 2 1e-3 plan.cp=2 MTC_GEMM=fp32 -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
+  cp2-mla) case_run "$c" 2 2e-2 SPEC="$root/tests/specs/mla.yaml" cluster.gpus_per_node=2 plan.fsdp=2 plan.cp=2 \
+    training.seq_len=16 EMU_STREAMS=lazy ;;
+  cp2-ep2) case_run "$c" 4 2e-2 cluster.gpus_per_node=4 plan.fsdp=4 plan.cp=2 plan.ep=2 EMU_STREAMS=lazy ;;
   *:*:*:*)
     IFS=: read -r n np tol args <<<"$c"
     IFS=, read -r -a list <<<"$args"
