@@ -98,6 +98,17 @@ void em_norm_backward(Em *e, int g, const char *dx, const char *x, const char *s
   P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(%s), W(%lld), R(%s), %lld, %lld);\n", dx, w, x, w, stats, N, C);
 }
 
+const char *em_dln_gemm(Em *e) {
+  bool first = !e->dln_live;
+  e->dln_live = true;
+  return first ? "rt_matmul_backward_set" : "rt_matmul_backward";
+}
+
+void em_dln_zero(Em *e) {
+  if (!e->dln_live) P(e, "  rt_zero(R(DLN), %lld);\n", (long long)(e->N * e->C));
+  e->dln_live = true;
+}
+
 /* ---- one layer ---------------------------------------------------------------------------- */
 
 /* Whether RoPE has Llama 3.1's frequency scaling (model.rope_scaling type llama3) or YaRN. */
@@ -283,20 +294,17 @@ static void mlp_backward(Em *e, int l, const char *dy) {
   int g = e->layer_dense[l];
   long long N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
   const char *ln2 = A(e, l, "LN2"), *u = A(e, l, "U"), *h = A(e, l, "H");
-  P(e, "  rt_zero(R(DH), %lld);\n", N * F);
-  P(e, "  rt_matmul_backward(R(DH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
+  P(e, "  rt_matmul_backward_set(R(DH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
     (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "DW"), dy, h, (long long)off(e, g, "mlp.down_proj.weight"), N, F, C);
-  P(e, "  rt_zero(R(DU), %lld);\n", N * F);
   if (e->s->model.mlp.activation == ACT_SWIGLU) {
     const char *gg = A(e, l, "G");
-    P(e, "  rt_zero(R(DG), %lld);\n", N * F);
     P(e, "  rt_swiglu_backward(R(DG), R(DU), R(DH), R(%s), R(%s), %lld);\n", gg, u, N * F);
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n",
+    P(e, "  %s(R(DLN), DW(%lld), %s, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n", em_dln_gemm(e),
       (long long)off(e, g, "mlp.gate_proj.weight"), bias_arg(e, g, "mlp.gate_proj.weight", "DW"), ln2, (long long)off(e, g, "mlp.gate_proj.weight"), N, C, F);
   } else {
     P(e, "  rt_gelu_backward(R(DU), R(DH), R(%s), %lld);\n", u, N * F);
   }
-  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DU), R(%s), W(%lld), %lld, %lld, %lld); /* up_proj */\n",
+  P(e, "  %s(R(DLN), DW(%lld), %s, R(DU), R(%s), W(%lld), %lld, %lld, %lld); /* up_proj */\n", em_dln_gemm(e),
     (long long)off(e, g, "mlp.up_proj.weight"), bias_arg(e, g, "mlp.up_proj.weight", "DW"), ln2, (long long)off(e, g, "mlp.up_proj.weight"), N, C, F);
 }
 
@@ -308,18 +316,20 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
        " * into DW%s. */\n",
     l, moe ? "MoE" : "dense", dy, l + 1, dx, l, moe ? " and DWE" : "");
   P(e, "static void layer%d_backward(RtCtx *c) {\n", l);
-  P(e, "  /* backward ops add into the gradients they are given: each is zeroed first */\n");
-  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
+  P(e, "  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the\n"
+       "   * activations' backward), later ones add; a buffer only adders reach is zeroed first */\n");
+  e->dln_live = false;
   if (moe) em_moe_backward(e, l, dy);
   else mlp_backward(e, l, dy);
   P(e, "  rt_copy(R(%s), R(%s), %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
   em_norm_backward(e, g, dx, A(e, l, "RES"), A(e, l, "RSTD2"), "post_attention_layernorm");
   int64_t o = off(e, g, "attn.o_proj.weight");
-  P(e, "  rt_zero(R(DATT), %lld);\n", N * AO);
-  P(e, "  rt_matmul_backward(R(DATT), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
+  P(e, "  rt_matmul_backward_set(R(DATT), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
     (long long)o, bias_arg(e, g, "attn.o_proj.weight", "DW"), dx, A(e, l, "ATT"), (long long)o, N, AO, C);
-  P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * (long long)e->VW);
-  if (e->cp > 1) { /* the keys' and values' gradient over the whole sequences, then each rank's chunks of it */
+  e->dln_live = false; /* DLN's next values: the q, k, v projections' */
+  if (e->cp > 1) { /* the span backward adds into DQ; DK and DV come from the reduce-scatters */
+    P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * (long long)e->VW);
+    /* the keys' and values' gradient over the whole sequences, then each rank's chunks of it */
     long long kvn = e->B * e->T * e->KV;
     cp_gather(e, "  ", A(e, l, "K"), A(e, l, "V"));
     P(e, "  rt_zero(R(DKVG), %lld);\n", kvn + e->B * e->T * e->VW);
@@ -356,14 +366,13 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
       (long long)e->nkv, (long long)e->hd, theta);
   }
   if (e->qk_norm) qk_norm_backward(e, l);
-  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   const char *ln1 = A(e, l, "LN1");
   static const char *const qkv[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; i++) {
     const char *key = i == 0 ? "attn.q_proj.weight" : i == 1 ? "attn.k_proj.weight" : "attn.v_proj.weight";
     o = off(e, g, key);
     const char *dproj = i == 2 || !e->qk_norm ? mem_printf(e->m, "D%c", "QKV"[i]) : i ? "DKR" : "DQR";
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
+    P(e, "  %s(R(DLN), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n", em_dln_gemm(e),
       (long long)o, bias_arg(e, g, key, "DW"), dproj, ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
   }
   em_norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1"), "input_layernorm");

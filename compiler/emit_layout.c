@@ -246,8 +246,9 @@ static void muon_work(Em *e) {
  *   - MLA's forward temporaries (WS_QAN, WS_KVN, WS_KRP, WS_KVB: plan_ws_mla_forward): inside a
  *     layer's forward (or its recompute), from the latent norms to rt_mla_kv_forward, before the
  *     attention core;
- *   - a block's outputs before the residual add (WS_Y, and WS_Y2 for ungated shared experts):
- *     inside a layer's forward (or its recompute), between its FFN's ops and its residual add;
+ *   - a block's output before the residual add (WS_Y: ungated shared experts write it and the
+ *     routed experts' combine adds to it): inside a layer's forward (or its recompute), between
+ *     its FFN's ops and its residual add;
  *   - the final norm's output LNF and the LM head's chunk logits CE (fp32): from the final norm's
  *     forward to the LM head's backward, when no layer's buffers are live;
  *   - the router logits' gradient DLOGITS (fp32): after a MoE layer's last all-to-all, before its
@@ -281,14 +282,12 @@ static void shared_ws(Em *e) {
    * figures); then the other groups: (name, elements of act, or fp32 values for the real ones) in
    * order */
   PlanWsGroup att = plan_ws_attention(s, e->md, N), mla = plan_ws_mla_forward(s, N);
-  bool y2 = moe && e->Fs && !s->model.moe.shared_expert_gate;
   struct {
     const char *name, *what;
     int64_t n;
     bool real;
   } g[4][2] = {
-      {{"WS_Y", "a block's output before the residual add", N * C, false},
-       {"WS_Y2", "shared experts' output", y2 ? N * C : 0, false}},
+      {{"WS_Y", "a block's output before the residual add", N * C, false}},
       {{"LNF", "final norm output", N * C, false},
        {"CE", "logits of one vocabulary chunk (fp32) and their gradient", 2 * N * e->chunk, true}},
       {{"DLOGITS", "gradient of the router logits (fp32)", moe ? N * e->E : 0, true}},

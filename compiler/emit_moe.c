@@ -87,8 +87,11 @@ void em_moe_forward(Em *e, int l) {
       yp, ye, C);
     P(e, "  }\n");
   }
-  P(e, "  rt_zero(R(WS_Y), %lld);\n", N * C);
-  P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
+  bool gate = e->s->model.moe.shared_expert_gate;
+  if (!e->Fs || gate) {
+    P(e, "  rt_zero(R(WS_Y), %lld);\n", N * C);
+    P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
+  }
   if (e->Fs) {
     long long Fs = e->Fs;
     const char *su = A(e, l, "SU"), *sh = A(e, l, "SH");
@@ -100,8 +103,7 @@ void em_moe_forward(Em *e, int l) {
       ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), bias_arg(e, g, "moe.shared_experts.up_proj.weight", "W"), N, C, Fs);
     if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
     else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
-    bool gate = e->s->model.moe.shared_expert_gate;
-    const char *so = gate ? A(e, l, "SO") : "WS_Y2";
+    const char *so = gate ? A(e, l, "SO") : "WS_Y"; /* ungated: the block's output, the combine adds to it */
     P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.down_proj */\n", so, sh,
       (long long)off(e, g, "moe.shared_experts.down_proj.weight"), bias_arg(e, g, "moe.shared_experts.down_proj.weight", "W"), N, Fs, C);
     if (gate) {
@@ -111,7 +113,8 @@ void em_moe_forward(Em *e, int l) {
       P(e, "  rt_sigmoid_gate_forward(R(WS_Y), R(%s), R(%s), %lld, %lld); /* + sigmoid(gate) x shared output */\n", so,
         sgl, N, C);
     } else {
-      P(e, "  rt_accumulate(R(WS_Y), R(WS_Y2), %lld);\n", N * C);
+      P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld); /* + the routed experts' */\n", yp,
+        wts, pos, N, K, C);
     }
   }
 }
@@ -130,26 +133,24 @@ void em_moe_backward(Em *e, int l, const char *dy) {
       P(e, "  rt_zero(R(DSO), %lld);\n  rt_zero_real(R(DSGL), %lld);\n", N * C, N);
       P(e, "  rt_sigmoid_gate_backward(R(DSO), R(DSGL), R(%s), R(%s), R(%s), %lld, %lld);\n", dy, A(e, l, "SO"),
         A(e, l, "SGL"), N, C);
+      em_dln_zero(e);
       P(e, "  rt_router_logits_backward(R(DLN), DW(%lld), R(DSGL), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n",
         (long long)og, ln2, (long long)og, N, C);
       dso = "DSO";
     }
     int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
-    P(e, "  rt_zero(R(DSH), %lld);\n", N * Fs);
-    P(e, "  rt_matmul_backward(R(DSH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
+    P(e, "  rt_matmul_backward_set(R(DSH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
       (long long)o, bias_arg(e, g, "moe.shared_experts.down_proj.weight", "DW"), dso, A(e, l, "SH"), (long long)o, N, Fs, C);
     if (e->gelu_experts) {
-      P(e, "  rt_zero(R(DSU), %lld);\n", N * Fs);
       P(e, "  rt_gelu_backward(R(DSU), R(DSH), R(%s), %lld);\n", A(e, l, "SU"), N * Fs);
     } else {
-      P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
       P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG"), A(e, l, "SU"), N * Fs);
       o = off(e, g, "moe.shared_experts.gate_proj.weight");
-      P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
+      P(e, "  %s(R(DLN), DW(%lld), %s, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n", em_dln_gemm(e),
         (long long)o, bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
     }
     o = off(e, g, "moe.shared_experts.up_proj.weight");
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n",
+    P(e, "  %s(R(DLN), DW(%lld), %s, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n", em_dln_gemm(e),
       (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
   }
   P(e, "  rt_zero_real(R(DWTS), %lld);\n", N * K);
@@ -189,6 +190,7 @@ void em_moe_backward(Em *e, int l, const char *dy) {
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }
+  em_dln_zero(e);
   P(e, "  rt_moe_gather_backward(R(DLN), R(%s), I(%s), %lld, %lld, %lld);\n", dxp, pos, N, K, C);
   P(e, "  rt_zero_real(R(DLOGITS), %lld);\n", N * E);
   if (reweight(e))

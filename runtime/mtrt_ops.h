@@ -17,7 +17,10 @@
  *
  * Conventions (as llm.c): forward functions overwrite their outputs; backward functions
  * ADD into every gradient they are given (parameter gradients accumulate over micro-batches,
- * input gradients over branches), and skip any gradient pointer that is NULL.
+ * input gradients over branches), and skip any gradient pointer that is NULL. The exceptions
+ * WRITE an input gradient, so that its first writer needs no zeroed buffer (and the cuda backend
+ * no memset pass): rt_matmul_backward_set's dx, rt_attention_backward's dq, dk, dv,
+ * rt_swiglu_backward's dg, du, rt_gelu_backward's dx and rt_moe_combine_backward's dyp.
  * Ops never allocate: callers pass every buffer (the plan sizes them).
  */
 #ifndef MTRT_OPS_H
@@ -87,6 +90,10 @@ void rt_bias_backward(act *db, const act *dout, int N, int C);
 void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, int N, int IC, int OC);
 void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x,
                         const act *w, int N, int IC, int OC);
+/* The same with dx written, not added (cuBLAS beta 0): the first writer of an input gradient;
+ * dw and dbias still add (they accumulate over micro-batches). */
+void rt_matmul_backward_set(act *dx, act *dw, act *dbias, const act *dout, const act *x,
+                            const act *w, int N, int IC, int OC);
 /* The router's linear layer, its logits (N,E) and their gradient in real (routing is decided in
  * fp32): logits = x (N,IC) · wᵀ, w (E,IC); backward dx += dlogits · w, dw += dlogitsᵀ · x. */
 void rt_router_logits_forward(real *logits, const act *x, const act *w, int N, int IC, int E);
@@ -121,8 +128,8 @@ void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, rea
  * head size, hd for mha/gqa, MLA's v_head_dim); lse the log-sum-exp of each score row, saved for
  * backward (O(T) memory: scores are recomputed, never stored): (B,nh,T) on the cpu backend and
  * from cuDNN, (B·T,nh) from the cuda backend's own kernels; only its own backend reads it. The
- * backward adds into dq, dk, dv on the cpu backend and in the own cuda kernels, and cuDNN's writes
- * them: callers zero them first (the generated step does). */
+ * backward WRITES dq, dk, dv (as cuDNN does; the own cuda kernels and the cpu backend alike): no
+ * caller zeroes them. */
 void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v,
                           int B, int T, int nh, int nkv, int hd, int vd);
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q,
@@ -174,10 +181,12 @@ void rt_mla_kv_backward(act *dkvb, act *dkr, const act *dk, const act *dv, int64
                         int vd, real kscale);
 
 /* SwiGLU (Shazeer 2020): h = silu(g) ⊙ u; g, u, h (n elements). n is 64-bit: the experts' rows × F
- * pass 2^31 (europa-1t: 65536 · 8 rows × 1792 × 2.3 when the load is 2.3× the mean). */
+ * pass 2^31 (europa-1t: 65536 · 8 rows × 1792 × 2.3 when the load is 2.3× the mean). The backward
+ * WRITES dg and du (the first writers of those gradients). */
 void rt_swiglu_forward(act *h, const act *g, const act *u, int64_t n);
 void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, int64_t n);
-/* GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); n elements (64-bit). */
+/* GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); n elements (64-bit). The
+ * backward WRITES dx. */
 void rt_gelu_forward(act *h, const act *x, int64_t n);
 void rt_gelu_backward(act *dx, const act *dh, const act *x, int64_t n);
 

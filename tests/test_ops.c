@@ -119,6 +119,13 @@ static void test_matmul(void) {
   GRAD_OK(mm_x, dx, MN * MI);
   GRAD_OK(mm_w, dw, MO * MI);
   GRAD_OK(mm_b, db, MO);
+  /* the first writer of dx: its old values (non-zero) are overwritten, dw and db still add */
+  double *dx2 = arr(MN * MI), *dw2 = zeros(MO * MI), *db2 = zeros(MO);
+  rt_matmul_backward_set(dx2, dw2, db2, mm_R, mm_x, mm_w, MN, MI, MO);
+  GRAD_OK(mm_x, dx2, MN * MI);
+  rt_matmul_backward_set(dx2, dw2, db2, mm_R, mm_x, mm_w, MN, MI, MO);
+  for (int i = 0; i < MO * MI; i++) CHECK(fabs(dw2[i] - 2 * dw[i]) < 1e-12);
+  for (int i = 0; i < MO; i++) CHECK(fabs(db2[i] - 2 * db[i]) < 1e-12);
 }
 
 /* ---- rope */
@@ -206,7 +213,7 @@ static void test_attention(void) {
     at_vd = c ? AVD : AD;
     int nq = AB * AT * AH * AD, nk = AB * AT * AKV * AD, nv = AB * AT * AKV * at_vd, no = AB * AT * AH * at_vd;
     at_q = arr(nq), at_k = arr(nk), at_v = arr(nv), at_R = arr(no);
-    double *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nv);
+    double *dq = arr(nq), *dk = arr(nk), *dv = arr(nv); /* written, not added to: start non-zero */
     loss_fn = at_loss;
     at_loss();
     rt_attention_backward(dq, dk, dv, at_R, at_q, at_k, at_v, at_out, at_lse, AB, AT, AH, AKV, AD, at_vd);
@@ -287,7 +294,7 @@ static double gl_loss(void) {
 }
 static void test_activations(void) {
   sw_g = arr(SN), sw_u = arr(SN), sw_R = arr(SN);
-  double *dg = zeros(SN), *du = zeros(SN), *dx = zeros(SN);
+  double *dg = arr(SN), *du = arr(SN), *dx = arr(SN); /* written, not added to: start non-zero */
   loss_fn = sw_loss;
   rt_swiglu_backward(dg, du, sw_R, sw_g, sw_u, SN);
   GRAD_OK(sw_g, dg, SN);

@@ -773,7 +773,6 @@
 #define WS_KRP                 (A2A + 100663296) /*    3145728 [moe.a2a_staging]: mla: the RoPE key shared by the heads (rotated in place): in A2A (a layer's forward, from the latent norms to the keys and values) */
 #define WS_KVB                 (A2A + 103809024) /* 1610612736 [moe.a2a_staging]: mla: kv_b_proj's output, k_nope and v per head: in A2A (a layer's forward, from the latent norms to the keys and values) */
 #define WS_Y                            A2A /*  352321536 [moe.a2a_staging]: a block's output before the residual add: in A2A (a layer's forward) */
-#define WS_Y2                  (A2A + 352321536) /*  352321536 [moe.a2a_staging]: shared experts' output: in A2A (a layer's forward) */
 #define LNF                             A2A /*  352321536 [moe.a2a_staging]: final norm output: in A2A (the loss) */
 #define CE                     (A2A + 352321536) /*  805306368 [moe.a2a_staging]: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
 #define DLOGITS                         A2A /*   25165824 [moe.a2a_staging]: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
@@ -2182,13 +2181,11 @@ static void layer3_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2226,13 +2223,11 @@ static void layer4_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2270,13 +2265,11 @@ static void layer5_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2314,13 +2307,11 @@ static void layer6_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2358,13 +2349,11 @@ static void layer7_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2402,13 +2391,11 @@ static void layer8_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2446,13 +2433,11 @@ static void layer9_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2490,13 +2475,11 @@ static void layer10_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2534,13 +2517,11 @@ static void layer11_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2578,13 +2559,11 @@ static void layer12_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2622,13 +2601,11 @@ static void layer13_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2666,13 +2643,11 @@ static void layer14_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2710,13 +2685,11 @@ static void layer15_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2754,13 +2727,11 @@ static void layer16_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2798,13 +2769,11 @@ static void layer17_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2842,13 +2811,11 @@ static void layer18_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2886,13 +2853,11 @@ static void layer19_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2930,13 +2895,11 @@ static void layer20_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2974,13 +2937,11 @@ static void layer21_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3018,13 +2979,11 @@ static void layer22_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3062,13 +3021,11 @@ static void layer23_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3106,13 +3063,11 @@ static void layer24_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3150,13 +3105,11 @@ static void layer25_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3194,13 +3147,11 @@ static void layer26_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3238,13 +3189,11 @@ static void layer27_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3282,13 +3231,11 @@ static void layer28_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3326,13 +3273,11 @@ static void layer29_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3370,13 +3315,11 @@ static void layer30_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3414,13 +3357,11 @@ static void layer31_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3458,13 +3399,11 @@ static void layer32_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X33), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3502,13 +3441,11 @@ static void layer33_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X34), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3546,13 +3483,11 @@ static void layer34_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X35), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3590,13 +3525,11 @@ static void layer35_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X36), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3634,13 +3567,11 @@ static void layer36_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X37), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3678,13 +3609,11 @@ static void layer37_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X38), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3722,13 +3651,11 @@ static void layer38_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X39), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3766,13 +3693,11 @@ static void layer39_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X40), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3810,13 +3735,11 @@ static void layer40_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X41), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3854,13 +3777,11 @@ static void layer41_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X42), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3898,13 +3819,11 @@ static void layer42_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X43), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3942,13 +3861,11 @@ static void layer43_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X44), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3986,13 +3903,11 @@ static void layer44_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X45), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4030,13 +3945,11 @@ static void layer45_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X46), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4074,13 +3987,11 @@ static void layer46_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X47), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4118,13 +4029,11 @@ static void layer47_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X48), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4162,13 +4071,11 @@ static void layer48_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X49), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4206,13 +4113,11 @@ static void layer49_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X50), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4250,13 +4155,11 @@ static void layer50_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X51), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4294,13 +4197,11 @@ static void layer51_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X52), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4338,13 +4239,11 @@ static void layer52_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X53), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4382,13 +4281,11 @@ static void layer53_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X54), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4426,13 +4323,11 @@ static void layer54_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X55), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4470,13 +4365,11 @@ static void layer55_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X56), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4514,13 +4407,11 @@ static void layer56_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X57), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4558,13 +4449,11 @@ static void layer57_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X58), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4602,13 +4491,11 @@ static void layer58_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X59), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4646,13 +4533,11 @@ static void layer59_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X60), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4690,27 +4575,22 @@ static void layer60_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X61), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
 /* layer 60 (MoE), backward: DX_A (gradient of X61) -> DX_B (gradient of X60); weight gradients
  * into DW and DWE. */
 static void layer60_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -4734,27 +4614,20 @@ static void layer60_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -4765,14 +4638,11 @@ static void layer60_backward(RtCtx *c) {
 /* layer 59 (MoE), backward: DX_B (gradient of X60) -> DX_A (gradient of X59); weight gradients
  * into DW and DWE. */
 static void layer59_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -4796,27 +4666,20 @@ static void layer59_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -4827,14 +4690,11 @@ static void layer59_backward(RtCtx *c) {
 /* layer 58 (MoE), backward: DX_A (gradient of X59) -> DX_B (gradient of X58); weight gradients
  * into DW and DWE. */
 static void layer58_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -4858,27 +4718,20 @@ static void layer58_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -4889,14 +4742,11 @@ static void layer58_backward(RtCtx *c) {
 /* layer 57 (MoE), backward: DX_B (gradient of X58) -> DX_A (gradient of X57); weight gradients
  * into DW and DWE. */
 static void layer57_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -4920,27 +4770,20 @@ static void layer57_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -4951,14 +4794,11 @@ static void layer57_backward(RtCtx *c) {
 /* layer 56 (MoE), backward: DX_A (gradient of X57) -> DX_B (gradient of X56); weight gradients
  * into DW and DWE. */
 static void layer56_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -4982,27 +4822,20 @@ static void layer56_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5013,14 +4846,11 @@ static void layer56_backward(RtCtx *c) {
 /* layer 55 (MoE), backward: DX_B (gradient of X56) -> DX_A (gradient of X55); weight gradients
  * into DW and DWE. */
 static void layer55_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5044,27 +4874,20 @@ static void layer55_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5075,14 +4898,11 @@ static void layer55_backward(RtCtx *c) {
 /* layer 54 (MoE), backward: DX_A (gradient of X55) -> DX_B (gradient of X54); weight gradients
  * into DW and DWE. */
 static void layer54_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5106,27 +4926,20 @@ static void layer54_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5137,14 +4950,11 @@ static void layer54_backward(RtCtx *c) {
 /* layer 53 (MoE), backward: DX_B (gradient of X54) -> DX_A (gradient of X53); weight gradients
  * into DW and DWE. */
 static void layer53_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5168,27 +4978,20 @@ static void layer53_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5199,14 +5002,11 @@ static void layer53_backward(RtCtx *c) {
 /* layer 52 (MoE), backward: DX_A (gradient of X53) -> DX_B (gradient of X52); weight gradients
  * into DW and DWE. */
 static void layer52_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5230,27 +5030,20 @@ static void layer52_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5261,14 +5054,11 @@ static void layer52_backward(RtCtx *c) {
 /* layer 51 (MoE), backward: DX_B (gradient of X52) -> DX_A (gradient of X51); weight gradients
  * into DW and DWE. */
 static void layer51_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5292,27 +5082,20 @@ static void layer51_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5323,14 +5106,11 @@ static void layer51_backward(RtCtx *c) {
 /* layer 50 (MoE), backward: DX_A (gradient of X51) -> DX_B (gradient of X50); weight gradients
  * into DW and DWE. */
 static void layer50_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5354,27 +5134,20 @@ static void layer50_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5385,14 +5158,11 @@ static void layer50_backward(RtCtx *c) {
 /* layer 49 (MoE), backward: DX_B (gradient of X50) -> DX_A (gradient of X49); weight gradients
  * into DW and DWE. */
 static void layer49_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5416,27 +5186,20 @@ static void layer49_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5447,14 +5210,11 @@ static void layer49_backward(RtCtx *c) {
 /* layer 48 (MoE), backward: DX_A (gradient of X49) -> DX_B (gradient of X48); weight gradients
  * into DW and DWE. */
 static void layer48_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5478,27 +5238,20 @@ static void layer48_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5509,14 +5262,11 @@ static void layer48_backward(RtCtx *c) {
 /* layer 47 (MoE), backward: DX_B (gradient of X48) -> DX_A (gradient of X47); weight gradients
  * into DW and DWE. */
 static void layer47_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5540,27 +5290,20 @@ static void layer47_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5571,14 +5314,11 @@ static void layer47_backward(RtCtx *c) {
 /* layer 46 (MoE), backward: DX_A (gradient of X47) -> DX_B (gradient of X46); weight gradients
  * into DW and DWE. */
 static void layer46_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5602,27 +5342,20 @@ static void layer46_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5633,14 +5366,11 @@ static void layer46_backward(RtCtx *c) {
 /* layer 45 (MoE), backward: DX_B (gradient of X46) -> DX_A (gradient of X45); weight gradients
  * into DW and DWE. */
 static void layer45_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5664,27 +5394,20 @@ static void layer45_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5695,14 +5418,11 @@ static void layer45_backward(RtCtx *c) {
 /* layer 44 (MoE), backward: DX_A (gradient of X45) -> DX_B (gradient of X44); weight gradients
  * into DW and DWE. */
 static void layer44_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5726,27 +5446,20 @@ static void layer44_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5757,14 +5470,11 @@ static void layer44_backward(RtCtx *c) {
 /* layer 43 (MoE), backward: DX_B (gradient of X44) -> DX_A (gradient of X43); weight gradients
  * into DW and DWE. */
 static void layer43_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5788,27 +5498,20 @@ static void layer43_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5819,14 +5522,11 @@ static void layer43_backward(RtCtx *c) {
 /* layer 42 (MoE), backward: DX_A (gradient of X43) -> DX_B (gradient of X42); weight gradients
  * into DW and DWE. */
 static void layer42_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5850,27 +5550,20 @@ static void layer42_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5881,14 +5574,11 @@ static void layer42_backward(RtCtx *c) {
 /* layer 41 (MoE), backward: DX_B (gradient of X42) -> DX_A (gradient of X41); weight gradients
  * into DW and DWE. */
 static void layer41_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5912,27 +5602,20 @@ static void layer41_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5943,14 +5626,11 @@ static void layer41_backward(RtCtx *c) {
 /* layer 40 (MoE), backward: DX_A (gradient of X41) -> DX_B (gradient of X40); weight gradients
  * into DW and DWE. */
 static void layer40_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -5974,27 +5654,20 @@ static void layer40_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6005,14 +5678,11 @@ static void layer40_backward(RtCtx *c) {
 /* layer 39 (MoE), backward: DX_B (gradient of X40) -> DX_A (gradient of X39); weight gradients
  * into DW and DWE. */
 static void layer39_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6036,27 +5706,20 @@ static void layer39_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6067,14 +5730,11 @@ static void layer39_backward(RtCtx *c) {
 /* layer 38 (MoE), backward: DX_A (gradient of X39) -> DX_B (gradient of X38); weight gradients
  * into DW and DWE. */
 static void layer38_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6098,27 +5758,20 @@ static void layer38_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6129,14 +5782,11 @@ static void layer38_backward(RtCtx *c) {
 /* layer 37 (MoE), backward: DX_B (gradient of X38) -> DX_A (gradient of X37); weight gradients
  * into DW and DWE. */
 static void layer37_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6160,27 +5810,20 @@ static void layer37_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6191,14 +5834,11 @@ static void layer37_backward(RtCtx *c) {
 /* layer 36 (MoE), backward: DX_A (gradient of X37) -> DX_B (gradient of X36); weight gradients
  * into DW and DWE. */
 static void layer36_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6222,27 +5862,20 @@ static void layer36_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6253,14 +5886,11 @@ static void layer36_backward(RtCtx *c) {
 /* layer 35 (MoE), backward: DX_B (gradient of X36) -> DX_A (gradient of X35); weight gradients
  * into DW and DWE. */
 static void layer35_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6284,27 +5914,20 @@ static void layer35_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6315,14 +5938,11 @@ static void layer35_backward(RtCtx *c) {
 /* layer 34 (MoE), backward: DX_A (gradient of X35) -> DX_B (gradient of X34); weight gradients
  * into DW and DWE. */
 static void layer34_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6346,27 +5966,20 @@ static void layer34_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6377,14 +5990,11 @@ static void layer34_backward(RtCtx *c) {
 /* layer 33 (MoE), backward: DX_B (gradient of X34) -> DX_A (gradient of X33); weight gradients
  * into DW and DWE. */
 static void layer33_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6408,27 +6018,20 @@ static void layer33_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6439,14 +6042,11 @@ static void layer33_backward(RtCtx *c) {
 /* layer 32 (MoE), backward: DX_A (gradient of X33) -> DX_B (gradient of X32); weight gradients
  * into DW and DWE. */
 static void layer32_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6470,27 +6070,20 @@ static void layer32_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6501,14 +6094,11 @@ static void layer32_backward(RtCtx *c) {
 /* layer 31 (MoE), backward: DX_B (gradient of X32) -> DX_A (gradient of X31); weight gradients
  * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6532,27 +6122,20 @@ static void layer31_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6563,14 +6146,11 @@ static void layer31_backward(RtCtx *c) {
 /* layer 30 (MoE), backward: DX_A (gradient of X31) -> DX_B (gradient of X30); weight gradients
  * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6594,27 +6174,20 @@ static void layer30_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6625,14 +6198,11 @@ static void layer30_backward(RtCtx *c) {
 /* layer 29 (MoE), backward: DX_B (gradient of X30) -> DX_A (gradient of X29); weight gradients
  * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6656,27 +6226,20 @@ static void layer29_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6687,14 +6250,11 @@ static void layer29_backward(RtCtx *c) {
 /* layer 28 (MoE), backward: DX_A (gradient of X29) -> DX_B (gradient of X28); weight gradients
  * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6718,27 +6278,20 @@ static void layer28_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6749,14 +6302,11 @@ static void layer28_backward(RtCtx *c) {
 /* layer 27 (MoE), backward: DX_B (gradient of X28) -> DX_A (gradient of X27); weight gradients
  * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6780,27 +6330,20 @@ static void layer27_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6811,14 +6354,11 @@ static void layer27_backward(RtCtx *c) {
 /* layer 26 (MoE), backward: DX_A (gradient of X27) -> DX_B (gradient of X26); weight gradients
  * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6842,27 +6382,20 @@ static void layer26_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6873,14 +6406,11 @@ static void layer26_backward(RtCtx *c) {
 /* layer 25 (MoE), backward: DX_B (gradient of X26) -> DX_A (gradient of X25); weight gradients
  * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6904,27 +6434,20 @@ static void layer25_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6935,14 +6458,11 @@ static void layer25_backward(RtCtx *c) {
 /* layer 24 (MoE), backward: DX_A (gradient of X25) -> DX_B (gradient of X24); weight gradients
  * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -6966,27 +6486,20 @@ static void layer24_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6997,14 +6510,11 @@ static void layer24_backward(RtCtx *c) {
 /* layer 23 (MoE), backward: DX_B (gradient of X24) -> DX_A (gradient of X23); weight gradients
  * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7028,27 +6538,20 @@ static void layer23_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7059,14 +6562,11 @@ static void layer23_backward(RtCtx *c) {
 /* layer 22 (MoE), backward: DX_A (gradient of X23) -> DX_B (gradient of X22); weight gradients
  * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7090,27 +6590,20 @@ static void layer22_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7121,14 +6614,11 @@ static void layer22_backward(RtCtx *c) {
 /* layer 21 (MoE), backward: DX_B (gradient of X22) -> DX_A (gradient of X21); weight gradients
  * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7152,27 +6642,20 @@ static void layer21_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7183,14 +6666,11 @@ static void layer21_backward(RtCtx *c) {
 /* layer 20 (MoE), backward: DX_A (gradient of X21) -> DX_B (gradient of X20); weight gradients
  * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7214,27 +6694,20 @@ static void layer20_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7245,14 +6718,11 @@ static void layer20_backward(RtCtx *c) {
 /* layer 19 (MoE), backward: DX_B (gradient of X20) -> DX_A (gradient of X19); weight gradients
  * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7276,27 +6746,20 @@ static void layer19_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7307,14 +6770,11 @@ static void layer19_backward(RtCtx *c) {
 /* layer 18 (MoE), backward: DX_A (gradient of X19) -> DX_B (gradient of X18); weight gradients
  * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7338,27 +6798,20 @@ static void layer18_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7369,14 +6822,11 @@ static void layer18_backward(RtCtx *c) {
 /* layer 17 (MoE), backward: DX_B (gradient of X18) -> DX_A (gradient of X17); weight gradients
  * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7400,27 +6850,20 @@ static void layer17_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7431,14 +6874,11 @@ static void layer17_backward(RtCtx *c) {
 /* layer 16 (MoE), backward: DX_A (gradient of X17) -> DX_B (gradient of X16); weight gradients
  * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7462,27 +6902,20 @@ static void layer16_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7493,14 +6926,11 @@ static void layer16_backward(RtCtx *c) {
 /* layer 15 (MoE), backward: DX_B (gradient of X16) -> DX_A (gradient of X15); weight gradients
  * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7524,27 +6954,20 @@ static void layer15_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7555,14 +6978,11 @@ static void layer15_backward(RtCtx *c) {
 /* layer 14 (MoE), backward: DX_A (gradient of X15) -> DX_B (gradient of X14); weight gradients
  * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7586,27 +7006,20 @@ static void layer14_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7617,14 +7030,11 @@ static void layer14_backward(RtCtx *c) {
 /* layer 13 (MoE), backward: DX_B (gradient of X14) -> DX_A (gradient of X13); weight gradients
  * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7648,27 +7058,20 @@ static void layer13_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7679,14 +7082,11 @@ static void layer13_backward(RtCtx *c) {
 /* layer 12 (MoE), backward: DX_A (gradient of X13) -> DX_B (gradient of X12); weight gradients
  * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7710,27 +7110,20 @@ static void layer12_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7741,14 +7134,11 @@ static void layer12_backward(RtCtx *c) {
 /* layer 11 (MoE), backward: DX_B (gradient of X12) -> DX_A (gradient of X11); weight gradients
  * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7772,27 +7162,20 @@ static void layer11_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7803,14 +7186,11 @@ static void layer11_backward(RtCtx *c) {
 /* layer 10 (MoE), backward: DX_A (gradient of X11) -> DX_B (gradient of X10); weight gradients
  * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7834,27 +7214,20 @@ static void layer10_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7865,14 +7238,11 @@ static void layer10_backward(RtCtx *c) {
 /* layer 9 (MoE), backward: DX_B (gradient of X10) -> DX_A (gradient of X9); weight gradients
  * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7896,27 +7266,20 @@ static void layer9_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7927,14 +7290,11 @@ static void layer9_backward(RtCtx *c) {
 /* layer 8 (MoE), backward: DX_A (gradient of X9) -> DX_B (gradient of X8); weight gradients
  * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -7958,27 +7318,20 @@ static void layer8_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7989,14 +7342,11 @@ static void layer8_backward(RtCtx *c) {
 /* layer 7 (MoE), backward: DX_B (gradient of X8) -> DX_A (gradient of X7); weight gradients
  * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -8020,27 +7370,20 @@ static void layer7_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8051,14 +7394,11 @@ static void layer7_backward(RtCtx *c) {
 /* layer 6 (MoE), backward: DX_A (gradient of X7) -> DX_B (gradient of X6); weight gradients
  * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -8082,27 +7422,20 @@ static void layer6_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8113,14 +7446,11 @@ static void layer6_backward(RtCtx *c) {
 /* layer 5 (MoE), backward: DX_B (gradient of X6) -> DX_A (gradient of X5); weight gradients
  * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -8144,27 +7474,20 @@ static void layer5_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8175,14 +7498,11 @@ static void layer5_backward(RtCtx *c) {
 /* layer 4 (MoE), backward: DX_A (gradient of X5) -> DX_B (gradient of X4); weight gradients
  * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -8206,27 +7526,20 @@ static void layer4_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8237,14 +7550,11 @@ static void layer4_backward(RtCtx *c) {
 /* layer 3 (MoE), backward: DX_B (gradient of X4) -> DX_A (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
@@ -8268,27 +7578,20 @@ static void layer3_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8299,38 +7602,28 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (dense), backward: DX_A (gradient of X3) -> DX_B (gradient of X2); weight gradients
  * into DW. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DH), 905969664);
-  rt_matmul_backward(A(DH), DW(451362816), NULL, A(DX_A), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
-  rt_zero(A(DU), 905969664);
-  rt_zero(A(DG), 905969664);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(451362816), NULL, A(DX_A), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(WS_G), A(WS_U), 905969664);
-  rt_matmul_backward(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(319242240), NULL, A(DU), A(WS_LN2), W(319242240), 49152, 7168, 18432); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8341,38 +7634,28 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (dense), backward: DX_B (gradient of X2) -> DX_A (gradient of X1); weight gradients
  * into DW. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DH), 905969664);
-  rt_matmul_backward(A(DH), DW(451362816), NULL, A(DX_B), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
-  rt_zero(A(DU), 905969664);
-  rt_zero(A(DG), 905969664);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(451362816), NULL, A(DX_B), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(WS_G), A(WS_U), 905969664);
-  rt_matmul_backward(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(319242240), NULL, A(DU), A(WS_LN2), W(319242240), 49152, 7168, 18432); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8383,38 +7666,28 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (dense), backward: DX_A (gradient of X1) -> DX_B (gradient of X0); weight gradients
  * into DW. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DH), 905969664);
-  rt_matmul_backward(A(DH), DW(451362816), NULL, A(DX_A), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
-  rt_zero(A(DU), 905969664);
-  rt_zero(A(DG), 905969664);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(451362816), NULL, A(DX_A), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(WS_G), A(WS_U), 905969664);
-  rt_matmul_backward(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(319242240), NULL, A(DU), A(WS_LN2), W(319242240), 49152, 7168, 18432); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */

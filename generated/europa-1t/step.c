@@ -765,7 +765,6 @@
 #define DK                     (A2A + 805306368) /*  134217728 [moe.a2a_staging]: gradient of the keys: in A2A (the attention's backward) */
 #define DV                     (A2A + 939524096) /*  134217728 [moe.a2a_staging]: gradient of the values: in A2A (the attention's backward) */
 #define WS_Y                            A2A /*  402653184 [moe.a2a_staging]: a block's output before the residual add: in A2A (a layer's forward) */
-#define WS_Y2                  (A2A + 402653184) /*  402653184 [moe.a2a_staging]: shared experts' output: in A2A (a layer's forward) */
 #define LNF                             A2A /*  402653184 [moe.a2a_staging]: final norm output: in A2A (the loss) */
 #define CE                     (A2A + 402653184) /* 1073741824 [moe.a2a_staging]: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
 #define DLOGITS                         A2A /*   50331648 [moe.a2a_staging]: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
@@ -2079,13 +2078,11 @@ static void layer0_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X1), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2116,13 +2113,11 @@ static void layer1_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X2), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2153,13 +2148,11 @@ static void layer2_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X3), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2190,13 +2183,11 @@ static void layer3_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2227,13 +2218,11 @@ static void layer4_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2264,13 +2253,11 @@ static void layer5_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2301,13 +2288,11 @@ static void layer6_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2338,13 +2323,11 @@ static void layer7_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2375,13 +2358,11 @@ static void layer8_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2412,13 +2393,11 @@ static void layer9_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2449,13 +2428,11 @@ static void layer10_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2486,13 +2463,11 @@ static void layer11_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2523,13 +2498,11 @@ static void layer12_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2560,13 +2533,11 @@ static void layer13_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2597,13 +2568,11 @@ static void layer14_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2634,13 +2603,11 @@ static void layer15_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2671,13 +2638,11 @@ static void layer16_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2708,13 +2673,11 @@ static void layer17_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2745,13 +2708,11 @@ static void layer18_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2782,13 +2743,11 @@ static void layer19_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2819,13 +2778,11 @@ static void layer20_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2856,13 +2813,11 @@ static void layer21_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2893,13 +2848,11 @@ static void layer22_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2930,13 +2883,11 @@ static void layer23_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2967,13 +2918,11 @@ static void layer24_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3004,13 +2953,11 @@ static void layer25_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3041,13 +2988,11 @@ static void layer26_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3078,13 +3023,11 @@ static void layer27_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3115,13 +3058,11 @@ static void layer28_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3152,13 +3093,11 @@ static void layer29_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3189,13 +3128,11 @@ static void layer30_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3226,13 +3163,11 @@ static void layer31_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3263,13 +3198,11 @@ static void layer32_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X33), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3300,13 +3233,11 @@ static void layer33_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X34), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3337,13 +3268,11 @@ static void layer34_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X35), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3374,13 +3303,11 @@ static void layer35_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X36), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3411,13 +3338,11 @@ static void layer36_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X37), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3448,13 +3373,11 @@ static void layer37_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X38), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3485,13 +3408,11 @@ static void layer38_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X39), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3522,13 +3443,11 @@ static void layer39_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X40), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3559,13 +3478,11 @@ static void layer40_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X41), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3596,13 +3513,11 @@ static void layer41_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X42), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3633,13 +3548,11 @@ static void layer42_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X43), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3670,13 +3583,11 @@ static void layer43_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X44), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3707,13 +3618,11 @@ static void layer44_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X45), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3744,13 +3653,11 @@ static void layer45_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X46), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3781,13 +3688,11 @@ static void layer46_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X47), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3818,13 +3723,11 @@ static void layer47_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X48), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3855,13 +3758,11 @@ static void layer48_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X49), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3892,13 +3793,11 @@ static void layer49_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X50), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3929,13 +3828,11 @@ static void layer50_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X51), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3966,13 +3863,11 @@ static void layer51_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X52), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4003,13 +3898,11 @@ static void layer52_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X53), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4040,13 +3933,11 @@ static void layer53_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X54), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4077,13 +3968,11 @@ static void layer54_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X55), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4114,13 +4003,11 @@ static void layer55_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X56), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4151,13 +4038,11 @@ static void layer56_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X57), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4188,13 +4073,11 @@ static void layer57_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X58), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4225,13 +4108,11 @@ static void layer58_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X59), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4262,13 +4143,11 @@ static void layer59_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X60), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4299,13 +4178,11 @@ static void layer60_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X61), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4336,13 +4213,11 @@ static void layer61_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X62), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4373,13 +4248,11 @@ static void layer62_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X63), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4410,13 +4283,11 @@ static void layer63_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X64), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4447,13 +4318,11 @@ static void layer64_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X65), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4484,13 +4353,11 @@ static void layer65_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X66), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4521,13 +4388,11 @@ static void layer66_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X67), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4558,13 +4423,11 @@ static void layer67_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X68), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4595,13 +4458,11 @@ static void layer68_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X69), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4632,13 +4493,11 @@ static void layer69_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X70), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4669,13 +4528,11 @@ static void layer70_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X71), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4706,13 +4563,11 @@ static void layer71_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X72), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4743,13 +4598,11 @@ static void layer72_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X73), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4780,27 +4633,22 @@ static void layer73_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
   rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
   rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X74), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
 /* layer 73 (MoE), backward: DX_A (gradient of X74) -> DX_B (gradient of X73); weight gradients
  * into DW and DWE. */
 static void layer73_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -4824,16 +4672,11 @@ static void layer73_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X73), W(0), R(WS_RSTD1), 65536, 6144);
@@ -4842,14 +4685,11 @@ static void layer73_backward(RtCtx *c) {
 /* layer 72 (MoE), backward: DX_B (gradient of X73) -> DX_A (gradient of X72); weight gradients
  * into DW and DWE. */
 static void layer72_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -4873,16 +4713,11 @@ static void layer72_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X72), W(0), R(WS_RSTD1), 65536, 6144);
@@ -4891,14 +4726,11 @@ static void layer72_backward(RtCtx *c) {
 /* layer 71 (MoE), backward: DX_A (gradient of X72) -> DX_B (gradient of X71); weight gradients
  * into DW and DWE. */
 static void layer71_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -4922,16 +4754,11 @@ static void layer71_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X71), W(0), R(WS_RSTD1), 65536, 6144);
@@ -4940,14 +4767,11 @@ static void layer71_backward(RtCtx *c) {
 /* layer 70 (MoE), backward: DX_B (gradient of X71) -> DX_A (gradient of X70); weight gradients
  * into DW and DWE. */
 static void layer70_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -4971,16 +4795,11 @@ static void layer70_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X70), W(0), R(WS_RSTD1), 65536, 6144);
@@ -4989,14 +4808,11 @@ static void layer70_backward(RtCtx *c) {
 /* layer 69 (MoE), backward: DX_A (gradient of X70) -> DX_B (gradient of X69); weight gradients
  * into DW and DWE. */
 static void layer69_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5020,16 +4836,11 @@ static void layer69_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X69), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5038,14 +4849,11 @@ static void layer69_backward(RtCtx *c) {
 /* layer 68 (MoE), backward: DX_B (gradient of X69) -> DX_A (gradient of X68); weight gradients
  * into DW and DWE. */
 static void layer68_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5069,16 +4877,11 @@ static void layer68_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X68), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5087,14 +4890,11 @@ static void layer68_backward(RtCtx *c) {
 /* layer 67 (MoE), backward: DX_A (gradient of X68) -> DX_B (gradient of X67); weight gradients
  * into DW and DWE. */
 static void layer67_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5118,16 +4918,11 @@ static void layer67_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X67), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5136,14 +4931,11 @@ static void layer67_backward(RtCtx *c) {
 /* layer 66 (MoE), backward: DX_B (gradient of X67) -> DX_A (gradient of X66); weight gradients
  * into DW and DWE. */
 static void layer66_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5167,16 +4959,11 @@ static void layer66_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X66), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5185,14 +4972,11 @@ static void layer66_backward(RtCtx *c) {
 /* layer 65 (MoE), backward: DX_A (gradient of X66) -> DX_B (gradient of X65); weight gradients
  * into DW and DWE. */
 static void layer65_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5216,16 +5000,11 @@ static void layer65_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X65), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5234,14 +5013,11 @@ static void layer65_backward(RtCtx *c) {
 /* layer 64 (MoE), backward: DX_B (gradient of X65) -> DX_A (gradient of X64); weight gradients
  * into DW and DWE. */
 static void layer64_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5265,16 +5041,11 @@ static void layer64_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X64), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5283,14 +5054,11 @@ static void layer64_backward(RtCtx *c) {
 /* layer 63 (MoE), backward: DX_A (gradient of X64) -> DX_B (gradient of X63); weight gradients
  * into DW and DWE. */
 static void layer63_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5314,16 +5082,11 @@ static void layer63_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X63), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5332,14 +5095,11 @@ static void layer63_backward(RtCtx *c) {
 /* layer 62 (MoE), backward: DX_B (gradient of X63) -> DX_A (gradient of X62); weight gradients
  * into DW and DWE. */
 static void layer62_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5363,16 +5123,11 @@ static void layer62_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X62), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5381,14 +5136,11 @@ static void layer62_backward(RtCtx *c) {
 /* layer 61 (MoE), backward: DX_A (gradient of X62) -> DX_B (gradient of X61); weight gradients
  * into DW and DWE. */
 static void layer61_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5412,16 +5164,11 @@ static void layer61_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X61), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5430,14 +5177,11 @@ static void layer61_backward(RtCtx *c) {
 /* layer 60 (MoE), backward: DX_B (gradient of X61) -> DX_A (gradient of X60); weight gradients
  * into DW and DWE. */
 static void layer60_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5461,16 +5205,11 @@ static void layer60_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X60), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5479,14 +5218,11 @@ static void layer60_backward(RtCtx *c) {
 /* layer 59 (MoE), backward: DX_A (gradient of X60) -> DX_B (gradient of X59); weight gradients
  * into DW and DWE. */
 static void layer59_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5510,16 +5246,11 @@ static void layer59_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X59), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5528,14 +5259,11 @@ static void layer59_backward(RtCtx *c) {
 /* layer 58 (MoE), backward: DX_B (gradient of X59) -> DX_A (gradient of X58); weight gradients
  * into DW and DWE. */
 static void layer58_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5559,16 +5287,11 @@ static void layer58_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X58), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5577,14 +5300,11 @@ static void layer58_backward(RtCtx *c) {
 /* layer 57 (MoE), backward: DX_A (gradient of X58) -> DX_B (gradient of X57); weight gradients
  * into DW and DWE. */
 static void layer57_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5608,16 +5328,11 @@ static void layer57_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X57), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5626,14 +5341,11 @@ static void layer57_backward(RtCtx *c) {
 /* layer 56 (MoE), backward: DX_B (gradient of X57) -> DX_A (gradient of X56); weight gradients
  * into DW and DWE. */
 static void layer56_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5657,16 +5369,11 @@ static void layer56_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X56), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5675,14 +5382,11 @@ static void layer56_backward(RtCtx *c) {
 /* layer 55 (MoE), backward: DX_A (gradient of X56) -> DX_B (gradient of X55); weight gradients
  * into DW and DWE. */
 static void layer55_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5706,16 +5410,11 @@ static void layer55_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X55), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5724,14 +5423,11 @@ static void layer55_backward(RtCtx *c) {
 /* layer 54 (MoE), backward: DX_B (gradient of X55) -> DX_A (gradient of X54); weight gradients
  * into DW and DWE. */
 static void layer54_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5755,16 +5451,11 @@ static void layer54_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X54), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5773,14 +5464,11 @@ static void layer54_backward(RtCtx *c) {
 /* layer 53 (MoE), backward: DX_A (gradient of X54) -> DX_B (gradient of X53); weight gradients
  * into DW and DWE. */
 static void layer53_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5804,16 +5492,11 @@ static void layer53_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X53), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5822,14 +5505,11 @@ static void layer53_backward(RtCtx *c) {
 /* layer 52 (MoE), backward: DX_B (gradient of X53) -> DX_A (gradient of X52); weight gradients
  * into DW and DWE. */
 static void layer52_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5853,16 +5533,11 @@ static void layer52_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X52), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5871,14 +5546,11 @@ static void layer52_backward(RtCtx *c) {
 /* layer 51 (MoE), backward: DX_A (gradient of X52) -> DX_B (gradient of X51); weight gradients
  * into DW and DWE. */
 static void layer51_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5902,16 +5574,11 @@ static void layer51_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X51), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5920,14 +5587,11 @@ static void layer51_backward(RtCtx *c) {
 /* layer 50 (MoE), backward: DX_B (gradient of X51) -> DX_A (gradient of X50); weight gradients
  * into DW and DWE. */
 static void layer50_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -5951,16 +5615,11 @@ static void layer50_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X50), W(0), R(WS_RSTD1), 65536, 6144);
@@ -5969,14 +5628,11 @@ static void layer50_backward(RtCtx *c) {
 /* layer 49 (MoE), backward: DX_A (gradient of X50) -> DX_B (gradient of X49); weight gradients
  * into DW and DWE. */
 static void layer49_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6000,16 +5656,11 @@ static void layer49_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X49), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6018,14 +5669,11 @@ static void layer49_backward(RtCtx *c) {
 /* layer 48 (MoE), backward: DX_B (gradient of X49) -> DX_A (gradient of X48); weight gradients
  * into DW and DWE. */
 static void layer48_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6049,16 +5697,11 @@ static void layer48_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X48), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6067,14 +5710,11 @@ static void layer48_backward(RtCtx *c) {
 /* layer 47 (MoE), backward: DX_A (gradient of X48) -> DX_B (gradient of X47); weight gradients
  * into DW and DWE. */
 static void layer47_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6098,16 +5738,11 @@ static void layer47_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X47), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6116,14 +5751,11 @@ static void layer47_backward(RtCtx *c) {
 /* layer 46 (MoE), backward: DX_B (gradient of X47) -> DX_A (gradient of X46); weight gradients
  * into DW and DWE. */
 static void layer46_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6147,16 +5779,11 @@ static void layer46_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X46), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6165,14 +5792,11 @@ static void layer46_backward(RtCtx *c) {
 /* layer 45 (MoE), backward: DX_A (gradient of X46) -> DX_B (gradient of X45); weight gradients
  * into DW and DWE. */
 static void layer45_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6196,16 +5820,11 @@ static void layer45_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X45), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6214,14 +5833,11 @@ static void layer45_backward(RtCtx *c) {
 /* layer 44 (MoE), backward: DX_B (gradient of X45) -> DX_A (gradient of X44); weight gradients
  * into DW and DWE. */
 static void layer44_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6245,16 +5861,11 @@ static void layer44_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X44), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6263,14 +5874,11 @@ static void layer44_backward(RtCtx *c) {
 /* layer 43 (MoE), backward: DX_A (gradient of X44) -> DX_B (gradient of X43); weight gradients
  * into DW and DWE. */
 static void layer43_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6294,16 +5902,11 @@ static void layer43_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X43), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6312,14 +5915,11 @@ static void layer43_backward(RtCtx *c) {
 /* layer 42 (MoE), backward: DX_B (gradient of X43) -> DX_A (gradient of X42); weight gradients
  * into DW and DWE. */
 static void layer42_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6343,16 +5943,11 @@ static void layer42_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X42), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6361,14 +5956,11 @@ static void layer42_backward(RtCtx *c) {
 /* layer 41 (MoE), backward: DX_A (gradient of X42) -> DX_B (gradient of X41); weight gradients
  * into DW and DWE. */
 static void layer41_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6392,16 +5984,11 @@ static void layer41_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X41), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6410,14 +5997,11 @@ static void layer41_backward(RtCtx *c) {
 /* layer 40 (MoE), backward: DX_B (gradient of X41) -> DX_A (gradient of X40); weight gradients
  * into DW and DWE. */
 static void layer40_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6441,16 +6025,11 @@ static void layer40_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X40), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6459,14 +6038,11 @@ static void layer40_backward(RtCtx *c) {
 /* layer 39 (MoE), backward: DX_A (gradient of X40) -> DX_B (gradient of X39); weight gradients
  * into DW and DWE. */
 static void layer39_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6490,16 +6066,11 @@ static void layer39_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X39), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6508,14 +6079,11 @@ static void layer39_backward(RtCtx *c) {
 /* layer 38 (MoE), backward: DX_B (gradient of X39) -> DX_A (gradient of X38); weight gradients
  * into DW and DWE. */
 static void layer38_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6539,16 +6107,11 @@ static void layer38_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X38), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6557,14 +6120,11 @@ static void layer38_backward(RtCtx *c) {
 /* layer 37 (MoE), backward: DX_A (gradient of X38) -> DX_B (gradient of X37); weight gradients
  * into DW and DWE. */
 static void layer37_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6588,16 +6148,11 @@ static void layer37_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X37), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6606,14 +6161,11 @@ static void layer37_backward(RtCtx *c) {
 /* layer 36 (MoE), backward: DX_B (gradient of X37) -> DX_A (gradient of X36); weight gradients
  * into DW and DWE. */
 static void layer36_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6637,16 +6189,11 @@ static void layer36_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X36), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6655,14 +6202,11 @@ static void layer36_backward(RtCtx *c) {
 /* layer 35 (MoE), backward: DX_A (gradient of X36) -> DX_B (gradient of X35); weight gradients
  * into DW and DWE. */
 static void layer35_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6686,16 +6230,11 @@ static void layer35_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X35), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6704,14 +6243,11 @@ static void layer35_backward(RtCtx *c) {
 /* layer 34 (MoE), backward: DX_B (gradient of X35) -> DX_A (gradient of X34); weight gradients
  * into DW and DWE. */
 static void layer34_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6735,16 +6271,11 @@ static void layer34_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X34), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6753,14 +6284,11 @@ static void layer34_backward(RtCtx *c) {
 /* layer 33 (MoE), backward: DX_A (gradient of X34) -> DX_B (gradient of X33); weight gradients
  * into DW and DWE. */
 static void layer33_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6784,16 +6312,11 @@ static void layer33_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X33), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6802,14 +6325,11 @@ static void layer33_backward(RtCtx *c) {
 /* layer 32 (MoE), backward: DX_B (gradient of X33) -> DX_A (gradient of X32); weight gradients
  * into DW and DWE. */
 static void layer32_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6833,16 +6353,11 @@ static void layer32_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6851,14 +6366,11 @@ static void layer32_backward(RtCtx *c) {
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6882,16 +6394,11 @@ static void layer31_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6900,14 +6407,11 @@ static void layer31_backward(RtCtx *c) {
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6931,16 +6435,11 @@ static void layer30_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6949,14 +6448,11 @@ static void layer30_backward(RtCtx *c) {
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -6980,16 +6476,11 @@ static void layer29_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 65536, 6144);
@@ -6998,14 +6489,11 @@ static void layer29_backward(RtCtx *c) {
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7029,16 +6517,11 @@ static void layer28_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7047,14 +6530,11 @@ static void layer28_backward(RtCtx *c) {
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7078,16 +6558,11 @@ static void layer27_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7096,14 +6571,11 @@ static void layer27_backward(RtCtx *c) {
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7127,16 +6599,11 @@ static void layer26_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7145,14 +6612,11 @@ static void layer26_backward(RtCtx *c) {
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7176,16 +6640,11 @@ static void layer25_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7194,14 +6653,11 @@ static void layer25_backward(RtCtx *c) {
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7225,16 +6681,11 @@ static void layer24_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7243,14 +6694,11 @@ static void layer24_backward(RtCtx *c) {
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7274,16 +6722,11 @@ static void layer23_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7292,14 +6735,11 @@ static void layer23_backward(RtCtx *c) {
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7323,16 +6763,11 @@ static void layer22_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7341,14 +6776,11 @@ static void layer22_backward(RtCtx *c) {
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7372,16 +6804,11 @@ static void layer21_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7390,14 +6817,11 @@ static void layer21_backward(RtCtx *c) {
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7421,16 +6845,11 @@ static void layer20_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7439,14 +6858,11 @@ static void layer20_backward(RtCtx *c) {
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7470,16 +6886,11 @@ static void layer19_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7488,14 +6899,11 @@ static void layer19_backward(RtCtx *c) {
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7519,16 +6927,11 @@ static void layer18_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7537,14 +6940,11 @@ static void layer18_backward(RtCtx *c) {
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7568,16 +6968,11 @@ static void layer17_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7586,14 +6981,11 @@ static void layer17_backward(RtCtx *c) {
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7617,16 +7009,11 @@ static void layer16_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7635,14 +7022,11 @@ static void layer16_backward(RtCtx *c) {
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7666,16 +7050,11 @@ static void layer15_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7684,14 +7063,11 @@ static void layer15_backward(RtCtx *c) {
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7715,16 +7091,11 @@ static void layer14_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7733,14 +7104,11 @@ static void layer14_backward(RtCtx *c) {
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7764,16 +7132,11 @@ static void layer13_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7782,14 +7145,11 @@ static void layer13_backward(RtCtx *c) {
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7813,16 +7173,11 @@ static void layer12_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7831,14 +7186,11 @@ static void layer12_backward(RtCtx *c) {
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7862,16 +7214,11 @@ static void layer11_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7880,14 +7227,11 @@ static void layer11_backward(RtCtx *c) {
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7911,16 +7255,11 @@ static void layer10_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7929,14 +7268,11 @@ static void layer10_backward(RtCtx *c) {
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -7960,16 +7296,11 @@ static void layer9_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 65536, 6144);
@@ -7978,14 +7309,11 @@ static void layer9_backward(RtCtx *c) {
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -8009,16 +7337,11 @@ static void layer8_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 65536, 6144);
@@ -8027,14 +7350,11 @@ static void layer8_backward(RtCtx *c) {
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -8058,16 +7378,11 @@ static void layer7_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 65536, 6144);
@@ -8076,14 +7391,11 @@ static void layer7_backward(RtCtx *c) {
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -8107,16 +7419,11 @@ static void layer6_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 65536, 6144);
@@ -8125,14 +7432,11 @@ static void layer6_backward(RtCtx *c) {
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -8156,16 +7460,11 @@ static void layer5_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 65536, 6144);
@@ -8174,14 +7473,11 @@ static void layer5_backward(RtCtx *c) {
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -8205,16 +7501,11 @@ static void layer4_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 65536, 6144);
@@ -8223,14 +7514,11 @@ static void layer4_backward(RtCtx *c) {
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -8254,16 +7542,11 @@ static void layer3_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 65536, 6144);
@@ -8272,14 +7555,11 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -8303,16 +7583,11 @@ static void layer2_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 65536, 6144);
@@ -8321,14 +7596,11 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -8352,16 +7624,11 @@ static void layer1_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 65536, 6144);
@@ -8370,14 +7637,11 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
@@ -8401,16 +7665,11 @@ static void layer0_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
   rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
   rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
   rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
   rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 65536, 6144);

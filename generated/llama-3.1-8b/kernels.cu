@@ -358,8 +358,8 @@ extern "C" __global__ void swiglu_forward(act *h, const act *g, const act *u, lo
 
 __device__ __forceinline__ void swiglu_backward_one(act *dg, act *du, const act *dh, const act *g, const act *u, long t) {
   float x = f32(g[t]), s = 1.f / (1.f + __expf(-x)), dy = f32(dh[t]);
-  dg[t] = to_act(f32(dg[t]) + dy * f32(u[t]) * s * (1.f + x * (1.f - s)));
-  du[t] = to_act(f32(du[t]) + dy * x * s);
+  dg[t] = to_act(dy * f32(u[t]) * s * (1.f + x * (1.f - s)));
+  du[t] = to_act(dy * x * s);
 }
 
 extern "C" __global__ void swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, long n) {
@@ -367,18 +367,18 @@ extern "C" __global__ void swiglu_backward(act *dg, act *du, const act *dh, cons
   SCALAR_TAIL(i, n, swiglu_backward_one(dg, du, dh, g, u, t))
   if (i >= n / VEC) return;
   Vec a = ((const Vec *)g)[i], b = ((const Vec *)u)[i], d = ((const Vec *)dh)[i];
-  Vec og = ((const Vec *)dg)[i], ou = ((const Vec *)du)[i];
+  Vec og, ou;
 #pragma unroll
   for (int j = 0; j < VEC; j++) {
     float x = f32(a.h[j]), s = 1.f / (1.f + __expf(-x)), up = f32(b.h[j]);
     float dy = f32(d.h[j]);
-    og.h[j] = to_act(f32(og.h[j]) + dy * up * s * (1.f + x * (1.f - s)));
-    ou.h[j] = to_act(f32(ou.h[j]) + dy * x * s);
+    og.h[j] = to_act(dy * up * s * (1.f + x * (1.f - s)));
+    ou.h[j] = to_act(dy * x * s);
   }
   ((Vec *)dg)[i] = og, ((Vec *)du)[i] = ou;
 }
 
-// GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); backward dx += dh gelu'(x).
+// GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); backward dx = dh gelu'(x).
 #define GELU_K 0.7978845608f // sqrt(2 / pi)
 extern "C" __global__ void gelu_forward(act *h, const act *x, long n) {
   long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -392,7 +392,7 @@ extern "C" __global__ void gelu_backward(act *dx, const act *dh, const act *x, l
   if (i >= n) return;
   float a = f32(x[i]), th = tanhf(GELU_K * (a + 0.044715f * a * a * a));
   float d = 0.5f * (1.f + th) + 0.5f * a * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * a * a);
-  dx[i] = to_act(f32(dx[i]) + f32(dh[i]) * d);
+  dx[i] = to_act(f32(dh[i]) * d);
 }
 
 // acc += x over n elements (a multiple of 8): a second branch's gradient or output.
@@ -509,7 +509,7 @@ extern "C" __global__ void attention_forward(act *out, float *lse, const act *q,
   if (lane == 0) lse[(size_t)n * HEADS + h] = m + __logf(l);
 }
 
-// dq (added to) and delta = dout · out per (token, head), saved for attention_backward_dkv.
+// dq (written) and delta = dout · out per (token, head), saved for attention_backward_dkv.
 extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const act *dout, const act *q,
                                                  const act *k, const act *v, const act *out, const float *lse) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
@@ -531,11 +531,11 @@ extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const ac
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = to_act(f32(dq[row + lane + 32 * i]) + acc[i]);
+    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = to_act(acc[i]);
   if (lane == 0) delta[(size_t)n * HEADS + h] = D;
 }
 
-// dk, dv (added to): one warp per (token j, KV head), summing over the GROUP query heads and the
+// dk, dv (written): one warp per (token j, KV head), summing over the GROUP query heads and the
 // queries t >= j that attend to it.
 extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *dout, const act *q, const act *k,
                                                   const act *v, const float *lse, const float *delta) {
@@ -566,10 +566,10 @@ extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *d
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) dk[kv + lane + 32 * i] = to_act(f32(dk[kv + lane + 32 * i]) + dkacc[i]);
+    if (lane + 32 * i < HEAD_DIM) dk[kv + lane + 32 * i] = to_act(dkacc[i]);
 #pragma unroll
   for (int i = 0; i < VPL; i++)
-    if (lane + 32 * i < V_DIM) dv[vv + lane + 32 * i] = to_act(f32(dv[vv + lane + 32 * i]) + dvacc[i]);
+    if (lane + 32 * i < V_DIM) dv[vv + lane + 32 * i] = to_act(dvacc[i]);
 }
 
 // ---- MLA (DeepSeek-V2 §2.1; HF modeling_deepseek_v3.py): the cpu's rt_mla_kv_* and
@@ -1203,8 +1203,9 @@ extern "C" __global__ void seq_aux_loss_sum(float *out, const float *stats, int 
 // above the diagonal are never visited, the diagonal ones are masked elementwise.
 //   forward:  out, lse (overwritten)            flash_attention_forward
 //   backward: delta = rowsum(dout · out)        flash_attention_backward_prep
-//             dq += scale · dS K                flash_attention_backward_dq  (query tiles)
-//             dk += scale · dSᵀ Q, dv += Pᵀ dO  flash_attention_backward_dkv (key tiles, all GROUP heads)
+//             dq = scale · dS K                 flash_attention_backward_dq  (query tiles)
+//             dk = scale · dSᵀ Q, dv = Pᵀ dO    flash_attention_backward_dkv (key tiles, all GROUP heads)
+//   (dq, dk, dv overwritten: mtrt_ops.h's rt_attention_backward writes them)
 //   with P = exp(scale · Q Kᵀ − lse), dS = P ⊙ (dO Vᵀ − delta).
 // All shared memory is static (< 48 KB; launch with 0 dynamic bytes). Needs sm_80+ (bf16 wmma).
 // The kernels exist where HAVE_FLASH_ATTENTION is defined: head_dim a multiple of 16 up to 128,
@@ -1399,7 +1400,7 @@ extern "C" __global__ void flash_attention_backward_prep(float *delta, const act
   if (lane == 0) delta[w] = s;
 }
 
-// dq += scale · dS K: grid (SEQ_LEN / FLASH_BQ, HEADS, TOKENS / SEQ_LEN) = FLASH_DQ_GRID, block
+// dq = scale · dS K: grid (SEQ_LEN / FLASH_BQ, HEADS, TOKENS / SEQ_LEN) = FLASH_DQ_GRID, block
 // FLASH_THREADS, static shared memory FLASH_DQ_SMEM bytes. Block (x, h, b): the queries of tile
 // qt (the last first) of head h in sequence b, over the key steps of FLASH_BB keys up to the
 // diagonal; warp w its rows 16w..16w+15 (Q, dO in registers, dQ in fp32 accumulators); in the
@@ -1491,11 +1492,11 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
         wmma::mma_sync(acc[d], df[c], kb, acc[d]);
       }
   }
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dq + ((tok0 + tw) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, acc, S,
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dq + ((tok0 + tw) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, acc, S,
                                                  FLASH_BSLD);
 }
 
-// dk += scale · dSᵀ Q, dv += Pᵀ dO: grid (SEQ_LEN / FLASH_BQ, KV_HEADS, TOKENS / SEQ_LEN) =
+// dk = scale · dSᵀ Q, dv = Pᵀ dO (written): grid (SEQ_LEN / FLASH_BQ, KV_HEADS, TOKENS / SEQ_LEN) =
 // FLASH_DKV_GRID, block FLASH_THREADS, static shared memory FLASH_DKV_SMEM bytes. Block (x, g, b):
 // the keys of tile x of KV head g in sequence b, over the GROUP query heads that read it and, for
 // each, the query steps of FLASH_BB queries from the diagonal on; warp w its keys 16w..16w+15 (K,
@@ -1600,7 +1601,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
         }
     }
   size_t row = ((tok0 + jw) * KV_HEADS + kvh) * HEAD_DIM;
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dk + row, KV_HEADS * HEAD_DIM, dka, S, FLASH_BSLD);
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dv + row, KV_HEADS * HEAD_DIM, dva, S, FLASH_BSLD);
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dk + row, KV_HEADS * HEAD_DIM, dka, S, FLASH_BSLD);
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dv + row, KV_HEADS * HEAD_DIM, dva, S, FLASH_BSLD);
 }
 #endif // HAVE_FLASH_ATTENTION

@@ -1658,27 +1658,19 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 /* layer 31 (dense), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into DW. */
 static void layer31_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L31_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L31_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L31_G), A(L31_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L31_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L31_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L31_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L31_RES), W(41947136), R(L31_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L31_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L31_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L31_Q), A(L31_K), A(L31_V), A(L31_ATT), R(L31_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L31_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L31_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L31_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L31_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(L31_RSTD1), 8192, 4096);
@@ -1687,27 +1679,19 @@ static void layer31_backward(RtCtx *c) {
 /* layer 30 (dense), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into DW. */
 static void layer30_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L30_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L30_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L30_G), A(L30_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L30_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L30_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L30_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L30_RES), W(41947136), R(L30_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L30_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L30_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L30_Q), A(L30_K), A(L30_V), A(L30_ATT), R(L30_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L30_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L30_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L30_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L30_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(L30_RSTD1), 8192, 4096);
@@ -1716,27 +1700,19 @@ static void layer30_backward(RtCtx *c) {
 /* layer 29 (dense), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into DW. */
 static void layer29_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L29_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L29_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L29_G), A(L29_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L29_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L29_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L29_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L29_RES), W(41947136), R(L29_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L29_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L29_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L29_Q), A(L29_K), A(L29_V), A(L29_ATT), R(L29_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L29_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L29_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L29_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L29_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(L29_RSTD1), 8192, 4096);
@@ -1745,27 +1721,19 @@ static void layer29_backward(RtCtx *c) {
 /* layer 28 (dense), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into DW. */
 static void layer28_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L28_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L28_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L28_G), A(L28_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L28_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L28_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L28_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L28_RES), W(41947136), R(L28_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L28_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L28_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L28_Q), A(L28_K), A(L28_V), A(L28_ATT), R(L28_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L28_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L28_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L28_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L28_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(L28_RSTD1), 8192, 4096);
@@ -1774,27 +1742,19 @@ static void layer28_backward(RtCtx *c) {
 /* layer 27 (dense), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into DW. */
 static void layer27_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L27_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L27_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L27_G), A(L27_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L27_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L27_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L27_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L27_RES), W(41947136), R(L27_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L27_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L27_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L27_Q), A(L27_K), A(L27_V), A(L27_ATT), R(L27_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L27_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L27_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L27_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L27_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(L27_RSTD1), 8192, 4096);
@@ -1803,27 +1763,19 @@ static void layer27_backward(RtCtx *c) {
 /* layer 26 (dense), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into DW. */
 static void layer26_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L26_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L26_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L26_G), A(L26_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L26_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L26_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L26_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L26_RES), W(41947136), R(L26_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L26_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L26_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L26_Q), A(L26_K), A(L26_V), A(L26_ATT), R(L26_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L26_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L26_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L26_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L26_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(L26_RSTD1), 8192, 4096);
@@ -1832,27 +1784,19 @@ static void layer26_backward(RtCtx *c) {
 /* layer 25 (dense), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into DW. */
 static void layer25_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L25_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L25_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L25_G), A(L25_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L25_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L25_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L25_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L25_RES), W(41947136), R(L25_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L25_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L25_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L25_Q), A(L25_K), A(L25_V), A(L25_ATT), R(L25_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L25_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L25_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L25_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L25_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(L25_RSTD1), 8192, 4096);
@@ -1861,27 +1805,19 @@ static void layer25_backward(RtCtx *c) {
 /* layer 24 (dense), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into DW. */
 static void layer24_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L24_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L24_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L24_G), A(L24_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L24_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L24_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L24_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L24_RES), W(41947136), R(L24_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L24_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L24_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L24_Q), A(L24_K), A(L24_V), A(L24_ATT), R(L24_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L24_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L24_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L24_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L24_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(L24_RSTD1), 8192, 4096);
@@ -1890,27 +1826,19 @@ static void layer24_backward(RtCtx *c) {
 /* layer 23 (dense), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into DW. */
 static void layer23_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L23_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L23_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L23_G), A(L23_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L23_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L23_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L23_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L23_RES), W(41947136), R(L23_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L23_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L23_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L23_Q), A(L23_K), A(L23_V), A(L23_ATT), R(L23_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L23_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L23_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L23_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L23_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(L23_RSTD1), 8192, 4096);
@@ -1919,27 +1847,19 @@ static void layer23_backward(RtCtx *c) {
 /* layer 22 (dense), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into DW. */
 static void layer22_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L22_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L22_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L22_G), A(L22_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L22_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L22_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L22_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L22_RES), W(41947136), R(L22_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L22_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L22_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L22_Q), A(L22_K), A(L22_V), A(L22_ATT), R(L22_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L22_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L22_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L22_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L22_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(L22_RSTD1), 8192, 4096);
@@ -1948,27 +1868,19 @@ static void layer22_backward(RtCtx *c) {
 /* layer 21 (dense), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into DW. */
 static void layer21_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L21_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L21_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L21_G), A(L21_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L21_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L21_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L21_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L21_RES), W(41947136), R(L21_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L21_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L21_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L21_Q), A(L21_K), A(L21_V), A(L21_ATT), R(L21_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L21_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L21_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L21_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L21_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(L21_RSTD1), 8192, 4096);
@@ -1977,27 +1889,19 @@ static void layer21_backward(RtCtx *c) {
 /* layer 20 (dense), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into DW. */
 static void layer20_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L20_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L20_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L20_G), A(L20_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L20_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L20_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L20_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L20_RES), W(41947136), R(L20_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L20_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L20_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L20_Q), A(L20_K), A(L20_V), A(L20_ATT), R(L20_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L20_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L20_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L20_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L20_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(L20_RSTD1), 8192, 4096);
@@ -2006,27 +1910,19 @@ static void layer20_backward(RtCtx *c) {
 /* layer 19 (dense), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into DW. */
 static void layer19_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L19_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L19_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L19_G), A(L19_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L19_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L19_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L19_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L19_RES), W(41947136), R(L19_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L19_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L19_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L19_Q), A(L19_K), A(L19_V), A(L19_ATT), R(L19_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L19_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L19_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L19_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L19_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(L19_RSTD1), 8192, 4096);
@@ -2035,27 +1931,19 @@ static void layer19_backward(RtCtx *c) {
 /* layer 18 (dense), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into DW. */
 static void layer18_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L18_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L18_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L18_G), A(L18_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L18_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L18_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L18_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L18_RES), W(41947136), R(L18_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L18_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L18_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L18_Q), A(L18_K), A(L18_V), A(L18_ATT), R(L18_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L18_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L18_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L18_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L18_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(L18_RSTD1), 8192, 4096);
@@ -2064,27 +1952,19 @@ static void layer18_backward(RtCtx *c) {
 /* layer 17 (dense), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into DW. */
 static void layer17_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L17_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L17_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L17_G), A(L17_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L17_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L17_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L17_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L17_RES), W(41947136), R(L17_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L17_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L17_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L17_Q), A(L17_K), A(L17_V), A(L17_ATT), R(L17_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L17_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L17_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L17_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L17_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(L17_RSTD1), 8192, 4096);
@@ -2093,27 +1973,19 @@ static void layer17_backward(RtCtx *c) {
 /* layer 16 (dense), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into DW. */
 static void layer16_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L16_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L16_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L16_G), A(L16_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L16_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L16_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L16_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L16_RES), W(41947136), R(L16_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L16_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L16_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L16_Q), A(L16_K), A(L16_V), A(L16_ATT), R(L16_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L16_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L16_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L16_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L16_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(L16_RSTD1), 8192, 4096);
@@ -2122,27 +1994,19 @@ static void layer16_backward(RtCtx *c) {
 /* layer 15 (dense), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into DW. */
 static void layer15_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L15_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L15_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L15_G), A(L15_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L15_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L15_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L15_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L15_RES), W(41947136), R(L15_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L15_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L15_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L15_Q), A(L15_K), A(L15_V), A(L15_ATT), R(L15_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L15_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L15_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L15_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L15_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(L15_RSTD1), 8192, 4096);
@@ -2151,27 +2015,19 @@ static void layer15_backward(RtCtx *c) {
 /* layer 14 (dense), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into DW. */
 static void layer14_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L14_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L14_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L14_G), A(L14_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L14_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L14_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L14_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L14_RES), W(41947136), R(L14_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L14_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L14_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L14_Q), A(L14_K), A(L14_V), A(L14_ATT), R(L14_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L14_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L14_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L14_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L14_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(L14_RSTD1), 8192, 4096);
@@ -2180,27 +2036,19 @@ static void layer14_backward(RtCtx *c) {
 /* layer 13 (dense), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into DW. */
 static void layer13_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L13_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L13_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L13_G), A(L13_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L13_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L13_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L13_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L13_RES), W(41947136), R(L13_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L13_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L13_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L13_Q), A(L13_K), A(L13_V), A(L13_ATT), R(L13_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L13_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L13_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L13_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L13_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(L13_RSTD1), 8192, 4096);
@@ -2209,27 +2057,19 @@ static void layer13_backward(RtCtx *c) {
 /* layer 12 (dense), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into DW. */
 static void layer12_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L12_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L12_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L12_G), A(L12_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L12_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L12_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L12_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L12_RES), W(41947136), R(L12_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L12_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L12_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L12_Q), A(L12_K), A(L12_V), A(L12_ATT), R(L12_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L12_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L12_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L12_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L12_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(L12_RSTD1), 8192, 4096);
@@ -2238,27 +2078,19 @@ static void layer12_backward(RtCtx *c) {
 /* layer 11 (dense), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into DW. */
 static void layer11_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L11_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L11_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L11_G), A(L11_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L11_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L11_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L11_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L11_RES), W(41947136), R(L11_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L11_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L11_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L11_Q), A(L11_K), A(L11_V), A(L11_ATT), R(L11_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L11_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L11_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L11_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L11_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(L11_RSTD1), 8192, 4096);
@@ -2267,27 +2099,19 @@ static void layer11_backward(RtCtx *c) {
 /* layer 10 (dense), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into DW. */
 static void layer10_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L10_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L10_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L10_G), A(L10_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L10_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L10_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L10_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L10_RES), W(41947136), R(L10_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L10_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L10_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L10_Q), A(L10_K), A(L10_V), A(L10_ATT), R(L10_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L10_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L10_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L10_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L10_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(L10_RSTD1), 8192, 4096);
@@ -2296,27 +2120,19 @@ static void layer10_backward(RtCtx *c) {
 /* layer 9 (dense), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into DW. */
 static void layer9_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L9_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L9_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L9_G), A(L9_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L9_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L9_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L9_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L9_RES), W(41947136), R(L9_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L9_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L9_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L9_Q), A(L9_K), A(L9_V), A(L9_ATT), R(L9_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L9_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L9_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L9_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L9_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(L9_RSTD1), 8192, 4096);
@@ -2325,27 +2141,19 @@ static void layer9_backward(RtCtx *c) {
 /* layer 8 (dense), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into DW. */
 static void layer8_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L8_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L8_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L8_G), A(L8_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L8_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L8_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L8_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L8_RES), W(41947136), R(L8_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L8_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L8_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L8_Q), A(L8_K), A(L8_V), A(L8_ATT), R(L8_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L8_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L8_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L8_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L8_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(L8_RSTD1), 8192, 4096);
@@ -2354,27 +2162,19 @@ static void layer8_backward(RtCtx *c) {
 /* layer 7 (dense), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into DW. */
 static void layer7_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L7_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L7_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L7_G), A(L7_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L7_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L7_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L7_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L7_RES), W(41947136), R(L7_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L7_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L7_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L7_Q), A(L7_K), A(L7_V), A(L7_ATT), R(L7_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L7_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L7_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L7_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L7_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(L7_RSTD1), 8192, 4096);
@@ -2383,27 +2183,19 @@ static void layer7_backward(RtCtx *c) {
 /* layer 6 (dense), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into DW. */
 static void layer6_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L6_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L6_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L6_G), A(L6_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L6_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L6_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L6_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L6_RES), W(41947136), R(L6_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L6_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L6_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L6_Q), A(L6_K), A(L6_V), A(L6_ATT), R(L6_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L6_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L6_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L6_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L6_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(L6_RSTD1), 8192, 4096);
@@ -2412,27 +2204,19 @@ static void layer6_backward(RtCtx *c) {
 /* layer 5 (dense), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into DW. */
 static void layer5_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L5_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L5_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L5_G), A(L5_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L5_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L5_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L5_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L5_RES), W(41947136), R(L5_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L5_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L5_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L5_Q), A(L5_K), A(L5_V), A(L5_ATT), R(L5_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L5_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L5_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L5_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L5_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(L5_RSTD1), 8192, 4096);
@@ -2441,27 +2225,19 @@ static void layer5_backward(RtCtx *c) {
 /* layer 4 (dense), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into DW. */
 static void layer4_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L4_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L4_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L4_G), A(L4_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L4_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L4_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L4_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L4_RES), W(41947136), R(L4_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L4_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L4_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L4_Q), A(L4_K), A(L4_V), A(L4_ATT), R(L4_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L4_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L4_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L4_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L4_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(L4_RSTD1), 8192, 4096);
@@ -2470,27 +2246,19 @@ static void layer4_backward(RtCtx *c) {
 /* layer 3 (dense), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L3_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L3_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L3_G), A(L3_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L3_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L3_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L3_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L3_RES), W(41947136), R(L3_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L3_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L3_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L3_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L3_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L3_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L3_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(L3_RSTD1), 8192, 4096);
@@ -2499,27 +2267,19 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (dense), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L2_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L2_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L2_G), A(L2_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L2_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L2_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L2_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L2_RES), W(41947136), R(L2_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L2_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L2_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L2_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L2_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L2_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L2_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(L2_RSTD1), 8192, 4096);
@@ -2528,27 +2288,19 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (dense), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L1_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L1_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L1_G), A(L1_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L1_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L1_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L1_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L1_RES), W(41947136), R(L1_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L1_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L1_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L1_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L1_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L1_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L1_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(L1_RSTD1), 8192, 4096);
@@ -2557,27 +2309,19 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (dense), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L0_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L0_H), W(159391744), 8192, 14336, 4096); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(L0_G), A(L0_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L0_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DG), A(L0_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L0_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L0_RES), W(41947136), R(L0_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L0_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L0_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L0_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L0_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L0_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L0_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(L0_RSTD1), 8192, 4096);

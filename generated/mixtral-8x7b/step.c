@@ -1658,12 +1658,13 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1671,16 +1672,11 @@ static void layer31_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1689,12 +1685,13 @@ static void layer31_backward(RtCtx *c) {
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1702,16 +1699,11 @@ static void layer30_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1720,12 +1712,13 @@ static void layer30_backward(RtCtx *c) {
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1733,16 +1726,11 @@ static void layer29_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1751,12 +1739,13 @@ static void layer29_backward(RtCtx *c) {
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1764,16 +1753,11 @@ static void layer28_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1782,12 +1766,13 @@ static void layer28_backward(RtCtx *c) {
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1795,16 +1780,11 @@ static void layer27_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1813,12 +1793,13 @@ static void layer27_backward(RtCtx *c) {
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1826,16 +1807,11 @@ static void layer26_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1844,12 +1820,13 @@ static void layer26_backward(RtCtx *c) {
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1857,16 +1834,11 @@ static void layer25_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1875,12 +1847,13 @@ static void layer25_backward(RtCtx *c) {
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1888,16 +1861,11 @@ static void layer24_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1906,12 +1874,13 @@ static void layer24_backward(RtCtx *c) {
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1919,16 +1888,11 @@ static void layer23_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1937,12 +1901,13 @@ static void layer23_backward(RtCtx *c) {
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1950,16 +1915,11 @@ static void layer22_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1968,12 +1928,13 @@ static void layer22_backward(RtCtx *c) {
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1981,16 +1942,11 @@ static void layer21_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 131072, 4096);
@@ -1999,12 +1955,13 @@ static void layer21_backward(RtCtx *c) {
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2012,16 +1969,11 @@ static void layer20_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2030,12 +1982,13 @@ static void layer20_backward(RtCtx *c) {
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2043,16 +1996,11 @@ static void layer19_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2061,12 +2009,13 @@ static void layer19_backward(RtCtx *c) {
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2074,16 +2023,11 @@ static void layer18_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2092,12 +2036,13 @@ static void layer18_backward(RtCtx *c) {
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2105,16 +2050,11 @@ static void layer17_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2123,12 +2063,13 @@ static void layer17_backward(RtCtx *c) {
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2136,16 +2077,11 @@ static void layer16_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2154,12 +2090,13 @@ static void layer16_backward(RtCtx *c) {
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2167,16 +2104,11 @@ static void layer15_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2185,12 +2117,13 @@ static void layer15_backward(RtCtx *c) {
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2198,16 +2131,11 @@ static void layer14_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2216,12 +2144,13 @@ static void layer14_backward(RtCtx *c) {
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2229,16 +2158,11 @@ static void layer13_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2247,12 +2171,13 @@ static void layer13_backward(RtCtx *c) {
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2260,16 +2185,11 @@ static void layer12_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2278,12 +2198,13 @@ static void layer12_backward(RtCtx *c) {
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2291,16 +2212,11 @@ static void layer11_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2309,12 +2225,13 @@ static void layer11_backward(RtCtx *c) {
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2322,16 +2239,11 @@ static void layer10_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2340,12 +2252,13 @@ static void layer10_backward(RtCtx *c) {
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2353,16 +2266,11 @@ static void layer9_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2371,12 +2279,13 @@ static void layer9_backward(RtCtx *c) {
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2384,16 +2293,11 @@ static void layer8_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2402,12 +2306,13 @@ static void layer8_backward(RtCtx *c) {
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2415,16 +2320,11 @@ static void layer7_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2433,12 +2333,13 @@ static void layer7_backward(RtCtx *c) {
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2446,16 +2347,11 @@ static void layer6_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2464,12 +2360,13 @@ static void layer6_backward(RtCtx *c) {
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2477,16 +2374,11 @@ static void layer5_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2495,12 +2387,13 @@ static void layer5_backward(RtCtx *c) {
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2508,16 +2401,11 @@ static void layer4_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2526,12 +2414,13 @@ static void layer4_backward(RtCtx *c) {
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2539,16 +2428,11 @@ static void layer3_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2557,12 +2441,13 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2570,16 +2455,11 @@ static void layer2_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2588,12 +2468,13 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2601,16 +2482,11 @@ static void layer1_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 131072, 4096);
@@ -2619,12 +2495,13 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2632,16 +2509,11 @@ static void layer0_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
   rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
   rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 131072, 4096);

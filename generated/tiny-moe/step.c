@@ -198,7 +198,6 @@
 #define DK                     (LWS + 131072) /*      32768 [workspace.shared]: gradient of the keys: in LWS (the attention's backward) */
 #define DV                     (LWS + 163840) /*      32768 [workspace.shared]: gradient of the values: in LWS (the attention's backward) */
 #define WS_Y                            LWS /*      65536 [workspace.shared]: a block's output before the residual add: in LWS (a layer's forward) */
-#define WS_Y2                  (LWS + 65536) /*      65536 [workspace.shared]: shared experts' output: in LWS (a layer's forward) */
 #define LNF                             LWS /*      65536 [workspace.shared]: final norm output: in LWS (the loss) */
 #define CE                     (LWS + 65536) /*     524288 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
 #define DLOGITS                         LWS /*       8192 [workspace.shared]: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
@@ -302,13 +301,11 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(L0_POS), I(L0_OFFSETS), I(L0_IDX), 512, 8, 2);
   rt_moe_gather(A(L0_XP), A(L0_LN2), I(L0_POS), 512, 2, 128);
   rt_experts_forward(A(L0_YP), A(L0_EG), A(L0_EU), A(L0_EH), A(L0_XP), WE(0), WE(131072), WE(262144), I(L0_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
-  rt_zero(A(WS_Y), 65536);
-  rt_moe_combine(A(WS_Y), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
   rt_matmul_forward(A(L0_SG), A(L0_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
   rt_matmul_forward(A(L0_SU), A(L0_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
   rt_swiglu_forward(A(L0_SH), A(L0_SG), A(L0_SU), 131072);
-  rt_matmul_forward(A(WS_Y2), A(L0_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_matmul_forward(A(WS_Y), A(L0_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128); /* + the routed experts' */
   rt_add(A(X1), A(L0_RES), A(WS_Y), 65536); /* residual */
 }
 
@@ -331,13 +328,11 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(L1_POS), I(L1_OFFSETS), I(L1_IDX), 512, 8, 2);
   rt_moe_gather(A(L1_XP), A(L1_LN2), I(L1_POS), 512, 2, 128);
   rt_experts_forward(A(L1_YP), A(L1_EG), A(L1_EU), A(L1_EH), A(L1_XP), WE(0), WE(131072), WE(262144), I(L1_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
-  rt_zero(A(WS_Y), 65536);
-  rt_moe_combine(A(WS_Y), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
   rt_matmul_forward(A(L1_SG), A(L1_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
   rt_matmul_forward(A(L1_SU), A(L1_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
   rt_swiglu_forward(A(L1_SH), A(L1_SG), A(L1_SU), 131072);
-  rt_matmul_forward(A(WS_Y2), A(L1_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_matmul_forward(A(WS_Y), A(L1_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128); /* + the routed experts' */
   rt_add(A(X2), A(L1_RES), A(WS_Y), 65536); /* residual */
 }
 
@@ -360,13 +355,11 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(L2_POS), I(L2_OFFSETS), I(L2_IDX), 512, 8, 2);
   rt_moe_gather(A(L2_XP), A(L2_LN2), I(L2_POS), 512, 2, 128);
   rt_experts_forward(A(L2_YP), A(L2_EG), A(L2_EU), A(L2_EH), A(L2_XP), WE(0), WE(131072), WE(262144), I(L2_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
-  rt_zero(A(WS_Y), 65536);
-  rt_moe_combine(A(WS_Y), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
   rt_matmul_forward(A(L2_SG), A(L2_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
   rt_matmul_forward(A(L2_SU), A(L2_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
   rt_swiglu_forward(A(L2_SH), A(L2_SG), A(L2_SU), 131072);
-  rt_matmul_forward(A(WS_Y2), A(L2_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_matmul_forward(A(WS_Y), A(L2_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128); /* + the routed experts' */
   rt_add(A(X3), A(L2_RES), A(WS_Y), 65536); /* residual */
 }
 
@@ -389,27 +382,22 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_moe_permute(I(L3_POS), I(L3_OFFSETS), I(L3_IDX), 512, 8, 2);
   rt_moe_gather(A(L3_XP), A(L3_LN2), I(L3_POS), 512, 2, 128);
   rt_experts_forward(A(L3_YP), A(L3_EG), A(L3_EU), A(L3_EH), A(L3_XP), WE(0), WE(131072), WE(262144), I(L3_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
-  rt_zero(A(WS_Y), 65536);
-  rt_moe_combine(A(WS_Y), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
   rt_matmul_forward(A(L3_SG), A(L3_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
   rt_matmul_forward(A(L3_SU), A(L3_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
   rt_swiglu_forward(A(L3_SH), A(L3_SG), A(L3_SU), 131072);
-  rt_matmul_forward(A(WS_Y2), A(L3_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_matmul_forward(A(WS_Y), A(L3_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128); /* + the routed experts' */
   rt_add(A(X4), A(L3_RES), A(WS_Y), 65536); /* residual */
 }
 
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 65536);
-  rt_zero(A(DSH), 131072);
-  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_A), A(L3_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(A(DSG), 131072);
-  rt_zero(A(DSU), 131072);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_A), A(L3_SH), W(115968), 512, 256, 128); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L3_SG), A(L3_SU), 131072);
-  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L3_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSG), A(L3_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L3_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
@@ -422,16 +410,11 @@ static void layer3_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(49280), A(DLN), A(L3_RES), W(49280), R(L3_RSTD2), 512, 128);
-  rt_zero(A(DATT), 65536);
-  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_B), A(L3_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(A(DQ), 65536);
-  rt_zero(A(DK), 32768);
-  rt_zero(A(DV), 32768);
+  rt_matmul_backward_set(A(DATT), DW(32896), NULL, A(DX_B), A(L3_ATT), W(32896), 512, 128, 128); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
-  rt_zero(A(DLN), 65536);
-  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L3_LN1), W(128), 512, 128, 128); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(128), NULL, A(DQ), A(L3_LN1), W(128), 512, 128, 128); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L3_LN1), W(16512), 512, 128, 64); /* k_proj */
   rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L3_LN1), W(24704), 512, 128, 64); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(L3_RSTD1), 512, 128);
@@ -440,14 +423,11 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 65536);
-  rt_zero(A(DSH), 131072);
-  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_B), A(L2_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(A(DSG), 131072);
-  rt_zero(A(DSU), 131072);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_B), A(L2_SH), W(115968), 512, 256, 128); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L2_SG), A(L2_SU), 131072);
-  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L2_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSG), A(L2_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L2_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
@@ -460,16 +440,11 @@ static void layer2_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(49280), A(DLN), A(L2_RES), W(49280), R(L2_RSTD2), 512, 128);
-  rt_zero(A(DATT), 65536);
-  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_A), A(L2_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(A(DQ), 65536);
-  rt_zero(A(DK), 32768);
-  rt_zero(A(DV), 32768);
+  rt_matmul_backward_set(A(DATT), DW(32896), NULL, A(DX_A), A(L2_ATT), W(32896), 512, 128, 128); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
-  rt_zero(A(DLN), 65536);
-  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L2_LN1), W(128), 512, 128, 128); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(128), NULL, A(DQ), A(L2_LN1), W(128), 512, 128, 128); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L2_LN1), W(16512), 512, 128, 64); /* k_proj */
   rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L2_LN1), W(24704), 512, 128, 64); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(L2_RSTD1), 512, 128);
@@ -478,14 +453,11 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 65536);
-  rt_zero(A(DSH), 131072);
-  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_A), A(L1_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(A(DSG), 131072);
-  rt_zero(A(DSU), 131072);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_A), A(L1_SH), W(115968), 512, 256, 128); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L1_SG), A(L1_SU), 131072);
-  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L1_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSG), A(L1_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L1_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
@@ -498,16 +470,11 @@ static void layer1_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(49280), A(DLN), A(L1_RES), W(49280), R(L1_RSTD2), 512, 128);
-  rt_zero(A(DATT), 65536);
-  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_B), A(L1_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(A(DQ), 65536);
-  rt_zero(A(DK), 32768);
-  rt_zero(A(DV), 32768);
+  rt_matmul_backward_set(A(DATT), DW(32896), NULL, A(DX_B), A(L1_ATT), W(32896), 512, 128, 128); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
-  rt_zero(A(DLN), 65536);
-  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L1_LN1), W(128), 512, 128, 128); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(128), NULL, A(DQ), A(L1_LN1), W(128), 512, 128, 128); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L1_LN1), W(16512), 512, 128, 64); /* k_proj */
   rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L1_LN1), W(24704), 512, 128, 64); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(L1_RSTD1), 512, 128);
@@ -516,14 +483,11 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 65536);
-  rt_zero(A(DSH), 131072);
-  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_B), A(L0_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(A(DSG), 131072);
-  rt_zero(A(DSU), 131072);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_B), A(L0_SH), W(115968), 512, 256, 128); /* shared down_proj */
   rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L0_SG), A(L0_SU), 131072);
-  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L0_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSG), A(L0_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
   rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L0_LN2), W(83200), 512, 128, 256); /* shared up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
@@ -536,16 +500,11 @@ static void layer0_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(49280), A(DLN), A(L0_RES), W(49280), R(L0_RSTD2), 512, 128);
-  rt_zero(A(DATT), 65536);
-  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_A), A(L0_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(A(DQ), 65536);
-  rt_zero(A(DK), 32768);
-  rt_zero(A(DV), 32768);
+  rt_matmul_backward_set(A(DATT), DW(32896), NULL, A(DX_A), A(L0_ATT), W(32896), 512, 128, 128); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 2, 256, 4, 2, 32, 32);
   rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
   rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
-  rt_zero(A(DLN), 65536);
-  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L0_LN1), W(128), 512, 128, 128); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(128), NULL, A(DQ), A(L0_LN1), W(128), 512, 128, 128); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L0_LN1), W(16512), 512, 128, 64); /* k_proj */
   rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L0_LN1), W(24704), 512, 128, 64); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(L0_RSTD1), 512, 128);

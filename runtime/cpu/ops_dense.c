@@ -139,13 +139,24 @@ void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, in
       for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
 }
 
-void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
-                        int OC) {
-  if (dx) GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1, dout, OC, w, IC, 1, dx, IC);
+/* dx = dout · w + dx_beta dx; dw, dbias added. */
+static void matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                            int OC, real dx_beta) {
+  if (dx) GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1, dout, OC, w, IC, dx_beta, dx, IC);
   if (dw) GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1, dout, OC, x, IC, 1, dw, IC);
   if (dbias)
     for (int n = 0; n < N; n++)
       for (int o = 0; o < OC; o++) dbias[o] += dout[(size_t)n * OC + o];
+}
+
+void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                        int OC) {
+  matmul_backward(dx, dw, dbias, dout, x, w, N, IC, OC, 1);
+}
+
+void rt_matmul_backward_set(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                            int OC) {
+  matmul_backward(dx, dw, dbias, dout, x, w, N, IC, OC, 0);
 }
 
 /* Rotates each (i, i + rd/2) pair of the first rd channels of H heads `stride` apart by sign ×
@@ -374,6 +385,10 @@ void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, cons
 
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
                            const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
+  size_t n = (size_t)B * T; /* the span backward adds: this one writes (mtrt_ops.h) */
+  if (dq) memset(dq, 0, sizeof(act) * n * nh * hd);
+  if (dk) memset(dk, 0, sizeof(act) * n * nkv * hd);
+  if (dv) memset(dv, 0, sizeof(act) * n * nkv * vd);
   rt_attention_span_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, 0, T / 2, nh, nkv, hd, vd);
 }
 
@@ -414,8 +429,8 @@ void rt_swiglu_forward(act *h, const act *g, const act *u, int64_t n) {
 void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     real s = sigmoid(g[i]);
-    if (dg) dg[i] += dh[i] * u[i] * s * (1 + g[i] * (1 - s));
-    if (du) du[i] += dh[i] * g[i] * s;
+    if (dg) dg[i] = dh[i] * u[i] * s * (1 + g[i] * (1 - s));
+    if (du) du[i] = dh[i] * g[i] * s;
   }
 }
 
@@ -433,7 +448,7 @@ void rt_gelu_backward(act *dx, const act *dh, const act *x, int64_t n) {
     real a = x[i], inner = (real)GELU_K * (a + (real)0.044715 * a * a * a);
     real th = TANH(inner), sech2 = 1 - th * th;
     real d = (real)0.5 * (1 + th) + (real)0.5 * a * sech2 * (real)GELU_K * (1 + 3 * (real)0.044715 * a * a);
-    dx[i] += dh[i] * d;
+    dx[i] = dh[i] * d;
   }
 }
 

@@ -383,11 +383,24 @@ void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, in
   if (bias) rt_bias_forward(out, bias, N, OC);
 }
 
+/* dx = dout · w + dx_beta dx (beta 0: written, its old bytes unread); dw, dbias added. */
+static void matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                            int OC, float dx_beta) {
+  if (dbias) rt_bias_backward(dbias, dout, N, OC);
+  if (dx)
+    cu_gemm("matmul backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, CU_ACT, IC, dout, CU_ACT, OC, dx_beta, dx,
+            CU_ACT, IC);
+  if (dw) cu_gemm("matmul backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, CU_ACT, IC, dout, CU_ACT, OC, 1, dw, CU_ACT, IC);
+}
+
 void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
                         int OC) {
-  if (dbias) rt_bias_backward(dbias, dout, N, OC);
-  if (dx) cu_gemm("matmul backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, CU_ACT, IC, dout, CU_ACT, OC, 1, dx, CU_ACT, IC);
-  if (dw) cu_gemm("matmul backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, CU_ACT, IC, dout, CU_ACT, OC, 1, dw, CU_ACT, IC);
+  matmul_backward(dx, dw, dbias, dout, x, w, N, IC, OC, 1);
+}
+
+void rt_matmul_backward_set(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                            int OC) {
+  matmul_backward(dx, dw, dbias, dout, x, w, N, IC, OC, 0);
 }
 
 static void rope(act *x, int B, int T, int H, float sign) {

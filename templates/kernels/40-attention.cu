@@ -57,7 +57,7 @@ extern "C" __global__ void attention_forward(act *out, float *lse, const act *q,
   if (lane == 0) lse[(size_t)n * HEADS + h] = m + __logf(l);
 }
 
-// dq (added to) and delta = dout · out per (token, head), saved for attention_backward_dkv.
+// dq (written) and delta = dout · out per (token, head), saved for attention_backward_dkv.
 extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const act *dout, const act *q,
                                                  const act *k, const act *v, const act *out, const float *lse) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
@@ -79,11 +79,11 @@ extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const ac
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = to_act(f32(dq[row + lane + 32 * i]) + acc[i]);
+    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = to_act(acc[i]);
   if (lane == 0) delta[(size_t)n * HEADS + h] = D;
 }
 
-// dk, dv (added to): one warp per (token j, KV head), summing over the GROUP query heads and the
+// dk, dv (written): one warp per (token j, KV head), summing over the GROUP query heads and the
 // queries t >= j that attend to it.
 extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *dout, const act *q, const act *k,
                                                   const act *v, const float *lse, const float *delta) {
@@ -114,10 +114,10 @@ extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *d
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) dk[kv + lane + 32 * i] = to_act(f32(dk[kv + lane + 32 * i]) + dkacc[i]);
+    if (lane + 32 * i < HEAD_DIM) dk[kv + lane + 32 * i] = to_act(dkacc[i]);
 #pragma unroll
   for (int i = 0; i < VPL; i++)
-    if (lane + 32 * i < V_DIM) dv[vv + lane + 32 * i] = to_act(f32(dv[vv + lane + 32 * i]) + dvacc[i]);
+    if (lane + 32 * i < V_DIM) dv[vv + lane + 32 * i] = to_act(dvacc[i]);
 }
 
 // ---- MLA (DeepSeek-V2 §2.1; HF modeling_deepseek_v3.py): the cpu's rt_mla_kv_* and

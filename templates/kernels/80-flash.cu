@@ -12,8 +12,9 @@
 // above the diagonal are never visited, the diagonal ones are masked elementwise.
 //   forward:  out, lse (overwritten)            flash_attention_forward
 //   backward: delta = rowsum(dout · out)        flash_attention_backward_prep
-//             dq += scale · dS K                flash_attention_backward_dq  (query tiles)
-//             dk += scale · dSᵀ Q, dv += Pᵀ dO  flash_attention_backward_dkv (key tiles, all GROUP heads)
+//             dq = scale · dS K                 flash_attention_backward_dq  (query tiles)
+//             dk = scale · dSᵀ Q, dv = Pᵀ dO    flash_attention_backward_dkv (key tiles, all GROUP heads)
+//   (dq, dk, dv overwritten: mtrt_ops.h's rt_attention_backward writes them)
 //   with P = exp(scale · Q Kᵀ − lse), dS = P ⊙ (dO Vᵀ − delta).
 // All shared memory is static (< 48 KB; launch with 0 dynamic bytes). Needs sm_80+ (bf16 wmma).
 // The kernels exist where HAVE_FLASH_ATTENTION is defined: head_dim a multiple of 16 up to 128,
@@ -208,7 +209,7 @@ extern "C" __global__ void flash_attention_backward_prep(float *delta, const act
   if (lane == 0) delta[w] = s;
 }
 
-// dq += scale · dS K: grid (SEQ_LEN / FLASH_BQ, HEADS, TOKENS / SEQ_LEN) = FLASH_DQ_GRID, block
+// dq = scale · dS K: grid (SEQ_LEN / FLASH_BQ, HEADS, TOKENS / SEQ_LEN) = FLASH_DQ_GRID, block
 // FLASH_THREADS, static shared memory FLASH_DQ_SMEM bytes. Block (x, h, b): the queries of tile
 // qt (the last first) of head h in sequence b, over the key steps of FLASH_BB keys up to the
 // diagonal; warp w its rows 16w..16w+15 (Q, dO in registers, dQ in fp32 accumulators); in the
@@ -300,11 +301,11 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
         wmma::mma_sync(acc[d], df[c], kb, acc[d]);
       }
   }
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dq + ((tok0 + tw) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, acc, S,
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dq + ((tok0 + tw) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, acc, S,
                                                  FLASH_BSLD);
 }
 
-// dk += scale · dSᵀ Q, dv += Pᵀ dO: grid (SEQ_LEN / FLASH_BQ, KV_HEADS, TOKENS / SEQ_LEN) =
+// dk = scale · dSᵀ Q, dv = Pᵀ dO (written): grid (SEQ_LEN / FLASH_BQ, KV_HEADS, TOKENS / SEQ_LEN) =
 // FLASH_DKV_GRID, block FLASH_THREADS, static shared memory FLASH_DKV_SMEM bytes. Block (x, g, b):
 // the keys of tile x of KV head g in sequence b, over the GROUP query heads that read it and, for
 // each, the query steps of FLASH_BB queries from the diagonal on; warp w its keys 16w..16w+15 (K,
@@ -409,7 +410,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
         }
     }
   size_t row = ((tok0 + jw) * KV_HEADS + kvh) * HEAD_DIM;
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dk + row, KV_HEADS * HEAD_DIM, dka, S, FLASH_BSLD);
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dv + row, KV_HEADS * HEAD_DIM, dva, S, FLASH_BSLD);
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dk + row, KV_HEADS * HEAD_DIM, dka, S, FLASH_BSLD);
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dv + row, KV_HEADS * HEAD_DIM, dva, S, FLASH_BSLD);
 }
 #endif // HAVE_FLASH_ATTENTION

@@ -52,7 +52,7 @@ static const Pass passes[] = {
 enum { NPASS = sizeof passes / sizeof passes[0] };
 
 /* ---- results: the error of every check, per pass ---- */
-enum { MAXRES = 128 };
+enum { MAXRES = 256 };
 static struct {
   const char *name;
   double err[NPASS], tol[NPASS];

@@ -77,10 +77,10 @@ run host-deref EMU_PROTECT=1
 expect host-deref "a host read of device memory" "host code dereferenced device memory"
 
 prog host-pointer
-sed -i 's|^  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);|  { static act host_buf[65536]; rt_accumulate(A(WS_Y), host_buf, 65536); } /* mutation */|' \
+sed -i 's|^  rt_add(A(L0_RES), A(X0), A(WS_Y), 65536); /\* residual \*/|  { static act host_buf[65536]; rt_add(A(L0_RES), A(X0), host_buf, 65536); } /* mutation */|' \
   "$work/host-pointer/step.c"
 run host-pointer
-expect host-pointer "a pageable host pointer given to a kernel" "kernel accumulate, parameter 1: .* pageable host memory"
+expect host-pointer "a pageable host pointer given to a kernel" "kernel residual_add, parameter 2: .* pageable host memory"
 
 prog kernel-race
 perl -0pi -e 's/(if \(lane == 0\) shared\[warp\] = v;\n)  __syncthreads\(\);\n/$1/' "$work/kernel-race/kernels.cu"
